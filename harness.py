@@ -1,0 +1,697 @@
+"""Kernel playground harness: compile-and-cache, the problem registry, parity against float64, and timing.
+
+Registry: a problem exists because ``models/<id>.py`` exists; its variants are the ``kernels/<id>/*.cu`` files.
+Compile: a variant is built at first use with ``torch.utils.cpp_extension.load_inline`` into a directory named by a
+sha256 over everything that can change the binary (see ``cache_key``); a warm load is one dlopen.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import functools
+import hashlib
+import importlib
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent
+KERNELS = ROOT / "kernels"
+MODELS = ROOT / "models"
+KEY_VERSION = "kp-cache-1"  # bump when the build recipe below changes in a way the key would not see
+
+
+class UsageError(ValueError):
+    """Bad request from a user (unknown problem or variant, bad shapes, no GPU). run.py maps it to exit 2."""
+
+
+class KernelBuildError(RuntimeError):
+    """A kernel failed to compile; the message names the .cu file and line with the compiler's own words."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Registry: the filesystem is the list.
+
+def problems() -> list[str]:
+    return sorted(p.stem for p in MODELS.glob("*.py") if not p.stem.startswith("_"))
+
+
+def variants(problem: str) -> list[str]:
+    return sorted(p.stem for p in (KERNELS / problem).glob("*.cu"))
+
+
+def kernel_sources() -> list[Path]:
+    """Every .cu of every problem (CI compiles each of them)."""
+    return sorted(p for p in KERNELS.glob("*/*.cu"))
+
+
+def problem_module(problem: str):
+    if problem not in problems():
+        raise UsageError(f"unknown problem {problem!r}; problems: {', '.join(problems())}")
+    return importlib.import_module(f"models.{problem}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exports: `KP_EXPORT void name(params)` in a .cu becomes torch.ops.<module>.<name>.
+
+_EXPORT_RE = re.compile(r"^KP_EXPORT\s+void\s+(\w+)\s*\(([^)]*)\)", re.M)
+_PARAM_TYPES = {  # C++ parameter type in the .cu -> type in the generated wrapper (what the dispatcher accepts)
+    "const at::TensorBase&": "const at::Tensor&",
+    "int64_t": "int64_t",
+    "double": "double",
+    "bool": "bool",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Export:
+    name: str
+    params: tuple[tuple[str, str], ...]  # (C++ type, name)
+
+
+def parse_exports(src: str, where: str = "<source>") -> list[Export]:
+    out = []
+    for m in _EXPORT_RE.finditer(src):
+        params = []
+        for raw in filter(None, (p.strip() for p in m.group(2).split(","))):
+            pm = re.fullmatch(r"(.+?)\s*(\w+)", raw)
+            ctype = re.sub(r"\s+", " ", pm.group(1)).replace(" &", "&").strip() if pm else raw
+            if not pm or ctype not in _PARAM_TYPES:
+                raise KernelBuildError(f"{where}: KP_EXPORT {m.group(1)}: unsupported parameter {raw!r} "
+                                       f"(allowed types: {', '.join(_PARAM_TYPES)})")
+            params.append((ctype, pm.group(2)))
+        out.append(Export(m.group(1), tuple(params)))
+    if not out:
+        raise KernelBuildError(f"{where}: no `KP_EXPORT void name(...)` function found")
+    return out
+
+
+def binding_source(module: str, exports: list[Export]) -> str:
+    """The host-side registration, compiled by g++ with only <torch/library.h> (~6 s)."""
+    lines = ["#include <torch/library.h>", "#include <ATen/core/TensorBase.h>", ""]
+    for e in exports:
+        decl = ", ".join(f"{t} {n}" for t, n in e.params)
+        wrap = ", ".join(f"{_PARAM_TYPES[t]} {n}" for t, n in e.params)
+        args = ", ".join(n for _, n in e.params)
+        lines += [f"void {e.name}({decl});",
+                  f"static void {e.name}__kp({wrap}) {{ {e.name}({args}); }}"]
+    lines += ["", f"TORCH_LIBRARY({module}, m) {{"]
+    lines += [f'  m.def("{e.name}", &{e.name}__kp);' for e in exports]
+    lines += ["}", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Cache key.
+
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def local_headers(path: Path) -> list[Path]:
+    """Every quoted include reachable from `path` that resolves to a file in this repo, transitively."""
+    seen: dict[Path, None] = {}
+    todo = [path.resolve()]
+    while todo:
+        cur = todo.pop()
+        for inc in _INCLUDE_RE.findall(cur.read_text()):
+            for base in (cur.parent, KERNELS):
+                cand = (base / inc).resolve()
+                if cand.is_file():
+                    if cand not in seen and cand != path.resolve():
+                        seen[cand] = None
+                        todo.append(cand)
+                    break
+    return sorted(seen)
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_version() -> str:
+    from torch.utils.cpp_extension import CUDA_HOME
+    nvcc = Path(CUDA_HOME or "/usr/local/cuda") / "bin" / "nvcc"
+    if not nvcc.exists():
+        nvcc = Path(shutil.which("nvcc") or "nvcc")
+    try:
+        return subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "nvcc-unavailable"
+
+
+def arch_flag(capability: tuple[int, int] | None) -> str:
+    """sm_90 gets the 'a' target so wgmma/setmaxnreg are available; other GPUs their plain target."""
+    if capability is None:
+        capability = (9, 0)
+    major, minor = capability
+    suffix = "a" if (major, minor) == (9, 0) else ""
+    return f"-gencode=arch=compute_{major}{minor}{suffix},code=sm_{major}{minor}{suffix}"
+
+
+def cxx_std() -> str:
+    # torch 2.11 builds extensions as C++17, 2.13's headers need C++20 (measured.md); both accept the newer one
+    # only from 2.13 on, so pick by version rather than guess.
+    major, minor = (int(v) for v in torch.__version__.split(".")[:2])
+    return "-std=c++20" if (major, minor) >= (2, 13) else "-std=c++17"
+
+
+def build_flags(capability: tuple[int, int] | None) -> dict[str, list[str]]:
+    std = cxx_std()
+    return {
+        "cflags": ["-O2", std],
+        "cuda_cflags": ["-O3", std, arch_flag(capability), "-lineinfo", "--expt-relaxed-constexpr",
+                        "-diag-suppress=3306"],  # 3306: C++20 bit-field initialisers in torch headers
+        "include_paths": [str(KERNELS)],
+    }
+
+
+def cache_key(path: Path, capability: tuple[int, int] | None) -> str:
+    """sha256 over: the source, every local header it includes (transitively), the generated binding, the flags,
+    torch and CUDA versions, the nvcc banner, the GPU arch and the Python ABI."""
+    h = hashlib.sha256()
+
+    def feed(tag: str, data: str | bytes) -> None:
+        data = data.encode() if isinstance(data, str) else data
+        h.update(f"{tag}:{len(data)}:".encode())
+        h.update(data)
+
+    feed("version", KEY_VERSION)
+    feed("source", path.read_bytes())
+    for hdr in local_headers(path):
+        feed("header:" + hdr.relative_to(ROOT).as_posix() if hdr.is_relative_to(ROOT) else str(hdr),
+             hdr.read_bytes())
+    feed("flags", repr(sorted(build_flags(capability).items(), key=lambda kv: kv[0])))
+    feed("torch", torch.__version__)
+    feed("torch.cuda", str(torch.version.cuda))
+    feed("nvcc", nvcc_version())
+    feed("arch", repr(capability))
+    feed("python", f"{sys.implementation.cache_tag}-{sysconfig.get_config_var('SOABI')}")
+    return h.hexdigest()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("KP_CACHE_DIR") or Path.home() / ".cache" / "kernel_playground")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Build and load.
+
+@contextlib.contextmanager
+def _flock(path: Path):
+    """An OS lock that dies with its process: a build killed mid-way can never leave the next run waiting."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+_COMPILER_ERR = [
+    re.compile(r"^(?P<file>[^\s:()]+)\((?P<line>\d+)\): (?:catastrophic )?error[^:]*: (?P<msg>.*)$"),  # nvcc
+    re.compile(r"^(?P<file>[^\s:()]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$"),  # gcc/clang
+]
+
+
+def summarize_build_error(log: str, max_lines: int = 5) -> str:
+    """Pull `file:line: message` out of a compiler log; paths inside the repo are shown relative to it."""
+    found = []
+    for line in log.splitlines():
+        for rx in _COMPILER_ERR:
+            m = rx.match(line.strip())
+            if m:
+                f = m.group("file")
+                with contextlib.suppress(ValueError):
+                    f = str(Path(f).resolve().relative_to(ROOT))
+                item = f"{f}:{m.group('line')}: error: {m.group('msg')}"
+                if item not in found:
+                    found.append(item)
+                break
+    if not found:
+        tail = [ln for ln in log.splitlines() if ln.strip()][-8:]
+        return "\n".join(tail)
+    return "\n".join(found[:max_lines]) + (f"\n(+{len(found) - max_lines} more)" if len(found) > max_lines else "")
+
+
+@dataclasses.dataclass
+class Built:
+    problem: str
+    variant: str
+    module: str  # torch.ops namespace
+    so_path: Path
+    exports: list[Export]
+    built_now: bool
+    seconds: float
+
+    @property
+    def ops(self):
+        return getattr(torch.ops, self.module)
+
+
+_LOADED: dict[str, Built] = {}
+
+
+def _progress(msg: str) -> None:
+    print(f"[kp] {msg}", file=sys.stderr, flush=True)
+
+
+def build(problem: str, variant: str, quiet: bool = False) -> Built:
+    """Compile (or find in the cache) and load one variant. Raises KernelBuildError with `file:line: msg`."""
+    path = KERNELS / problem / f"{variant}.cu"
+    if not path.is_file():
+        raise UsageError(f"no variant {variant!r} for {problem!r}; variants: {', '.join(variants(problem))}")
+    if not torch.cuda.is_available():
+        raise UsageError("no CUDA device: kernels can only be built and run on a machine with an NVIDIA GPU")
+    cap = torch.cuda.get_device_capability()
+    key = cache_key(path, cap)
+    module = re.sub(r"\W", "_", f"kp_{problem}_{variant}_{key[:16]}")
+    if module in _LOADED:
+        return _LOADED[module]
+    t0 = time.perf_counter()
+    exports = parse_exports(path.read_text(), str(path.relative_to(ROOT)))
+    bdir = cache_root() / module
+    so = bdir / f"{module}.so"
+    done = bdir / "kp_complete"
+    built_now = False
+    with _flock(cache_root() / "locks" / f"{module}.lock"):
+        if not (done.exists() and so.exists()):
+            built_now = True
+            if not quiet:
+                _progress(f"building {problem}/{variant} (first use of this source; a cold build takes ~10-30 s)")
+            shutil.rmtree(bdir, ignore_errors=True)  # also clears torch's own `lock` left by a killed build
+            bdir.mkdir(parents=True)
+            flags = build_flags(cap)
+            from torch.utils.cpp_extension import load_inline
+            try:
+                load_inline(
+                    name=module,
+                    # Include by absolute path so compiler messages name the real file and line.
+                    cpp_sources=[binding_source(module, exports)],
+                    cuda_sources=[f'#include "{path}"\n'],
+                    extra_cflags=flags["cflags"],
+                    extra_cuda_cflags=flags["cuda_cflags"],
+                    extra_include_paths=flags["include_paths"],
+                    build_directory=str(bdir),
+                    is_python_module=False,
+                    no_implicit_headers=True,
+                    verbose=False,
+                )
+            except RuntimeError as e:
+                log = str(e)
+                (bdir / "build_error.log").write_text(log)
+                raise KernelBuildError(f"{problem}/{variant} failed to compile:\n{summarize_build_error(log)}\n"
+                                       f"(full log: {bdir / 'build_error.log'})") from None
+            done.write_text(key)
+        else:
+            torch.ops.load_library(str(so))
+    b = Built(problem, variant, module, so, exports, built_now, time.perf_counter() - t0)
+    _LOADED[module] = b
+    if built_now and not quiet:
+        _progress(f"built {problem}/{variant} in {b.seconds:.1f} s")
+    return b
+
+
+def build_all(jobs: int | None = None, items: list[tuple[str, str]] | None = None) -> list[tuple[str, str, float, str]]:
+    """Build every variant of every problem in parallel processes; returns (problem, variant, seconds, error)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    items = items or [(p, v) for p in problems() for v in variants(p)]
+    jobs = jobs or min(len(items), os.cpu_count() or 1)
+    results = []
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as ex:
+        futs = {ex.submit(_build_worker, p, v): (p, v) for p, v in items}
+        for f in cf.as_completed(futs):
+            p, v = futs[f]
+            secs, err = f.result()
+            _progress(f"{p}/{v}: " + (f"ok ({secs:.1f} s)" if not err else "FAILED"))
+            results.append((p, v, secs, err))
+    return sorted(results)
+
+
+def _build_worker(problem: str, variant: str) -> tuple[float, str]:
+    os.environ.setdefault("MAX_JOBS", "2")  # two translation units per kernel
+    t0 = time.perf_counter()
+    try:
+        build(problem, variant, quiet=True)
+        return time.perf_counter() - t0, ""
+    except (KernelBuildError, UsageError) as e:
+        return time.perf_counter() - t0, str(e)
+
+
+class Kernel:
+    """A lazily built variant: attribute access returns its torch op, building on first use."""
+
+    def __init__(self, problem: str, variant: str):
+        if variant not in variants(problem):
+            raise UsageError(f"no variant {variant!r} for {problem!r}; variants: {', '.join(variants(problem))}")
+        self.problem, self.variant = problem, variant
+        self._built: Built | None = None
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._built is None:
+            self._built = build(self.problem, self.variant)
+        return getattr(self._built.ops, name)
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.problem}/{self.variant})"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CPU-side compile check (CI): nvcc -c each .cu with the same flags, against the installed torch headers.
+
+def compile_check(path: Path, out_dir: Path, capability: tuple[int, int] = (9, 0)) -> tuple[bool, str]:
+    from torch.utils.cpp_extension import include_paths
+    flags = build_flags(capability)
+    py_inc = sysconfig.get_paths()["include"]
+    incs = [f"-I{p}" for p in include_paths()] + [f"-I{py_inc}"] + [f"-I{p}" for p in flags["include_paths"]]
+    obj = out_dir / (path.parent.name + "__" + path.stem + ".o")
+    cmd = (["nvcc", "-c", str(path), "-o", str(obj), "-Xcompiler", "-fPIC", "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"]
+           + flags["cuda_cflags"] + incs)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return r.returncode == 0, (r.stdout + r.stderr)
+
+
+def binding_check(path: Path, out_dir: Path) -> tuple[bool, str]:
+    """g++ -fsyntax-only on the generated binding: the KP_EXPORT signature and the registration agree."""
+    from torch.utils.cpp_extension import include_paths
+    src = out_dir / (path.parent.name + "__" + path.stem + "_binding.cpp")
+    src.write_text(binding_source("kp_check", parse_exports(path.read_text(), str(path))))
+    cmd = ["g++", "-fsyntax-only", build_flags(None)["cflags"][1], str(src)] + [f"-I{p}" for p in include_paths()]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return r.returncode == 0, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Numerics.
+
+@dataclasses.dataclass
+class Err:
+    rel_l2: float  # ||out - ref|| / ||ref|| over elements where both are finite
+    worst_row: float  # max over rows of the same (row ops); equals rel_l2 for non-row outputs
+    nonfinite_mismatch: int  # positions where NaN/±Inf patterns differ
+
+    def within(self, budget: "Err") -> bool:
+        return (self.nonfinite_mismatch == 0 and self.rel_l2 <= budget.rel_l2
+                and self.worst_row <= budget.worst_row)
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> Err:
+    """Relative L2 error of `out` against a float64 `ref`. Non-finite values must match exactly (NaN where the
+    reference has NaN, the same infinities); they are then excluded from the L2 norms."""
+    out = out.detach().to(torch.float64)
+    ref = ref.detach().to(torch.float64)
+    nan_o, nan_r = torch.isnan(out), torch.isnan(ref)
+    inf_o, inf_r = torch.isinf(out), torch.isinf(ref)
+    mism = int(((nan_o != nan_r) | (inf_o != inf_r) | (inf_r & (out != ref))).sum())
+    fin = torch.isfinite(ref) & torch.isfinite(out)
+    d = torch.where(fin, out - ref, 0.0)
+    r = torch.where(fin, ref, 0.0)
+
+    def rel(dd, rr):
+        num, den = dd.norm(), rr.norm()
+        return float(num / den) if den > 0 else float(num)
+
+    rl2 = rel(d, r)
+    worst = rl2
+    if ref.dim() == 2 and ref.shape[0] > 1:
+        num = d.norm(dim=1)
+        den = r.norm(dim=1)
+        per_row = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), num)
+        worst = float(per_row.max())
+    return Err(rl2, worst, mism)
+
+
+ABS_FLOOR = 1e-6  # measured.md: PyTorch-fp32's own relL2 can be ~1e-9 on fresh modules, so a pure multiple is
+#                   meaningless there; 1e-6 is ~1/10 of a single-ulp-everywhere error in fp32 (1.2e-7 * ~8).
+REF_MULTIPLE = 4.0  # candidates may be up to 4x PyTorch-fp32's own error on the same inputs
+
+
+def budget_from(ref_err: Err) -> Err:
+    return Err(max(REF_MULTIPLE * ref_err.rel_l2, ABS_FLOOR), max(REF_MULTIPLE * ref_err.worst_row, ABS_FLOOR), 0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing.
+
+@dataclasses.dataclass
+class Timing:
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    n: int
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.q3_ms - self.q1_ms
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(samples: list[float]) -> Timing:
+    return Timing(_quantile(samples, 0.5), _quantile(samples, 0.25), _quantile(samples, 0.75), len(samples))
+
+
+class L2Flusher:
+    """Writes a buffer of twice the L2 size before each timed call, so no call starts with a warm cache."""
+
+    def __init__(self, device=None):
+        props = torch.cuda.get_device_properties(device)
+        l2 = getattr(props, "L2_cache_size", 0) or 64 << 20
+        self.buf = torch.empty(2 * l2 // 4, dtype=torch.float32, device=device)
+
+    def __call__(self):
+        self.buf.fill_(1.0)  # a write, so dirty lines of the timed call's inputs are evicted too
+
+
+def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: int = 100, budget_s: float = 20.0,
+                      target_rel_iqr: float = 0.02, warmup: int = 3) -> dict[str, Timing]:
+    """Time several callables side by side: each round runs each once (flushed L2, CUDA events around the call
+    only), rounds repeat until every IQR/median < target or the wall budget is spent."""
+    flush = L2Flusher()
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    torch.cuda.synchronize()
+    samples = {k: [] for k in fns}
+    t_end = time.perf_counter() + budget_s
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for rep in range(max_reps):
+        for k, f in fns.items():
+            flush()
+            start.record()
+            f()
+            stop.record()
+            stop.synchronize()
+            samples[k].append(start.elapsed_time(stop))
+        if rep + 1 >= min_reps:
+            t = {k: summarize(v) for k, v in samples.items()}
+            if all(x.iqr_ms <= target_rel_iqr * x.median_ms for x in t.values()) or time.perf_counter() > t_end:
+                break
+    return {k: summarize(v) for k, v in samples.items()}
+
+
+def copy_bandwidth(nbytes: int = 4 << 30) -> float:
+    """Device-to-device copy speed in bytes/s (read + write counted), the memory ceiling used for '% of ceiling'."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    t = bench_interleaved({"copy": lambda: dst.copy_(src)}, min_reps=10, max_reps=30, budget_s=5)["copy"]
+    del src, dst
+    return 2 * nbytes / (t.median_ms * 1e-3)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parity: candidate first on its own copy of the inputs, then PyTorch fp32 and float64 on pristine copies.
+
+def clone_layout(x):
+    """A copy that keeps shape, strides and storage offset (plain .clone() drops the offset)."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    n = x.untyped_storage().nbytes() // x.element_size()
+    buf = torch.empty(n, dtype=x.dtype, device=x.device)
+    view = buf.as_strided(x.shape, x.stride(), x.storage_offset())
+    view.copy_(x)
+    return view
+
+
+def seeded_models(mod, variant: str, init, seed: int, device="cuda"):
+    """Reference and candidate built after the same seed, then made bit-identical through the state_dict."""
+    torch.manual_seed(seed)
+    ref = mod.Model(*init).to(device)
+    torch.manual_seed(seed)
+    new = mod.ModelNew(*init, variant=variant).to(device)
+    new.load_state_dict(ref.state_dict())
+    return ref, new
+
+
+def parity(mod, variant: str, inputs: list, init=None, seed: int = 0) -> dict:
+    """Relative L2 error of ModelNew(variant) and of PyTorch's own fp32 Model against the float64 Model on the same
+    inputs; the candidate passes if within budget_from(PyTorch's error)."""
+    import copy
+    init = mod.get_init_inputs() if init is None else init
+    ref, new = seeded_models(mod, variant, init, seed)
+    ref64 = copy.deepcopy(ref).double()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.no_grad():
+        out = new(*[clone_layout(x) for x in inputs])
+        torch.cuda.synchronize()
+        r32 = ref(*[clone_layout(x) for x in inputs])
+        r64 = ref64(*[clone_layout(x).double() if isinstance(x, torch.Tensor) else x for x in inputs])
+    if not (type(out) is torch.Tensor and out.shape == r32.shape and out.dtype == r32.dtype
+            and out.device == r32.device):
+        desc = (f"{type(out).__name__} {tuple(out.shape)} {out.dtype} {out.device}"
+                if isinstance(out, torch.Tensor) else type(out).__name__)
+        return {"ok": False, "reason": f"output is {desc}, expected torch.Tensor {tuple(r32.shape)} {r32.dtype} "
+                                       f"{r32.device}"}
+    e_ref = rel_error(r32, r64)
+    e_new = rel_error(out, r64)
+    budget = budget_from(e_ref)
+    ok = e_new.within(budget)
+    reason = "" if ok else (f"{e_new.nonfinite_mismatch} NaN/Inf mismatches" if e_new.nonfinite_mismatch else
+                            f"relL2 {e_new.rel_l2:.2e} (worst row {e_new.worst_row:.2e}) over budget "
+                            f"{budget.rel_l2:.2e} ({budget.worst_row:.2e})")
+    return {"ok": ok, "reason": reason, "err": e_new, "ref_err": e_ref, "budget": budget}
+
+
+def case_inputs(mod, name: str, seed: int, device="cuda") -> tuple[list, list]:
+    """(init inputs, forward inputs) of a declared case."""
+    g = torch.Generator().manual_seed(seed)
+    return mod.CASES[name](g, device)
+
+
+def bench_inputs(mod, seed: int, device="cuda") -> list:
+    """get_inputs() drawn straight on the device (same distributions as the CPU contract, far faster at 6 GB)."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# run.py's engine: parity on the benchmark shape and every declared case, then one interleaved timing table.
+
+def gemm_fp32_rate(n: int = 8192) -> float:
+    """cuBLAS fp32 (TF32 off) FLOP/s on an n^3 GEMM: the compute ceiling used for '% of ceiling'."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.rand(n, n, device="cuda")
+    b = torch.rand(n, n, device="cuda")
+    t = bench_interleaved({"gemm": lambda: a @ b}, min_reps=5, max_reps=15, budget_s=5)["gemm"]
+    return 2 * n ** 3 / (t.median_ms * 1e-3)
+
+
+def _shape_str(inputs) -> str:
+    return ", ".join("x".join(map(str, x.shape)) for x in inputs if isinstance(x, torch.Tensor))
+
+
+def run_problem(problem: str, variant_list: list[str], seed: int | None = None, compile_baseline: bool = True,
+                bench: bool = True) -> dict:
+    import copy
+    mod = problem_module(problem)
+    seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+    _progress(f"{problem}: seed {seed} (replay with --seed {seed})")
+    todo = [(problem, v) for v in variant_list]
+    if len(todo) > 1:
+        errs = [r for r in build_all(items=todo) if r[3]]
+        if errs:
+            raise KernelBuildError("\n".join(r[3] for r in errs))
+    for v in variant_list:
+        build(problem, v)
+    init = mod.get_init_inputs()
+    rec = {"problem": problem, "seed": seed, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "variants": {}, "cases": {}, "parity_ok": True}
+
+    for name in mod.CASES:
+        for v in variant_list:
+            c_init, c_inputs = case_inputs(mod, name, seed)
+            r = parity(mod, v, c_inputs, c_init, seed)
+            rec["cases"][f"{name}/{v}"] = {"ok": r["ok"], "reason": r["reason"],
+                                           "rel_l2": r["err"].rel_l2 if "err" in r else None}
+            rec["parity_ok"] &= r["ok"]
+
+    inputs = bench_inputs(mod, seed)
+    rec["shape"] = _shape_str(inputs)
+    for v in variant_list:
+        r = parity(mod, v, inputs, init, seed)
+        rec["variants"][v] = {"ok": r["ok"], "reason": r["reason"],
+                              **({"rel_l2": r["err"].rel_l2, "worst_row": r["err"].worst_row,
+                                  "budget": r["budget"].rel_l2, "torch_fp32_rel_l2": r["ref_err"].rel_l2}
+                                 if "err" in r else {})}
+        rec["ref_rel_l2"] = r.get("ref_err").rel_l2 if "ref_err" in r else None
+        rec["parity_ok"] &= r["ok"]
+        torch.cuda.empty_cache()
+    if not bench:
+        return rec
+
+    torch.manual_seed(seed)
+    eager = mod.Model(*init).cuda()
+    fns = {"eager": eager}
+    if compile_baseline:
+        fns["torch.compile"] = torch.compile(copy.deepcopy(eager))
+    for v in variant_list:
+        fns[v] = seeded_models(mod, v, init, seed)[1]
+    calls = {k: (lambda m=m: m(*inputs)) for k, m in fns.items()}
+    with torch.no_grad():
+        if compile_baseline:
+            _progress(f"{problem}: compiling the torch.compile baseline")
+            calls["torch.compile"]()
+        _progress(f"{problem}: timing {', '.join(calls)} (interleaved, L2 flushed before each call)")
+        times = bench_interleaved(calls)
+    traffic = mod.traffic(*inputs)
+    if mod.BOUND == "memory":
+        ceiling, unit = copy_bandwidth(), "GB/s"
+        rate = lambda ms: traffic["bytes"] / (ms * 1e-3)
+    else:
+        ceiling, unit = gemm_fp32_rate(), "TFLOP/s"
+        rate = lambda ms: traffic["flops"] / (ms * 1e-3)
+    rec.update(bound=mod.BOUND, unit=unit, ceiling=ceiling, traffic=traffic, timing={})
+    for k, t in times.items():
+        rec["timing"][k] = {"median_ms": t.median_ms, "q1_ms": t.q1_ms, "q3_ms": t.q3_ms, "n": t.n,
+                            "rate": rate(t.median_ms), "pct_ceiling": 100 * rate(t.median_ms) / ceiling,
+                            "vs_eager": times["eager"].median_ms / t.median_ms,
+                            "vs_compile": (times["torch.compile"].median_ms / t.median_ms
+                                           if "torch.compile" in times else None)}
+    return rec
+
+
+def format_table(rec: dict) -> str:
+    scale = 1e9 if rec.get("unit") == "GB/s" else 1e12
+    lines = [f"{rec['problem']} [{rec.get('shape', '')}] seed {rec['seed']} on {rec['device']}, torch {rec['torch']}"]
+    if "timing" in rec:
+        lines[0] += f"; ceiling {rec['ceiling'] / scale:,.0f} {rec['unit']} ({'device copy' if rec['unit'] == 'GB/s' else 'cuBLAS fp32 GEMM'}, measured now)"
+    bad = {k: c for k, c in rec["cases"].items() if not c["ok"]}
+    lines.append(f"odd cases: {len(rec['cases']) - len(bad)}/{len(rec['cases'])} pass"
+                 + "".join(f"\n  FAIL {k}: {c['reason']}" for k, c in bad.items()))
+    hdr = (f"{'':16} {'median ms':>9} {'IQR ms':>7} {rec.get('unit', ''):>8} {'%ceil':>6} {'vs eager':>8} "
+           f"{'vs comp':>7} {'relL2':>8} {'worst row':>9}  parity")
+    lines.append(hdr)
+    names = list(rec.get("timing", {})) or list(rec["variants"])
+    for k in names:
+        t = rec.get("timing", {}).get(k)
+        v = rec["variants"].get(k)
+        cols = f"{k:16}"
+        if t:
+            vc = f"{t['vs_compile']:.2f}x" if t["vs_compile"] else "-"
+            cols += (f" {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {t['rate'] / scale:8,.0f} "
+                     f"{t['pct_ceiling']:5.1f}% {t['vs_eager']:7.2f}x {vc:>7}")
+        else:
+            cols += " " * 54
+        if v:
+            cols += (f" {v.get('rel_l2', float('nan')):8.1e} {v.get('worst_row', float('nan')):9.1e}  "
+                     + ("pass" if v["ok"] else f"FAIL: {v['reason']}"))
+        elif k == "eager" and rec.get("ref_rel_l2") is not None:
+            cols += f" {rec['ref_rel_l2']:8.1e} {'':9}  (reference fp32)"
+        lines.append(cols)
+    return "\n".join(lines)

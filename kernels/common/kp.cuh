@@ -1,0 +1,110 @@
+// kp.cuh -- the one header every kernel includes.
+//
+// Why it is this small: a .cu that includes <torch/extension.h> costs ~53 s to build on the H200 (nearly all of
+// it parsing torch headers); TensorBase + c10 stream/guard headers cost ~8 s. Everything a kernel wrapper needs
+// (shape/dtype/device checks, the current stream, a device guard, launch checks) is reachable from these.
+//
+// Export convention: a host function marked KP_EXPORT, returning void, with parameters of type
+// `const at::TensorBase&`, `int64_t`, `double` or `bool`, becomes torch.ops.<module>.<name>. harness.py parses the
+// marker and generates the binding; outputs are allocated by the Python caller and passed in.
+#pragma once
+#include <ATen/core/TensorBase.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cstdint>
+
+#define KP_EXPORT
+
+namespace kp {
+
+inline void check_f32_cuda(const at::TensorBase& t, const char* name) {
+  TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor, got device ", t.device());
+  TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
+}
+
+inline void check_same_device(const at::TensorBase& a, const at::TensorBase& b, const char* what) {
+  TORCH_CHECK(a.device() == b.device(), what, ": tensors are on different devices (", a.device(), " vs ",
+              b.device(), ")");
+}
+
+inline cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Online-softmax state merge: (m, s) means "sum of exp(x - m) is s". Written so that m = -inf on both sides
+// (an empty or all -inf partial) keeps s = 0 instead of producing exp(-inf - -inf) = NaN; a row that is all -inf
+// still ends NaN in the final normalisation, exactly as PyTorch does.
+__device__ __forceinline__ void online_merge(float& m, float& s, float m2, float s2) {
+  float mn = fmaxf(m, m2);
+  if (mn == -INFINITY) { s = s + s2; m = mn; return; }
+  s = s * expf(m - mn) + s2 * expf(m2 - mn);
+  m = mn;
+}
+
+__device__ __forceinline__ void warp_online(float& m, float& s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    online_merge(m, s, m2, s2);
+  }
+}
+
+// Block-wide (max, sum-of-exp) all-reduce. `scratch` holds 64 floats of shared memory; every thread gets the
+// result. Costs two __syncthreads; callers may reuse scratch after it returns.
+__device__ __forceinline__ void block_online(float& m, float& s, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  warp_online(m, s);
+  if (lane == 0) { scratch[warp] = m; scratch[32 + warp] = s; }
+  __syncthreads();
+  m = lane < nwarps ? scratch[lane] : -INFINITY;
+  s = lane < nwarps ? scratch[32 + lane] : 0.f;
+  warp_online(m, s);
+  __syncthreads();
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = warp_max(lane < nwarps ? scratch[lane] : -INFINITY);
+  __syncthreads();
+  return v;
+}
+
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = warp_sum(lane < nwarps ? scratch[lane] : 0.f);
+  __syncthreads();
+  return v;
+}
+
+// Shared argument checks of every row-softmax rung: x is a 2-D float32 CUDA tensor whose rows are unit-stride
+// (any row stride, any storage offset); y is a fresh contiguous output of the same shape on the same device.
+inline void check_row_softmax_args(const at::TensorBase& x, const at::TensorBase& y) {
+  check_f32_cuda(x, "x");
+  check_f32_cuda(y, "y");
+  check_same_device(x, y, "softmax");
+  TORCH_CHECK(x.dim() == 2, "softmax expects a 2-D input, got ", x.dim(), "-D");
+  TORCH_CHECK(y.sizes() == x.sizes(), "y must have x's shape");
+  TORCH_CHECK(x.size(1) <= 1 || x.stride(1) == 1, "x rows must be unit-stride (the caller makes them so)");
+  TORCH_CHECK(y.is_contiguous(), "y must be contiguous");
+}
+
+}  // namespace kp

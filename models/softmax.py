@@ -1,0 +1,78 @@
+"""KernelBench level1/23: row softmax of a 4096 x 393216 float32 matrix."""
+import torch
+import torch.nn as nn
+
+from harness import Kernel
+
+BOUND = "memory"
+DEFAULT_VARIANT = "2_online"
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.rand(4096, 393216)]
+
+
+def get_init_inputs():
+    return []
+
+
+class ModelNew(nn.Module):
+    def __init__(self, variant: str = DEFAULT_VARIANT):
+        super().__init__()
+        self.kernel = Kernel("softmax", variant)
+
+    def forward(self, x):
+        if x.dim() == 2 and x.size(1) > 1 and x.stride(1) != 1:
+            x = x.contiguous()  # kernels take any row stride and offset, but need unit-stride rows
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        self.kernel.softmax_forward(x, y)
+        return y
+
+
+def traffic(x):
+    """Fewest bytes any softmax must move: read x once, write y once. No FLOP term: memory-bound."""
+    return {"bytes": 2 * x.numel() * 4, "flops": 0}
+
+
+def _offset(rows, cols, off, g, device):
+    base = torch.rand(rows * cols + off, generator=g).to(device)
+    return [], [base[off:].view(rows, cols)]  # storage offset `off` floats: breaks 16-byte alignment
+
+
+def _special(g, device):
+    x = torch.randn(9, 1031, generator=g) * 30
+    x[0, ::7] = float("-inf")  # some -inf entries
+    x[1] = float("-inf")  # all -inf: NaN row, as PyTorch
+    x[2, 5] = float("nan")  # a NaN: NaN row
+    x[3, 1000] = float("inf")  # +inf: NaN row
+    x[4] = torch.linspace(-1e30, 1e30, 1031)  # huge magnitudes: exact one-hot-ish row
+    x[5, :3] = 1e30
+    x[6] = -1e30
+    x[7, 1030] = float("nan")
+    x[7, :1030] = float("-inf")  # -inf then NaN in the tail scalar slot
+    return [], [x.to(device)]
+
+
+# Small odd cases: name -> fn(generator, device) -> (init inputs, forward inputs). The large case is the benchmark shape itself.
+CASES = {
+    "one_column": lambda g, d: ([], [torch.rand(37, 1, generator=g).to(d)]),
+    "one_row_odd": lambda g, d: ([], [torch.rand(1, 12347, generator=g).to(d)]),
+    "odd_cols": lambda g, d: ([], [torch.randn(33, 1001, generator=g).to(d) * 5]),
+    "tiny": lambda g, d: ([], [torch.rand(3, 3, generator=g).to(d)]),
+    "offset1": lambda g, d: _offset(17, 1003, 1, g, d),
+    "offset2_aligned_rows": lambda g, d: _offset(5, 4096, 2, g, d),
+    "offset3_long": lambda g, d: _offset(3, 100003, 3, g, d),
+    "transposed": lambda g, d: ([], [torch.rand(301, 130, generator=g).to(d).t()]),
+    "row_strided": lambda g, d: ([], [torch.rand(64, 2052, generator=g).to(d)[:, 3:2049]]),
+    "long_rows": lambda g, d: ([], [torch.rand(6, 393216 + 5, generator=g).to(d)]),
+    "very_long_rows": lambda g, d: ([], [torch.randn(2, 1 << 20, generator=g).to(d)]),
+    "special_values": _special,
+}

@@ -1,0 +1,94 @@
+"""GPU: parity of every variant of every problem on every declared case and the benchmark shape; bad input gets a
+clear error; the compile cache behaves (warm load, stale lock, compile errors)."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import harness
+from conftest import gpu
+
+PARAMS = [(p, v, c) for p in harness.problems() for v in harness.variants(p)
+          for c in list(harness.problem_module(p).CASES) + ["bench"]]
+
+
+@gpu
+@pytest.mark.parametrize("problem,variant,case", PARAMS, ids=["/".join(t) for t in PARAMS])
+def test_parity(problem, variant, case):
+    mod = harness.problem_module(problem)
+    if case == "bench":
+        init, inputs = mod.get_init_inputs(), harness.bench_inputs(mod, seed=1234)
+    else:
+        init, inputs = harness.case_inputs(mod, case, seed=1234)
+    r = harness.parity(mod, variant, inputs, init, seed=1234)
+    del inputs
+    torch.cuda.empty_cache()
+    assert r["ok"], r["reason"]
+
+
+@gpu
+@pytest.mark.parametrize("variant", harness.variants("softmax"))
+def test_softmax_bad_input_is_a_clear_error(variant):
+    from models.softmax import ModelNew
+    m = ModelNew(variant=variant)
+    with pytest.raises(RuntimeError, match="float32"):
+        m(torch.rand(4, 4, device="cuda", dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="2-D"):
+        m(torch.rand(2, 3, 4, device="cuda"))
+    with pytest.raises(RuntimeError, match="CUDA"):
+        m(torch.rand(4, 4))
+    assert m(torch.rand(0, 5, device="cuda")).shape == (0, 5)
+
+
+def _scratch_tree(tmp_path, body):
+    k = tmp_path / "kernels"
+    shutil.copytree(harness.KERNELS / "common", k / "common")
+    (k / "zz").mkdir()
+    (k / "zz" / "1_k.cu").write_text(body)
+    return k
+
+
+@gpu
+def test_compile_error_names_file_and_line(tmp_path, monkeypatch):
+    src = (harness.KERNELS / "softmax" / "1_rowblock.cu").read_text().replace("m = kp::block_max(m, scratch);",
+                                                                             "m = kp::block_max(m, scrach);")
+    k = _scratch_tree(tmp_path, src)
+    bad_line = src.splitlines().index(next(l for l in src.splitlines() if "scrach" in l)) + 1
+    monkeypatch.setattr(harness, "KERNELS", k)
+    monkeypatch.setenv("KP_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(harness.KernelBuildError) as ei:
+        harness.build("zz", "1_k", quiet=True)
+    msg = str(ei.value)
+    assert f"1_k.cu:{bad_line}: error:" in msg and "scrach" in msg and len(msg.splitlines()) < 10
+
+
+@gpu
+def test_stale_torch_lock_does_not_hang_and_warm_load_is_fast(tmp_path):
+    """A killed build leaves torch's `lock` file; the next build must clear it. Then a new process loads warm."""
+    env = {**os.environ, "KP_CACHE_DIR": str(tmp_path / "cache")}
+    cap = torch.cuda.get_device_capability()
+    key = harness.cache_key(harness.KERNELS / "softmax" / "1_rowblock.cu", cap)
+    bdir = tmp_path / "cache" / f"kp_softmax_1_rowblock_{key[:16]}"
+    bdir.mkdir(parents=True)
+    (bdir / "lock").write_text("")  # what a build killed mid-way leaves behind
+    code = textwrap.dedent("""
+        import time, torch, harness
+        torch.cuda.init()
+        t0 = time.perf_counter(); b = harness.build("softmax", "1_rowblock", quiet=True)
+        x = torch.rand(3, 5, device="cuda"); y = torch.empty_like(x); b.ops.softmax_forward(x, y)
+        assert torch.allclose(y, torch.softmax(x, 1))
+        print(b.built_now, time.perf_counter() - t0)
+    """)
+    outs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code], cwd=harness.ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        built, secs = r.stdout.split()
+        outs.append((built == "True", float(secs)))
+    assert outs[0][0] and not outs[1][0], outs
+    assert outs[1][1] < 1.0, f"warm load took {outs[1][1]:.2f} s"

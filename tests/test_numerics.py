@@ -1,0 +1,53 @@
+"""Host-side parity logic: the error measure, NaN/Inf matching, budgets. No GPU needed."""
+import torch
+
+import harness
+
+
+def test_rel_error_catches_constant_softmax():
+    # The classic fooling case: a constant 1/N "softmax" passes allclose(atol=1e-4) but not relL2.
+    x = torch.rand(8, 65536, dtype=torch.float64)
+    ref = torch.softmax(x, 1)
+    const = torch.full_like(ref, 1 / 65536)
+    assert torch.allclose(const, ref, atol=1e-4)
+    e = harness.rel_error(const, ref)
+    assert e.rel_l2 > 0.1
+    assert not e.within(harness.budget_from(harness.Err(1e-8, 1e-8, 0)))
+
+
+def test_nan_pattern_must_match():
+    ref = torch.tensor([[1.0, 2.0], [float("nan"), float("nan")]], dtype=torch.float64)
+    good = ref.clone().float()
+    assert harness.rel_error(good, ref).nonfinite_mismatch == 0
+    bad = good.clone()
+    bad[1] = 0.5
+    assert harness.rel_error(bad, ref).nonfinite_mismatch == 2
+    bad2 = good.clone()
+    bad2[0, 0] = float("inf")
+    assert harness.rel_error(bad2, ref).nonfinite_mismatch == 1
+
+
+def test_worst_row_sees_one_bad_row():
+    ref = torch.rand(1000, 100, dtype=torch.float64)
+    out = ref.clone()
+    out[7] *= 1.01
+    e = harness.rel_error(out, ref)
+    assert e.worst_row > 0.009 and e.rel_l2 < 0.001
+
+
+def test_budget_floor_and_multiple():
+    assert harness.budget_from(harness.Err(1e-9, 1e-9, 0)).rel_l2 == harness.ABS_FLOOR
+    assert harness.budget_from(harness.Err(1e-5, 2e-5, 0)).worst_row == 4 * 2e-5
+
+
+def test_clone_layout_keeps_offset_and_strides():
+    base = torch.arange(100.0)
+    x = base[3:].view(97, 1)[:90].t()
+    c = harness.clone_layout(x)
+    assert c.storage_offset() == x.storage_offset() and c.stride() == x.stride() and torch.equal(c, x)
+    assert c.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+def test_quantiles():
+    t = harness.summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (t.median_ms, t.q1_ms, t.q3_ms) == (3.0, 2.0, 4.0)

@@ -5,7 +5,7 @@ import torch.nn as nn
 from harness import Kernel
 
 BOUND = "memory"
-DEFAULT_VARIANT = "2_online"
+DEFAULT_VARIANT = "3_cluster"
 
 
 class Model(nn.Module):

@@ -31,6 +31,9 @@ inline void check_same_device(const at::TensorBase& a, const at::TensorBase& b, 
 
 inline cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 
+// 64-bit min usable in device code (CUDA's min<> has no int64_t overload that nvcc picks reliably).
+__host__ __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

@@ -18,33 +18,12 @@
 //   an all -inf row gives NaN, as PyTorch. relL2 vs float64 ~1e-7.
 // Measured: see README results table (H200, 4096x393216).
 #include "../common/kp.cuh"
+#include "online.cuh"
 
 namespace {
+using namespace kp_softmax;
 
 constexpr int U = 4;  // independent loads in flight per thread per step
-
-__device__ __forceinline__ float vmax(float v) { return v; }
-__device__ __forceinline__ float vmax(float4 v) {
-  // NaN-propagating, so a NaN lane is not hidden behind fmaxf (it still poisons s below, as it must).
-  float a = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
-  return (v.x != v.x || v.y != v.y || v.z != v.z || v.w != v.w) ? NAN : a;
-}
-__device__ __forceinline__ float vsumexp(float v, float m) { return expf(v - m); }
-__device__ __forceinline__ float vsumexp(float4 v, float m) {
-  return (expf(v.x - m) + expf(v.y - m)) + (expf(v.z - m) + expf(v.w - m));
-}
-__device__ __forceinline__ float vout(float v, float m, float inv) { return expf(v - m) * inv; }
-__device__ __forceinline__ float4 vout(float4 v, float m, float inv) {
-  return make_float4(expf(v.x - m) * inv, expf(v.y - m) * inv, expf(v.z - m) * inv, expf(v.w - m) * inv);
-}
-
-// One group of elements into the running (m, s). m never becomes NaN; a NaN lane makes s NaN.
-template <typename V>
-__device__ __forceinline__ void absorb(float& m, float& s, V v) {
-  const float lm = vmax(v);
-  if (lm > m) { s *= expf(m - lm); m = lm; }
-  if (m != -INFINITY || lm != lm) s += vsumexp(v, m);
-}
 
 // Process the n_v groups of type V starting at xv (aligned for V) into yv; `cache` of them live in smem.
 template <typename V>

@@ -220,6 +220,14 @@ _COMPILER_ERR = [
 ]
 
 
+def _rel(path: Path) -> str:
+    """A path relative to the repo when it is inside it, else as given (messages stay short but never fail)."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def summarize_build_error(log: str, max_lines: int = 5) -> str:
     """Pull `file:line: message` out of a compiler log; paths inside the repo are shown relative to it."""
     found = []
@@ -227,9 +235,7 @@ def summarize_build_error(log: str, max_lines: int = 5) -> str:
         for rx in _COMPILER_ERR:
             m = rx.match(line.strip())
             if m:
-                f = m.group("file")
-                with contextlib.suppress(ValueError):
-                    f = str(Path(f).resolve().relative_to(ROOT))
+                f = _rel(m.group("file"))
                 item = f"{f}:{m.group('line')}: error: {m.group('msg')}"
                 if item not in found:
                     found.append(item)
@@ -275,7 +281,7 @@ def build(problem: str, variant: str, quiet: bool = False) -> Built:
     if module in _LOADED:
         return _LOADED[module]
     t0 = time.perf_counter()
-    exports = parse_exports(path.read_text(), str(path.relative_to(ROOT)))
+    exports = parse_exports(path.read_text(), _rel(path))
     bdir = cache_root() / module
     so = bdir / f"{module}.so"
     done = bdir / "kp_complete"
@@ -349,7 +355,7 @@ class Kernel:
     """A lazily built variant: attribute access returns its torch op, building on first use."""
 
     def __init__(self, problem: str, variant: str):
-        if variant not in variants(problem):
+        if variant not in variants(problem):  # (a model's policy name such as "auto" is resolved by the model)
             raise UsageError(f"no variant {variant!r} for {problem!r}; variants: {', '.join(variants(problem))}")
         self.problem, self.variant = problem, variant
         self._built: Built | None = None
@@ -602,12 +608,14 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
     mod = problem_module(problem)
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     _progress(f"{problem}: seed {seed} (replay with --seed {seed})")
-    todo = [(problem, v) for v in variant_list]
+    if mod.DEFAULT_VARIANT not in variants(problem) and mod.DEFAULT_VARIANT not in variant_list:
+        variant_list = [*variant_list, mod.DEFAULT_VARIANT]  # the dispatching default is timed as its own row
+    todo = [(problem, v) for v in variant_list if v in variants(problem)]
     if len(todo) > 1:
         errs = [r for r in build_all(items=todo) if r[3]]
         if errs:
             raise KernelBuildError("\n".join(r[3] for r in errs))
-    for v in variant_list:
+    for _, v in todo:
         build(problem, v)
     init = mod.get_init_inputs()
     rec = {"problem": problem, "seed": seed, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -640,8 +648,11 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
     fns = {"eager": eager}
     if compile_baseline:
         fns["torch.compile"] = torch.compile(copy.deepcopy(eager))
+    labels = {}
     for v in variant_list:
         fns[v] = seeded_models(mod, v, init, seed)[1]
+        if hasattr(fns[v], "rung") and fns[v].rung(*inputs) != v:
+            labels[v] = f"{v}->{fns[v].rung(*inputs)}"
     calls = {k: (lambda m=m: m(*inputs)) for k, m in fns.items()}
     with torch.no_grad():
         if compile_baseline:
@@ -656,7 +667,7 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
     else:
         ceiling, unit = gemm_fp32_rate(), "TFLOP/s"
         rate = lambda ms: traffic["flops"] / (ms * 1e-3)
-    rec.update(bound=mod.BOUND, unit=unit, ceiling=ceiling, traffic=traffic, timing={})
+    rec.update(bound=mod.BOUND, unit=unit, ceiling=ceiling, traffic=traffic, timing={}, labels=labels)
     for k, t in times.items():
         rec["timing"][k] = {"median_ms": t.median_ms, "q1_ms": t.q1_ms, "q3_ms": t.q3_ms, "n": t.n,
                             "rate": rate(t.median_ms), "pct_ceiling": 100 * rate(t.median_ms) / ceiling,
@@ -681,7 +692,7 @@ def format_table(rec: dict) -> str:
     for k in names:
         t = rec.get("timing", {}).get(k)
         v = rec["variants"].get(k)
-        cols = f"{k:16}"
+        cols = f"{rec.get('labels', {}).get(k, k):16}"
         if t:
             vc = f"{t['vs_compile']:.2f}x" if t["vs_compile"] else "-"
             cols += (f" {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {t['rate'] / scale:8,.0f} "

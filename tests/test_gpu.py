@@ -12,7 +12,12 @@ import torch
 import harness
 from conftest import gpu
 
-PARAMS = [(p, v, c) for p in harness.problems() for v in harness.variants(p)
+def _variants(p):
+    d = harness.problem_module(p).DEFAULT_VARIANT
+    return harness.variants(p) + ([d] if d not in harness.variants(p) else [])
+
+
+PARAMS = [(p, v, c) for p in harness.problems() for v in _variants(p)
           for c in list(harness.problem_module(p).CASES) + ["bench"]]
 
 
@@ -31,7 +36,7 @@ def test_parity(problem, variant, case):
 
 
 @gpu
-@pytest.mark.parametrize("variant", harness.variants("softmax"))
+@pytest.mark.parametrize("variant", _variants("softmax"))
 def test_softmax_bad_input_is_a_clear_error(variant):
     from models.softmax import ModelNew
     m = ModelNew(variant=variant)

@@ -9,7 +9,7 @@
 // Preconditions (checked): 2-D float32 CUDA, unit-stride rows (any row stride / storage offset), y contiguous.
 // Numerics: expf (not __expf), fp32 per-thread partial sums then a tree; relL2 vs float64 ~1e-7.
 //   Rows with -inf entries are exact; all -inf or any NaN/+inf gives a NaN row, as PyTorch.
-// Measured: see README results table (H200, 4096x393216).
+// Measured: H200, 4096x393216, 9.90 ms, 1,302 GB/s of minimum traffic, 31.5% of copy (4,135 GB/s), 2026-11-22.
 #include "../common/kp.cuh"
 
 namespace {
@@ -40,7 +40,7 @@ KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y)
   kp::check_row_softmax_args(x, y);
   const int64_t rows = x.size(0), cols = x.size(1);
   if (rows == 0 || cols == 0) return;
-  TORCH_CHECK(rows <= 2147483647LL, "too many rows for a 1-D grid: ", rows);
+  TORCH_CHECK(rows <= 2147483647LL, "too many rows for a 1-D grid: ", kp::num(rows));
   c10::cuda::CUDAGuard guard(x.device());
   softmax_rowblock<<<(unsigned)rows, 512, 0, kp::stream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), rows, cols,
                                                              x.stride(0));

@@ -16,7 +16,8 @@
 // Preconditions (checked): 2-D float32 CUDA, unit-stride rows (any row stride / storage offset), y contiguous.
 // Numerics: expf; per-thread online (max, sum) merged in a tree; NaN anywhere in a row, or +inf, gives a NaN row and
 //   an all -inf row gives NaN, as PyTorch. relL2 vs float64 ~1e-7.
-// Measured: see README results table (H200, 4096x393216).
+// Measured: H200, 4096x393216, 4.92 ms, 2,621 GB/s, 63.4% of copy (4,135 GB/s); torch.compile 5.06 ms in the same
+//   run, so the prediction (<= 4.4 ms) missed: the L2 reuse of the reversed pass 2 is small. 2026-11-22.
 #include "../common/kp.cuh"
 #include "online.cuh"
 
@@ -111,7 +112,7 @@ KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y)
   kp::check_row_softmax_args(x, y);
   const int64_t rows = x.size(0), cols = x.size(1);
   if (rows == 0 || cols == 0) return;
-  TORCH_CHECK(rows <= 2147483647LL, "too many rows for a 1-D grid: ", rows);
+  TORCH_CHECK(rows <= 2147483647LL, "too many rows for a 1-D grid: ", kp::num(rows));
   c10::cuda::CUDAGuard guard(x.device());
   // ~16 elements per thread, whole warps, 64..1024 threads (>= 8 warps' worth of lanes for the scalar tail slots).
   const int threads = (int)std::min<int64_t>(1024, std::max<int64_t>(64, ((cols / 16 + 31) / 32) * 32));

@@ -184,8 +184,7 @@ def cache_key(path: Path, capability: tuple[int, int] | None) -> str:
     feed("version", KEY_VERSION)
     feed("source", path.read_bytes())
     for hdr in local_headers(path):
-        feed("header:" + hdr.relative_to(ROOT).as_posix() if hdr.is_relative_to(ROOT) else str(hdr),
-             hdr.read_bytes())
+        feed("header:" + _rel(hdr), hdr.read_bytes())
     feed("flags", repr(sorted(build_flags(capability).items(), key=lambda kv: kv[0])))
     feed("torch", torch.__version__)
     feed("torch.cuda", str(torch.version.cuda))

@@ -354,7 +354,7 @@ class Kernel:
     """A lazily built variant: attribute access returns its torch op, building on first use."""
 
     def __init__(self, problem: str, variant: str):
-        if variant not in variants(problem):  # (a model's policy name such as "auto" is resolved by the model)
+        if variant not in variants(problem):
             raise UsageError(f"no variant {variant!r} for {problem!r}; variants: {', '.join(variants(problem))}")
         self.problem, self.variant = problem, variant
         self._built: Built | None = None
@@ -650,8 +650,9 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
     labels = {}
     for v in variant_list:
         fns[v] = seeded_models(mod, v, init, seed)[1]
-        if hasattr(fns[v], "rung") and fns[v].rung(*inputs) != v:
-            labels[v] = f"{v}->{fns[v].rung(*inputs)}"
+        rung = fns[v].rung(*inputs) if hasattr(fns[v], "rung") else v
+        if rung != v:
+            labels[v] = f"{v}->{rung}"
     calls = {k: (lambda m=m: m(*inputs)) for k, m in fns.items()}
     with torch.no_grad():
         if compile_baseline:

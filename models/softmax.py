@@ -32,7 +32,8 @@ class ModelNew(nn.Module):
     def __init__(self, variant: str = DEFAULT_VARIANT):
         super().__init__()
         self.variant = variant
-        self.kernels = {v: Kernel("softmax", v) for v in variants("softmax") if variant in ("auto", v)}
+        # Kernel() rejects an unknown variant name here, at construction, with the list of variants.
+        self.kernels = {v: Kernel("softmax", v) for v in (variants("softmax") if variant == "auto" else [variant])}
 
     def rung(self, x) -> str:
         """The variant this call runs (run.py shows it next to 'auto')."""

@@ -54,6 +54,9 @@ def test_unknown_problem_and_variant_raise_usage_error():
         harness.problem_module("nope")
     with pytest.raises(harness.UsageError, match="variants:"):
         harness.Kernel("softmax", "nope")
+    from models.softmax import ModelNew
+    with pytest.raises(harness.UsageError, match="variants:"):
+        ModelNew(variant="nope")  # at construction, not as a KeyError on the first call
 
 
 def test_softmax_reference_semantics():

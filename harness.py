@@ -371,6 +371,78 @@ class Kernel:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Helpers ModelNew classes share: weight-derived caches, IEEE fp32 GEMMs, input checks.
+
+class DerivedCache:
+    """A value computed from some tensors (e.g. W^T or W.sum(0)), recomputed whenever any of them may have changed.
+
+    The key is (data_ptr, version counter, dtype, device, shape, strides) of each tensor: in-place edits (including
+    optimizer steps and load_state_dict, which copy into the parameter under no_grad) bump the version counter;
+    .to()/.cuda() and replacing the Parameter change the storage. The tensors seen last are kept alive (`_pins`),
+    so their addresses cannot be reused by a different tensor while the cached value is held. Not seen: writes
+    through `.data` (a separate version counter) or raw pointers; call `invalidate()` after those.
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.misses = 0
+        self.invalidate()
+
+    def invalidate(self) -> None:
+        self._key, self._val, self._pins = None, None, None
+
+    @staticmethod
+    def _key_of(t):
+        if t is None:
+            return None
+        return (t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape), tuple(t.stride()))
+
+    def __call__(self, *tensors):
+        key = tuple(self._key_of(t) for t in tensors)
+        if self._val is None or key != self._key:
+            with torch.no_grad():
+                val = self.fn(*tensors)
+            self._key, self._val = key, val
+            self._pins = [None if t is None else t.detach() for t in tensors]
+            self.misses += 1
+        return self._val
+
+    def __deepcopy__(self, memo):  # a copied module owns different tensors: start empty
+        return DerivedCache(self.fn)
+
+
+@contextlib.contextmanager
+def ieee_fp32():
+    """TF32 off for the enclosed GEMMs whatever the caller's global setting: fp32 mode means fp32 arithmetic."""
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+def check_input(x, name: str, features: int, dims: int = 2) -> None:
+    """ValueError (not a crash, not a kernel-side error) for inputs a ModelNew cannot take."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D, got shape {tuple(x.shape)}")
+    if x.dtype != torch.float32:
+        raise ValueError(f"{name} must be float32, got {x.dtype}")
+    if not x.is_cuda:
+        raise ValueError(f"{name} must be a CUDA tensor, got device {x.device}")
+    if x.size(-1) != features:
+        raise ValueError(f"{name} has {x.size(-1)} features, the module expects {features}")
+
+
+def mm_fp32(x: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
+    """x @ wt on cuBLAS in IEEE fp32 (TF32 off for this call only)."""
+    with ieee_fp32():
+        return torch.mm(x, wt)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # CPU-side compile check (CI): nvcc -c each .cu with the same flags, against the installed torch headers.
 
 def compile_check(path: Path, out_dir: Path, capability: tuple[int, int] = (9, 0)) -> tuple[bool, str]:
@@ -532,22 +604,22 @@ def clone_layout(x):
     return view
 
 
-def seeded_models(mod, variant: str, init, seed: int, device="cuda"):
+def seeded_models(mod, variant: str, init, seed: int, device="cuda", opts: dict | None = None):
     """Reference and candidate built after the same seed, then made bit-identical through the state_dict."""
     torch.manual_seed(seed)
     ref = mod.Model(*init).to(device)
     torch.manual_seed(seed)
-    new = mod.ModelNew(*init, variant=variant).to(device)
+    new = mod.ModelNew(*init, variant=variant, **(opts or {})).to(device)
     new.load_state_dict(ref.state_dict())
     return ref, new
 
 
-def parity(mod, variant: str, inputs: list, init=None, seed: int = 0) -> dict:
-    """Relative L2 error of ModelNew(variant) and of PyTorch's own fp32 Model against the float64 Model on the same
-    inputs; the candidate passes if within budget_from(PyTorch's error)."""
+def parity(mod, variant: str, inputs: list, init=None, seed: int = 0, opts: dict | None = None) -> dict:
+    """Relative L2 error of ModelNew(variant, **opts) and of PyTorch's own fp32 Model against the float64 Model on
+    the same inputs; the candidate passes if within budget_from(PyTorch's error)."""
     import copy
     init = mod.get_init_inputs() if init is None else init
-    ref, new = seeded_models(mod, variant, init, seed)
+    ref, new = seeded_models(mod, variant, init, seed, opts=opts)
     ref64 = copy.deepcopy(ref).double()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -597,6 +669,15 @@ def gemm_fp32_rate(n: int = 8192) -> float:
     return 2 * n ** 3 / (t.median_ms * 1e-3)
 
 
+def row_specs(mod, variant_list: list[str]) -> list[tuple[str, str, dict]]:
+    """(label, variant, ModelNew options) of every candidate row: each variant as is, plus each variant under each
+    of the problem's ROW_OPTIONS (e.g. matmul_sum_max_mean_lse's cache=False)."""
+    out = [(v, v, {}) for v in variant_list]
+    for tag, opts in getattr(mod, "ROW_OPTIONS", {}).items():
+        out += [(f"{v}[{tag}]", v, dict(opts)) for v in variant_list]
+    return out
+
+
 def _shape_str(inputs) -> str:
     return ", ".join("x".join(map(str, x.shape)) for x in inputs if isinstance(x, torch.Tensor))
 
@@ -619,20 +700,21 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
     init = mod.get_init_inputs()
     rec = {"problem": problem, "seed": seed, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "variants": {}, "cases": {}, "parity_ok": True}
+    rows = row_specs(mod, variant_list)
 
     for name in mod.CASES:
-        for v in variant_list:
+        for label, v, opts in rows:
             c_init, c_inputs = case_inputs(mod, name, seed)
-            r = parity(mod, v, c_inputs, c_init, seed)
-            rec["cases"][f"{name}/{v}"] = {"ok": r["ok"], "reason": r["reason"],
-                                           "rel_l2": r["err"].rel_l2 if "err" in r else None}
+            r = parity(mod, v, c_inputs, c_init, seed, opts)
+            rec["cases"][f"{name}/{label}"] = {"ok": r["ok"], "reason": r["reason"],
+                                               "rel_l2": r["err"].rel_l2 if "err" in r else None}
             rec["parity_ok"] &= r["ok"]
 
     inputs = bench_inputs(mod, seed)
     rec["shape"] = _shape_str(inputs)
-    for v in variant_list:
-        r = parity(mod, v, inputs, init, seed)
-        rec["variants"][v] = {"ok": r["ok"], "reason": r["reason"],
+    for label, v, opts in rows:
+        r = parity(mod, v, inputs, init, seed, opts)
+        rec["variants"][label] = {"ok": r["ok"], "reason": r["reason"],
                               **({"rel_l2": r["err"].rel_l2, "worst_row": r["err"].worst_row,
                                   "budget": r["budget"].rel_l2, "torch_fp32_rel_l2": r["ref_err"].rel_l2}
                                  if "err" in r else {})}
@@ -648,11 +730,11 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
     if compile_baseline:
         fns["torch.compile"] = torch.compile(copy.deepcopy(eager))
     labels = {}
-    for v in variant_list:
-        fns[v] = seeded_models(mod, v, init, seed)[1]
-        rung = fns[v].rung(*inputs) if hasattr(fns[v], "rung") else v
+    for label, v, opts in rows:
+        fns[label] = seeded_models(mod, v, init, seed, opts=opts)[1]
+        rung = fns[label].rung(*inputs) if hasattr(fns[label], "rung") else v
         if rung != v:
-            labels[v] = f"{v}->{rung}"
+            labels[label] = f"{label}->{rung}"
     calls = {k: (lambda m=m: m(*inputs)) for k, m in fns.items()}
     with torch.no_grad():
         if compile_baseline:
@@ -660,17 +742,17 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
             calls["torch.compile"]()
         _progress(f"{problem}: timing {', '.join(calls)} (interleaved, L2 flushed before each call)")
         times = bench_interleaved(calls)
-    traffic = mod.traffic(*inputs)
+    opts_of = {label: opts for label, _, opts in rows}
+    traffic = {k: mod.traffic(*inputs, init=init, **opts_of.get(k, {})) for k in times}
     if mod.BOUND == "memory":
-        ceiling, unit = copy_bandwidth(), "GB/s"
-        rate = lambda ms: traffic["bytes"] / (ms * 1e-3)
+        ceiling, unit, what = copy_bandwidth(), "GB/s", "bytes"
     else:
-        ceiling, unit = gemm_fp32_rate(), "TFLOP/s"
-        rate = lambda ms: traffic["flops"] / (ms * 1e-3)
+        ceiling, unit, what = gemm_fp32_rate(), "TFLOP/s", "flops"
+    rate = lambda k, ms: traffic[k][what] / (ms * 1e-3)
     rec.update(bound=mod.BOUND, unit=unit, ceiling=ceiling, traffic=traffic, timing={}, labels=labels)
     for k, t in times.items():
         rec["timing"][k] = {"median_ms": t.median_ms, "q1_ms": t.q1_ms, "q3_ms": t.q3_ms, "n": t.n,
-                            "rate": rate(t.median_ms), "pct_ceiling": 100 * rate(t.median_ms) / ceiling,
+                            "rate": rate(k, t.median_ms), "pct_ceiling": 100 * rate(k, t.median_ms) / ceiling,
                             "vs_eager": times["eager"].median_ms / t.median_ms,
                             "vs_compile": (times["torch.compile"].median_ms / t.median_ms
                                            if "torch.compile" in times else None)}

@@ -16,7 +16,7 @@ def test_list():
     r = run("--list")
     assert r.returncode == 0
     for p in harness.problems():
-        assert r.stdout.count(p + ":") == 1
+        assert sum(line.startswith(p + ":") for line in r.stdout.splitlines()) == 1
 
 
 def test_unknown_problem_lists_problems_exit_2():

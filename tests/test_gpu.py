@@ -17,22 +17,47 @@ def _variants(p):
     return harness.variants(p) + ([d] if d not in harness.variants(p) else [])
 
 
-PARAMS = [(p, v, c) for p in harness.problems() for v in _variants(p)
+# (problem, row label, variant, ModelNew options, case): every variant, the dispatching default, every ROW_OPTIONS
+# row, on every declared case and on the benchmark shape.
+PARAMS = [(p, label, v, opts, c) for p in harness.problems()
+          for label, v, opts in harness.row_specs(harness.problem_module(p), _variants(p))
           for c in list(harness.problem_module(p).CASES) + ["bench"]]
 
 
 @gpu
-@pytest.mark.parametrize("problem,variant,case", PARAMS, ids=["/".join(t) for t in PARAMS])
-def test_parity(problem, variant, case):
+@pytest.mark.parametrize("problem,label,variant,opts,case", PARAMS, ids=["/".join((t[0], t[1], t[4])) for t in PARAMS])
+def test_parity(problem, label, variant, opts, case):
     mod = harness.problem_module(problem)
     if case == "bench":
         init, inputs = mod.get_init_inputs(), harness.bench_inputs(mod, seed=1234)
     else:
         init, inputs = harness.case_inputs(mod, case, seed=1234)
-    r = harness.parity(mod, variant, inputs, init, seed=1234)
+    r = harness.parity(mod, variant, inputs, init, seed=1234, opts=opts)
     del inputs
     torch.cuda.empty_cache()
     assert r["ok"], r["reason"]
+
+
+# Rows 1..4096 and columns 1..2^20, odd and prime counts, both sides of every dispatch threshold.
+SWEEP = [(1, 1), (4096, 1), (4096, 3), (1, 1 << 20), (2, 1048573), (7, 1009), (33, 8191), (5, 8193), (5, 16383),
+         (5, 16385), (3, 65521), (2, 131071), (3, 393217), (129, 127), (1000, 33), (17, 4099), (64, 1024)]
+
+
+@gpu
+@pytest.mark.parametrize("variant", _variants("softmax"))
+def test_softmax_shape_sweep(variant):
+    from models.softmax import ModelNew
+    m = ModelNew(variant=variant)
+    g = torch.Generator().manual_seed(5)
+    bad = []
+    for rows, cols in SWEEP:
+        x = (torch.randn(rows, cols, generator=g) * 3).cuda()
+        out = m(x)
+        ref = torch.softmax(x.double(), 1)
+        e = harness.rel_error(out, ref)
+        if not e.within(harness.budget_from(harness.rel_error(torch.softmax(x, 1), ref))):
+            bad.append(((rows, cols), e))
+    assert not bad, bad
 
 
 @gpu

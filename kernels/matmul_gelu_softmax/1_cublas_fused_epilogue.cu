@@ -1,0 +1,47 @@
+// matmul_gelu_softmax / 1_cublas_fused_epilogue -- the GEMM on cuBLAS fp32 (called from ModelNew through torch, TF32
+// forced off, W^T cached contiguous), then bias + exact erf GELU + row softmax in one kernel.
+//
+// What it does: out = softmax(gelu(y + b), dim=1) where y = x @ W^T comes from cuBLAS. Eager runs bias (inside
+//   addmm), GELU and softmax as separate kernels: y is read 4 times and written twice after the GEMM; here it is read
+//   once and written once, in place (row_epilogue.cuh).
+// Why the GEMM stays on cuBLAS here: the fp32 GEMM is 97% of the time (2.75-2.84 ms at 1024x8192x8192, ~50 TFLOP/s,
+//   cuBLAS's SIMT kernel); with W^T kept contiguous cuBLAS runs its NN kernel, measured 2-3% faster than the TN one
+//   that F.linear uses (measured.md / README). A tensor-core split-precision GEMM is the next rung (issue 6).
+// Ownership / launch: one 256-thread CTA per row; the row's GELU values live in shared memory (32 KiB at 8192 cols).
+// Bytes (epilogue): 4*B*N read + 4*B*N written (64 MiB at 1024x8192: ~16 us at copy speed; eager's three
+//   epilogue kernels ~45 us). Bound: the GEMM is compute-bound; this epilogue memory/SFU-bound.
+// Preconditions (checked): y 2-D float32 CUDA, unit-stride rows, contiguous out (may be y); bias float32 (N) on the
+//   same device, or empty for no bias.
+// Numerics: GELU = 0.5 z (1 + erff(z / sqrt 2)) (the exact form; cuBLASLt's GELU epilogue is the tanh form, 2.5e-4
+//   away); exact row max; one expf per element. relL2 vs float64 ~ PyTorch fp32's own (~5e-7, from the GEMM).
+// Measured: see README (H200 run of 2026-11-22).
+#include "../common/row_epilogue.cuh"
+
+namespace {
+struct BiasGelu {
+  const float* b;
+  __device__ __forceinline__ float operator()(float v, int64_t j) const {
+    const float z = b ? v + b[j] : v;
+    return 0.5f * z * (1.f + erff(z * 0.70710678118654752f));
+  }
+};
+}  // namespace
+
+KP_EXPORT void bias_gelu_softmax(const at::TensorBase& y, const at::TensorBase& bias, const at::TensorBase& out) {
+  kp::check_f32_cuda(y, "y");
+  kp::check_f32_cuda(out, "out");
+  kp::check_same_device(y, out, "bias_gelu_softmax");
+  TORCH_CHECK(y.dim() == 2, "y must be 2-D, got ", kp::num(y.dim()), "-D");
+  TORCH_CHECK(y.size(1) <= 1 || y.stride(1) == 1, "y rows must be unit-stride");
+  TORCH_CHECK(out.sizes() == y.sizes() && out.is_contiguous(), "out must be contiguous with y's shape");
+  const bool has_bias = bias.numel() > 0;
+  if (has_bias) {
+    kp::check_f32_cuda(bias, "bias");
+    kp::check_same_device(y, bias, "bias_gelu_softmax");
+    TORCH_CHECK(bias.dim() == 1 && bias.size(0) == y.size(1) && bias.is_contiguous(),
+                "bias must be a contiguous 1-D tensor of ", kp::num(y.size(1)), " floats");
+  }
+  c10::cuda::CUDAGuard guard(y.device());
+  kp::launch_row_softmax_epilogue(y.data_ptr<float>(), out.data_ptr<float>(), y.size(0), y.size(1), y.stride(0),
+                                  BiasGelu{has_bias ? bias.data_ptr<float>() : nullptr}, y.get_device());
+}

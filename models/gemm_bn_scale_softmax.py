@@ -1,0 +1,91 @@
+"""KernelBench level2/84: Linear, BatchNorm1d (training mode by default), scale, row softmax."""
+import torch
+import torch.nn as nn
+
+from harness import DerivedCache, Kernel, check_input, mm_fp32
+
+BOUND = "compute"
+DEFAULT_VARIANT = "1_cublas_fused_epilogue"
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,)):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.bn = nn.BatchNorm1d(out_features, eps=bn_eps, momentum=bn_momentum)
+        self.scale = nn.Parameter(torch.ones(scale_shape))
+        self.softmax = nn.Softmax(dim=1)
+
+    def forward(self, x):
+        x = self.gemm(x)
+        x = self.bn(x)
+        x = self.scale * x
+        x = self.softmax(x)
+        return x
+
+
+def get_inputs():
+    return [torch.rand(1024, 8192)]
+
+
+def get_init_inputs():
+    return [8192, 8192, 1e-5, 0.1, (1,)]
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,),
+                 variant: str = DEFAULT_VARIANT):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)  # same modules, same init order, same state_dict keys
+        self.bn = nn.BatchNorm1d(out_features, eps=bn_eps, momentum=bn_momentum)
+        self.scale = nn.Parameter(torch.ones(scale_shape))
+        self.k = Kernel("gemm_bn_scale_softmax", variant)
+        self.wt = DerivedCache(lambda w: w.t().contiguous())
+
+    def forward(self, x):
+        check_input(x, "x", self.gemm.in_features)
+        bn, n = self.bn, self.gemm.out_features
+        if self.scale.numel() not in (1, n) or any(d != 1 for d in self.scale.shape[:-1]):
+            raise ValueError(f"scale of shape {tuple(self.scale.shape)} does not broadcast per column of {n}")
+        training = bn.training or bn.running_mean is None
+        if training and x.size(0) < 2:  # nn.BatchNorm1d's own rule and message
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
+        y = mm_fp32(x, self.wt(self.gemm.weight))  # the Linear bias is folded into the statistics (see the .cu)
+        if training:
+            bn.num_batches_tracked.add_(1)
+        mean, a, c = torch.empty(3, n, device=y.device)
+        empty = y.new_empty(0)
+        opt = lambda t: empty if t is None else t.reshape(-1)
+        self.k.bn_coefficients(y, training, bn.running_mean, bn.running_var, bn.num_batches_tracked,
+                               bn.momentum or 0.0, bn.momentum is None, opt(bn.weight), opt(bn.bias),
+                               self.scale.reshape(-1), bn.eps, opt(self.gemm.bias), mean, a, c)
+        self.k.bn_scale_softmax(y, mean, a, c, y)  # in place
+        return y
+
+
+def traffic(x, init=None):
+    """The GEMM's FLOPs (what bounds it); bytes: x, W, the BN/scale vectors in and the output out once."""
+    m, k = x.shape
+    n = (init or get_init_inputs())[1]
+    return {"flops": 2 * m * k * n, "bytes": 4 * (m * k + k * n + 4 * n + m * n)}
+
+
+def _x(rows, cols, g, d, scale=1.0):
+    return (torch.rand(rows, cols, generator=g) * scale).to(d)
+
+
+def _offset_x(rows, cols, g, d):
+    base = torch.rand(rows * cols + 1, generator=g).to(d)
+    return base[1:].view(rows, cols)
+
+
+CASES = {
+    "odd_small": lambda g, d: ([37, 53], [_x(5, 37, g, d)]),
+    "batch2": lambda g, d: ([64, 100], [_x(2, 64, g, d)]),
+    "features_not_mult4": lambda g, d: ([130, 1031], [_x(17, 130, g, d)]),
+    "transposed_x": lambda g, d: ([96, 200], [_x(96, 33, g, d).t()]),
+    "offset_x": lambda g, d: ([129, 77], [_offset_x(9, 129, g, d)]),
+    "momentum_none": lambda g, d: ([48, 40, 1e-3, None, (1,)], [_x(7, 48, g, d)]),
+    "scale_per_column": lambda g, d: ([48, 40, 1e-5, 0.1, (40,)], [_x(7, 48, g, d)]),
+    "long_rows": lambda g, d: ([16, 70001], [_x(3, 16, g, d)]),
+}

@@ -1,0 +1,71 @@
+"""KernelBench level2/99: Linear(8192 -> 8192) on a 1024 x 8192 batch, exact GELU, row softmax."""
+import torch
+import torch.nn as nn
+
+from harness import DerivedCache, Kernel, check_input, mm_fp32
+
+BOUND = "compute"
+DEFAULT_VARIANT = "1_cublas_fused_epilogue"
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        x = self.linear(x)
+        x = torch.nn.functional.gelu(x)
+        x = torch.nn.functional.softmax(x, dim=1)
+        return x
+
+
+def get_inputs():
+    return [torch.rand(1024, 8192)]
+
+
+def get_init_inputs():
+    return [8192, 8192]
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, variant: str = DEFAULT_VARIANT):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)  # same parameters, same init order, same state_dict
+        self.k = Kernel("matmul_gelu_softmax", variant)
+        self.wt = DerivedCache(lambda w: w.t().contiguous())  # cuBLAS's NN kernel beats the TN one F.linear uses
+
+    def forward(self, x):
+        check_input(x, "x", self.linear.in_features)
+        y = mm_fp32(x, self.wt(self.linear.weight))
+        b = self.linear.bias
+        self.k.bias_gelu_softmax(y, b if b is not None else y.new_empty(0), y)  # in place
+        return y
+
+
+def traffic(x, init=None):
+    """The GEMM's FLOPs (what bounds it); bytes: x, W, b in and the output out once."""
+    m, k = x.shape
+    n = (init or get_init_inputs())[1]
+    return {"flops": 2 * m * k * n, "bytes": 4 * (m * k + k * n + n + m * n)}
+
+
+def _x(rows, cols, g, d, scale=1.0):
+    return (torch.rand(rows, cols, generator=g) * scale).to(d)
+
+
+def _offset_x(rows, cols, g, d):
+    base = torch.rand(rows * cols + 1, generator=g).to(d)
+    return base[1:].view(rows, cols)  # storage offset 1: no 16-byte alignment
+
+
+# Small odd cases: name -> fn(generator, device) -> (init inputs, forward inputs).
+CASES = {
+    "odd_small": lambda g, d: ([37, 53], [_x(5, 37, g, d)]),
+    "batch1": lambda g, d: ([64, 100], [_x(1, 64, g, d)]),
+    "features_not_mult4": lambda g, d: ([130, 1031], [_x(17, 130, g, d)]),
+    "transposed_x": lambda g, d: ([96, 200], [_x(96, 33, g, d).t()]),
+    "offset_x": lambda g, d: ([129, 77], [_offset_x(9, 129, g, d)]),
+    "large_values": lambda g, d: ([256, 512], [(torch.randn(8, 256, generator=g) * 40).to(d)]),
+    "long_rows": lambda g, d: ([16, 70001], [_x(3, 16, g, d)]),  # longer than shared memory: the recompute path
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""A small workload over every kernel, for compute-sanitizer (reduced shapes: the tools slow kernels 10-100x).
+
+  compute-sanitizer --tool memcheck  --error-exitcode 1 python scripts/sanitize.py
+  compute-sanitizer --tool racecheck --error-exitcode 1 python scripts/sanitize.py [--only softmax]
+Every output is also checked against float64 here, so a run that 'passes' the tool but computes garbage fails.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--only", default="", help="comma-separated problems (default: all)")
+args = ap.parse_args()
+only = set(filter(None, args.only.split(",")))
+
+SOFTMAX_SHAPES = [(3, 1), (5, 1000), (7, 1003), (2, 4099), (9, 16385), (2, 100003), (3, 393216), (2, 1 << 20)]
+failures = []
+
+
+def check(name, out, ref32, ref64):
+    e = harness.rel_error(out, ref64)
+    ok = e.within(harness.budget_from(harness.rel_error(ref32, ref64)))
+    print(f"{name}: relL2 {e.rel_l2:.1e} {'ok' if ok else 'FAIL'}", flush=True)
+    if not ok:
+        failures.append(name)
+
+
+if not only or "softmax" in only:
+    from models.softmax import ModelNew
+    g = torch.Generator().manual_seed(0)
+    for v in harness.variants("softmax") + ["auto"]:
+        m = ModelNew(variant=v)
+        for rows, cols in SOFTMAX_SHAPES:
+            x = torch.randn(rows, cols, generator=g).cuda()
+            for tag, xx in (("", x), ("+off1", torch.randn(rows * cols + 1, generator=g).cuda()[1:].view(rows, cols))):
+                check(f"softmax/{v} {rows}x{cols}{tag}", m(xx), torch.softmax(xx, 1), torch.softmax(xx.double(), 1))
+        torch.cuda.synchronize()
+
+for p in ("matmul_gelu_softmax", "gemm_bn_scale_softmax", "matmul_sum_max_mean_lse"):
+    if only and p not in only:
+        continue
+    mod = harness.problem_module(p)
+    for name in mod.CASES:
+        init, inputs = harness.case_inputs(mod, name, seed=0)
+        for v in harness.variants(p):
+            for label, vv, opts in harness.row_specs(mod, [v]):
+                r = harness.parity(mod, vv, inputs, init, seed=0, opts=opts)
+                print(f"{p}/{label}/{name}: {'ok' if r['ok'] else 'FAIL ' + r['reason']}", flush=True)
+                if not r["ok"]:
+                    failures.append(f"{p}/{label}/{name}")
+torch.cuda.synchronize()
+print(f"sanitize workload: {len(failures)} numerical failures", flush=True)
+sys.exit(1 if failures else 0)

@@ -6,9 +6,11 @@ from harness import Kernel, variants
 
 BOUND = "memory"
 DEFAULT_VARIANT = "auto"
-# auto: rows of up to REGROW_MAX_COLS columns go to 5_regrow (the row in registers), longer ones to 4_persistent
-# (the row on chip across a cluster). The split comes from the H200 sweep in the README.
+# auto: rows of up to REGROW_MAX_COLS columns go to 5_regrow (the row in one CTA's registers), rows that fit a
+# cluster's registers (16 x 49152 floats) to 6_regcluster, longer ones to 4_persistent (shared memory, re-reading
+# what does not fit). The splits come from the H200 sweep in the README.
 REGROW_MAX_COLS = 8192
+REGCLUSTER_MAX_COLS = 16 * 49152
 
 
 class Model(nn.Module):
@@ -38,7 +40,9 @@ class ModelNew(nn.Module):
         """The variant this call runs (run.py shows it next to 'auto')."""
         if self.variant != "auto":
             return self.variant
-        return "5_regrow" if x.dim() == 2 and x.size(1) <= REGROW_MAX_COLS else "4_persistent"
+        cols = x.size(1) if x.dim() == 2 else 0
+        return ("5_regrow" if cols <= REGROW_MAX_COLS else
+                "6_regcluster" if cols <= REGCLUSTER_MAX_COLS else "4_persistent")
 
     def forward(self, x):
         if x.dim() == 2 and x.size(1) > 1 and x.stride(1) != 1:

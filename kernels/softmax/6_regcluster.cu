@@ -1,0 +1,254 @@
+// softmax / 6_regcluster -- the row lives in registers across a cluster; shared memory only prefetches the next row.
+//
+// What changed from 4_persistent: 3_cluster and 4_persistent both stalled at ~4.0 ms (76% of copy) although their
+//   traffic is the floor. Per CTA and row they spend two expf per element (online sum, then output) on the SFU
+//   (16/clk/SM: 98K expf = 3.1 us per 192 KiB slice) and read the slice from shared memory twice, and in 4_persistent
+//   the next row's loads are only queued during the store phase: per row ~11 us of memory time plus ~4 us of
+//   compute and barriers that did not overlap it. Here each thread keeps its 24 float4s of the current row in
+//   registers (96 floats x 512 threads = the 192 KiB slice), computes e = exp(x - m_cta) once (the CTA-local max),
+//   and writes e * exp(m_cta - M) / S after the cluster exchange: one expf per element, no shared-memory pass over
+//   the row. Shared memory holds the *next* row: its TMA bulk load is issued as soon as this row has been copied
+//   into registers, so one full row of loads is in flight during the whole compute, barrier and store of the
+//   current row.
+// Ownership / launch: persistent clusters of CL CTAs (CL = the smallest power of two, 1..16, with ceil(N/CL) <=
+//   49152: 8 at N = 393216); cluster c owns rows c, c+G, ...; CTA rank r owns columns [r*chunk, (r+1)*chunk);
+//   thread t owns float4s t + 512k (k < 24). G = cudaOccupancyMaxActiveClusters (1 CTA/SM: 128 regs x 512 threads).
+//   The (m, s) partials cross the cluster through DSMEM into a slot indexed by row parity (a CTA is at most one row
+//   ahead of a peer), one cluster barrier per row.
+// Bytes: 4*R*N read + 4*R*N written, the floor (12.9 GB at 4096x393216); copy-speed floor 3.07 ms.
+// Bound: memory, provided the per-row compute (~1.6 us SFU, ~1 us ALU, 0.75 us to copy the prefetched slice out of
+//   shared memory) hides under the ~11 us that the row's traffic takes at the CTA's share of HBM bandwidth.
+// Preconditions (checked): 2-D float32 CUDA; unit-stride rows; y contiguous. TMA prefetch needs 16-byte aligned rows
+//   (x, y base, row stride, cols % 4); other layouts load straight into registers (same math, no prefetch). Rows
+//   longer than 16 x 49152 floats take a block-per-row online kernel (2 reads; ModelNew routes them elsewhere).
+// Numerics: e = expf(x - m_cta), one scale per CTA (expf(m_cta - M) / S), partials merged in rank order with the
+//   -inf-safe online merge; NaN or +inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~1.5e-7.
+// Measured: see README (H200 run of 2026-11-22).
+#include <cooperative_groups.h>
+
+#include "../common/kp.cuh"
+#include "online.cuh"
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int THREADS = 512;
+constexpr int V = 24;                                  // float4s per thread
+constexpr int64_t SLICE = (int64_t)THREADS * V * 4;   // floats per CTA: 49152 (192 KiB)
+constexpr int NCOPY = 4;                               // bulk copies per prefetch (one mbarrier)
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(phase)
+        : "memory");
+  }
+}
+
+// Thread 0: the whole slice (n floats, a multiple of 4) of the row at xr into smem, completing on bar.
+__device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float* xr, int64_t n) {
+  const int64_t n4 = n >> 2, per = (n4 + NCOPY - 1) / NCOPY;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads of buf before async writes
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"((uint32_t)(n4 * 16))
+               : "memory");
+  for (int k = 0; k < NCOPY; ++k) {
+    const int64_t b = kp::imin(n4, k * per), e = kp::imin(n4, b + per);
+    if (e > b)
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+              smem_u32(buf + 4 * b)),
+          "l"(xr + 4 * b), "r"((uint32_t)((e - b) * 16)), "r"(smem_u32(bar))
+          : "memory");
+  }
+}
+
+__device__ __forceinline__ float& comp(float4& v, int c) { return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w; }
+
+template <int CL, bool TMA>
+__global__ void __launch_bounds__(THREADS, 1)
+    softmax_regcluster(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
+                       int64_t chunk) {
+  extern __shared__ __align__(128) float buf[];
+  __shared__ float part[2][CL][2];
+  __shared__ float scratch[64];
+  __shared__ __align__(8) uint64_t bar;
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = (int)cluster.block_rank();
+  const int64_t G = gridDim.x / CL;
+  const int64_t first = blockIdx.x / CL;
+  const int64_t c0 = kp::imin(cols, rank * chunk);
+  const int n = (int)(kp::imin(cols, c0 + chunk) - c0);  // <= SLICE: 32-bit indices from here on (registers)
+  const int t = threadIdx.x;
+
+  if (TMA) {
+    if (t == 0) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar)));
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      if (first < rows) prefetch(buf, &bar, x + first * xs + c0, n);
+    }
+    __syncthreads();
+  }
+
+  float4 r[V];
+  uint32_t it = 0;
+  for (int64_t row = first; row < rows; row += G, ++it) {
+    const float* xr = x + row * xs + c0;
+    float* yr = y + row * cols + c0;
+    // 1. This row's slice into registers (-inf where the slice ends).
+    if (TMA) {
+      mbar_wait(&bar, it & 1);
+      const float4* b4 = reinterpret_cast<const float4*>(buf);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int i = t + k * THREADS;
+        r[k] = 4 * i < n ? b4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      }
+      __syncthreads();  // every thread has its registers: the buffer is free for the next row
+      if (t == 0 && row + G < rows) prefetch(buf, &bar, x + (row + G) * xs + c0, n);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int i = t + (4 * k + c) * THREADS;
+          comp(r[k], c) = i < n ? xr[i] : -INFINITY;
+        }
+    }
+    // 2. CTA-local max, then e = exp(x - m) once per element, kept in registers.
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < V; ++k) m = fmaxf(m, fmaxf(fmaxf(r[k].x, r[k].y), fmaxf(r[k].z, r[k].w)));
+    m = kp::block_max(m, scratch);
+    const float ms = m == -INFINITY ? 0.f : m;  // an all -inf slice: e = 0 (and NaN stays NaN)
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      r[k].x = expf(r[k].x - ms); r[k].y = expf(r[k].y - ms);
+      r[k].z = expf(r[k].z - ms); r[k].w = expf(r[k].w - ms);
+      s += (r[k].x + r[k].y) + (r[k].z + r[k].w);
+    }
+    s = kp::block_sum(s, scratch);
+    // 3. Exchange (m, s) across the cluster; one barrier per row.
+    if (t < CL) {
+      float* peer = cluster.map_shared_rank(&part[it & 1][0][0], t);
+      peer[2 * rank] = m;
+      peer[2 * rank + 1] = s;
+    }
+    cluster.sync();
+    float M = -INFINITY, S = 0.f;
+#pragma unroll
+    for (int q = 0; q < CL; ++q) kp::online_merge(M, S, part[it & 1][q][0], part[it & 1][q][1]);
+    float f;
+    if (!(S == S) || M == -INFINITY) f = NAN;  // NaN / +inf somewhere, or an all -inf row: a NaN row
+    else f = m == -INFINITY ? 0.f : expf(m - M) / S;
+    // 4. Out.
+    if (TMA) {
+      float4* y4 = reinterpret_cast<float4*>(yr);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int i = t + k * THREADS;
+        if (4 * i < n) y4[i] = make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int i = t + (4 * k + c) * THREADS;
+          if (i < n) yr[i] = comp(r[k], c) * f;
+        }
+    }
+  }
+}
+
+// Rows longer than 16 slices: one block per row, online (max, sum) then the output pass (2 reads).
+__global__ void __launch_bounds__(1024) softmax_long(const float* __restrict__ x, float* __restrict__ y, int64_t cols,
+                                                     int64_t xs) {
+  __shared__ float scratch[64];
+  const float* xr = x + (int64_t)blockIdx.x * xs;
+  float* yr = y + (int64_t)blockIdx.x * cols;
+  float m = -INFINITY, s = 0.f;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) kp_softmax::absorb(m, s, xr[i]);
+  kp::block_online(m, s, scratch);
+  const float inv = 1.f / s;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = kp_softmax::vout(xr[i], m, inv);
+}
+
+template <int CL, bool TMA>
+void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk) {
+  auto kern = softmax_regcluster<CL, TMA>;
+  const int64_t rows = x.size(0), cols = x.size(1);
+  const size_t smem = TMA ? (size_t)chunk * 4 : 0;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  if (CL > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaLaunchConfig_t cfg = {};
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = kp::stream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CL;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cfg.gridDim = dim3(CL);
+  int clusters = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg));
+  TORCH_CHECK(clusters > 0, "softmax 6_regcluster: a cluster of ", kp::num(CL), " CTAs with ",
+              kp::num((long long)smem), " B of shared memory each cannot be scheduled on this GPU");
+  const int64_t G = kp::imin(rows, clusters);
+  cfg.gridDim = dim3((unsigned)(G * CL));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, x.data_ptr<float>(), y.data_ptr<float>(), rows, cols, x.stride(0),
+                                    chunk));
+}
+
+}  // namespace
+
+// cl = 0 picks the cluster size; 1, 2, 4, 8, 16 force it (A/B runs). Rows too long for 16 slices ignore cl.
+KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl) {
+  kp::check_row_softmax_args(x, y);
+  const int64_t rows = x.size(0), cols = x.size(1);
+  if (rows == 0 || cols == 0) return;
+  c10::cuda::CUDAGuard guard(x.device());
+  if (cols > 16 * SLICE) {
+    TORCH_CHECK(rows <= 2147483647LL, "too many rows for a 1-D grid: ", kp::num(rows));
+    softmax_long<<<(unsigned)rows, 1024, 0, kp::stream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), cols,
+                                                            x.stride(0));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  if (cl <= 0) {
+    for (cl = 1; cl < 16 && (cols + cl - 1) / cl > SLICE; cl *= 2) {}
+  }
+  TORCH_CHECK(cl == 1 || cl == 2 || cl == 4 || cl == 8 || cl == 16, "cluster size must be 1, 2, 4, 8 or 16");
+  const int64_t chunk = ((cols + cl - 1) / cl + 3) / 4 * 4;
+  TORCH_CHECK(chunk <= SLICE, "a cluster of ", kp::num(cl), " CTAs is too small for rows of ", kp::num(cols));
+  const bool tma = (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) &&
+                   (reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0) && x.stride(0) % 4 == 0 && cols % 4 == 0;
+  switch (cl * 2 + tma) {
+    case 2: launch<1, false>(x, y, chunk); break;
+    case 3: launch<1, true>(x, y, chunk); break;
+    case 4: launch<2, false>(x, y, chunk); break;
+    case 5: launch<2, true>(x, y, chunk); break;
+    case 8: launch<4, false>(x, y, chunk); break;
+    case 9: launch<4, true>(x, y, chunk); break;
+    case 16: launch<8, false>(x, y, chunk); break;
+    case 17: launch<8, true>(x, y, chunk); break;
+    case 32: launch<16, false>(x, y, chunk); break;
+    default: launch<16, true>(x, y, chunk); break;
+  }
+}
+
+KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y) {
+  softmax_forward_cluster(x, y, 0);
+}

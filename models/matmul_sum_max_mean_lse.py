@@ -47,13 +47,16 @@ class ModelNew(nn.Module):
 
     def _colsum(self, w, b):
         w = w if w.is_contiguous() else w.contiguous()
-        v = torch.empty(w.size(1) + 1, device=w.device)  # v and bsum in one allocation
-        partial = torch.empty(-(-w.size(0) // 64) * w.size(1), device=w.device)
+        f64 = dict(device=w.device, dtype=torch.float64)  # sums in float64 (see the kernel header)
+        v = torch.empty(w.size(1) + 1, **f64)  # v and bsum in one allocation
+        partial = torch.empty(-(-w.size(0) // 64) * w.size(1), **f64)
         self.k.colsum(w, b if b is not None else w.new_empty(0), partial, v[:-1], v[-1:])
         return v[:-1], v[-1:]
 
     def forward(self, x):
         check_input(x, "x", self.linear.in_features)
+        if x.stride(1) != 1 and x.size(1) > 1:
+            x = x.contiguous()  # the GEMV wants unit-stride rows
         w, b = self.linear.weight, self.linear.bias
         v, bsum = self.colsum(w, b) if self.cache else self._colsum(w, b)
         out = torch.empty(x.size(0), 1, device=x.device)

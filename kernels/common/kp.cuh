@@ -99,12 +99,13 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return v;
 }
 
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
   v = warp_sum(v);
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  v = warp_sum(lane < nwarps ? scratch[lane] : 0.f);
+  v = warp_sum(lane < nwarps ? scratch[lane] : T(0));
   __syncthreads();
   return v;
 }

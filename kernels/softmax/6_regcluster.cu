@@ -36,7 +36,9 @@ namespace {
 constexpr int THREADS = 512;
 constexpr int V = 24;                                  // float4s per thread
 constexpr int64_t SLICE = (int64_t)THREADS * V * 4;   // floats per CTA: 49152 (192 KiB)
-constexpr int NCOPY = 4;                               // bulk copies per prefetch (one mbarrier)
+constexpr int NCHUNK = 4;                              // prefetch ring: 4 chunks of 6 float4s per thread
+constexpr int KPC = V / NCHUNK;                        // k-values (float4s per thread) per chunk
+static_assert(V % NCHUNK == 0, "chunks must split the per-thread registers evenly");
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -53,21 +55,20 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
   }
 }
 
-// Thread 0: the whole slice (n floats, a multiple of 4) of the row at xr into smem, completing on bar.
-__device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float* xr, int64_t n) {
-  const int64_t n4 = n >> 2, per = (n4 + NCOPY - 1) / NCOPY;
+// Thread 0: chunk c of the slice (n floats, a multiple of 4) of the row at xr into smem, completing on bar. Chunk c
+// is float4s [c*KPC*THREADS, (c+1)*KPC*THREADS): exactly the registers k in [c*KPC, (c+1)*KPC) of every thread.
+__device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float* xr, int n, int c) {
+  const int n4 = n >> 2;
+  const int b = min(n4, c * KPC * THREADS), e = min(n4, (c + 1) * KPC * THREADS);
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads of buf before async writes
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"((uint32_t)(n4 * 16))
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"((uint32_t)((e - b) * 16))
                : "memory");
-  for (int k = 0; k < NCOPY; ++k) {
-    const int64_t b = kp::imin(n4, k * per), e = kp::imin(n4, b + per);
-    if (e > b)
-      asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-              smem_u32(buf + 4 * b)),
-          "l"(xr + 4 * b), "r"((uint32_t)((e - b) * 16)), "r"(smem_u32(bar))
-          : "memory");
-  }
+  if (e > b)
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_u32(buf + 4 * b)),
+        "l"(xr + 4 * b), "r"((uint32_t)((e - b) * 16)), "r"(smem_u32(bar))
+        : "memory");
 }
 
 __device__ __forceinline__ float& comp(float4& v, int c) { return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w; }
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   extern __shared__ __align__(128) float buf[];
   __shared__ float part[2][CL][2];
   __shared__ float scratch[64];
-  __shared__ __align__(8) uint64_t bar;
+  __shared__ __align__(8) uint64_t bars[NCHUNK];
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = (int)cluster.block_rank();
@@ -91,9 +92,10 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   if (TMA) {
     if (t == 0) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar)));
+      for (int c = 0; c < NCHUNK; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bars[c])));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-      if (first < rows) prefetch(buf, &bar, x + first * xs + c0, n);
+      if (first < rows)
+        for (int c = 0; c < NCHUNK; ++c) prefetch(buf, &bars[c], x + first * xs + c0, n, c);
     }
     __syncthreads();
   }
@@ -105,15 +107,20 @@ __global__ void __launch_bounds__(THREADS, 1)
     float* yr = y + row * cols + c0;
     // 1. This row's slice into registers (-inf where the slice ends).
     if (TMA) {
-      mbar_wait(&bar, it & 1);
+      // Chunk by chunk, so the next row's chunk c is queued as soon as chunk c of this one is in registers: the
+      // SM's loads never pause for a whole-slice copy.
       const float4* b4 = reinterpret_cast<const float4*>(buf);
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const int i = t + k * THREADS;
-        r[k] = 4 * i < n ? b4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      for (int c = 0; c < NCHUNK; ++c) {
+        mbar_wait(&bars[c], it & 1);
+#pragma unroll
+        for (int kk = 0; kk < KPC; ++kk) {
+          const int k = c * KPC + kk, i = t + k * THREADS;
+          r[k] = 4 * i < n ? b4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+        }
+        __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
+        if (t == 0 && row + G < rows) prefetch(buf, &bars[c], x + (row + G) * xs + c0, n, c);
       }
-      __syncthreads();  // every thread has its registers: the buffer is free for the next row
-      if (t == 0 && row + G < rows) prefetch(buf, &bar, x + (row + G) * xs + c0, n);
     } else {
 #pragma unroll
       for (int k = 0; k < V; ++k)

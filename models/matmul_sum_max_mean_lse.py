@@ -43,24 +43,26 @@ class ModelNew(nn.Module):
         self.linear = nn.Linear(in_features, out_features)
         self.k = Kernel("matmul_sum_max_mean_lse", variant)
         self.cache = cache
-        self.colsum = DerivedCache(self._colsum)  # (W.sum(0), b.sum()), recomputed when W or b changes
-
-    def _colsum(self, w, b):
-        w = w if w.is_contiguous() else w.contiguous()
-        f64 = dict(device=w.device, dtype=torch.float64)  # sums in float64 (see the kernel header)
-        v = torch.empty(w.size(1) + 1, **f64)  # v and bsum in one allocation
-        partial = torch.empty(-(-w.size(0) // 64) * w.size(1), **f64)
-        self.k.colsum(w, b if b is not None else w.new_empty(0), partial, v[:-1], v[-1:])
-        return v[:-1], v[-1:]
+        # (W.sum(0), b.sum()) in float64, valid while W and b are unchanged (see harness.DerivedCache)
+        self.colsum = DerivedCache(None)
 
     def forward(self, x):
         check_input(x, "x", self.linear.in_features)
         if x.stride(1) != 1 and x.size(1) > 1:
-            x = x.contiguous()  # the GEMV wants unit-stride rows
+            x = x.contiguous()  # the kernels want unit-stride rows
         w, b = self.linear.weight, self.linear.bias
-        v, bsum = self.colsum(w, b) if self.cache else self._colsum(w, b)
         out = torch.empty(x.size(0), 1, device=x.device)
-        self.k.gemv_bias(x, v, bsum, out)
+        hit = self.colsum.get(w, b) if self.cache else None
+        if hit is not None:
+            self.k.gemv_bias(x, hit[0], hit[1], out)
+            return out
+        wc = w if w.is_contiguous() else w.contiguous()
+        f64 = dict(device=w.device, dtype=torch.float64)
+        vb = torch.empty(w.size(1) + 1, **f64)  # W.sum(0) and b.sum(), filled by the kernel on the way
+        partial = torch.empty(-(-w.size(1) // 64) * x.size(0), **f64)
+        self.k.colsum_gemv_forward(wc, b if b is not None else w.new_empty(0), x, partial, vb[:-1], vb[-1:], out)
+        if self.cache:
+            self.colsum.put((vb[:-1], vb[-1:]), w, b)
         return out
 
 

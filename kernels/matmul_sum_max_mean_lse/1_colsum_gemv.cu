@@ -11,7 +11,7 @@
 //     with v[tile] into partial[t, i]. One pass over W and x in one kernel, no grid-wide dependency: grid =
 //     ceil(I/64) CTAs (128 at I = 8192 on 132 SMs).
 //   finish: out[i] = sum_t partial[t, i] + sum(b) (1 MiB of partials, from L2).
-//   gemv_rows (cache valid): 8 rows of x per CTA, v (float64) loaded once per 8 rows: out = x @ v + bsum.
+//   gemv_rows (cache valid): one row of x per CTA (GR), v (float64) from L2: out = x @ v + bsum.
 // Bytes: uncached 4*O*I + 4*B*I + small (288 MiB at the bench shape: ~68 us at 4.2 TB/s); cached 4*B*I (32 MiB:
 //   ~8 us). Eager runs the full GEMM (137 GFLOP, ~2.8 ms). Bound: memory.
 // Preconditions (checked): float32 CUDA tensors on one device; W 2-D contiguous; x 2-D with unit-stride rows and
@@ -29,7 +29,7 @@ constexpr int TC = 64;            // columns per colsum_gemv CTA
 constexpr int CG = TC / 4;        // float4 column groups
 constexpr int RG = 32;            // row groups
 constexpr int FT = CG * RG;       // 512 threads
-constexpr int GR = 8;             // rows of x per gemv_rows CTA
+constexpr int GR = 1;             // rows of x per gemv_rows CTA (8 measured 35 us, 1 row per CTA ~12 us: more CTAs, more loads in flight)
 
 __global__ void __launch_bounds__(FT) colsum_gemv(const float* __restrict__ w, int64_t O, int64_t I,
                                                   const float* __restrict__ x, int64_t B, int64_t xs,

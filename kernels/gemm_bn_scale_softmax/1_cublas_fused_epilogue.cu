@@ -21,7 +21,8 @@
 //   training needs B >= 2 (ModelNew raises ValueError first, as nn.BatchNorm1d does).
 // Numerics: per-thread sums over its rows, then an 8-way tree; variance from sum((y - mean)^2). relL2 vs float64
 //   ~1e-6, PyTorch fp32's own level (Chan/two-pass: 1.3e-6, one-pass sum of squares: 7.8e-6, measured.md).
-// Measured: see README (H200 run of 2026-11-22).
+// Measured: H200, 1024x8192x8192 (training mode), 2.707 ms (eager 2.795, torch.compile 2.744 in the same run:
+//   0.969x eager), relL2 4.2e-6 (PyTorch fp32 4.2e-6), 2026-11-22 (GPU time).
 #include "../common/row_epilogue.cuh"
 
 namespace {

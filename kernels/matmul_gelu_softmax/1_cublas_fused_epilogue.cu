@@ -14,7 +14,9 @@
 //   same device, or empty for no bias.
 // Numerics: GELU = 0.5 z (1 + erff(z / sqrt 2)) (the exact form; cuBLASLt's GELU epilogue is the tanh form, 2.5e-4
 //   away); exact row max; one expf per element. relL2 vs float64 ~ PyTorch fp32's own (~5e-7, from the GEMM).
-// Measured: see README (H200 run of 2026-11-22).
+// Measured: H200, 1024x8192x8192, 2.683 ms (eager 2.750, torch.compile 2.745 in the same run: 0.976x eager),
+//   relL2 4.7e-7 (PyTorch fp32 4.7e-7), 2026-11-22 (GPU time). In a warm profile the GEMM is 2.726 ms and the old
+//   shared-memory epilogue 42.7 us; the register path replaced it (not profiled separately).
 #include "../common/row_epilogue.cuh"
 
 namespace {

@@ -580,7 +580,7 @@ HOLD_CYCLES = 2_000_000  # ~1 ms at H200 clocks: longer than any call here takes
 
 
 def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: int = 100, budget_s: float = 20.0,
-                      target_rel_iqr: float = 0.02, warmup: int = 3) -> dict[str, Timing]:
+                      target_rel_iqr: float = 0.02, warmup: int = 3, before=None) -> dict[str, Timing]:
     """Time several callables side by side: each round runs each once; rounds repeat until every IQR/median <
     target or the wall budget is spent.
 
@@ -588,10 +588,14 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
     the call and the stop event (nvbench's 'blocking kernel' idea), so the events measure the GPU time of the work
     the call enqueued on the stream, not Python or launch latency. Host enqueue time is measured separately
     (host_us); a call whose enqueue outlasts the hold would show up as a host_us near or above the hold.
+    `before(name, rep)` (rep -1 in warm-up) runs before each call, outside the timed region (checker.py refills
+    the candidate's inputs there).
     """
+    before = before or (lambda name, rep: None)
     flush = L2Flusher()
     for _ in range(warmup):
-        for f in fns.values():
+        for k, f in fns.items():
+            before(k, -1)
             f()
     torch.cuda.synchronize()
     samples = {k: [] for k in fns}
@@ -600,6 +604,7 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for rep in range(max_reps):
         for k, f in fns.items():
+            before(k, rep)
             flush()
             torch.cuda._sleep(HOLD_CYCLES)
             start.record()

@@ -4,8 +4,11 @@
   python run.py --problem softmax            parity vs float64, then eager / torch.compile / every variant timed
   python run.py --list                       problems and their variants
   python run.py --build                      build every kernel in parallel (first use does this lazily)
+  python run.py --problem softmax --candidate my_kernel.py
+                                             judge a KernelBench-format file defining ModelNew (checker.py):
+                                             exit 0 accepted, 1 rejected (reason on one line), 2 usage error
 
-Exit codes: 0 ok, 1 parity failure, 2 usage error (unknown problem/variant, no CUDA device).
+Exit codes: 0 ok, 1 parity failure (or candidate rejected), 2 usage error (unknown problem/variant, no CUDA device).
 """
 import argparse
 import json
@@ -27,6 +30,13 @@ def parse_args(argv):
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--no-bench", action="store_true", help="parity only")
     ap.add_argument("--json", metavar="PATH", help="write the full record as JSON")
+    ap.add_argument("--candidate", metavar="FILE", help="judge this ModelNew file (in its own process) instead of "
+                                                        "the playground's variants")
+    ap.add_argument("--trials", type=int, default=3, help="--candidate: parity trials on fresh inputs (>= 3)")
+    ap.add_argument("--precision", default="fp32", help="--candidate: fp32 (default; TF32 off) or tf32 (opt-in, "
+                                                        "budget from PyTorch with TF32 on)")
+    ap.add_argument("--device", default=None, help="--candidate: cuda (default) or cpu (parity on the declared "
+                                                   "cases only, for pure-torch candidates; no timing)")
     return ap.parse_args(argv)
 
 
@@ -49,6 +59,8 @@ def main(argv=None) -> int:
                 return fail_usage(f"unknown variant {v!r} of {p}; variants: {', '.join(harness.variants(p))}")
     if not args.problem and not args.build:
         return fail_usage("give --problem ID (or --list / --build); problems: " + ", ".join(harness.problems()))
+    if args.candidate:
+        return run_candidate(args)
     import torch
     if not torch.cuda.is_available():
         return fail_usage("no CUDA device visible (torch.cuda.is_available() is False): the kernels need an "
@@ -75,6 +87,20 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=2, default=str)
     return status
+
+
+def run_candidate(args) -> int:
+    if len(args.problem) != 1 or args.variant or args.build:
+        return fail_usage("--candidate takes exactly one --problem and no --variant/--build")
+    import checker
+    rec = checker.evaluate(args.problem[0], args.candidate, seed=args.seed, trials=args.trials,
+                           precision=args.precision, device=args.device, bench=not args.no_bench,
+                           compile_baseline=not args.no_compile)
+    print(checker.format_record(rec), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rec, f, indent=2, default=str)
+    return 0 if rec["accepted"] else 1
 
 
 if __name__ == "__main__":

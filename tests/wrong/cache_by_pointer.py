@@ -1,0 +1,21 @@
+"""Caches results by the input's data_ptr: a repeated call on the same buffer returns the stored output without
+computing. The checker's calls get new contents in reused buffers (parity trials reuse the allocator's block;
+timed calls refill a pool before every call), so the stale output is caught."""
+import torch
+import torch.nn as nn
+
+PROBLEM = "softmax"
+EXPECT = r"over budget"
+DEVICES = ("cuda",)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = {}
+
+    def forward(self, x):
+        key = (x.data_ptr(), tuple(x.shape))
+        if key not in self.cache:
+            self.cache[key] = torch.softmax(x, dim=1)
+        return self.cache[key]

@@ -259,12 +259,17 @@ class Worker:
         return {}
 
     def cmd_load(self, path: str):
-        if self.device == "cuda":  # touch the timer's code paths before the snapshot
+        # Everything the checker's own stages import or initialise happens before the snapshot: importing
+        # torch._dynamo (the profiler does) rebinds torch.manual_seed, which is torch's doing, not the candidate's.
+        import torch._dynamo  # noqa: F401
+        from torch.profiler import ProfilerActivity, profile
+        if self.device == "cuda":
             harness.L2Flusher()
             e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            torch.cuda._sleep(10)
-            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]):
+                e.record()
+                torch.cuda._sleep(10)
+                torch.cuda.synchronize()
         self.fingerprint = namespace_fingerprint()
         p = Path(path).resolve()
         sys.path.insert(0, str(p.parent))
@@ -443,6 +448,8 @@ def _cuda_broken() -> bool:
 
 
 def worker_main(conn, problem: str, device: str, precision: str, root: str):
+    import warnings
+    warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
     sys.path.insert(0, root)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     Worker(conn, problem, device, precision).loop()

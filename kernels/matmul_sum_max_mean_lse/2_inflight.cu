@@ -1,0 +1,324 @@
+// matmul_sum_max_mean_lse / 2_inflight -- 1_colsum_gemv with enough loads in flight in every phase.
+//
+// Same algebra as 1_colsum_gemv (the forward is x @ W.sum(0) + b.sum(); see that file's header for why it is exact).
+// What changed from 1:
+//   - colsum_gemv's x phase issued one float4 per thread per round trip (8 KiB in flight per CTA: latency-bound,
+//     ~35 us of the 103). Each thread now loads XU rows before using any (XU x 16 B), so the x phase streams too.
+//   - finish is launched with programmatic dependent launch: it sums b and waits (griddepcontrol.wait) while the
+//     main kernel drains, instead of paying a launch gap after it.
+//   - gemv_rows (cached path): GR rows per CTA share each v load (v is float64: one row per CTA read 64 KiB of v
+//     from L2 per 32 KiB of x), v read as double2, loads unrolled.
+//   Tile and unroll choices are template parameters; `tune_forward` / `tune_gemv` run the alternatives for the A/B
+//   in scripts/lse_ab.py, the KP_EXPORTs used by ModelNew run the chosen ones (TC/XU/GR/GU below).
+// Ownership and launch:
+//   colsum_gemv<TC, XU>: CTA t owns columns [t*TC, (t+1)*TC) of W and x; 512 threads = (TC/4 float4 columns) x RG
+//     row groups; it sums its columns over all O rows of W, writes v[tile], then dots the same columns of every
+//     row of x with v[tile] into partial[t, i]. grid = ceil(I/TC).
+//   finish: out[i] = sum_t partial[t, i] + sum(b); 256 threads per CTA, one row each.
+//   gemv_rows<GR, GU>: GR rows of x per CTA, 256 threads striding the columns, GU float4 per thread per row in
+//     flight; block reduction in shared memory.
+// Bytes: uncached 4*O*I + 4*B*I + 8*B*I/TC (partials, L2) = 288 MiB + 1 MiB at the bench shape, the minimum is
+//   288 MiB (~68 us at 4.4 TB/s); cached 4*B*I = 32 MiB (~8 us) plus v from L2. Bound: memory.
+// Preconditions (checked): float32 CUDA tensors on one device; W 2-D contiguous; x 2-D with unit-stride rows and
+//   x.size(1) == W.size(1); b 1-D of W.size(0) (or empty); float64 scratch. float4 paths need 16-byte alignment,
+//   other layouts take scalar loads.
+// Numerics: as 1_colsum_gemv: every sum in float64, one rounding to fp32 at the end (relL2 ~3e-8).
+// Measured: (filled in from the H200 A/B)
+#include "../common/kp.cuh"
+
+namespace {
+
+constexpr int FT = 512;           // colsum_gemv threads
+constexpr int TC_MIN = 32;        // smallest tile any configuration uses: the caller sizes `partial` by it
+constexpr int TC = 64, XU = 8;    // chosen colsum_gemv tile and x-phase unroll (scripts/lse_ab.py)
+constexpr int GR = 2, GU = 2;     // chosen gemv_rows rows per CTA and float4 per row in flight
+
+template <int TC_, int XU_>
+__global__ void __launch_bounds__(FT) colsum_gemv(const float* __restrict__ w, int64_t O, int64_t I,
+                                                  const float* __restrict__ x, int64_t B, int64_t xs,
+                                                  double* __restrict__ partial, double* __restrict__ v, bool vec) {
+  constexpr int TC = TC_, CG = TC / 4, RG = FT / CG;
+  __shared__ double red[RG][TC];
+  __shared__ double vt[TC];
+  const int cg = threadIdx.x % CG, rg = threadIdx.x / CG;
+  const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;  // first of this thread's 4 columns
+  double a0 = 0., a1 = 0., a2 = 0., a3 = 0.;
+  if (vec) {
+    if (c < I) {
+#pragma unroll 8
+      for (int64_t r = rg; r < O; r += RG) {
+        const float4 q = *reinterpret_cast<const float4*>(w + r * I + c);
+        a0 += q.x; a1 += q.y; a2 += q.z; a3 += q.w;
+      }
+    }
+  } else {
+    for (int64_t r = rg; r < O; r += RG) {
+      const float* wr = w + r * I;
+      if (c < I) a0 += wr[c];
+      if (c + 1 < I) a1 += wr[c + 1];
+      if (c + 2 < I) a2 += wr[c + 2];
+      if (c + 3 < I) a3 += wr[c + 3];
+    }
+  }
+  red[rg][4 * cg] = a0; red[rg][4 * cg + 1] = a1; red[rg][4 * cg + 2] = a2; red[rg][4 * cg + 3] = a3;
+  __syncthreads();
+  if (threadIdx.x < TC) {
+    double s = 0.;
+#pragma unroll 8
+    for (int k = 0; k < RG; ++k) s += red[k][threadIdx.x];
+    vt[threadIdx.x] = s;
+    const int64_t j = (int64_t)blockIdx.x * TC + threadIdx.x;
+    if (j < I) v[j] = s;
+  }
+  __syncthreads();
+  // This tile's share of every dot product: CG consecutive lanes hold one row's TC columns. XU rows are loaded
+  // before any is used, so XU x 16 B per thread are in flight (the x phase was latency-bound without it).
+  const double v0 = vt[4 * cg], v1 = vt[4 * cg + 1], v2 = vt[4 * cg + 2], v3 = vt[4 * cg + 3];
+  if (vec) {
+    for (int64_t i0 = 0; i0 < B; i0 += (int64_t)RG * XU_) {
+      float4 q[XU_];
+#pragma unroll
+      for (int u = 0; u < XU_; ++u) {
+        const int64_t i = i0 + rg + (int64_t)RG * u;
+        q[u] = (i < B && c < I) ? __ldg(reinterpret_cast<const float4*>(x + i * xs + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < XU_; ++u) {
+        const int64_t i = i0 + rg + (int64_t)RG * u;
+        double d = ((double)q[u].x * v0 + (double)q[u].y * v1) + ((double)q[u].z * v2 + (double)q[u].w * v3);
+#pragma unroll
+        for (int o = CG / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        if (cg == 0 && i < B) partial[(int64_t)blockIdx.x * B + i] = d;
+      }
+    }
+  } else {
+    for (int64_t i0 = 0; i0 < B; i0 += RG) {
+      const int64_t i = i0 + rg;
+      double d = 0.;
+      if (i < B) {
+        const float* xr = x + i * xs;
+        if (c < I) d += (double)xr[c] * v0;
+        if (c + 1 < I) d += (double)xr[c + 1] * v1;
+        if (c + 2 < I) d += (double)xr[c + 2] * v2;
+        if (c + 3 < I) d += (double)xr[c + 3] * v3;
+      }
+#pragma unroll
+      for (int o = CG / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+      if (cg == 0 && i < B) partial[(int64_t)blockIdx.x * B + i] = d;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(256) finish(const double* __restrict__ partial, int64_t tiles, int64_t B,
+                                              const float* __restrict__ b, int64_t nb, float* __restrict__ out,
+                                              double* __restrict__ bsum_out) {
+  __shared__ double scratch[64];
+  double bs = 0.;
+  for (int64_t k = threadIdx.x; k < nb; k += 256) bs += b[k];
+  bs = kp::block_sum(bs, scratch);  // every CTA sums b itself (32 KiB): no second dependency
+  if (blockIdx.x == 0 && threadIdx.x == 0) *bsum_out = bs;
+  // Launched as a programmatic dependent of colsum_gemv: everything above overlapped its tail; the partials
+  // are only read after it has completed and flushed.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
+  if (i >= B) return;
+  double s = 0.;
+#pragma unroll 8
+  for (int64_t t = 0; t < tiles; ++t) s += partial[t * B + i];
+  out[i] = (float)(s + bs);
+}
+
+template <int GR_, int GU_>
+__global__ void __launch_bounds__(256) gemv_rows(const float* __restrict__ x, int64_t B, int64_t I, int64_t xs,
+                                                 const double* __restrict__ v, const double* __restrict__ bsum,
+                                                 float* __restrict__ out, bool vec) {
+  __shared__ double red[GR_][8];
+  const int64_t r0 = (int64_t)blockIdx.x * GR_;
+  double acc[GR_];
+#pragma unroll
+  for (int r = 0; r < GR_; ++r) acc[r] = 0.;
+  if (vec) {
+    const int64_t n4 = I / 4, xs4 = xs / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x) + r0 * xs4;
+    const double2* v2 = reinterpret_cast<const double2*>(v);
+    for (int64_t c0 = threadIdx.x; c0 < n4; c0 += 256 * GU_) {
+      float4 q[GU_][GR_];
+#pragma unroll
+      for (int g = 0; g < GU_; ++g)
+#pragma unroll
+        for (int r = 0; r < GR_; ++r) {
+          const int64_t c4 = c0 + 256 * g;
+          q[g][r] = (c4 < n4 && r0 + r < B) ? __ldg(x4 + r * xs4 + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+      for (int g = 0; g < GU_; ++g) {
+        const int64_t c4 = c0 + 256 * g;
+        if (c4 < n4) {
+          const double2 va = v2[2 * c4], vb = v2[2 * c4 + 1];
+#pragma unroll
+          for (int r = 0; r < GR_; ++r)
+            acc[r] += ((double)q[g][r].x * va.x + (double)q[g][r].y * va.y) +
+                      ((double)q[g][r].z * vb.x + (double)q[g][r].w * vb.y);
+        }
+      }
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < I; c += 256) {
+      const double vv = v[c];
+#pragma unroll
+      for (int r = 0; r < GR_; ++r)
+        if (r0 + r < B) acc[r] += (double)x[(r0 + r) * xs + c] * vv;
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < GR_; ++r) {
+    const double s = kp::warp_sum(acc[r]);
+    if (lane == 0) red[r][warp] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < GR_ && r0 + threadIdx.x < B) {
+    double s = 0.;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) s += red[threadIdx.x][k];
+    out[r0 + threadIdx.x] = (float)(s + *bsum);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void check_f64(const at::TensorBase& t, const at::TensorBase& like, const char* name, int64_t numel) {
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kDouble && t.is_contiguous(), name,
+              " must be a contiguous float64 CUDA tensor");
+  kp::check_same_device(t, like, name);
+  TORCH_CHECK(t.numel() >= numel, name, " needs ", kp::num(numel), " elements, has ", kp::num(t.numel()));
+}
+
+void check_x(const at::TensorBase& x, int64_t features) {
+  kp::check_f32_cuda(x, "x");
+  TORCH_CHECK(x.dim() == 2, "x must be 2-D, got ", kp::num(x.dim()), "-D");
+  TORCH_CHECK(x.size(1) <= 1 || x.stride(1) == 1, "x rows must be unit-stride");
+  TORCH_CHECK(x.size(1) == features, "x has ", kp::num(x.size(1)), " features, the weight ", kp::num(features));
+  TORCH_CHECK(x.size(0) <= 2147483647LL, "too many rows: ", kp::num(x.size(0)));
+}
+
+void check_out(const at::TensorBase& out, const at::TensorBase& x) {
+  kp::check_f32_cuda(out, "out");
+  kp::check_same_device(out, x, "out");
+  TORCH_CHECK(out.is_contiguous() && out.numel() == x.size(0), "out must hold one value per row of x");
+}
+
+struct Forward {
+  const at::TensorBase &w, &b, &x, &partial, &v, &bsum, &out;
+  int64_t O, I, B;
+  bool vec;
+};
+
+Forward check_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
+                      const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,
+                      const at::TensorBase& out) {
+  kp::check_f32_cuda(w, "weight");
+  TORCH_CHECK(w.dim() == 2 && w.is_contiguous(), "weight must be a contiguous 2-D tensor");
+  const int64_t O = w.size(0), I = w.size(1);
+  check_x(x, I);
+  kp::check_same_device(w, x, "x");
+  check_out(out, x);
+  if (b.numel()) {
+    kp::check_f32_cuda(b, "bias");
+    kp::check_same_device(w, b, "bias");
+    TORCH_CHECK(b.dim() == 1 && b.size(0) == O && b.is_contiguous(), "bias must be contiguous with ", kp::num(O),
+                " elements");
+  }
+  const int64_t B = x.size(0), tiles = (I + TC_MIN - 1) / TC_MIN;
+  check_f64(partial, w, "partial", tiles * B);
+  check_f64(v, w, "v", I);
+  check_f64(bsum, w, "bsum", 1);
+  TORCH_CHECK(tiles <= 2147483647LL, "too many columns: ", kp::num(I));
+  const bool vec = I % 4 == 0 && x.stride(0) % 4 == 0 && aligned16(w.data_ptr()) && aligned16(x.data_ptr());
+  return {w, b, x, partial, v, bsum, out, O, I, B, vec};
+}
+
+template <int TC_, int XU_>
+void launch_forward(const Forward& f) {
+  c10::cuda::CUDAGuard guard(f.w.device());
+  const int64_t tiles = (f.I + TC_ - 1) / TC_;
+  if (tiles > 0) {
+    colsum_gemv<TC_, XU_><<<(unsigned)tiles, FT, 0, kp::stream()>>>(
+        f.w.data_ptr<float>(), f.O, f.I, f.x.data_ptr<float>(), f.B, f.x.stride(0), f.partial.data_ptr<double>(),
+        f.v.data_ptr<double>(), f.vec);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)std::max<int64_t>(1, (f.B + 255) / 256));
+  cfg.blockDim = dim3(256);
+  cfg.stream = kp::stream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, finish, (const double*)f.partial.data_ptr<double>(), tiles, f.B,
+                                    (const float*)(f.b.numel() ? f.b.data_ptr<float>() : nullptr), f.b.numel(),
+                                    f.out.data_ptr<float>(), f.bsum.data_ptr<double>()));
+}
+
+template <int GR_, int GU_>
+void launch_gemv(const at::TensorBase& x, const at::TensorBase& v, const at::TensorBase& bsum,
+                 const at::TensorBase& out) {
+  check_f64(v, x, "v", 0);
+  check_x(x, v.numel());
+  check_f64(bsum, x, "bsum", 1);
+  check_out(out, x);
+  const int64_t B = x.size(0), I = x.size(1);
+  if (B == 0) return;
+  c10::cuda::CUDAGuard guard(x.device());
+  const bool vec = I % 4 == 0 && x.stride(0) % 4 == 0 && aligned16(x.data_ptr()) && aligned16(v.data_ptr());
+  gemv_rows<GR_, GU_><<<(unsigned)((B + GR_ - 1) / GR_), 256, 0, kp::stream()>>>(
+      x.data_ptr<float>(), B, I, x.stride(0), v.data_ptr<double>(), bsum.data_ptr<double>(), out.data_ptr<float>(),
+      vec);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+// Uncached forward: out = x @ W.sum(0) + b.sum(), filling v (I doubles) and bsum (1 double) on the way so a caller
+// can cache them. partial: float64 scratch of >= ceil(I/32) * B.
+KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
+                                   const at::TensorBase& partial, const at::TensorBase& v,
+                                   const at::TensorBase& bsum, const at::TensorBase& out) {
+  launch_forward<TC, XU>(check_forward(w, b, x, partial, v, bsum, out));
+}
+
+// Cached forward: out (B, 1) := x @ v + bsum with v, bsum from an earlier colsum_gemv_forward.
+KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const at::TensorBase& bsum,
+                         const at::TensorBase& out) {
+  launch_gemv<GR, GU>(x, v, bsum, out);
+}
+
+// A/B hooks (scripts/lse_ab.py): the same kernels with other tile/unroll choices.
+KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
+                            const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,
+                            const at::TensorBase& out, int64_t cfg) {
+  const Forward f = check_forward(w, b, x, partial, v, bsum, out);
+  switch (cfg) {
+    case 0: launch_forward<64, 1>(f); break;
+    case 1: launch_forward<64, 4>(f); break;
+    case 2: launch_forward<64, 8>(f); break;
+    case 3: launch_forward<32, 8>(f); break;
+    case 4: launch_forward<32, 16>(f); break;
+    default: TORCH_CHECK(false, "tune_forward: cfg 0..4, got ", kp::num(cfg));
+  }
+}
+
+KP_EXPORT void tune_gemv(const at::TensorBase& x, const at::TensorBase& v, const at::TensorBase& bsum,
+                         const at::TensorBase& out, int64_t cfg) {
+  switch (cfg) {
+    case 0: launch_gemv<1, 2>(x, v, bsum, out); break;
+    case 1: launch_gemv<1, 4>(x, v, bsum, out); break;
+    case 2: launch_gemv<2, 2>(x, v, bsum, out); break;
+    case 3: launch_gemv<4, 2>(x, v, bsum, out); break;
+    case 4: launch_gemv<2, 4>(x, v, bsum, out); break;
+    case 5: launch_gemv<4, 1>(x, v, bsum, out); break;
+    default: TORCH_CHECK(false, "tune_gemv: cfg 0..5, got ", kp::num(cfg));
+  }
+}

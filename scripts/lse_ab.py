@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""A/B for matmul_sum_max_mean_lse's kernels at the benchmark shape (1024x8192 @ 8192x8192): the tile/unroll
+configurations of 2_inflight (tune_forward / tune_gemv) next to 1_colsum_gemv and torch reductions as read-bandwidth
+references; GPU time per call, L2 read-flushed, interleaved (harness.bench_interleaved). Also times a float64 GEMM
+(cuBLAS DGEMM) against the fp32 one at the Linear problems' shape, with its error: a candidate fp32-accurate path."""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness  # noqa: E402
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.manual_seed(0)
+B, I, O = 1024, 8192, 8192
+lin = torch.nn.Linear(I, O).cuda()
+w, b = lin.weight.detach(), lin.bias.detach()
+x = torch.rand(B, I, device="cuda")
+ref = (x.double() @ w.double().sum(0) + b.double().sum()).unsqueeze(1)
+k1, k2 = harness.Kernel("matmul_sum_max_mean_lse", "1_colsum_gemv"), harness.Kernel("matmul_sum_max_mean_lse",
+                                                                                      "2_inflight")
+f64 = dict(device="cuda", dtype=torch.float64)
+vb = torch.empty(I + 1, **f64)
+part = torch.empty(-(-I // 32) * B, **f64)
+out = torch.empty(B, 1, device="cuda")
+fns = {"1_colsum_gemv fwd": lambda: k1.colsum_gemv_forward(w, b, x, part, vb[:-1], vb[-1:], out)}
+for cfg, name in enumerate(["TC64 XU1", "TC64 XU4", "TC64 XU8", "TC32 XU8", "TC32 XU16"]):
+    fns[f"fwd {name}"] = lambda cfg=cfg: k2.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg)
+fns["1 gemv (GR1)"] = lambda: k1.gemv_bias(x, vb[:-1], vb[-1:], out)
+for cfg, name in enumerate(["GR1 GU2", "GR1 GU4", "GR2 GU2", "GR4 GU2", "GR2 GU4", "GR4 GU1"]):
+    fns[f"gemv {name}"] = lambda cfg=cfg: k2.tune_gemv(x, vb[:-1], vb[-1:], out, cfg)
+ws = torch.empty((), device="cuda")
+fns["torch W.sum() (read 256 MiB)"] = lambda: torch.sum(w, out=ws)
+fns["torch x.sum() (read 32 MiB)"] = lambda: torch.sum(x, out=ws)
+bad = []
+for k, f in fns.items():
+    if k.startswith("torch"):
+        continue
+    out.fill_(float("nan"))
+    if "gemv" in k:
+        k2.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 2)  # valid v for the gemv rows
+        out.fill_(float("nan"))
+    f()
+    e = harness.rel_error(out, ref).rel_l2
+    if not e < 1e-6:
+        bad.append((k, e))
+t = harness.bench_interleaved(fns, min_reps=20, max_reps=60, budget_s=25)
+nbytes = {"fwd": 4 * (O * I + B * I), "1_c": 4 * (O * I + B * I), "gem": 4 * B * I, "1 g": 4 * B * I,
+          "torch W": 4 * O * I, "torch x": 4 * B * I}
+print("| call | median us | IQR us | GB/s (minimum bytes) |\n|---|---|---|---|")
+for k, v in t.items():
+    nb = next(n for p, n in nbytes.items() if k.startswith(p))
+    print(f"| {k} | {1e3 * v.median_ms:.1f} | {1e3 * v.iqr_ms:.1f} | {nb / (v.median_ms * 1e-3) / 1e9:,.0f} |")
+print("parity failures:", bad or "none")
+
+# DGEMM vs SGEMM at 1024x8192 @ 8192x8192 (what matmul_gelu_softmax / gemm_bn_scale_softmax run)
+wt = w.t().contiguous()
+xd, wtd = x.double(), wt.double()
+y64 = torch.addmm(b.double(), xd, wtd)
+g = {"sgemm mm(x, Wt)": lambda: torch.mm(x, wt), "dgemm mm(xd, Wtd)": lambda: torch.mm(xd, wtd),
+     "dgemm incl. x->f64 and y->f32": lambda: torch.mm(x.double(), wtd).float()}
+tg = harness.bench_interleaved(g, min_reps=10, max_reps=20, budget_s=20)
+print("| GEMM 1024x8192x8192 | median ms | TFLOP/s | relL2 of fp32-rounded y vs float64 |\n|---|---|---|---|")
+for k, v in tg.items():
+    y = (torch.mm(x, wt) + b) if "sgemm" in k else (torch.mm(xd, wtd) + b.double()).float()
+    print(f"| {k} | {v.median_ms:.3f} | {2 * B * I * O / (v.median_ms * 1e-3) / 1e12:.1f} | "
+          f"{harness.rel_error(y, y64).rel_l2:.2e} |")

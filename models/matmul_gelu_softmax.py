@@ -45,7 +45,7 @@ class ModelNew(nn.Module):
         return y
 
 
-def traffic(x, init=None):
+def traffic(x, init=None, gemm="fp64"):
     """The GEMM's FLOPs (what bounds it); bytes: x, W, b in and the output out once."""
     m, k = x.shape
     n = (init or get_init_inputs())[1]

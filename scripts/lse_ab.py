@@ -25,7 +25,7 @@ vb = torch.empty(I + 1, **f64)
 part = torch.empty(-(-I // 32) * B, **f64)
 out = torch.empty(B, 1, device="cuda")
 fns = {"1_colsum_gemv fwd": lambda: k1.colsum_gemv_forward(w, b, x, part, vb[:-1], vb[-1:], out)}
-for cfg, name in enumerate(["TC64 XU1", "TC64 XU4", "TC64 XU8", "TC32 XU8", "TC32 XU16"]):
+for cfg, name in enumerate(["TC64 XU1", "TC64 XU4", "TC64 XU8", "TC32 XU8", "TC32 XU16", "TC64 XU8 L2::256B", "TC64 XU8 L2::256B CU16", "TC32 XU8 L2::256B"]):
     fns[f"fwd {name}"] = lambda cfg=cfg: k2.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg)
 fns["1 gemv (GR1)"] = lambda: k1.gemv_bias(x, vb[:-1], vb[-1:], out)
 for cfg, name in enumerate(["GR1 GU2", "GR1 GU4", "GR2 GU2", "GR4 GU2", "GR2 GU4", "GR4 GU1"]):

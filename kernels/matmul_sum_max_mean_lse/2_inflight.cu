@@ -33,7 +33,20 @@ constexpr int TC_MIN = 32;        // smallest tile any configuration uses: the c
 constexpr int TC = 64, XU = 8;    // chosen colsum_gemv tile and x-phase unroll (scripts/lse_ab.py)
 constexpr int GR = 2, GU = 2;     // chosen gemv_rows rows per CTA and float4 per row in flight
 
-template <int TC_, int XU_>
+// W is streamed once: optionally ask for 256-byte L2 fills and no L1 allocation (HINT = 1).
+template <int HINT>
+__device__ __forceinline__ float4 load_w(const float* p) {
+  if constexpr (HINT == 1) {
+    float4 q;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(q.x), "=f"(q.y), "=f"(q.z), "=f"(q.w) : "l"(p));
+    return q;
+  } else {
+    return *reinterpret_cast<const float4*>(p);
+  }
+}
+
+template <int TC_, int XU_, int HINT = 0, int CU = 8>
 __global__ void __launch_bounds__(FT) colsum_gemv(const float* __restrict__ w, int64_t O, int64_t I,
                                                   const float* __restrict__ x, int64_t B, int64_t xs,
                                                   double* __restrict__ partial, double* __restrict__ v, bool vec) {
@@ -45,9 +58,9 @@ __global__ void __launch_bounds__(FT) colsum_gemv(const float* __restrict__ w, i
   double a0 = 0., a1 = 0., a2 = 0., a3 = 0.;
   if (vec) {
     if (c < I) {
-#pragma unroll 8
+#pragma unroll CU
       for (int64_t r = rg; r < O; r += RG) {
-        const float4 q = *reinterpret_cast<const float4*>(w + r * I + c);
+        const float4 q = load_w<HINT>(w + r * I + c);
         a0 += q.x; a1 += q.y; a2 += q.z; a3 += q.w;
       }
     }
@@ -238,12 +251,12 @@ Forward check_forward(const at::TensorBase& w, const at::TensorBase& b, const at
   return {w, b, x, partial, v, bsum, out, O, I, B, vec};
 }
 
-template <int TC_, int XU_>
+template <int TC_, int XU_, int HINT = 0, int CU = 8>
 void launch_forward(const Forward& f) {
   c10::cuda::CUDAGuard guard(f.w.device());
   const int64_t tiles = (f.I + TC_ - 1) / TC_;
   if (tiles > 0) {
-    colsum_gemv<TC_, XU_><<<(unsigned)tiles, FT, 0, kp::stream()>>>(
+    colsum_gemv<TC_, XU_, HINT, CU><<<(unsigned)tiles, FT, 0, kp::stream()>>>(
         f.w.data_ptr<float>(), f.O, f.I, f.x.data_ptr<float>(), f.B, f.x.stride(0), f.partial.data_ptr<double>(),
         f.v.data_ptr<double>(), f.vec);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -306,7 +319,10 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
     case 2: launch_forward<64, 8>(f); break;
     case 3: launch_forward<32, 8>(f); break;
     case 4: launch_forward<32, 16>(f); break;
-    default: TORCH_CHECK(false, "tune_forward: cfg 0..4, got ", kp::num(cfg));
+    case 5: launch_forward<64, 8, 1>(f); break;
+    case 6: launch_forward<64, 8, 1, 16>(f); break;
+    case 7: launch_forward<32, 8, 1>(f); break;
+    default: TORCH_CHECK(false, "tune_forward: cfg 0..7, got ", kp::num(cfg));
   }
 }
 

@@ -23,7 +23,14 @@
 //   x.size(1) == W.size(1); b 1-D of W.size(0) (or empty); float64 scratch. float4 paths need 16-byte alignment,
 //   other layouts take scalar loads.
 // Numerics: as 1_colsum_gemv: every sum in float64, one rounding to fp32 at the end (relL2 ~3e-8).
-// Measured: (filled in from the H200 A/B)
+// Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, GPU time with the L2 read-flushed (scripts/lse_ab.py, two
+//   runs agreeing within 2%): uncached 82.4 us (3,667 GB/s of the 288 MiB minimum; 1_colsum_gemv 99.3 us; torch's own
+//   W.sum() reading 256 MiB took 70.2 us = 3,823 GB/s), cached GEMV 9.5 us (3,531 GB/s; 1's 15.0 us). Through
+//   ModelNew in run.py: cached 0.011 ms (255x eager 2.757 ms), uncached 0.087 ms before the L2::256B/CU16 choice.
+//   Issue-4 targets: cached <= 15 us met; uncached <= 70 us NOT met: it needs 4.3 TB/s of reads, above what any
+//   read stream measured here (torch.sum 3.8 TB/s).
+//   A/B (us): TC64 XU1 97.2, XU4 97.2, XU8 87.1, +L2::256B 85.3, +CU16 82.4; TC32 XU8 90.2, XU16 90.4. GEMV: GR1 GU2
+//   13.7, GR1 GU4 13.9, GR2 GU2 9.5, GR4 GU2 9.7, GR2 GU4 10.2, GR4 GU1 12.3.
 #include "../common/kp.cuh"
 
 namespace {
@@ -31,6 +38,7 @@ namespace {
 constexpr int FT = 512;           // colsum_gemv threads
 constexpr int TC_MIN = 32;        // smallest tile any configuration uses: the caller sizes `partial` by it
 constexpr int TC = 64, XU = 8;    // chosen colsum_gemv tile and x-phase unroll (scripts/lse_ab.py)
+constexpr int HINT = 1, CU = 16;  // chosen W load (L2::256B fills, no L1) and W-loop unroll
 constexpr int GR = 2, GU = 2;     // chosen gemv_rows rows per CTA and float4 per row in flight
 
 // W is streamed once: optionally ask for 256-byte L2 fills and no L1 allocation (HINT = 1).
@@ -299,7 +307,7 @@ void launch_gemv(const at::TensorBase& x, const at::TensorBase& v, const at::Ten
 KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                                    const at::TensorBase& partial, const at::TensorBase& v,
                                    const at::TensorBase& bsum, const at::TensorBase& out) {
-  launch_forward<TC, XU>(check_forward(w, b, x, partial, v, bsum, out));
+  launch_forward<TC, XU, HINT, CU>(check_forward(w, b, x, partial, v, bsum, out));
 }
 
 // Cached forward: out (B, 1) := x @ v + bsum with v, bsum from an earlier colsum_gemv_forward.

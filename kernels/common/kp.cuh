@@ -45,6 +45,14 @@ inline cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream()
 // 64-bit min usable in device code (CUDA's min<> has no int64_t overload that nvcc picks reliably).
 __host__ __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// A CTA may touch a cluster peer's shared memory only once every CTA of the cluster has started (CUDA programming
+// guide, distributed shared memory); compute-sanitizer racecheck reports a peer write that could come first. Arrive
+// early, wait just before the first peer access: the split barrier is then free.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

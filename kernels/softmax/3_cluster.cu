@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = (int)cluster.block_rank();
+  kp::cluster_arrive_relaxed();  // matched by the wait before the (m, s) exchange
   const int64_t row = blockIdx.x / CL;
   const int64_t c0 = kp::imin(cols, rank * chunk);
   const int64_t n = kp::imin(cols, c0 + chunk) - c0;  // may be 0 for the last ranks of a short row
@@ -114,6 +115,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   // Publish this CTA's partial into slot [rank] of every CTA in the cluster (itself included), then one barrier:
   // after it every CTA holds all CL partials and no CTA touches another's shared memory again, so exiting is safe.
+  kp::cluster_wait();  // every CTA of the cluster has started: its shared memory may be written
   if (threadIdx.x < CL) {
     float* peer = cluster.map_shared_rank(&part[0][0], (int)threadIdx.x);
     peer[2 * rank] = m;

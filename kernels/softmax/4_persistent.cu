@@ -107,6 +107,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   uint32_t it = 0;
   for (int64_t row = first; row < rows; row += G, ++it) {
+    if (it == 0) kp::cluster_arrive_relaxed();  // matched by the wait before the first (m, s) exchange
     const float* xr = x + row * xs + c0;
     float* yr = y + row * cols + c0;
     float m = -INFINITY, s = 0.f;
@@ -129,6 +130,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
     }
     kp::block_online(m, s, scratch);
+    if (it == 0) kp::cluster_wait();  // every CTA of the cluster has started: peers' shared memory is writable
     if (threadIdx.x < CL) {
       float* peer = cluster.map_shared_rank(&part[it & 1][0][0], (int)threadIdx.x);
       peer[2 * rank] = m;

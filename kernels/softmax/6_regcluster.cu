@@ -107,6 +107,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   float4 r[V];
   uint32_t it = 0;
   for (int64_t row = first; row < rows; row += G, ++it) {
+    if (it == 0) kp::cluster_arrive_relaxed();  // matched by the wait before the first (m, s) exchange
     const float* xr = x + row * xs + c0;
     float* yr = y + row * cols + c0;
     // 1. This row's slice into registers (-inf where the slice ends).
@@ -149,6 +150,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     s = kp::block_sum(s, scratch);
     // 3. Exchange (m, s) across the cluster; one barrier per row.
+    if (it == 0) kp::cluster_wait();  // every CTA of the cluster has started: peers' shared memory is writable
     if (t < CL) {
       float* peer = cluster.map_shared_rank(&part[it & 1][0][0], t);
       peer[2 * rank] = m;

@@ -1,5 +1,5 @@
-// gemm_bn_scale_softmax / 1_cublas_fused_epilogue -- the GEMM on cuBLAS fp32 (through torch, TF32 forced off, W^T
-// cached contiguous), then BatchNorm1d (training: batch statistics + running-stat update; eval: running statistics)
+// gemm_bn_scale_softmax / 1_cublas_fused_epilogue -- the GEMM on cuBLAS (through harness.LinearGemm: DGEMM on float64
+// copies by default, SGEMM with TF32 off as an option; see matmul_gelu_softmax's header), then BatchNorm1d (training: batch statistics + running-stat update; eval: running statistics)
 // + scale + row softmax in two kernels.
 //
 // What it does:
@@ -21,8 +21,9 @@
 //   training needs B >= 2 (ModelNew raises ValueError first, as nn.BatchNorm1d does).
 // Numerics: per-thread sums over its rows, then an 8-way tree; variance from sum((y - mean)^2). relL2 vs float64
 //   ~1e-6, PyTorch fp32's own level (Chan/two-pass: 1.3e-6, one-pass sum of squares: 7.8e-6, measured.md).
-// Measured: H200, 1024x8192x8192 (training mode), 2.707 ms (eager 2.795, torch.compile 2.744 in the same run:
-//   0.969x eager), relL2 4.2e-6 (PyTorch fp32 4.2e-6), 2026-11-22 (GPU time).
+// Measured: H200, 1024x8192x8192 (training mode), run.py 2026-11-22 (GPU time): DGEMM default 2.298 ms, relL2
+//   2.2e-7; eager 2.794, torch.compile 2.738 in the same run (0.822x eager; PyTorch fp32 relL2 4.2e-6). SGEMM row
+//   ([gemm=fp32]) 2.745 ms, relL2 4.2e-6.
 #include "../common/row_epilogue.cuh"
 
 namespace {

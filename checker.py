@@ -697,7 +697,7 @@ def evaluate(problem: str, path: str | Path, *, seed: int | None = None, trials:
             raise Rejected(f"own kernel: no kernel from the candidate's own build ran (kernels seen: "
                            f"{', '.join(kernel_base_name(k) for k in rec['kernels'][:4]) or 'none'})")
         if bench:
-            if harness.problem_module(problem).BOUND == "memory":
+            if mod.BOUND == "memory":
                 rec["ceiling"], rec["unit"] = harness.copy_bandwidth(), "GB/s"
             else:
                 rec["ceiling"], rec["unit"] = max(harness.gemm_rates().values()), "TFLOP/s"

@@ -366,6 +366,11 @@ class Kernel:
             self._built = build(self.problem, self.variant)
         return getattr(self._built.ops, name)
 
+    def exports(self) -> list[str]:
+        """Names the variant's .cu exports, read from the source (nothing is built)."""
+        path = KERNELS / self.problem / f"{self.variant}.cu"
+        return [e.name for e in parse_exports(path.read_text(), str(path))]
+
     def __repr__(self) -> str:
         return f"Kernel({self.problem}/{self.variant})"
 
@@ -455,12 +460,28 @@ def mm_fp32(x: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
         return torch.mm(x, wt)
 
 
-GEMM_MODES = ("fp64", "fp32")
+GEMM_MODES = ("auto", "fp64", "fp32", "split")
+PRECISIONS = ("fp32", "tf32")
+
+
+@contextlib.contextmanager
+def tf32_matmul():
+    """TF32 on for the enclosed cuBLAS GEMMs (the opt-in reduced-precision mode), restored afterwards."""
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
 
 
 class LinearGemm:
-    """y = x @ W^T as float32 for the Linear problems, with W^T kept contiguous in a DerivedCache.
+    """y = x @ W^T as float32 for the Linear problems.
 
+    "split" (the default where the rung's .cu exports split_gemm, i.e. 2_split_wgmma): fp16 tensor cores, three
+    products of the per-row power-of-two-scaled hi/lo split (kernels/common/split_gemm.cuh). W's split is a property
+    of the weight: cached in a DerivedCache (recomputed after any in-place edit, optimizer step, load_state_dict,
+    .to(), or a replaced Parameter); x is split per call. precision="tf32" keeps one product (TF32-like error).
     "fp64": cuBLAS DGEMM on float64 copies (FP64 tensor cores on Hopper), rounded to fp32 once at the end. On the
     H200 (scripts/lse_ab.py) the 1024x8192x8192 DGEMM took 2.185 ms against 2.660 ms for the fp32 SIMT SGEMM, with
     relL2 2.5e-8 against 1.6e-6: faster and ~60x closer to the float64 reference. Costs: x converted per call
@@ -468,17 +489,46 @@ class LinearGemm:
     "fp32": cuBLAS SGEMM with TF32 off on W^T as a view: the same TN kernel, hence the same rounding, as the
     reference's F.linear. (A cached contiguous W^T made cuBLAS pick its NN kernel, 2% faster at the bench shape but
     rounding differently: on a small large-magnitude case its worst softmax row was 5.2x PyTorch's own error.)
+    With precision="tf32" the cuBLAS modes run with TF32 on (what PyTorch's TF32 mode does).
+    "auto": "split" if the kernel exports split_gemm, else "fp64".
     """
 
-    def __init__(self, mode: str = "fp64"):
+    def __init__(self, mode: str = "auto", kernel: "Kernel | None" = None, precision: str = "fp32"):
         if mode not in GEMM_MODES:
             raise UsageError(f"gemm must be one of {', '.join(GEMM_MODES)}, got {mode!r}")
-        self.mode = mode
-        self.wt = DerivedCache(lambda w: w.t().contiguous().double()) if mode == "fp64" else None
+        if precision not in PRECISIONS:
+            raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        has_split = kernel is not None and "split_gemm" in kernel.exports()
+        if mode == "auto":  # the rung's own GEMM; cuBLAS: DGEMM at fp32 accuracy, TF32 in the tf32 mode
+            mode = "split" if has_split else ("fp32" if precision == "tf32" else "fp64")
+        if mode == "split" and not has_split:
+            raise UsageError(f"gemm='split' needs a rung that exports split_gemm; {kernel!r} does not")
+        self.mode, self.precision, self.k = mode, precision, kernel
+        if mode == "fp64":
+            self.wt = DerivedCache(lambda w: w.t().contiguous().double())
+        elif mode == "split":
+            self.wsplit = DerivedCache(self._split)
+
+    def _split(self, t: torch.Tensor):
+        r, k = t.shape
+        kp = (k + 7) // 8 * 8
+        hi = torch.empty(r, kp, dtype=torch.float16, device=t.device)
+        lo = torch.empty_like(hi)
+        inv = torch.empty(r, dtype=torch.float32, device=t.device)
+        flag = torch.empty(r, dtype=torch.uint8, device=t.device)
+        self.k.split_rows(t, hi, lo, inv, flag)
+        return hi, lo, inv, flag
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self.mode == "split":
+            y = torch.empty(x.size(0), w.size(0), dtype=torch.float32, device=x.device)
+            self.k.split_gemm(*self._split(x), *self.wsplit(w), x, w, y, 3 if self.precision == "fp32" else 1)
+            return y
         if self.mode == "fp64":
             return torch.mm(x.double(), self.wt(w)).float()
+        if self.precision == "tf32":
+            with tf32_matmul():
+                return torch.mm(x, w.t())
         return mm_fp32(x, w.t())
 
 
@@ -752,7 +802,9 @@ def row_specs(mod, variant_list: list[str]) -> list[tuple[str, str, dict]]:
     of the problem's ROW_OPTIONS (e.g. matmul_sum_max_mean_lse's cache=False)."""
     out = [(v, v, {}) for v in variant_list]
     for tag, opts in getattr(mod, "ROW_OPTIONS", {}).items():
-        out += [(f"{v}[{tag}]", v, dict(opts)) for v in variant_list]
+        opts = dict(opts)
+        only = opts.pop("variants", None)  # an option that applies to some rungs only (e.g. a cuBLAS mode)
+        out += [(f"{v}[{tag}]", v, dict(opts)) for v in variant_list if only is None or v in only]
     return out
 
 

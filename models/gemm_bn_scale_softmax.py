@@ -5,9 +5,10 @@ import torch.nn as nn
 from harness import Kernel, LinearGemm, check_input
 
 BOUND = "compute"
-DEFAULT_VARIANT = "1_cublas_fused_epilogue"
-# Extra rows of the run.py table: the GEMM in fp32 (SGEMM) instead of the default fp64 DGEMM (harness.LinearGemm).
-ROW_OPTIONS = {"gemm=fp32": {"gemm": "fp32"}}
+DEFAULT_VARIANT = "2_split_wgmma"
+PRECISIONS = ("fp32", "tf32")  # run.py --precision tf32: the opt-in reduced-precision mode
+# Extra rows of the run.py table: rung 1 with cuBLAS SGEMM instead of its DGEMM (harness.LinearGemm).
+ROW_OPTIONS = {"gemm=fp32": {"gemm": "fp32", "variants": ("1_cublas_fused_epilogue",)}}
 
 
 class Model(nn.Module):
@@ -36,13 +37,14 @@ def get_init_inputs():
 
 class ModelNew(nn.Module):
     def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,),
-                 variant: str = DEFAULT_VARIANT, gemm: str = "fp64"):
+                 variant: str = DEFAULT_VARIANT, gemm: str = "auto",
+                 precision: str = "fp32"):
         super().__init__()
         self.gemm = nn.Linear(in_features, out_features)  # same modules, same init order, same state_dict keys
         self.bn = nn.BatchNorm1d(out_features, eps=bn_eps, momentum=bn_momentum)
         self.scale = nn.Parameter(torch.ones(scale_shape))
         self.k = Kernel("gemm_bn_scale_softmax", variant)
-        self.gemm_fn = LinearGemm(gemm)
+        self.gemm_fn = LinearGemm(gemm, self.k, precision)
 
     def forward(self, x):
         check_input(x, "x", self.gemm.in_features)
@@ -65,7 +67,7 @@ class ModelNew(nn.Module):
         return y
 
 
-def traffic(x, init=None, gemm="fp64"):
+def traffic(x, init=None, **opts):
     """The GEMM's FLOPs (what bounds it); bytes: x, W, the BN/scale vectors in and the output out once."""
     m, k = x.shape
     n = (init or get_init_inputs())[1]

@@ -5,9 +5,10 @@ import torch.nn as nn
 from harness import Kernel, LinearGemm, check_input
 
 BOUND = "compute"
-DEFAULT_VARIANT = "1_cublas_fused_epilogue"
-# Extra rows of the run.py table: the GEMM in fp32 (SGEMM) instead of the default fp64 DGEMM (harness.LinearGemm).
-ROW_OPTIONS = {"gemm=fp32": {"gemm": "fp32"}}
+DEFAULT_VARIANT = "2_split_wgmma"
+PRECISIONS = ("fp32", "tf32")  # run.py --precision tf32: the opt-in reduced-precision mode
+# Extra rows of the run.py table: rung 1 with cuBLAS SGEMM instead of its DGEMM (harness.LinearGemm).
+ROW_OPTIONS = {"gemm=fp32": {"gemm": "fp32", "variants": ("1_cublas_fused_epilogue",)}}
 
 
 class Model(nn.Module):
@@ -31,11 +32,12 @@ def get_init_inputs():
 
 
 class ModelNew(nn.Module):
-    def __init__(self, in_features, out_features, variant: str = DEFAULT_VARIANT, gemm: str = "fp64"):
+    def __init__(self, in_features, out_features, variant: str = DEFAULT_VARIANT, gemm: str = "auto",
+                 precision: str = "fp32"):
         super().__init__()
         self.linear = nn.Linear(in_features, out_features)  # same parameters, same init order, same state_dict
         self.k = Kernel("matmul_gelu_softmax", variant)
-        self.gemm = LinearGemm(gemm)
+        self.gemm = LinearGemm(gemm, self.k, precision)
 
     def forward(self, x):
         check_input(x, "x", self.linear.in_features)
@@ -45,7 +47,7 @@ class ModelNew(nn.Module):
         return y
 
 
-def traffic(x, init=None, gemm="fp64"):
+def traffic(x, init=None, **opts):
     """The GEMM's FLOPs (what bounds it); bytes: x, W, b in and the output out once."""
     m, k = x.shape
     n = (init or get_init_inputs())[1]

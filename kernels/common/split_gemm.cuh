@@ -1,0 +1,411 @@
+// split_gemm.cuh -- y = x @ W^T in fp32 accuracy on Hopper's fp16 tensor cores: split precision with per-row
+// power-of-two scaling and fp32 promotion. Used by the `2_split_wgmma` rungs of matmul_gelu_softmax and
+// gemm_bn_scale_softmax (their .cu files export thin wrappers; the epilogues stay those of rung 1).
+//
+// Why fp16 and not TF32: a 3-term split needs 11+11 significant bits per operand. TF32 and fp16 both carry 11 (10
+//   stored + 1), but fp16 runs at twice TF32's tensor-core rate (989 vs 495 dense TFLOP/s on H100/H200) and moves half
+//   the bytes. fp16's narrow exponent is what the per-row scale is for: row r of x (and of W) is multiplied by
+//   s_r = 2^(14 - floor(log2 max|row|)), so its largest element lands in [2^14, 2^15) (fp16 max 65504). Then
+//   hi = fp16(v s), lo = fp16(v s - hi): |v s - hi - lo| <= 2^-24 |v s| for every element >= 2^-17 of its row's max,
+//   and an absolute 2^-25 (fp16's subnormal half-step) below that, i.e. <= 2^-39 of the row max. Powers of two make
+//   the scaling and the unscaling (y *= 1/(s_m s_n) in the epilogue) exact.
+// Products: x_hi W_hi + x_hi W_lo + x_lo W_hi (x_lo W_lo ~ 2^-22 relative, dropped). Each 11x11-bit product is exact
+//   in the fp32 accumulator. The tensor core's accumulator truncates (measured.md: 1.9e-5 over K=8192 even with exact
+//   inputs), so each 64-wide k-block's partial (12 wgmma k16 steps) is added into a separate fp32 register
+//   accumulator ("promotion"); only 12 truncating adds ever touch a value before it is promoted.
+// Opt-in reduced precision (NPROD = 1): x_hi W_hi only, ~TF32's 11 bits (relL2 ~ PyTorch TF32's).
+//
+// Kernel (split_gemm_kernel): C = A B^T, A = x split [M, Kp] fp16 x2, B = W split [N, Kp] fp16 x2, both K-major,
+//   Kp = K rounded up to 8 (TMA strides are 16-byte multiples; the pad is zero).
+//   CTA tile 128 x 128, k-block 64 (one 128-byte swizzled row per operand row), 384 threads:
+//     warpgroup 0 = producer (one thread issues the TMA loads of a stage: A_hi, A_lo, B_hi, B_lo = 64 KiB),
+//     warpgroups 1, 2 = consumers, each owns 64 rows x 128 cols: 64 fp32 tensor-core accumulator registers + 64
+//     promoted fp32 registers per thread.
+//   NSTAGE-deep ring of stages with full/empty mbarriers (TMA complete_tx fills "full"; the 8 consumer warps arrive
+//   on "empty" once their wgmmas for the stage have completed).
+//   Grid: one CTA per output tile, m-block fastest, so the 8 CTAs that share a W tile (M = 1024) run together and
+//   W (2 x 128 MiB of fp16) is read from DRAM about once while x's split (32 MiB) stays in L2.
+// Bytes: per CTA k-block 64 KiB of shared-memory fills for 3 x 128x128x64 FMAs (48 FMA/B); at the 1024x8192x8192
+//   bench shape 8 x 64 tiles x 128 k-blocks x 64 KiB = 4.3 GB of L2->SM traffic, DRAM ~0.3 GB.
+// Bound: tensor-core (3 fp16 GEMMs = 412 GFLOP) and L2 bandwidth (at 1 ms: 4.3 TB/s).
+// Fallback: rows of x or of W that hold a NaN/Inf, or whose max is below 2^-100 (the scale would overflow), are
+//   flagged by the split; split_gemm_fallback recomputes every output in a flagged row/column as a float64 dot
+//   product of the original fp32 values (IEEE NaN/Inf propagation as in the reference), after the GEMM. It costs one
+//   tiny launch (every CTA finds no flag and returns) when nothing is flagged.
+#pragma once
+#include <cuda.h>
+#include <cuda_fp16.h>
+
+#include "kp.cuh"
+
+namespace kp {
+namespace sg {
+
+constexpr int BM = 128, BN = 128, BK = 64;
+constexpr int THREADS = 384;
+constexpr int TILE_BYTES_A = BM * BK * 2, TILE_BYTES_B = BN * BK * 2;
+
+template <int NPROD>
+struct Cfg {
+  static constexpr int OPS = NPROD == 3 ? 2 : 1;  // hi (+ lo) per operand
+  static constexpr int STAGE_BYTES = OPS * (TILE_BYTES_A + TILE_BYTES_B);
+  static constexpr int NSTAGE = NPROD == 3 ? 3 : 6;  // 192 KiB of ring either way
+  static constexpr int SMEM = NSTAGE * STAGE_BYTES + 1024 /* alignment slack */ + 256 /* barriers */;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred P1;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@!P1 bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t c0, int32_t c1,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// wgmma shared-memory descriptor of a K-major tile written by TMA with 128-byte swizzle: rows of 128 bytes, 8-row
+// core-matrix groups 1024 bytes apart (stride byte offset), swizzle mode 1 (128B). Advancing along K inside the
+// 128-byte row is a plain +32 bytes per k16 step (the hardware applies the swizzle to the computed address).
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+#define KP_WGMMA_M64N128K16_F16(d, da, db, scale_d) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " \
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, " \
+      "%64, %65, p, 1, 1, 0, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+      : "l"(da), "l"(db), "r"(static_cast<uint32_t>(scale_d)))
+
+template <int NPROD>
+__global__ void __launch_bounds__(THREADS, 1)
+    split_gemm_kernel(const __grid_constant__ CUtensorMap ta_hi, const __grid_constant__ CUtensorMap ta_lo,
+                      const __grid_constant__ CUtensorMap tb_hi, const __grid_constant__ CUtensorMap tb_lo,
+                      const float* __restrict__ inv_sa, const float* __restrict__ inv_sb, float* __restrict__ y,
+                      int M, int N, int Kp) {
+  using C = Cfg<NPROD>;
+  extern __shared__ uint8_t smem_raw[];
+  // TMA 128B-swizzled tiles must start on 1024-byte boundaries (the swizzle pattern repeats every 8 rows).
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t ring = smem_u32(smem);
+  const uint32_t bars = ring + C::NSTAGE * C::STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] at bars + 8 (NSTAGE + s)
+  auto full = [&](int s) { return bars + 8u * s; };
+  auto empty = [&](int s) { return bars + 8u * (C::NSTAGE + s); };
+  // Stage layout: A_hi | B_hi | A_lo | B_lo (the lo tiles only for NPROD = 3).
+  auto a_hi = [&](int s) { return ring + s * C::STAGE_BYTES; };
+  auto b_hi = [&](int s) { return ring + s * C::STAGE_BYTES + TILE_BYTES_A; };
+  auto a_lo = [&](int s) { return ring + s * C::STAGE_BYTES + TILE_BYTES_A + TILE_BYTES_B; };
+  auto b_lo = [&](int s) { return ring + s * C::STAGE_BYTES + 2 * TILE_BYTES_A + TILE_BYTES_B; };
+
+  const int mblocks = (M + BM - 1) / BM;
+  const int m0 = (blockIdx.x % mblocks) * BM, n0 = (blockIdx.x / mblocks) * BN;
+  const int nk = (Kp + BK - 1) / BK;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::NSTAGE; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), 8);  // the 8 consumer warps
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    if (threadIdx.x == 0) {
+      for (int kb = 0; kb < nk; ++kb) {
+        const int s = kb % C::NSTAGE;
+        // A fresh barrier is in phase 0; waiting for parity 1 ("the phase before") returns at once: the first
+        // NSTAGE fills do not wait for consumers.
+        mbar_wait(empty(s), ((kb / C::NSTAGE) & 1) ^ 1);
+        mbar_expect_tx(full(s), C::STAGE_BYTES);
+        tma_load_2d(a_hi(s), &ta_hi, kb * BK, m0, full(s));
+        tma_load_2d(b_hi(s), &tb_hi, kb * BK, n0, full(s));
+        if (NPROD == 3) {
+          tma_load_2d(a_lo(s), &ta_lo, kb * BK, m0, full(s));
+          tma_load_2d(b_lo(s), &tb_lo, kb * BK, n0, full(s));
+        }
+      }
+    }
+    return;
+  }
+
+  const int c = wg - 1;  // consumer 0: tile rows 0..63, consumer 1: rows 64..127
+  const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+  float acc[64], tot[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) tot[i] = 0.f;
+
+  for (int kb = 0; kb < nk; ++kb) {
+    const int s = kb % C::NSTAGE;
+    mbar_wait(full(s), (kb / C::NSTAGE) & 1);
+    const uint32_t ah = a_hi(s) + c * 64 * 128, bh = b_hi(s);
+    wgmma_fence();
+    if (NPROD == 3) {
+      // The two small correction products first: the truncating accumulator is then small while they are added.
+      const uint32_t al = a_lo(s) + c * 64 * 128, bl = b_lo(s);
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        KP_WGMMA_M64N128K16_F16(acc, desc_sw128(ah + 32 * kk), desc_sw128(bl + 32 * kk), kk);
+        KP_WGMMA_M64N128K16_F16(acc, desc_sw128(al + 32 * kk), desc_sw128(bh + 32 * kk), 1);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)
+      KP_WGMMA_M64N128K16_F16(acc, desc_sw128(ah + 32 * kk), desc_sw128(bh + 32 * kk), (NPROD == 3 || kk > 0));
+    wgmma_commit();
+    wgmma_wait0();
+    if (lane == 0) mbar_arrive(empty(s));
+#pragma unroll
+    for (int i = 0; i < 64; ++i) tot[i] += acc[i];
+  }
+
+  // Accumulator fragment of m64nNk16: register 4j + {0,1} holds row warp*16 + lane/4, columns 8j + 2(lane%4) + {0,1};
+  // 4j + {2,3} the same columns 8 rows further down.
+  const int r0 = m0 + c * 64 + warp * 16 + lane / 4;
+  const bool vec = (N % 2) == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    if (r >= M) continue;
+    const float sa = inv_sa[r];
+    float* yr = y + static_cast<int64_t>(r) * N;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int col = n0 + 8 * j + 2 * (lane % 4);
+      const float v0 = tot[4 * j + 2 * h] * sa, v1 = tot[4 * j + 2 * h + 1] * sa;
+      if (vec && col + 1 < N) {
+        *reinterpret_cast<float2*>(yr + col) = make_float2(v0 * inv_sb[col], v1 * inv_sb[col + 1]);
+      } else {
+        if (col < N) yr[col] = v0 * inv_sb[col];
+        if (col + 1 < N) yr[col + 1] = v1 * inv_sb[col + 1];
+      }
+    }
+  }
+}
+
+// One CTA per row (grid-stride): max |v| over the finite elements, then hi/lo fp16 of v * 2^(14 - floor(log2 max)).
+// Flags rows the GEMM must not be trusted with (NaN/Inf, or a max so small the scale would overflow): their hi/lo
+// are zeroed and split_gemm_fallback recomputes their outputs.
+__global__ void __launch_bounds__(256) split_rows_kernel(const float* __restrict__ x, int64_t s0, int64_t s1,
+                                                         int64_t R, int64_t K, int64_t Kp, __half* __restrict__ hi,
+                                                         __half* __restrict__ lo, float* __restrict__ inv_scale,
+                                                         uint8_t* __restrict__ flag) {
+  __shared__ float scratch[64];
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    const float* xr = x + r * s0;
+    float mx = 0.f;
+    int bad = 0;
+    for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+      const float v = fabsf(xr[k * s1]);
+      if (v <= 3.402823466e38f) mx = fmaxf(mx, v);  // finite
+      else bad = 1;                                  // NaN or Inf
+    }
+    bad = __syncthreads_or(bad);
+    mx = block_max(mx, scratch);
+    const int e = mx > 0.f ? ilogbf(mx) : 0;
+    bad |= (mx > 0.f && e < -100);
+    const float s = bad ? 0.f : ldexpf(1.f, 14 - e);
+    if (threadIdx.x == 0) {
+      inv_scale[r] = bad ? 0.f : ldexpf(1.f, e - 14);
+      flag[r] = static_cast<uint8_t>(bad);
+    }
+    // 8 consecutive k per thread: one 16-byte store each for hi and lo (Kp % 8 == 0).
+    __half* hr = hi + r * Kp;
+    __half* lr = lo + r * Kp;
+    for (int64_t k0 = 8 * static_cast<int64_t>(threadIdx.x); k0 < Kp; k0 += 8 * blockDim.x) {
+      __align__(16) __half h8[8], l8[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int64_t k = k0 + i;
+        const float v = k < K ? xr[k * s1] * s : 0.f;
+        const __half h = __float2half_rn(v);
+        h8[i] = h;
+        l8[i] = __float2half_rn(v - __half2float(h));
+      }
+      *reinterpret_cast<uint4*>(hr + k0) = *reinterpret_cast<const uint4*>(h8);
+      *reinterpret_cast<uint4*>(lr + k0) = *reinterpret_cast<const uint4*>(l8);
+    }
+  }
+}
+
+// Outputs of flagged rows of x / rows of W (output columns), as float64 dot products of the original values.
+__global__ void __launch_bounds__(256) split_gemm_fallback(const float* __restrict__ x, int64_t xs0, int64_t xs1,
+                                                           const float* __restrict__ w, int64_t ws0, int64_t ws1,
+                                                           const uint8_t* __restrict__ fa,
+                                                           const uint8_t* __restrict__ fb, float* __restrict__ y,
+                                                           int64_t M, int64_t N, int64_t K) {
+  int any = 0;
+  for (int64_t i = threadIdx.x; i < M + N; i += blockDim.x) any |= (i < M ? fa[i] : fb[i - M]);
+  if (!__syncthreads_or(any)) return;
+  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  auto dot = [&](int64_t m, int64_t n) {
+    double acc = 0.0;
+    for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(x[m * xs0 + k * xs1]) * w[n * ws0 + k * ws1];
+    y[m * N + n] = static_cast<float>(acc);
+  };
+  for (int64_t m = 0; m < M; ++m)
+    if (fa[m])
+      for (int64_t n = tid; n < N; n += nthreads) dot(m, n);
+  for (int64_t n = 0; n < N; ++n)
+    if (fb[n])
+      for (int64_t m = tid; m < M; m += nthreads)
+        if (!fa[m]) dot(m, n);
+}
+
+
+// ---- host side ----
+
+inline void check_split(const at::TensorBase& src, const at::TensorBase& hi, const at::TensorBase& lo,
+                        const at::TensorBase& inv, const at::TensorBase& flag, const char* what) {
+  check_f32_cuda(src, what);
+  TORCH_CHECK(src.dim() == 2, what, " must be 2-D");
+  const int64_t R = src.size(0), K = src.size(1), Kp = (K + 7) / 8 * 8;
+  for (const at::TensorBase* t : {&hi, &lo}) {
+    check_same_device(src, *t, what);
+    TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 2 && t->size(0) == R && t->size(1) == Kp &&
+                    t->is_contiguous(),
+                what, ": hi/lo must be contiguous float16 [", num(R), ", ", num(Kp), "] (K rounded up to 8)");
+  }
+  check_same_device(src, inv, what);
+  check_same_device(src, flag, what);
+  TORCH_CHECK(inv.scalar_type() == at::kFloat && inv.dim() == 1 && inv.size(0) == R && inv.is_contiguous(), what,
+              ": inv_scale must be a contiguous float32 [", num(R), "]");
+  TORCH_CHECK(flag.scalar_type() == at::kByte && flag.dim() == 1 && flag.size(0) == R && flag.is_contiguous(), what,
+              ": flag must be a contiguous uint8 [", num(R), "]");
+}
+
+// hi/lo/inv_scale/flag of a 2-D float32 tensor (any strides) -- the split of x per call, of W once per weight.
+inline void split_rows(const at::TensorBase& src, const at::TensorBase& hi, const at::TensorBase& lo,
+                       const at::TensorBase& inv, const at::TensorBase& flag) {
+  check_split(src, hi, lo, inv, flag, "split_rows");
+  const int64_t R = src.size(0), K = src.size(1);
+  if (R == 0) return;
+  c10::cuda::CUDAGuard guard(src.device());
+  const int blocks = static_cast<int>(imin(R, 65535));
+  split_rows_kernel<<<blocks, 256, 0, stream()>>>(src.data_ptr<float>(), src.stride(0), src.stride(1), R, K,
+                                                   hi.size(1), reinterpret_cast<__half*>(hi.data_ptr()),
+                                                   reinterpret_cast<__half*>(lo.data_ptr()), inv.data_ptr<float>(),
+                                                   flag.data_ptr<uint8_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point: no -lcuda at link time.
+inline CUtensorMap encode_map(const at::TensorBase& t, int box_rows) {
+  using Fn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                          const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                          CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static Fn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    C10_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    TORCH_CHECK(p != nullptr && q == cudaDriverEntryPointSuccess, "cuTensorMapEncodeTiled is not available");
+    return reinterpret_cast<Fn>(p);
+  }();
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(t.size(1)), static_cast<cuuint64_t>(t.size(0))};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(t.size(1)) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(BK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = fn(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, t.data_ptr(), dims, strides, box, estr,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (", num(static_cast<long long>(r)), ")");
+  return map;
+}
+
+template <int NPROD>
+void launch_split_gemm(const CUtensorMap& ah, const CUtensorMap& al, const CUtensorMap& bh, const CUtensorMap& bl,
+                       const float* ia, const float* ib, float* y, int M, int N, int Kp) {
+  using C = Cfg<NPROD>;
+  static bool attr = [] {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(split_gemm_kernel<NPROD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        C::SMEM));
+    return true;
+  }();
+  (void)attr;
+  const int grid = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+  split_gemm_kernel<NPROD><<<grid, THREADS, C::SMEM, stream()>>>(ah, al, bh, bl, ia, ib, y, M, N, Kp);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// y[M, N] = x[M, K] @ w[N, K]^T from the splits of x (a_*) and w (b_*); nprod 3 = fp32 accuracy, 1 = TF32-like.
+// x and w are the original fp32 tensors, read only for flagged rows/columns.
+inline void split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, const at::TensorBase& inv_a,
+                       const at::TensorBase& flag_a, const at::TensorBase& b_hi, const at::TensorBase& b_lo,
+                       const at::TensorBase& inv_b, const at::TensorBase& flag_b, const at::TensorBase& x,
+                       const at::TensorBase& w, const at::TensorBase& y, int64_t nprod) {
+  TORCH_CHECK(nprod == 1 || nprod == 3, "split_gemm: nprod must be 1 or 3, got ", num(nprod));
+  check_split(x, a_hi, a_lo, inv_a, flag_a, "split_gemm (x)");
+  check_split(w, b_hi, b_lo, inv_b, flag_b, "split_gemm (w)");
+  check_f32_cuda(y, "y");
+  check_same_device(x, w, "split_gemm");
+  check_same_device(x, y, "split_gemm");
+  const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
+  TORCH_CHECK(w.size(1) == K, "split_gemm: x has ", num(K), " features, w ", num(w.size(1)));
+  TORCH_CHECK(y.dim() == 2 && y.size(0) == M && y.size(1) == N && y.is_contiguous(),
+              "split_gemm: y must be a contiguous float32 [", num(M), ", ", num(N), "]");
+  TORCH_CHECK(M < (1ll << 31) && N < (1ll << 31), "split_gemm: M and N must be < 2^31");
+  if (M == 0 || N == 0) return;
+  c10::cuda::CUDAGuard guard(x.device());
+  const int Kp = static_cast<int>(a_hi.size(1));
+  const CUtensorMap ah = encode_map(a_hi, BM), al = encode_map(a_lo, BM);
+  const CUtensorMap bh = encode_map(b_hi, BN), bl = encode_map(b_lo, BN);
+  if (nprod == 3)
+    launch_split_gemm<3>(ah, al, bh, bl, inv_a.data_ptr<float>(), inv_b.data_ptr<float>(), y.data_ptr<float>(),
+                         static_cast<int>(M), static_cast<int>(N), Kp);
+  else
+    launch_split_gemm<1>(ah, al, bh, bl, inv_a.data_ptr<float>(), inv_b.data_ptr<float>(), y.data_ptr<float>(),
+                         static_cast<int>(M), static_cast<int>(N), Kp);
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, x.get_device()));
+  split_gemm_fallback<<<2 * sms, 256, 0, stream()>>>(x.data_ptr<float>(), x.stride(0), x.stride(1),
+                                                     w.data_ptr<float>(), w.stride(0), w.stride(1),
+                                                     flag_a.data_ptr<uint8_t>(), flag_b.data_ptr<uint8_t>(),
+                                                     y.data_ptr<float>(), M, N, K);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace sg
+}  // namespace kp

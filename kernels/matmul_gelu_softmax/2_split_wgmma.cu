@@ -1,0 +1,33 @@
+// matmul_gelu_softmax / 2_split_wgmma -- the GEMM on Hopper tensor cores at fp32 accuracy (split precision, fp16 x 3 with
+// per-row power-of-two scaling and fp32 promotion: ../common/split_gemm.cuh), then bias + exact GELU + row softmax (epilogue.cuh, rung 1's kernel, in place over y).
+//
+// What changed from 1_cublas_fused_epilogue: the GEMM (97% of the time) leaves cuBLAS. cuBLAS has no fp32-accurate
+//   tensor-core GEMM on Hopper; its fp32 SGEMM runs on SIMT FMA units (~51 TFLOP/s), its DGEMM on FP64 tensor cores
+//   (~63 TFLOP/s, rung 1's default). Three fp16 tensor-core products of the split operands carry 22 significant bits
+//   per operand, and promotion every 64 k keeps the truncating tensor-core accumulator out of the error.
+// Calls per forward (ModelNew through harness.LinearGemm("split")): split_rows(x) [32 MiB in, 32 MiB out], the split
+//   of W (cached per weight version, like matmul_sum_max_mean_lse's column sum), split_gemm (+ its fallback launch
+//   that returns at once unless a row/column was flagged), then the epilogue.
+// Ownership / launch / bytes / preconditions / numerics of the GEMM: see split_gemm.cuh. Preconditions (checked):
+//   x, W 2-D float32 CUDA on one device (any strides); the split buffers float16 [R, K rounded up to 8]
+//   contiguous; y contiguous float32 [M, N].
+// Opt-in precision="tf32" (nprod = 1): x_hi W_hi only, TF32-like error, judged against PyTorch with TF32 on.
+// Measured: (pending the H200 run)
+#include "epilogue.cuh"
+#include "../common/split_gemm.cuh"
+
+KP_EXPORT void split_rows(const at::TensorBase& src, const at::TensorBase& hi, const at::TensorBase& lo,
+                          const at::TensorBase& inv_scale, const at::TensorBase& flag) {
+  kp::sg::split_rows(src, hi, lo, inv_scale, flag);
+}
+
+KP_EXPORT void split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, const at::TensorBase& inv_a,
+                          const at::TensorBase& flag_a, const at::TensorBase& b_hi, const at::TensorBase& b_lo,
+                          const at::TensorBase& inv_b, const at::TensorBase& flag_b, const at::TensorBase& x,
+                          const at::TensorBase& w, const at::TensorBase& y, int64_t nprod) {
+  kp::sg::split_gemm(a_hi, a_lo, inv_a, flag_a, b_hi, b_lo, inv_b, flag_b, x, w, y, nprod);
+}
+
+KP_EXPORT void bias_gelu_softmax(const at::TensorBase& y, const at::TensorBase& bias, const at::TensorBase& out) {
+  ep::bias_gelu_softmax(y, bias, out);
+}

@@ -47,7 +47,7 @@ import torch
 import harness
 from harness import UsageError, clone_layout, rel_error, budget_from
 
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = harness.PRECISIONS
 MIN_TRIALS = 3
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
 

@@ -460,7 +460,7 @@ def mm_fp32(x: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
         return torch.mm(x, wt)
 
 
-GEMM_MODES = ("auto", "fp64", "fp32", "split")
+GEMM_MODES = ("auto", "fp64", "fp32", "split", "triton")
 PRECISIONS = ("fp32", "tf32")
 
 
@@ -490,6 +490,7 @@ class LinearGemm:
     reference's F.linear. (A cached contiguous W^T made cuBLAS pick its NN kernel, 2% faster at the bench shape but
     rounding differently: on a small large-magnitude case its worst softmax row was 5.2x PyTorch's own error.)
     With precision="tf32" the cuBLAS modes run with TF32 on (what PyTorch's TF32 mode does).
+    "triton": the peer (peers/triton_gemm.py), tl.dot tf32x3 with per-k-block promotion; "tf32" in the tf32 mode.
     "auto": "split" if the kernel exports split_gemm, else "fp64".
     """
 
@@ -513,7 +514,7 @@ class LinearGemm:
         r, k = t.shape
         kp = (k + 7) // 8 * 8
         hi = torch.empty(r, kp, dtype=torch.float16, device=t.device)
-        lo = torch.empty_like(hi)
+        lo = torch.empty_like(hi) if self.precision == "fp32" else hi.new_empty(0)  # tf32 mode: hi only
         inv = torch.empty(r, dtype=torch.float32, device=t.device)
         flag = torch.empty(r, dtype=torch.uint8, device=t.device)
         self.k.split_rows(t, hi, lo, inv, flag)
@@ -526,6 +527,9 @@ class LinearGemm:
             return y
         if self.mode == "fp64":
             return torch.mm(x.double(), self.wt(w)).float()
+        if self.mode == "triton":
+            from peers import triton_gemm
+            return triton_gemm.linear(x, w, self.precision)
         if self.precision == "tf32":
             with tf32_matmul():
                 return torch.mm(x, w.t())
@@ -734,11 +738,15 @@ def seeded_models(mod, variant: str, init, seed: int, device="cuda", opts: dict 
     return ref, new
 
 
-def parity(mod, variant: str, inputs: list, init=None, seed: int = 0, opts: dict | None = None) -> dict:
+def parity(mod, variant: str, inputs: list, init=None, seed: int = 0, opts: dict | None = None,
+           precision: str = "fp32") -> dict:
     """Relative L2 error of ModelNew(variant, **opts) and of PyTorch's own fp32 Model against the float64 Model on
-    the same inputs; the candidate passes if within budget_from(PyTorch's error)."""
+    the same inputs; the candidate passes if within budget_from(PyTorch's error). precision="tf32": ModelNew gets
+    precision="tf32" and the budget comes from PyTorch with TF32 on (the opt-in mode's own reference)."""
     import copy
     init = mod.get_init_inputs() if init is None else init
+    if precision != "fp32":
+        opts = {**(opts or {}), "precision": precision}
     ref, new = seeded_models(mod, variant, init, seed, opts=opts)
     ref64 = copy.deepcopy(ref).double()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -746,7 +754,8 @@ def parity(mod, variant: str, inputs: list, init=None, seed: int = 0, opts: dict
     with torch.no_grad():
         out = new(*[clone_layout(x) for x in inputs])
         torch.cuda.synchronize()
-        r32 = ref(*[clone_layout(x) for x in inputs])
+        with (tf32_matmul() if precision == "tf32" else contextlib.nullcontext()):
+            r32 = ref(*[clone_layout(x) for x in inputs])
         r64 = ref64(*[clone_layout(x).double() if isinstance(x, torch.Tensor) else x for x in inputs])
     if not (type(out) is torch.Tensor and out.shape == r32.shape and out.dtype == r32.dtype
             and out.device == r32.device):
@@ -785,16 +794,30 @@ def gemm_fp32_rate(n: int = 8192) -> float:
     return gemm_rates(n)["SGEMM"]
 
 
-def gemm_rates(n: int = 8192) -> dict[str, float]:
-    """FLOP/s of the two fp32-accurate cuBLAS GEMMs on n^3, measured now: SGEMM (TF32 off) and DGEMM (float64;
-    on Hopper its FP64 tensor cores beat the SIMT SGEMM). The compute ceiling for '% of ceiling' is the faster one:
-    a row above 100% would mean a GEMM faster than either library path at fp32 accuracy."""
-    torch.backends.cuda.matmul.allow_tf32 = False
+def gemm_rates(n: int = 8192, precision: str = "fp32") -> dict[str, float]:
+    """FLOP/s on n^3, measured now, of what bounds a GEMM at the given precision; the compute ceiling for
+    '% of ceiling' is the fastest of them.
+    fp32: cuBLAS SGEMM (TF32 off), DGEMM (float64; on Hopper its FP64 tensor cores beat the SIMT SGEMM), and
+      cuBLAS HGEMM (fp16 tensor cores, fp32 accumulate) / 3: a split-precision GEMM does three fp16 products per
+      fp32-accurate one, so HGEMM/3 is its tensor-core roofline at the library's efficiency.
+    tf32: cuBLAS with TF32 on, and HGEMM (one fp16 product per output: the tf32 mode's split)."""
     a = torch.rand(n, n, device="cuda")
     b = torch.rand(n, n, device="cuda")
-    ad, bd = a.double(), b.double()
-    t = bench_interleaved({"SGEMM": lambda: a @ b, "DGEMM": lambda: ad @ bd}, min_reps=5, max_reps=15, budget_s=8)
-    return {k: 2 * n ** 3 / (v.median_ms * 1e-3) for k, v in t.items()}
+    ah, bh = a.half(), b.half()
+    fns = {"HGEMM": lambda: ah @ bh}
+    if precision == "tf32":
+        def tf32():
+            with tf32_matmul():
+                return a @ b
+        fns["TF32"] = tf32
+    else:
+        ad, bd = a.double(), b.double()
+        fns.update({"SGEMM": lambda: mm_fp32(a, b), "DGEMM": lambda: ad @ bd})
+    t = bench_interleaved(fns, min_reps=5, max_reps=15, budget_s=8)
+    rates = {k: 2 * n ** 3 / (v.median_ms * 1e-3) for k, v in t.items()}
+    if precision != "tf32":
+        rates["HGEMM/3"] = rates.pop("HGEMM") / 3
+    return rates
 
 
 def row_specs(mod, variant_list: list[str]) -> list[tuple[str, str, dict]]:
@@ -813,9 +836,12 @@ def _shape_str(inputs) -> str:
 
 
 def run_problem(problem: str, variant_list: list[str], seed: int | None = None, compile_baseline: bool = True,
-                bench: bool = True) -> dict:
+                bench: bool = True, precision: str = "fp32") -> dict:
     import copy
     mod = problem_module(problem)
+    if precision not in getattr(mod, "PRECISIONS", ("fp32",)):
+        raise UsageError(f"{problem} has no {precision!r} mode; it runs in "
+                         f"{', '.join(getattr(mod, 'PRECISIONS', ('fp32',)))}")
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     _progress(f"{problem}: seed {seed} (replay with --seed {seed})")
     if mod.DEFAULT_VARIANT not in variants(problem) and mod.DEFAULT_VARIANT not in variant_list:
@@ -829,13 +855,13 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
         build(problem, v)
     init = mod.get_init_inputs()
     rec = {"problem": problem, "seed": seed, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "variants": {}, "cases": {}, "parity_ok": True}
+           "precision": precision, "variants": {}, "cases": {}, "parity_ok": True}
     rows = row_specs(mod, variant_list)
 
     for name in mod.CASES:
         for label, v, opts in rows:
             c_init, c_inputs = case_inputs(mod, name, seed)
-            r = parity(mod, v, c_inputs, c_init, seed, opts)
+            r = parity(mod, v, c_inputs, c_init, seed, opts, precision)
             rec["cases"][f"{name}/{label}"] = {"ok": r["ok"], "reason": r["reason"],
                                                "rel_l2": r["err"].rel_l2 if "err" in r else None}
             rec["parity_ok"] &= r["ok"]
@@ -843,7 +869,7 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
     inputs = bench_inputs(mod, seed)
     rec["shape"] = _shape_str(inputs)
     for label, v, opts in rows:
-        r = parity(mod, v, inputs, init, seed, opts)
+        r = parity(mod, v, inputs, init, seed, opts, precision)
         rec["variants"][label] = {"ok": r["ok"], "reason": r["reason"],
                               **({"rel_l2": r["err"].rel_l2, "worst_row": r["err"].worst_row,
                                   "budget": r["budget"].rel_l2, "torch_fp32_rel_l2": r["ref_err"].rel_l2}
@@ -854,6 +880,8 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
     if not bench:
         return rec
 
+    if precision != "fp32":
+        rows = [(label, v, {**opts, "precision": precision}) for label, v, opts in rows]
     torch.manual_seed(seed)
     eager = mod.Model(*init).cuda()
     fns = {"eager": eager}
@@ -866,7 +894,8 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
         if rung != v:
             labels[label] = f"{label}->{rung}"
     calls = {k: (lambda m=m: m(*inputs)) for k, m in fns.items()}
-    with torch.no_grad():
+    # tf32 mode: the baselines are PyTorch with TF32 on (compiled with it on too).
+    with torch.no_grad(), (tf32_matmul() if precision == "tf32" else contextlib.nullcontext()):
         if compile_baseline:
             _progress(f"{problem}: compiling the torch.compile baseline")
             calls["torch.compile"]()
@@ -878,7 +907,7 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
         ceiling, unit, what = copy_bandwidth(), "GB/s", "bytes"
         ceiling_label = "device copy"
     else:
-        rates = gemm_rates()
+        rates = gemm_rates(precision=precision)
         ceiling, unit, what = max(rates.values()), "TFLOP/s", "flops"
         ceiling_label = "best of cuBLAS " + ", ".join(f"{k} {v / 1e12:.1f}" for k, v in rates.items())
     rate = lambda k, ms: traffic[k][what] / (ms * 1e-3)
@@ -896,7 +925,9 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
 
 def format_table(rec: dict) -> str:
     scale = 1e9 if rec.get("unit") == "GB/s" else 1e12
-    lines = [f"{rec['problem']} [{rec.get('shape', '')}] seed {rec['seed']} on {rec['device']}, torch {rec['torch']}"]
+    lines = [f"{rec['problem']} [{rec.get('shape', '')}] seed {rec['seed']} on {rec['device']}, torch {rec['torch']}"
+             + (f", precision {rec['precision']} (budget from PyTorch in that mode)"
+                if rec.get("precision", "fp32") != "fp32" else "")]
     if "timing" in rec:
         lines[0] += (f"; ceiling {rec['ceiling'] / scale:,.0f} {rec['unit']} ({rec.get('ceiling_label', '')}, "
                      f"measured now)")

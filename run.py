@@ -33,8 +33,9 @@ def parse_args(argv):
     ap.add_argument("--candidate", metavar="FILE", help="judge this ModelNew file (in its own process) instead of "
                                                         "the playground's variants")
     ap.add_argument("--trials", type=int, default=3, help="--candidate: parity trials on fresh inputs (>= 3)")
-    ap.add_argument("--precision", default="fp32", help="--candidate: fp32 (default; TF32 off) or tf32 (opt-in, "
-                                                        "budget from PyTorch with TF32 on)")
+    ap.add_argument("--precision", default="fp32", help="fp32 (default; TF32 off) or tf32 (opt-in, for problems "
+                                                        "that have the mode and for --candidate: budget from "
+                                                        "PyTorch with TF32 on, baselines timed with TF32 on)")
     ap.add_argument("--device", default=None, help="--candidate: cuda (default) or cpu (parity on the declared "
                                                    "cases only, for pure-torch candidates; no timing)")
     return ap.parse_args(argv)
@@ -54,9 +55,14 @@ def main(argv=None) -> int:
     for p in args.problem or []:
         if p not in harness.problems():
             return fail_usage(f"unknown problem {p!r}; problems: {', '.join(harness.problems())}")
+        modes = getattr(harness.problem_module(p), "PRECISIONS", ("fp32",))
+        if not args.candidate and args.precision not in modes:
+            return fail_usage(f"{p} has no {args.precision!r} mode; it runs in {', '.join(modes)}")
         for v in args.variant or []:
             if v not in harness.variants(p):
                 return fail_usage(f"unknown variant {v!r} of {p}; variants: {', '.join(harness.variants(p))}")
+    if args.precision not in harness.PRECISIONS:
+        return fail_usage(f"--precision must be one of {', '.join(harness.PRECISIONS)}, got {args.precision!r}")
     if not args.problem and not args.build:
         return fail_usage("give --problem ID (or --list / --build); problems: " + ", ".join(harness.problems()))
     if args.candidate:
@@ -79,7 +85,8 @@ def main(argv=None) -> int:
     status = 0
     for p in args.problem:
         rec = harness.run_problem(p, args.variant or harness.variants(p), seed=args.seed,
-                                 compile_baseline=not args.no_compile, bench=not args.no_bench)
+                                 compile_baseline=not args.no_compile, bench=not args.no_bench,
+                                 precision=args.precision)
         records.append(rec)
         print(harness.format_table(rec), flush=True)
         status = max(status, 0 if rec["parity_ok"] else 1)

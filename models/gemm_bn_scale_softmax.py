@@ -3,12 +3,16 @@ import torch
 import torch.nn as nn
 
 from harness import Kernel, LinearGemm, check_input
+from peers import triton_gemm
 
 BOUND = "compute"
 DEFAULT_VARIANT = "2_split_wgmma"
 PRECISIONS = ("fp32", "tf32")  # run.py --precision tf32: the opt-in reduced-precision mode
-# Extra rows of the run.py table: rung 1 with cuBLAS SGEMM instead of its DGEMM (harness.LinearGemm).
+# Extra rows of the run.py table (harness.LinearGemm): rung 1 with cuBLAS SGEMM instead of its DGEMM, and, where
+# Triton is installed, the peer row: Triton's tf32x3 GEMM (tf32 in the tf32 mode) followed by the same epilogue.
 ROW_OPTIONS = {"gemm=fp32": {"gemm": "fp32", "variants": ("1_cublas_fused_epilogue",)}}
+if triton_gemm.available():
+    ROW_OPTIONS["gemm=triton"] = {"gemm": "triton", "variants": ("1_cublas_fused_epilogue",)}
 
 
 class Model(nn.Module):

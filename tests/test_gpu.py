@@ -19,20 +19,23 @@ def _variants(p):
 
 # (problem, row label, variant, ModelNew options, case): every variant, the dispatching default, every ROW_OPTIONS
 # row, on every declared case and on the benchmark shape.
-PARAMS = [(p, label, v, opts, c) for p in harness.problems()
+# Problems with an opt-in tf32 mode run every row again in it, against PyTorch-with-TF32's budget.
+PARAMS = [(p, label, v, opts, c, prec) for p in harness.problems()
+          for prec in getattr(harness.problem_module(p), "PRECISIONS", ("fp32",))
           for label, v, opts in harness.row_specs(harness.problem_module(p), _variants(p))
           for c in list(harness.problem_module(p).CASES) + ["bench"]]
 
 
 @gpu
-@pytest.mark.parametrize("problem,label,variant,opts,case", PARAMS, ids=["/".join((t[0], t[1], t[4])) for t in PARAMS])
-def test_parity(problem, label, variant, opts, case):
+@pytest.mark.parametrize("problem,label,variant,opts,case,precision", PARAMS,
+                         ids=["/".join((t[0], t[1], t[4], t[5])) for t in PARAMS])
+def test_parity(problem, label, variant, opts, case, precision):
     mod = harness.problem_module(problem)
     if case == "bench":
         init, inputs = mod.get_init_inputs(), harness.bench_inputs(mod, seed=1234)
     else:
         init, inputs = harness.case_inputs(mod, case, seed=1234)
-    r = harness.parity(mod, variant, inputs, init, seed=1234, opts=opts)
+    r = harness.parity(mod, variant, inputs, init, seed=1234, opts=opts, precision=precision)
     del inputs
     torch.cuda.empty_cache()
     assert r["ok"], r["reason"]

@@ -279,3 +279,131 @@ def test_gpu_lse_uncached_matches_cached():
     assert torch.equal(first, uncached)  # the same fused kernel
     assert torch.allclose(again, uncached, rtol=1e-6, atol=0)  # the cached GEMV
     assert a.colsum.misses == 1 and b.colsum.misses == 0
+
+
+# ---- the split-precision wgmma rung (2_split_wgmma) and its weight-split cache ----
+
+SPLIT = ["matmul_gelu_softmax", "gemm_bn_scale_softmax"]
+
+
+def _gemm_of(new):
+    return new.gemm if isinstance(new.gemm, harness.LinearGemm) else new.gemm_fn
+
+
+def _linear_of(new):
+    return new.linear if hasattr(new, "linear") else new.gemm
+
+
+def test_linear_gemm_modes_are_checked_on_cpu():
+    k1 = harness.Kernel("matmul_gelu_softmax", "1_cublas_fused_epilogue")
+    k2 = harness.Kernel("matmul_gelu_softmax", "2_split_wgmma")
+    assert harness.LinearGemm("auto", k2).mode == "split"
+    assert harness.LinearGemm("auto", k1).mode == "fp64"
+    assert harness.LinearGemm("auto", k1, "tf32").mode == "fp32"  # rung 1's tf32 mode is cuBLAS with TF32 on
+    with pytest.raises(harness.UsageError, match="split_gemm"):
+        harness.LinearGemm("split", k1)
+    with pytest.raises(harness.UsageError, match="gemm must be"):
+        harness.LinearGemm("bf16", k2)
+    with pytest.raises(harness.UsageError, match="precision must be"):
+        harness.LinearGemm("auto", k2, "fp16")
+
+
+def test_row_options_can_name_their_rungs():
+    mod = harness.problem_module("matmul_gelu_softmax")
+    labels = [label for label, _, _ in harness.row_specs(mod, harness.variants("matmul_gelu_softmax"))]
+    assert "1_cublas_fused_epilogue[gemm=fp32]" in labels
+    assert "2_split_wgmma[gemm=fp32]" not in labels  # the split rung has its own GEMM
+
+
+@gpu
+@pytest.mark.parametrize("problem", SPLIT)
+@pytest.mark.parametrize("change", ["inplace_weight", "inplace_bias", "optimizer_step", "load_state_dict",
+                                    "cpu_then_cuda", "replace_parameter"])
+def test_gpu_split_cache_invalidation(problem, change):
+    """W's hi/lo split is cached per weight version; every kind of weight change recomputes it (end to end: the
+    output follows the changed weights). BN runs in eval mode so the Linear bias is visible in the output."""
+    mod = harness.problem_module(problem)
+    init = [256, 300] + SMALL_INIT[problem][2:]
+    torch.manual_seed(2)
+    new = mod.ModelNew(*init, variant="2_split_wgmma").cuda().eval()
+    x = torch.rand(16, 256, device="cuda")
+
+    def fresh():
+        ref = mod.Model(*init).cuda().double().eval()
+        ref.load_state_dict(new.state_dict())
+        return ref(x.double())
+
+    stale = new(x).clone()
+    assert torch.equal(new(x), stale) and _gemm_of(new).wsplit.misses == 1  # served from the cache
+    lin = _linear_of(new)
+    if change == "inplace_weight":
+        with torch.no_grad():
+            lin.weight[3, 7] += 5.0
+    elif change == "inplace_bias":
+        with torch.no_grad():
+            lin.bias[0] -= 2.0
+    elif change == "optimizer_step":
+        opt = torch.optim.Adam(new.parameters(), lr=0.1)
+        for p in new.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()
+    elif change == "load_state_dict":
+        torch.manual_seed(99)
+        new.load_state_dict(mod.Model(*init).state_dict())
+    elif change == "cpu_then_cuda":
+        new.cpu()
+        with torch.no_grad():
+            lin.weight.mul_(-1)
+        new.cuda()
+    elif change == "replace_parameter":
+        lin.weight = nn.Parameter(torch.rand(300, 256, device="cuda") * 0.1)
+    out = new(x)
+    ref = fresh()
+    assert harness.rel_error(out, ref).rel_l2 < 1e-5
+    assert harness.rel_error(stale, ref).rel_l2 > 1e-3, "the change did not change the answer: test is void"
+    assert _gemm_of(new).wsplit.misses == (1 if change == "inplace_bias" else 2)
+
+
+def _split_gemm(precision="fp32"):
+    return harness.LinearGemm("split", harness.Kernel("matmul_gelu_softmax", "2_split_wgmma"), precision)
+
+
+@gpu
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 53, 37), (17, 1031, 130), (129, 77, 9), (300, 260, 200),
+                                   (128, 128, 64), (3, 5, 4099)])
+def test_gpu_split_gemm_odd_shapes(m, n, k):
+    """Tails in M, N, K (TMA zero-fills, the epilogue masks); fp32 mode within PyTorch-fp32's budget, tf32 mode
+    within PyTorch-TF32's."""
+    g = torch.Generator().manual_seed(m * 7 + n * 3 + k)
+    x = torch.rand(m, k, generator=g).cuda()
+    w = ((torch.rand(n, k, generator=g) * 2 - 1) / k ** 0.5).cuda()
+    r64 = x.double() @ w.double().t()
+    with harness.ieee_fp32():
+        r32 = x @ w.t()
+    with harness.tf32_matmul():
+        rt = x @ w.t()
+    assert harness.rel_error(_split_gemm()(x, w), r64).within(harness.budget_from(harness.rel_error(r32, r64)))
+    assert harness.rel_error(_split_gemm("tf32")(x, w), r64).within(
+        harness.budget_from(harness.rel_error(rt, r64)))
+
+
+@gpu
+def test_gpu_split_gemm_special_values():
+    """NaN/Inf anywhere in a row of x or W, rows of zeros, rows too tiny to scale, a 1e-20..1e20 spread across W's
+    columns, a non-contiguous x: the NaN/Inf pattern equals the float64 reference's, the rest is fp32-accurate."""
+    x = torch.rand(8, 64, device="cuda")
+    x[1, 3] = float("nan")
+    x[2, 5] = float("inf")
+    x[3] = 1e-35  # below 2^-100: the fallback
+    x[4] = 0
+    w = torch.randn(40, 64, device="cuda") * torch.logspace(-20, 20, 64, device="cuda")
+    w[7, 1] = float("-inf")
+    ref = (x.double() @ w.double().t()).float()
+    y = _split_gemm()(x, w)
+    assert torch.equal(torch.isnan(y), torch.isnan(ref)) and torch.equal(torch.isinf(y), torch.isinf(ref))
+    fin = torch.isfinite(ref)
+    assert harness.rel_error(y[fin], ref[fin]).rel_l2 < 1e-6
+    xs = torch.randn(300, 64, device="cuda").t()  # 64 x 300, column-major
+    ws = torch.randn(96, 300, device="cuda")
+    r = xs.double() @ ws.double().t()
+    assert harness.rel_error(_split_gemm()(xs, ws), r).rel_l2 < 1e-6

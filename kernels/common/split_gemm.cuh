@@ -224,9 +224,32 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 }
 
-// One CTA per row (grid-stride): max |v| over the finite elements, then hi/lo fp16 of v * 2^(14 - floor(log2 max)).
-// Flags rows the GEMM must not be trusted with (NaN/Inf, or a max so small the scale would overflow): their hi/lo
-// are zeroed and split_gemm_fallback recomputes their outputs.
+// Per-row scale of the split: the largest finite |v| lands in [2^14, 2^15). Rows holding NaN/Inf, or whose max is
+// so small that the scale would overflow (< 2^-100), are flagged: their hi/lo are zeroed (inv 0) and
+// split_gemm_fallback recomputes their outputs.
+struct RowScale {
+  float s, inv;
+  uint8_t bad;
+};
+__device__ __forceinline__ RowScale row_scale(float mx, int nonfinite) {
+  const int e = mx > 0.f ? ilogbf(mx) : 0;
+  const bool bad = nonfinite || (mx > 0.f && e < -100);
+  return {bad ? 0.f : ldexpf(1.f, 14 - e), bad ? 0.f : ldexpf(1.f, e - 14), static_cast<uint8_t>(bad)};
+}
+
+__device__ __forceinline__ void split8(const float* v, float s, __half* hr, __half* lr, int64_t k0) {
+  __align__(16) __half h8[8], l8[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float t = v[i] * s;
+    h8[i] = __float2half_rn(t);
+    l8[i] = __float2half_rn(t - __half2float(h8[i]));
+  }
+  *reinterpret_cast<uint4*>(hr + k0) = *reinterpret_cast<const uint4*>(h8);
+  if (lr) *reinterpret_cast<uint4*>(lr + k0) = *reinterpret_cast<const uint4*>(l8);
+}
+
+// Any strides, any K: one CTA per row (grid-stride), the row read twice (the second time from L1/L2).
 __global__ void __launch_bounds__(256) split_rows_kernel(const float* __restrict__ x, int64_t s0, int64_t s1,
                                                          int64_t R, int64_t K, int64_t Kp, __half* __restrict__ hi,
                                                          __half* __restrict__ lo, float* __restrict__ inv_scale,
@@ -235,36 +258,67 @@ __global__ void __launch_bounds__(256) split_rows_kernel(const float* __restrict
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     const float* xr = x + r * s0;
     float mx = 0.f;
-    int bad = 0;
+    int nonfinite = 0;
     for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
       const float v = fabsf(xr[k * s1]);
-      if (v <= 3.402823466e38f) mx = fmaxf(mx, v);  // finite
-      else bad = 1;                                  // NaN or Inf
+      if (v <= 3.402823466e38f) mx = fmaxf(mx, v);
+      else nonfinite = 1;  // NaN or Inf
     }
-    bad = __syncthreads_or(bad);
+    nonfinite = __syncthreads_or(nonfinite);
     mx = block_max(mx, scratch);
-    const int e = mx > 0.f ? ilogbf(mx) : 0;
-    bad |= (mx > 0.f && e < -100);
-    const float s = bad ? 0.f : ldexpf(1.f, 14 - e);
+    const RowScale rs = row_scale(mx, nonfinite);
     if (threadIdx.x == 0) {
-      inv_scale[r] = bad ? 0.f : ldexpf(1.f, e - 14);
-      flag[r] = static_cast<uint8_t>(bad);
+      inv_scale[r] = rs.inv;
+      flag[r] = rs.bad;
     }
-    // 8 consecutive k per thread: one 16-byte store each for hi and lo (Kp % 8 == 0).
-    __half* hr = hi + r * Kp;
-    __half* lr = lo + r * Kp;
     for (int64_t k0 = 8 * static_cast<int64_t>(threadIdx.x); k0 < Kp; k0 += 8 * blockDim.x) {
-      __align__(16) __half h8[8], l8[8];
+      float v[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int64_t k = k0 + i;
-        const float v = k < K ? xr[k * s1] * s : 0.f;
-        const __half h = __float2half_rn(v);
-        h8[i] = h;
-        l8[i] = __float2half_rn(v - __half2float(h));
+      for (int i = 0; i < 8; ++i) v[i] = k0 + i < K ? xr[(k0 + i) * s1] : 0.f;
+      split8(v, rs.s, hi + r * Kp, lo ? lo + r * Kp : nullptr, k0);
+    }
+  }
+}
+
+// Contiguous 16-byte-aligned rows with K % 8 == 0 and K <= 2048 CH: the row stays in registers (CH chunks of 8
+// floats per thread, two float4 loads each), one read and one write of every element.
+template <int CH>
+__global__ void __launch_bounds__(256) split_rows_vec_kernel(const float* __restrict__ x, int64_t s0, int64_t R,
+                                                             int64_t K, __half* __restrict__ hi,
+                                                             __half* __restrict__ lo, float* __restrict__ inv_scale,
+                                                             uint8_t* __restrict__ flag) {
+  __shared__ float scratch[64];
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    const float4* xr = reinterpret_cast<const float4*>(x + r * s0);
+    float v[CH][8];
+    float mx = 0.f;
+    int nonfinite = 0;
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      const int64_t k0 = 8 * (threadIdx.x + static_cast<int64_t>(c) * blockDim.x);
+      if (k0 < K) {
+        const float4 p = __ldg(xr + k0 / 4), q = __ldg(xr + k0 / 4 + 1);
+        const float t[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          v[c][i] = t[i];
+          const float a = fabsf(t[i]);
+          if (a <= 3.402823466e38f) mx = fmaxf(mx, a);
+          else nonfinite = 1;
+        }
       }
-      *reinterpret_cast<uint4*>(hr + k0) = *reinterpret_cast<const uint4*>(h8);
-      *reinterpret_cast<uint4*>(lr + k0) = *reinterpret_cast<const uint4*>(l8);
+    }
+    nonfinite = __syncthreads_or(nonfinite);
+    mx = block_max(mx, scratch);
+    const RowScale rs = row_scale(mx, nonfinite);
+    if (threadIdx.x == 0) {
+      inv_scale[r] = rs.inv;
+      flag[r] = rs.bad;
+    }
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      const int64_t k0 = 8 * (threadIdx.x + static_cast<int64_t>(c) * blockDim.x);
+      if (k0 < K) split8(v[c], rs.s, hi + r * K, lo ? lo + r * K : nullptr, k0);
     }
   }
 }
@@ -297,12 +351,14 @@ __global__ void __launch_bounds__(256) split_gemm_fallback(const float* __restri
 
 // ---- host side ----
 
+// lo may be empty: the tf32 mode (nprod = 1) neither writes nor reads it.
 inline void check_split(const at::TensorBase& src, const at::TensorBase& hi, const at::TensorBase& lo,
                         const at::TensorBase& inv, const at::TensorBase& flag, const char* what) {
   check_f32_cuda(src, what);
   TORCH_CHECK(src.dim() == 2, what, " must be 2-D");
   const int64_t R = src.size(0), K = src.size(1), Kp = (K + 7) / 8 * 8;
   for (const at::TensorBase* t : {&hi, &lo}) {
+    if (t == &lo && lo.numel() == 0) continue;
     check_same_device(src, *t, what);
     TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 2 && t->size(0) == R && t->size(1) == Kp &&
                     t->is_contiguous(),
@@ -324,10 +380,25 @@ inline void split_rows(const at::TensorBase& src, const at::TensorBase& hi, cons
   if (R == 0) return;
   c10::cuda::CUDAGuard guard(src.device());
   const int blocks = static_cast<int>(imin(R, 65535));
-  split_rows_kernel<<<blocks, 256, 0, stream()>>>(src.data_ptr<float>(), src.stride(0), src.stride(1), R, K,
-                                                   hi.size(1), reinterpret_cast<__half*>(hi.data_ptr()),
-                                                   reinterpret_cast<__half*>(lo.data_ptr()), inv.data_ptr<float>(),
-                                                   flag.data_ptr<uint8_t>());
+  const float* x = src.data_ptr<float>();
+  __half* h = reinterpret_cast<__half*>(hi.data_ptr());
+  __half* l = lo.numel() ? reinterpret_cast<__half*>(lo.data_ptr()) : nullptr;
+  const bool vec = K > 0 && K % 8 == 0 && K <= 4 * 2048 && (K == 1 || src.stride(1) == 1) &&
+                   src.stride(0) % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (vec) {
+    const int ch = static_cast<int>((K + 2047) / 2048);
+    auto go = [&](auto kern) {
+      kern<<<blocks, 256, 0, stream()>>>(x, src.stride(0), R, K, h, l, inv.data_ptr<float>(),
+                                         flag.data_ptr<uint8_t>());
+    };
+    if (ch == 1) go(split_rows_vec_kernel<1>);
+    else if (ch == 2) go(split_rows_vec_kernel<2>);
+    else if (ch == 3) go(split_rows_vec_kernel<3>);
+    else go(split_rows_vec_kernel<4>);
+  } else {
+    split_rows_kernel<<<blocks, 256, 0, stream()>>>(x, src.stride(0), src.stride(1), R, K, hi.size(1), h, l,
+                                                     inv.data_ptr<float>(), flag.data_ptr<uint8_t>());
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -386,12 +457,17 @@ inline void split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, c
   TORCH_CHECK(w.size(1) == K, "split_gemm: x has ", num(K), " features, w ", num(w.size(1)));
   TORCH_CHECK(y.dim() == 2 && y.size(0) == M && y.size(1) == N && y.is_contiguous(),
               "split_gemm: y must be a contiguous float32 [", num(M), ", ", num(N), "]");
-  TORCH_CHECK(M < (1ll << 31) && N < (1ll << 31), "split_gemm: M and N must be < 2^31");
+  TORCH_CHECK(M < (1ll << 31) && N < (1ll << 31) && K < (1ll << 31), "split_gemm: M, N and K must be < 2^31");
   if (M == 0 || N == 0) return;
   c10::cuda::CUDAGuard guard(x.device());
+  TORCH_CHECK(nprod == 1 || (a_lo.numel() && b_lo.numel()), "split_gemm: nprod 3 needs the lo halves");
+  if (K == 0) {  // an empty sum: zeros, as the reference gives
+    C10_CUDA_CHECK(cudaMemsetAsync(y.data_ptr(), 0, M * N * sizeof(float), stream()));
+    return;
+  }
   const int Kp = static_cast<int>(a_hi.size(1));
-  const CUtensorMap ah = encode_map(a_hi, BM), al = encode_map(a_lo, BM);
-  const CUtensorMap bh = encode_map(b_hi, BN), bl = encode_map(b_lo, BN);
+  const CUtensorMap ah = encode_map(a_hi, BM), bh = encode_map(b_hi, BN);
+  const CUtensorMap al = nprod == 3 ? encode_map(a_lo, BM) : ah, bl = nprod == 3 ? encode_map(b_lo, BN) : bh;
   if (nprod == 3)
     launch_split_gemm<3>(ah, al, bh, bl, inv_a.data_ptr<float>(), inv_b.data_ptr<float>(), y.data_ptr<float>(),
                          static_cast<int>(M), static_cast<int>(N), Kp);

@@ -510,20 +510,30 @@ class LinearGemm:
         elif mode == "split":
             self.wsplit = DerivedCache(self._split)
 
-    def _split(self, t: torch.Tensor):
+    def _split(self, t: torch.Tensor, with_lo: bool = True):
         r, k = t.shape
         kp = (k + 7) // 8 * 8
         hi = torch.empty(r, kp, dtype=torch.float16, device=t.device)
-        lo = torch.empty_like(hi) if self.precision == "fp32" else hi.new_empty(0)  # tf32 mode: hi only
+        lo = torch.empty_like(hi) if with_lo else hi.new_empty(0)  # one-product calls read hi only
         inv = torch.empty(r, dtype=torch.float32, device=t.device)
         flag = torch.empty(r, dtype=torch.uint8, device=t.device)
         self.k.split_rows(t, hi, lo, inv, flag)
         return hi, lo, inv, flag
 
+    # tf32 mode keeps one product only from this many FLOPs on (1024x2048x2048 is 2^32). Below it the three-product
+    # path costs microseconds and stays fp32-accurate, and cuBLAS often is not TF32 there either (on the H200 a
+    # 3x70001x16 GEMM with TF32 on gave relL2 ~1e-7; one fp16 product gives ~6e-5: 4x PyTorch's own error is then
+    # out of reach). More exact than asked is allowed; less is not.
+    TF32_MIN_FLOPS = 1 << 32
+
+    def nprod(self, m: int, n: int, k: int) -> int:
+        return 1 if self.precision == "tf32" and 2 * m * n * k >= self.TF32_MIN_FLOPS else 3
+
     def __call__(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if self.mode == "split":
             y = torch.empty(x.size(0), w.size(0), dtype=torch.float32, device=x.device)
-            self.k.split_gemm(*self._split(x), *self.wsplit(w), x, w, y, 3 if self.precision == "fp32" else 1)
+            n = self.nprod(x.size(0), w.size(0), x.size(1))
+            self.k.split_gemm(*self._split(x, n == 3), *self.wsplit(w), x, w, y, n)  # W's split keeps lo: cached
             return y
         if self.mode == "fp64":
             return torch.mm(x.double(), self.wt(w)).float()
@@ -827,8 +837,15 @@ def row_specs(mod, variant_list: list[str]) -> list[tuple[str, str, dict]]:
     for tag, opts in getattr(mod, "ROW_OPTIONS", {}).items():
         opts = dict(opts)
         only = opts.pop("variants", None)  # an option that applies to some rungs only (e.g. a cuBLAS mode)
+        opts.pop("peer", None)
         out += [(f"{v}[{tag}]", v, dict(opts)) for v in variant_list if only is None or v in only]
     return out
+
+
+def is_peer(mod, label: str) -> bool:
+    """A row that times somebody else's code (ROW_OPTIONS entry with "peer": True): its parity is reported, and a
+    failure does not fail the run (it is not ours to fix)."""
+    return any(label.endswith(f"[{tag}]") and o.get("peer") for tag, o in getattr(mod, "ROW_OPTIONS", {}).items())
 
 
 def _shape_str(inputs) -> str:
@@ -862,9 +879,9 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
         for label, v, opts in rows:
             c_init, c_inputs = case_inputs(mod, name, seed)
             r = parity(mod, v, c_inputs, c_init, seed, opts, precision)
-            rec["cases"][f"{name}/{label}"] = {"ok": r["ok"], "reason": r["reason"],
+            rec["cases"][f"{name}/{label}"] = {"ok": r["ok"], "reason": r["reason"], "peer": is_peer(mod, label),
                                                "rel_l2": r["err"].rel_l2 if "err" in r else None}
-            rec["parity_ok"] &= r["ok"]
+            rec["parity_ok"] &= r["ok"] or is_peer(mod, label)
 
     inputs = bench_inputs(mod, seed)
     rec["shape"] = _shape_str(inputs)
@@ -875,7 +892,7 @@ def run_problem(problem: str, variant_list: list[str], seed: int | None = None, 
                                   "budget": r["budget"].rel_l2, "torch_fp32_rel_l2": r["ref_err"].rel_l2}
                                  if "err" in r else {})}
         rec["ref_rel_l2"] = r.get("ref_err").rel_l2 if "ref_err" in r else None
-        rec["parity_ok"] &= r["ok"]
+        rec["parity_ok"] &= r["ok"] or is_peer(mod, label)
         torch.cuda.empty_cache()
     if not bench:
         return rec
@@ -933,15 +950,17 @@ def format_table(rec: dict) -> str:
                      f"measured now)")
     bad = {k: c for k, c in rec["cases"].items() if not c["ok"]}
     lines.append(f"odd cases: {len(rec['cases']) - len(bad)}/{len(rec['cases'])} pass"
-                 + "".join(f"\n  FAIL {k}: {c['reason']}" for k, c in bad.items()))
-    hdr = (f"{'':16} {'median ms':>9} {'IQR ms':>7} {rec.get('unit', ''):>8} {'%ceil':>6} {'vs eager':>8} "
+                 + "".join(f"\n  FAIL {k}{' (peer row, not gated)' if c.get('peer') else ''}: {c['reason']}"
+                           for k, c in bad.items()))
+    names = list(rec.get("timing", {})) or list(rec["variants"])
+    w = max([16] + [len(rec.get("labels", {}).get(k, k)) for k in names])
+    hdr = (f"{'':{w}} {'median ms':>9} {'IQR ms':>7} {rec.get('unit', ''):>8} {'%ceil':>6} {'vs eager':>8} "
            f"{'vs comp':>7} {'host us':>7} {'relL2':>8} {'worst row':>9}  parity")
     lines.append(hdr)
-    names = list(rec.get("timing", {})) or list(rec["variants"])
     for k in names:
         t = rec.get("timing", {}).get(k)
         v = rec["variants"].get(k)
-        cols = f"{rec.get('labels', {}).get(k, k):16}"
+        cols = f"{rec.get('labels', {}).get(k, k):{w}}"
         if t:
             vc = f"{t['vs_compile']:.2f}x" if t["vs_compile"] else "-"
             cols += (f" {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {t['rate'] / scale:8,.0f} "

@@ -12,7 +12,7 @@ PRECISIONS = ("fp32", "tf32")  # run.py --precision tf32: the opt-in reduced-pre
 # Triton is installed, the peer row: Triton's tf32x3 GEMM (tf32 in the tf32 mode) followed by the same epilogue.
 ROW_OPTIONS = {"gemm=fp32": {"gemm": "fp32", "variants": ("1_cublas_fused_epilogue",)}}
 if triton_gemm.available():
-    ROW_OPTIONS["gemm=triton"] = {"gemm": "triton", "variants": ("1_cublas_fused_epilogue",)}
+    ROW_OPTIONS["gemm=triton"] = {"gemm": "triton", "variants": ("1_cublas_fused_epilogue",), "peer": True}
 
 
 class Model(nn.Module):

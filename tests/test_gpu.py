@@ -19,10 +19,12 @@ def _variants(p):
 
 # (problem, row label, variant, ModelNew options, case): every variant, the dispatching default, every ROW_OPTIONS
 # row, on every declared case and on the benchmark shape.
-# Problems with an opt-in tf32 mode run every row again in it, against PyTorch-with-TF32's budget.
+# Problems with an opt-in tf32 mode run every row again in it, against PyTorch-with-TF32's budget. Peer rows
+# (somebody else's GEMM, e.g. Triton's) are held to the fp32 budget only: their tf32 numerics are not ours.
 PARAMS = [(p, label, v, opts, c, prec) for p in harness.problems()
           for prec in getattr(harness.problem_module(p), "PRECISIONS", ("fp32",))
           for label, v, opts in harness.row_specs(harness.problem_module(p), _variants(p))
+          if prec == "fp32" or not harness.is_peer(harness.problem_module(p), label)
           for c in list(harness.problem_module(p).CASES) + ["bench"]]
 
 

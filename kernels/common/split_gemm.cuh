@@ -40,6 +40,9 @@
 
 namespace kp {
 namespace sg {
+// Internal linkage: every extension that includes this header (one per problem) gets its own kernels, stubs and
+// statics; nothing is shared or interposed between loaded modules.
+namespace {
 
 constexpr int BM = 128, BN = 128, BK = 64;
 constexpr int THREADS = 384;
@@ -430,12 +433,10 @@ template <int NPROD>
 void launch_split_gemm(const CUtensorMap& ah, const CUtensorMap& al, const CUtensorMap& bh, const CUtensorMap& bl,
                        const float* ia, const float* ib, float* y, int M, int N, int Kp) {
   using C = Cfg<NPROD>;
-  static bool attr = [] {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(split_gemm_kernel<NPROD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        C::SMEM));
-    return true;
-  }();
-  (void)attr;
+  // Set on every launch (a driver call of ~1 us): it is per device, and a function-local "done" flag would be
+  // one flag per process -- static locals of inline functions are unified across loaded extensions (GNU_UNIQUE),
+  // which on the H200 left the second problem's copy of this kernel without the attribute ("invalid argument").
+  C10_CUDA_CHECK(cudaFuncSetAttribute(split_gemm_kernel<NPROD>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
   const int grid = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
   split_gemm_kernel<NPROD><<<grid, THREADS, C::SMEM, stream()>>>(ah, al, bh, bl, ia, ib, y, M, N, Kp);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -483,5 +484,6 @@ inline void split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, c
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+}  // namespace
 }  // namespace sg
 }  // namespace kp

@@ -49,9 +49,12 @@ def variants(problem: str) -> list[str]:
     return sorted(p.stem for p in (KERNELS / problem).glob("*.cu"))
 
 
+PROBES = ROOT / "scripts" / "probes"
+
+
 def kernel_sources() -> list[Path]:
-    """Every .cu of every problem (CI compiles each of them)."""
-    return sorted(p for p in KERNELS.glob("*/*.cu"))
+    """Every .cu of every problem, and the measurement probes (CI compiles each of them)."""
+    return sorted(KERNELS.glob("*/*.cu")) + sorted(PROBES.glob("*.cu"))
 
 
 def problem_module(problem: str):
@@ -272,6 +275,13 @@ def build(problem: str, variant: str, quiet: bool = False) -> Built:
     path = KERNELS / problem / f"{variant}.cu"
     if not path.is_file():
         raise UsageError(f"no variant {variant!r} for {problem!r}; variants: {', '.join(variants(problem))}")
+    return build_path(path, problem, variant, quiet)
+
+
+def build_path(path: Path, problem: str = "probe", variant: str | None = None, quiet: bool = False) -> Built:
+    """Build any .cu with KP_EXPORTs (a variant, or a measurement probe under scripts/probes) through the same cache."""
+    path = Path(path).resolve()
+    variant = variant or path.stem
     if not torch.cuda.is_available():
         raise UsageError("no CUDA device: kernels can only be built and run on a machine with an NVIDIA GPU")
     cap = torch.cuda.get_device_capability()

@@ -1,0 +1,226 @@
+// probes/bw -- what the H200's memory system gives a kernel: read-only and copy streams, by load style and by the
+// number of SMs used. Not a problem variant: scripts/bw_probe.py builds it with harness.build_path and times each
+// export next to torch's own copy, so the ceilings the kernel headers quote are measured, not assumed.
+//
+// Kernels (all persistent, one CTA per SM forced by a large dynamic shared-memory request, grid = nsm CTAs):
+//   read_ld<U>:  each thread keeps U float4 loads (ld.global.nc.L1::no_allocate) in flight, chunk-interleaved over
+//                the grid; sums into a double so nothing is dead code.
+//   read_tma:    thread 0 streams CHUNK-byte cp.async.bulk loads through an S-stage shared-memory ring; the CTA
+//                sums every element out of shared memory.
+//   copy_ld<U>:  U float4 loads then U float4 stores per thread per step.
+//   copy_tma:    bulk load into the ring, bulk store (cp.async.bulk.global.shared) out of it.
+//   read_cols:   the column-tile pattern of lse's colsum (each CTA reads TC floats of every row of a row-major
+//                matrix): what narrow row segments cost in DRAM locality.
+// Preconditions: float32, contiguous, 16-byte aligned, n a multiple of 4 (checked). Numerics: not a result.
+// Measured: see scripts/bw_probe.py output (README "Ceilings").
+#include "../../kernels/common/kp.cuh"
+
+namespace {
+
+constexpr int T = 512;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ float4 ldg_stream(const float4* p) {
+  float4 q;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(q.x), "=f"(q.y), "=f"(q.z), "=f"(q.w) : "l"(p));
+  return q;
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(smem_u32(bar)), "r"(phase) : "memory");
+}
+
+template <int U>
+__global__ void __launch_bounds__(T, 1) read_ld(const float4* __restrict__ x, int64_t n4, double* out) {
+  double acc = 0.;
+  const int64_t step = (int64_t)gridDim.x * T * U;
+  for (int64_t base = (int64_t)blockIdx.x * T * U; base < n4; base += step) {
+    float4 q[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = base + u * T + threadIdx.x;
+      q[u] = i < n4 ? ldg_stream(x + i) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc += (q[u].x + q[u].y) + (q[u].z + q[u].w);
+  }
+  if (acc == 12345.678) *out = acc;  // never true for the probe's data; keeps the loads alive
+}
+
+template <int U>
+__global__ void __launch_bounds__(T, 1) copy_ld(const float4* __restrict__ x, float4* __restrict__ y, int64_t n4) {
+  const int64_t step = (int64_t)gridDim.x * T * U;
+  for (int64_t base = (int64_t)blockIdx.x * T * U; base < n4; base += step) {
+    float4 q[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = base + u * T + threadIdx.x;
+      if (i < n4) q[u] = ldg_stream(x + i);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = base + u * T + threadIdx.x;
+      if (i < n4) y[i] = q[u];
+    }
+  }
+}
+
+// S-stage ring of CH-byte chunks; chunk k of the whole buffer goes to CTA k % grid. With STORE the chunk is written
+// back out by a bulk store from shared memory (a copy), else summed (a read).
+template <bool STORE>
+__global__ void __launch_bounds__(128, 1) ring_tma(const float* __restrict__ x, float* __restrict__ y, int64_t n,
+                                                   int S, int CH, double* out) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) uint64_t full[16];
+  const int64_t nch = (n * 4 + CH - 1) / CH;
+  const int64_t G = gridDim.x;
+  auto bytes_of = [&](int64_t k) { return (uint32_t)kp::imin((int64_t)CH, n * 4 - k * CH); };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  auto issue = [&](int64_t j) {  // j-th chunk of this CTA into slot j % S
+    const int64_t k = blockIdx.x + j * G;
+    if (k >= nch) return;
+    const int s = (int)(j % S);
+    const uint32_t b = bytes_of(k);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&full[s])), "r"(b) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(ring + (size_t)s * CH)), "l"(reinterpret_cast<const char*>(x) + k * CH), "r"(b),
+                 "r"(smem_u32(&full[s])) : "memory");
+  };
+  if (threadIdx.x == 0)
+    for (int j = 0; j < S; ++j) issue(j);
+  double acc = 0.;
+  for (int64_t j = 0;; ++j) {
+    const int64_t k = blockIdx.x + j * G;
+    if (k >= nch) break;
+    const int s = (int)(j % S);
+    mbar_wait(&full[s], (uint32_t)((j / S) & 1));
+    const uint32_t b = bytes_of(k);
+    if (STORE) {
+      if (threadIdx.x == 0) {
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(reinterpret_cast<char*>(y) + k * CH),
+                     "r"(smem_u32(ring + (size_t)s * CH)), "r"(b) : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        // the slot is reused S chunks later: keep at most S-1 stores reading shared memory
+        asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(0) : "memory");
+        issue(j + S);
+      }
+    } else {
+      const float4* q = reinterpret_cast<const float4*>(ring + (size_t)s * CH);
+      for (uint32_t i = threadIdx.x; i < b / 16; i += 128) { const float4 v = q[i]; acc += (v.x + v.y) + (v.z + v.w); }
+      __syncthreads();
+      if (threadIdx.x == 0) issue(j + S);
+    }
+  }
+  if (STORE && threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  if (acc == 12345.678) *out = acc;
+}
+
+// Column tiles: CTA t owns columns [t*TC, (t+1)*TC) of a rows x cols matrix and reads them over all rows.
+template <int TC, int U>
+__global__ void __launch_bounds__(T, 1) read_cols(const float* __restrict__ w, int64_t rows, int64_t cols, double* out) {
+  constexpr int CG = TC / 4, RG = T / CG;
+  const int cg = threadIdx.x % CG, rg = threadIdx.x / CG;
+  double acc = 0.;
+  for (int64_t tile = blockIdx.x; tile * TC < cols; tile += gridDim.x) {
+    const int64_t c = tile * TC + 4 * cg;
+    for (int64_t r0 = rg; r0 < rows; r0 += (int64_t)RG * U) {
+      float4 q[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t r = r0 + (int64_t)u * RG;
+        q[u] = r < rows ? ldg_stream(reinterpret_cast<const float4*>(w + r * cols + c)) : make_float4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) acc += (q[u].x + q[u].y) + (q[u].z + q[u].w);
+    }
+  }
+  if (acc == 12345.678) *out = acc;
+}
+
+constexpr int BIG_SMEM = 120 * 1024;  // > half an SM's shared memory: one CTA per SM
+
+template <typename K>
+void set_big(K k, int extra) {
+  C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, BIG_SMEM + extra));
+}
+
+void check(const at::TensorBase& t) {
+  kp::check_f32_cuda(t, "probe tensor");
+  TORCH_CHECK(t.is_contiguous() && t.numel() % 4 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
+              "probe tensors must be contiguous, 16-byte aligned, numel % 4 == 0");
+}
+
+}  // namespace
+
+// cfg: loads in flight per thread (U = 4, 8, 16); nsm: CTAs (one per SM).
+KP_EXPORT void probe_read(const at::TensorBase& x, const at::TensorBase& out, int64_t nsm, int64_t u) {
+  check(x);
+  const c10::cuda::CUDAGuard g(x.device());
+  const auto* p = reinterpret_cast<const float4*>(x.data_ptr<float>());
+  double* o = out.data_ptr<double>();
+  const int64_t n4 = x.numel() / 4;
+  switch (u) {
+    case 4: set_big(read_ld<4>, 0); read_ld<4><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, n4, o); break;
+    case 8: set_big(read_ld<8>, 0); read_ld<8><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, n4, o); break;
+    case 16: set_big(read_ld<16>, 0); read_ld<16><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, n4, o); break;
+    default: TORCH_CHECK(false, "u must be 4, 8 or 16");
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+KP_EXPORT void probe_copy(const at::TensorBase& x, const at::TensorBase& y, int64_t nsm, int64_t u) {
+  check(x); check(y);
+  TORCH_CHECK(x.numel() == y.numel(), "probe_copy: sizes differ");
+  const c10::cuda::CUDAGuard g(x.device());
+  const auto* p = reinterpret_cast<const float4*>(x.data_ptr<float>());
+  auto* q = reinterpret_cast<float4*>(y.data_ptr<float>());
+  const int64_t n4 = x.numel() / 4;
+  switch (u) {
+    case 4: set_big(copy_ld<4>, 0); copy_ld<4><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, q, n4); break;
+    case 8: set_big(copy_ld<8>, 0); copy_ld<8><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, q, n4); break;
+    case 16: set_big(copy_ld<16>, 0); copy_ld<16><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, q, n4); break;
+    default: TORCH_CHECK(false, "u must be 4, 8 or 16");
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// TMA ring: stages x chunk bytes must fit in shared memory (<= 220 KiB).
+KP_EXPORT void probe_tma(const at::TensorBase& x, const at::TensorBase& y, const at::TensorBase& out, int64_t nsm,
+                         int64_t stages, int64_t chunk, bool store) {
+  check(x);
+  TORCH_CHECK(stages >= 1 && stages <= 16 && chunk % 16 == 0 && chunk > 0 && stages * chunk <= 220 * 1024,
+              "probe_tma: 1..16 stages of a 16-byte multiple, <= 220 KiB in all");
+  if (store) { check(y); TORCH_CHECK(y.numel() == x.numel(), "probe_tma: sizes differ"); }
+  const c10::cuda::CUDAGuard g(x.device());
+  const int smem = (int)std::max<int64_t>(stages * chunk, BIG_SMEM);
+  auto k = store ? ring_tma<true> : ring_tma<false>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  k<<<nsm, 128, smem, kp::stream()>>>(x.data_ptr<float>(), store ? y.data_ptr<float>() : nullptr, x.numel(),
+                                      (int)stages, (int)chunk, out.data_ptr<double>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// x viewed as rows x cols (cols % 4 == 0); tc = 64, 256 or 1024 columns per CTA; U = 8 loads in flight.
+KP_EXPORT void probe_cols(const at::TensorBase& x, const at::TensorBase& out, int64_t cols, int64_t tc, int64_t nsm) {
+  check(x);
+  TORCH_CHECK(cols % 1024 == 0 && x.numel() % cols == 0, "probe_cols: cols must divide numel and be % 1024");
+  const c10::cuda::CUDAGuard g(x.device());
+  const int64_t rows = x.numel() / cols;
+  double* o = out.data_ptr<double>();
+  switch (tc) {
+    case 64: set_big(read_cols<64, 8>, 0); read_cols<64, 8><<<nsm, T, BIG_SMEM, kp::stream()>>>(x.data_ptr<float>(), rows, cols, o); break;
+    case 256: set_big(read_cols<256, 8>, 0); read_cols<256, 8><<<nsm, T, BIG_SMEM, kp::stream()>>>(x.data_ptr<float>(), rows, cols, o); break;
+    case 1024: set_big(read_cols<1024, 8>, 0); read_cols<1024, 8><<<nsm, T, BIG_SMEM, kp::stream()>>>(x.data_ptr<float>(), rows, cols, o); break;
+    default: TORCH_CHECK(false, "tc must be 64, 256 or 1024");
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}

@@ -14,6 +14,7 @@ import harness  # noqa: E402
 k = harness.build_path(harness.PROBES / "bw.cu").ops
 nsm = torch.cuda.get_device_properties(0).multi_processor_count
 out = torch.zeros((), dtype=torch.float64, device="cuda")
+outf = torch.zeros((), device="cuda")
 big = 1 << 30  # floats: 4 GiB each way for copies
 src = torch.rand(big, device="cuda")
 dst = torch.empty_like(src)
@@ -33,7 +34,7 @@ for sms in (nsm, 120):
     add(f"copy_tma 4x32K {sms} SMs", 8 * big, lambda sms=sms: k.probe_tma(src, dst, out, sms, 4, 32768, True))
     add(f"copy_tma 6x32K {sms} SMs", 8 * big, lambda sms=sms: k.probe_tma(src, dst, out, sms, 6, 32768, True))
 add("read_ld U8 4 GiB", 4 * big, lambda: k.probe_read(src, out, nsm, 8))
-add("torch sum 256 MiB", 4 * w.numel(), lambda: torch.sum(w, dim=0, out=out.float()))
+add("torch sum 256 MiB", 4 * w.numel(), lambda: torch.sum(w, dim=0, out=outf))
 for u in (4, 8, 16):
     add(f"read_ld U{u} 288 MiB", 4 * wx.numel(), lambda u=u: k.probe_read(wx, out, nsm, u))
 for s, ch in ((4, 32768), (6, 32768), (3, 65536), (12, 16384)):

@@ -59,7 +59,10 @@ class ModelNew(nn.Module):
         wc = w if w.is_contiguous() else w.contiguous()
         f64 = dict(device=w.device, dtype=torch.float64)
         vb = torch.empty(w.size(1) + 1, **f64)  # W.sum(0) and b.sum(), filled by the kernel on the way
-        partial = torch.empty(-(-w.size(1) // 32) * x.size(0), **f64)  # enough for any tile width >= 32
+        nsm, (rows, cols) = torch.cuda.get_device_properties(x.device).multi_processor_count, x.shape
+        # Scratch for every rung: 2_inflight's tiles of >= 32 columns x rows; 3_rowband's per-SM row partials and
+        # one column-sum row per band (at most one band per SM, capped at 128 MiB for very wide weights).
+        partial = torch.empty(rows * (-(-cols // 32) + nsm) + min(nsm * cols, cols + (1 << 24)), **f64)
         self.k.colsum_gemv_forward(wc, b if b is not None else w.new_empty(0), x, partial, vb[:-1], vb[-1:], out)
         if self.cache:
             self.colsum.put((vb[:-1], vb[-1:]), w, b)
@@ -89,4 +92,8 @@ CASES = {
     "transposed_x": lambda g, d: ([96, 200], [_x(96, 33, g, d).t()]),
     "offset_x": lambda g, d: ([129, 77], [_offset_x(9, 129, g, d)]),
     "many_out_features": lambda g, d: ([40, 5000], [_x(3, 40, g, d)]),
+    # wider than one 8192-column panel of 3_rowband's row bands (two panels, the second partial)
+    "wide_in_features": lambda g, d: ([9000, 33], [_x(7, 9000, g, d)]),
+    # more x rows than a CTA's shared-memory slice holds: 3_rowband's directly loaded remainder rows
+    "tall_x": lambda g, d: ([40, 16], [_x(20003, 40, g, d)]),
 }

@@ -36,7 +36,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
 }
 
 template <int U>
-__global__ void __launch_bounds__(T, 1) read_ld(const float4* __restrict__ x, int64_t n4, double* out) {
+__global__ void __launch_bounds__(T, U >= 16 ? 1 : U >= 8 ? 2 : 4) read_ld(const float4* __restrict__ x, int64_t n4, double* out) {
   double acc = 0.;
   const int64_t step = (int64_t)gridDim.x * T * U;
   for (int64_t base = (int64_t)blockIdx.x * T * U; base < n4; base += step) {
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(T, 1) read_ld(const float4* __restrict__ x, in
 }
 
 template <int U>
-__global__ void __launch_bounds__(T, 1) copy_ld(const float4* __restrict__ x, float4* __restrict__ y, int64_t n4) {
+__global__ void __launch_bounds__(T, U >= 16 ? 1 : U >= 8 ? 2 : 4) copy_ld(const float4* __restrict__ x, float4* __restrict__ y, int64_t n4) {
   const int64_t step = (int64_t)gridDim.x * T * U;
   for (int64_t base = (int64_t)blockIdx.x * T * U; base < n4; base += step) {
     float4 q[U];
@@ -161,23 +161,24 @@ void check(const at::TensorBase& t) {
 
 }  // namespace
 
-// cfg: loads in flight per thread (U = 4, 8, 16); nsm: CTAs (one per SM).
-KP_EXPORT void probe_read(const at::TensorBase& x, const at::TensorBase& out, int64_t nsm, int64_t u) {
+// u: float4 loads in flight per thread (4, 8, 16; copy also 1).
+// grid: CTAs; big: request > half an SM's shared memory so each CTA has an SM to itself (else up to 4 share one).
+KP_EXPORT void probe_read(const at::TensorBase& x, const at::TensorBase& out, int64_t grid, int64_t u, bool big) {
   check(x);
   const c10::cuda::CUDAGuard g(x.device());
   const auto* p = reinterpret_cast<const float4*>(x.data_ptr<float>());
   double* o = out.data_ptr<double>();
   const int64_t n4 = x.numel() / 4;
   switch (u) {
-    case 4: set_big(read_ld<4>, 0); read_ld<4><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, n4, o); break;
-    case 8: set_big(read_ld<8>, 0); read_ld<8><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, n4, o); break;
-    case 16: set_big(read_ld<16>, 0); read_ld<16><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, n4, o); break;
+    case 4: set_big(read_ld<4>, 0); read_ld<4><<<grid, T, big ? BIG_SMEM : 0, kp::stream()>>>(p, n4, o); break;
+    case 8: set_big(read_ld<8>, 0); read_ld<8><<<grid, T, big ? BIG_SMEM : 0, kp::stream()>>>(p, n4, o); break;
+    case 16: set_big(read_ld<16>, 0); read_ld<16><<<grid, T, big ? BIG_SMEM : 0, kp::stream()>>>(p, n4, o); break;
     default: TORCH_CHECK(false, "u must be 4, 8 or 16");
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-KP_EXPORT void probe_copy(const at::TensorBase& x, const at::TensorBase& y, int64_t nsm, int64_t u) {
+KP_EXPORT void probe_copy(const at::TensorBase& x, const at::TensorBase& y, int64_t grid, int64_t u, bool big) {
   check(x); check(y);
   TORCH_CHECK(x.numel() == y.numel(), "probe_copy: sizes differ");
   const c10::cuda::CUDAGuard g(x.device());
@@ -185,23 +186,24 @@ KP_EXPORT void probe_copy(const at::TensorBase& x, const at::TensorBase& y, int6
   auto* q = reinterpret_cast<float4*>(y.data_ptr<float>());
   const int64_t n4 = x.numel() / 4;
   switch (u) {
-    case 4: set_big(copy_ld<4>, 0); copy_ld<4><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, q, n4); break;
-    case 8: set_big(copy_ld<8>, 0); copy_ld<8><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, q, n4); break;
-    case 16: set_big(copy_ld<16>, 0); copy_ld<16><<<nsm, T, BIG_SMEM, kp::stream()>>>(p, q, n4); break;
-    default: TORCH_CHECK(false, "u must be 4, 8 or 16");
+    case 1: copy_ld<1><<<grid, T, 0, kp::stream()>>>(p, q, n4); break;
+    case 4: set_big(copy_ld<4>, 0); copy_ld<4><<<grid, T, big ? BIG_SMEM : 0, kp::stream()>>>(p, q, n4); break;
+    case 8: set_big(copy_ld<8>, 0); copy_ld<8><<<grid, T, big ? BIG_SMEM : 0, kp::stream()>>>(p, q, n4); break;
+    case 16: set_big(copy_ld<16>, 0); copy_ld<16><<<grid, T, big ? BIG_SMEM : 0, kp::stream()>>>(p, q, n4); break;
+    default: TORCH_CHECK(false, "u must be 1, 4, 8 or 16");
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // TMA ring: stages x chunk bytes must fit in shared memory (<= 220 KiB).
 KP_EXPORT void probe_tma(const at::TensorBase& x, const at::TensorBase& y, const at::TensorBase& out, int64_t nsm,
-                         int64_t stages, int64_t chunk, bool store) {
+                         int64_t stages, int64_t chunk, bool store, bool big) {
   check(x);
   TORCH_CHECK(stages >= 1 && stages <= 16 && chunk % 16 == 0 && chunk > 0 && stages * chunk <= 220 * 1024,
               "probe_tma: 1..16 stages of a 16-byte multiple, <= 220 KiB in all");
   if (store) { check(y); TORCH_CHECK(y.numel() == x.numel(), "probe_tma: sizes differ"); }
   const c10::cuda::CUDAGuard g(x.device());
-  const int smem = (int)std::max<int64_t>(stages * chunk, BIG_SMEM);
+  const int smem = (int)std::max<int64_t>(stages * chunk, big ? BIG_SMEM : 0);
   auto k = store ? ring_tma<true> : ring_tma<false>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   k<<<nsm, 128, smem, kp::stream()>>>(x.data_ptr<float>(), store ? y.data_ptr<float>() : nullptr, x.numel(),

@@ -20,13 +20,18 @@ x = torch.rand(B, I, device="cuda")
 ref = (x.double() @ w.double().sum(0) + b.double().sum()).unsqueeze(1)
 k1, k2 = harness.Kernel("matmul_sum_max_mean_lse", "1_colsum_gemv"), harness.Kernel("matmul_sum_max_mean_lse",
                                                                                       "2_inflight")
+k3 = harness.Kernel("matmul_sum_max_mean_lse", "3_rowband")
+nsm = torch.cuda.get_device_properties(0).multi_processor_count
 f64 = dict(device="cuda", dtype=torch.float64)
 vb = torch.empty(I + 1, **f64)
-part = torch.empty(-(-I // 32) * B, **f64)
+part = torch.empty(B * (-(-I // 32) + nsm) + nsm * I, **f64)  # what ModelNew allocates at this shape
+notrace = torch.empty(0, dtype=torch.int64, device="cuda")
 out = torch.empty(B, 1, device="cuda")
 fns = {"1_colsum_gemv fwd": lambda: k1.colsum_gemv_forward(w, b, x, part, vb[:-1], vb[-1:], out)}
 for cfg, name in enumerate(["TC64 XU1", "TC64 XU4", "TC64 XU8", "TC32 XU8", "TC32 XU16", "TC64 XU8 L2::256B", "TC64 XU8 L2::256B CU16", "TC32 XU8 L2::256B"]):
     fns[f"fwd {name}"] = lambda cfg=cfg: k2.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg)
+for cfg, name in enumerate(["band", "interleaved"]):
+    fns[f"fwd 3_rowband {name}"] = lambda cfg=cfg: k3.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg, notrace)
 fns["1 gemv (GR1)"] = lambda: k1.gemv_bias(x, vb[:-1], vb[-1:], out)
 for cfg, name in enumerate(["GR1 GU2", "GR1 GU4", "GR2 GU2", "GR4 GU2", "GR2 GU4", "GR4 GU1"]):
     fns[f"gemv {name}"] = lambda cfg=cfg: k2.tune_gemv(x, vb[:-1], vb[-1:], out, cfg)
@@ -54,6 +59,24 @@ for k, v in t.items():
     print(f"| {k} | {1e3 * v.median_ms:.1f} | {1e3 * v.iqr_ms:.1f} | {nb / (v.median_ms * 1e-3) / 1e9:,.0f} |")
 print("parity failures:", bad or "none")
 
+# Where 3_rowband's time goes: per-CTA globaltimer stamps at its phase boundaries (one L2-flushed call per layout).
+trace = torch.zeros(nsm, 8, dtype=torch.int64, device="cuda")
+phases = ["W bands", "grid.sync 1", "v slice", "x dots", "grid.sync 2", "row sums"]
+print("\n| 3_rowband layout | " + " | ".join(phases) + " | first start -> last end |\n|---" * (len(phases) + 2) + "|")
+flush = harness.L2Flusher()
+for cfg, name in enumerate(["band", "interleaved"]):
+    flush()
+    k3.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg, trace)
+    torch.cuda.synchronize()
+    tr = trace[:, :7].double() / 1e3  # us
+    d = tr[:, 1:] - tr[:, :-1]
+    cells = [f"{d[:, j].median():.1f} (max {d[:, j].max():.1f})" for j in range(len(phases))]
+    print(f"| {name} | " + " | ".join(cells) + f" | {tr[:, 6].max() - tr[:, 0].min():.1f} |")
+print("(us; median over CTAs, max in brackets; the start spread is "
+      f"{(tr[:, 0].max() - tr[:, 0].min()):.1f} us in the last call)")
+
+if "--no-gemm" in sys.argv:
+    sys.exit(0)
 # DGEMM vs SGEMM at 1024x8192 @ 8192x8192 (what matmul_gelu_softmax / gemm_bn_scale_softmax run)
 wt = w.t().contiguous()
 xd, wtd = x.double(), wt.double()

@@ -42,6 +42,7 @@ constexpr int64_t PW = (int64_t)T * J * 4;  // panel width in floats: 8192
 constexpr int RB = 8;                  // rows per warp per batch for x rows not in shared memory
 constexpr int SMEM_X = 220 * 1024;     // x prefetch budget per CTA
 constexpr int GR = 2, GU = 2;          // cached GEMV (2_inflight's measured choice)
+constexpr bool ILV_CHOSEN = false;     // band layout (see rowband's ILV)
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
@@ -60,11 +61,22 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
                  : "=r"(done) : "r"(smem_u32(bar)), "r"(phase) : "memory");
 }
 
-template <bool VEC>
+__device__ __forceinline__ void stamp(int64_t* trace, int k) {
+  if (trace && threadIdx.x == 0) {
+    uint64_t ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    trace[blockIdx.x * 8 + k] = (int64_t)ns;
+  }
+}
+
+// ILV: band b is rows b, b + NB, b + 2 NB, ... (all CTAs read neighbouring rows at the same time, as the bw probe's
+// fastest read did) instead of the contiguous rows [b*O/NB, (b+1)*O/NB). trace (A/B only): per-CTA globaltimer
+// stamps at the phase boundaries.
+template <bool VEC, bool ILV>
 __global__ void __launch_bounds__(T, 1)
     rowband(const float* __restrict__ w, int64_t O, int64_t I, const float* __restrict__ x, int64_t B, int64_t xs,
             const float* __restrict__ b, int64_t nb, double* __restrict__ part, int64_t NB, double* __restrict__ v,
-            double* __restrict__ bsum, float* __restrict__ out, int64_t width, int npref) {
+            double* __restrict__ bsum, float* __restrict__ out, int64_t width, int npref, int64_t* trace) {
   extern __shared__ __align__(16) float xsm[];
   __shared__ __align__(8) uint64_t bar;
   __shared__ double red[T];
@@ -73,6 +85,7 @@ __global__ void __launch_bounds__(T, 1)
   const int64_t G = gridDim.x, p = blockIdx.x;
   const int64_t k0 = kp::imin(I, p * width), kw = kp::imin(I, k0 + width) - k0;
   double* rowpart = part + NB * I;  // G x B
+  stamp(trace, 0);
 
   // 0. This CTA's slice of x rows [0, npref) into shared memory, in flight alongside phase 1.
   const bool pref = VEC && npref > 0 && kw > 0;
@@ -94,20 +107,20 @@ __global__ void __launch_bounds__(T, 1)
   const int64_t npanel = (I + PW - 1) / PW;
   for (int64_t item = p; item < NB * npanel; item += G) {
     const int64_t band = item / npanel, c0 = (item % npanel) * PW;
-    const int64_t rb = band * O / NB, re = (band + 1) * O / NB;
+    const int64_t rb = ILV ? band : band * O / NB, re = ILV ? O : (band + 1) * O / NB, rs = ILV ? NB : 1;
     double a[4 * J];
 #pragma unroll
     for (int e = 0; e < 4 * J; ++e) a[e] = 0.;
     if (VEC) {
 #pragma unroll 1
-      for (int64_t r = rb; r < re; r += RU) {
+      for (int64_t r = rb; r < re; r += RU * rs) {
         float4 q[RU][J];
 #pragma unroll
         for (int u = 0; u < RU; ++u)
 #pragma unroll
           for (int j = 0; j < J; ++j) {
-            const int64_t c = c0 + 4 * (t + (int64_t)T * j);
-            q[u][j] = (r + u < re && c < I) ? ldg_stream(w + (r + u) * I + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            const int64_t c = c0 + 4 * (t + (int64_t)T * j), rr = r + u * rs;
+            q[u][j] = (rr < re && c < I) ? ldg_stream(w + rr * I + c) : make_float4(0.f, 0.f, 0.f, 0.f);
           }
 #pragma unroll
         for (int u = 0; u < RU; ++u)
@@ -125,7 +138,7 @@ __global__ void __launch_bounds__(T, 1)
       }
     } else {
 #pragma unroll 1
-      for (int64_t r = rb; r < re; ++r)
+      for (int64_t r = rb; r < re; r += rs)
 #pragma unroll
         for (int j = 0; j < 4 * J; ++j) {
           const int64_t c = c0 + t + (int64_t)T * j;
@@ -138,14 +151,19 @@ __global__ void __launch_bounds__(T, 1)
       }
     }
   }
+  stamp(trace, 1);
   grid.sync();
+  stamp(trace, 2);
 
   // 2. v over this CTA's column slice: 64 columns x 8 band groups per step, bands summed in a fixed order.
   for (int64_t kc = 0; kc < kw; kc += 64) {
     const int col = t & 63, g = t >> 6;
     double s = 0.;
-    if (kc + col < kw)
-      for (int64_t q = g; q < NB; q += T / 64) s += __ldcg(part + q * I + k0 + kc + col);  // other CTAs' writes: L2
+    if (kc + col < kw) {
+      const double* pc = part + k0 + kc + col;
+#pragma unroll 8
+      for (int64_t q = g; q < NB; q += T / 64) s += __ldcg(pc + q * I);  // other CTAs' writes: read at L2
+    }
     red[t] = s;
     __syncthreads();
     if (t < 64 && kc + t < kw) {
@@ -164,62 +182,59 @@ __global__ void __launch_bounds__(T, 1)
   }
   __syncthreads();  // v[slice] written by this CTA's threads is read below by others of it
 
-  // 3. This slice's share of every row's dot product.
+  stamp(trace, 3);
+  // 3. This slice's share of every row's dot product: a warp takes RB rows at a time (RB loads per lane in flight,
+  //    8 independent shuffle reductions), from the shared-memory copy where the row was prefetched.
   if (pref) mbar_wait(&bar, 0);
-  if (VEC) {
-    const int64_t n4 = kw / 4;
-    for (int64_t i = wp; i < kp::imin(B, npref); i += NW) {
-      const float4* xr = reinterpret_cast<const float4*>(xsm + i * kw);
-      double d = 0.;
-      for (int64_t c4 = lane; c4 < n4; c4 += 32) {
-        const float4 q = xr[c4];
-        const double* vv = v + k0 + 4 * c4;
-        d += ((double)q.x * vv[0] + (double)q.y * vv[1]) + ((double)q.z * vv[2] + (double)q.w * vv[3]);
-      }
-      d = kp::warp_sum(d);
-      if (lane == 0) rowpart[p * B + i] = d;
-    }
-    // Rows that did not fit in shared memory: RB rows per warp per batch, so RB loads per lane are in flight.
-    for (int64_t i0 = npref + (int64_t)wp * RB; i0 < B; i0 += (int64_t)NW * RB) {
-      double d[RB];
+  for (int64_t i0 = (int64_t)wp * RB; i0 < B; i0 += (int64_t)NW * RB) {
+    double d[RB];
 #pragma unroll
-      for (int u = 0; u < RB; ++u) d[u] = 0.;
+    for (int u = 0; u < RB; ++u) d[u] = 0.;
+    if (VEC) {
+      const int64_t n4 = kw / 4;
       for (int64_t c4 = lane; c4 < n4; c4 += 32) {
         float4 q[RB];
 #pragma unroll
-        for (int u = 0; u < RB; ++u)
-          q[u] = i0 + u < B ? __ldg(reinterpret_cast<const float4*>(x + (i0 + u) * xs + k0) + c4)
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
-        const double* vv = v + k0 + 4 * c4;
-        const double v0 = vv[0], v1 = vv[1], v2 = vv[2], v3 = vv[3];
+        for (int u = 0; u < RB; ++u) {
+          const int64_t i = i0 + u;
+          q[u] = i < npref ? reinterpret_cast<const float4*>(xsm + i * kw)[c4]
+                 : i < B   ? __ldg(reinterpret_cast<const float4*>(x + i * xs + k0) + c4)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        const double2 va = reinterpret_cast<const double2*>(v + k0)[2 * c4],
+                      vb = reinterpret_cast<const double2*>(v + k0)[2 * c4 + 1];
 #pragma unroll
         for (int u = 0; u < RB; ++u)
-          d[u] += ((double)q[u].x * v0 + (double)q[u].y * v1) + ((double)q[u].z * v2 + (double)q[u].w * v3);
+          d[u] += ((double)q[u].x * va.x + (double)q[u].y * va.y) + ((double)q[u].z * vb.x + (double)q[u].w * vb.y);
       }
+    } else {
+      for (int64_t c = lane; c < kw; c += 32) {
+        const double vv = v[k0 + c];
 #pragma unroll
-      for (int u = 0; u < RB; ++u) {
-        const double s = kp::warp_sum(d[u]);
-        if (lane == 0 && i0 + u < B) rowpart[p * B + i0 + u] = s;
+        for (int u = 0; u < RB; ++u)
+          if (i0 + u < B) d[u] += (double)x[(i0 + u) * xs + k0 + c] * vv;
       }
     }
-  } else {
-    for (int64_t i = wp; i < B; i += NW) {
-      double d = 0.;
-      for (int64_t c = lane; c < kw; c += 32) d += (double)x[i * xs + k0 + c] * v[k0 + c];
-      d = kp::warp_sum(d);
-      if (lane == 0) rowpart[p * B + i] = d;
+#pragma unroll
+    for (int u = 0; u < RB; ++u) {
+      const double s = kp::warp_sum(d[u]);
+      if (lane == 0 && i0 + u < B) rowpart[p * B + i0 + u] = s;
     }
   }
+  stamp(trace, 4);
   grid.sync();
+  stamp(trace, 5);
 
   // 4. Rows: sum the G slice partials in a fixed order, add sum(b).
   const double bs = __ldcg(bsum);
   for (int64_t i = p * NW + wp; i < B; i += G * NW) {
     double s = 0.;
+#pragma unroll 8
     for (int64_t q = lane; q < G; q += 32) s += __ldcg(rowpart + q * B + i);
     s = kp::warp_sum(s);
     if (lane == 0) out[i] = (float)(s + bs);
   }
+  stamp(trace, 6);
 }
 
 int sm_count(int dev) {
@@ -228,14 +243,14 @@ int sm_count(int dev) {
   return n;
 }
 
-template <bool VEC>
-void launch_rowband(const lse::Forward& f) {
+template <bool VEC, bool ILV>
+void launch_rowband(const lse::Forward& f, int64_t* trace = nullptr) {
   const c10::cuda::CUDAGuard guard(f.w.device());
   const int dev = f.w.device().index();
   int coop = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   TORCH_CHECK(coop, "3_rowband needs cooperative launch support on this device");
-  auto kern = rowband<VEC>;
+  auto kern = rowband<VEC, ILV>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_X));
   int occ = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, T, SMEM_X));
@@ -261,7 +276,7 @@ void launch_rowband(const lse::Forward& f) {
   double* bsum = f.bsum.data_ptr<double>();
   float* out = f.out.data_ptr<float>();
   void* args[] = {&w, (void*)&O, (void*)&I, &x, (void*)&B, &xs, &b, &nb, &part, (void*)&NB, &v, &bsum, &out,
-                  (void*)&width, &npref};
+                  (void*)&width, &npref, &trace};
   C10_CUDA_CHECK(cudaLaunchCooperativeKernel((const void*)kern, dim3((unsigned)G), dim3(T), args, smem, kp::stream()));
 }
 
@@ -274,12 +289,34 @@ KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase
                                    const at::TensorBase& bsum, const at::TensorBase& out) {
   const lse::Forward f = lse::check_forward(w, b, x, partial, v, bsum, out);
   TORCH_CHECK(f.B <= 2147483647LL && f.I <= 2147483647LL / 4, "3_rowband: B < 2^31 and I < 2^29 required");
-  if (f.vec) launch_rowband<true>(f);
-  else launch_rowband<false>(f);
+  if (f.vec) launch_rowband<true, ILV_CHOSEN>(f);
+  else launch_rowband<false, ILV_CHOSEN>(f);
 }
 
 // Cached forward: out (B, 1) := x @ v + bsum with v, bsum from an earlier colsum_gemv_forward.
 KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const at::TensorBase& bsum,
                          const at::TensorBase& out) {
   lse::launch_gemv<GR, GU>(x, v, bsum, out);
+}
+
+// A/B hook (scripts/lse_ab.py): cfg 0 = contiguous bands, 1 = interleaved rows; trace: int64 (G x 8) globaltimer
+// stamps per CTA at the phase boundaries, or an empty tensor.
+KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
+                            const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,
+                            const at::TensorBase& out, int64_t cfg, const at::TensorBase& trace) {
+  const lse::Forward f = lse::check_forward(w, b, x, partial, v, bsum, out);
+  TORCH_CHECK(f.vec, "tune_forward: the A/B runs the float4 path only");
+  int64_t* tr = nullptr;
+  if (trace.numel()) {
+    TORCH_CHECK(trace.is_cuda() && trace.scalar_type() == at::kLong && trace.is_contiguous(), "trace: int64 CUDA");
+    int n = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, w.device().index()));
+    TORCH_CHECK(trace.numel() >= 8 * (int64_t)n, "trace needs 8 x #SMs elements");
+    tr = trace.data_ptr<int64_t>();
+  }
+  switch (cfg) {
+    case 0: launch_rowband<true, false>(f, tr); break;
+    case 1: launch_rowband<true, true>(f, tr); break;
+    default: TORCH_CHECK(false, "tune_forward: cfg 0 or 1, got ", kp::num(cfg));
+  }
 }

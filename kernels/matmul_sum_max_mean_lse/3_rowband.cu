@@ -244,7 +244,7 @@ int sm_count(int dev) {
 }
 
 template <bool VEC, bool ILV>
-void launch_rowband(const lse::Forward& f, int64_t* trace = nullptr) {
+void launch_rowband(const lse::Forward& f, int64_t* trace = nullptr, bool prefetch = true) {
   const c10::cuda::CUDAGuard guard(f.w.device());
   const int dev = f.w.device().index();
   int coop = 0;
@@ -265,7 +265,7 @@ void launch_rowband(const lse::Forward& f, int64_t* trace = nullptr) {
   const int64_t NB = I == 0 ? 1 : std::max<int64_t>(1, std::min<int64_t>(G, room / I));
   const int64_t width = ((I + 4 * G - 1) / (4 * G)) * 4;
   int npref = 0;
-  if (VEC && width > 0) npref = (int)std::min<int64_t>(B, SMEM_X / (width * 4));
+  if (VEC && width > 0 && prefetch) npref = (int)std::min<int64_t>(B, SMEM_X / (width * 4));
   const size_t smem = (size_t)npref * width * 4;
   const float* w = f.w.data_ptr<float>();
   const float* x = f.x.data_ptr<float>();
@@ -299,7 +299,7 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
   lse::launch_gemv<GR, GU>(x, v, bsum, out);
 }
 
-// A/B hook (scripts/lse_ab.py): cfg 0 = contiguous bands, 1 = interleaved rows; trace: int64 (G x 8) globaltimer
+// A/B hook (scripts/lse_ab.py): cfg 0 = contiguous bands, 1 = interleaved rows, 2 = bands without the x prefetch; trace: int64 (G x 8) globaltimer
 // stamps per CTA at the phase boundaries, or an empty tensor.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                             const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,
@@ -317,6 +317,7 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
   switch (cfg) {
     case 0: launch_rowband<true, false>(f, tr); break;
     case 1: launch_rowband<true, true>(f, tr); break;
-    default: TORCH_CHECK(false, "tune_forward: cfg 0 or 1, got ", kp::num(cfg));
+    case 2: launch_rowband<true, false>(f, tr, false); break;
+    default: TORCH_CHECK(false, "tune_forward: cfg 0..2, got ", kp::num(cfg));
   }
 }

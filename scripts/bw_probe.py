@@ -3,7 +3,7 @@
 (a cudaMemcpyAsync, i.e. the copy engines, for a contiguous same-dtype copy_) and torch's elementwise kernels:
 read-only vs copy, plain loads vs TMA bulk copies, one CTA per SM vs several, all SMs vs the 120 that 8-CTA clusters
 can use, and the column-tile read pattern of lse's colsum. GPU time, L2 read-flushed, interleaved
-(harness.bench_interleaved). Usage: python3 scripts/bw_probe.py"""
+(harness.bench_interleaved). Usage: python3 scripts/bw_probe.py [--only WORD ...]"""
 import sys
 from pathlib import Path
 
@@ -51,7 +51,13 @@ add("read_tma 3x32K 2 CTA/SM 288 MiB", R, lambda: k.probe_tma(wx, wx, out, 2 * n
 add("read_ld U8 1 CTA/SM 4 GiB", 4 * big, lambda: k.probe_read(src, out, nsm, 8, True))
 add("read_ld U4 4 CTA/SM 4 GiB", 4 * big, lambda: k.probe_read(src, out, 4 * nsm, 4, False))
 add("read_cols TC64 (128 CTAs) 256 MiB", 4 * w.numel(), lambda: k.probe_cols(w, out, 8192, 64, nsm))
+for tc in (64, 256, 512, 1024, 2048):
+    add(f"read_tiles TC{tc} x {128 * 64 // tc} row parts (128 CTAs) 256 MiB", 4 * w.numel(),
+        lambda tc=tc: k.probe_tiles(w, out, 8192, tc, 128))
+add("copy torch-like (128 thr, 4 float4, 1 chunk/CTA)", C, lambda: k.probe_copy_torchlike(src, dst))
 
+if len(sys.argv) > 2 and sys.argv[1] == "--only":  # a subset: names containing any of the given words
+    fns = {n: f for n, f in fns.items() if any(wd in n for wd in sys.argv[2:])}
 torch.cuda.synchronize()
 t = harness.bench_interleaved(fns, min_reps=15, max_reps=40, budget_s=60)
 print(f"| probe ({nsm} SMs on the device) | median us | IQR us | GB/s |\n|---|---|---|---|")

@@ -18,7 +18,30 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--cols", default="1024,2048,4096,8192,16384,32768,65536,131072,262144,393216")
 ap.add_argument("--variants", default="2_online,3_cluster,4_persistent,5_regrow,auto")
 ap.add_argument("--total-bytes", type=float, default=4096 * 393216 * 4)
+ap.add_argument("--regrow-ab", action="store_true", help="A/B 5_regrow's launch shapes at 1024 columns, then exit")
 args = ap.parse_args()
+
+if args.regrow_ab:
+    cols = 1024
+    x = torch.rand(int(args.total_bytes // (cols * 4)), cols, device="cuda")
+    y = torch.empty_like(x)
+    k = harness.Kernel("softmax", "5_regrow")
+    ref = torch.softmax(x, 1)
+    fns = {"eager": lambda: torch.softmax(x, 1), "compile": torch.compile(Model(), dynamic=False),
+           "copy_": lambda: y.copy_(x)}
+    fns["compile"] = (lambda m=fns["compile"]: m(x))
+    names = ["256 thr (shipped)", "128 thr", "128 thr + hints", "256 thr + hints", "512 thr"]
+    for cfg, name in enumerate(names):
+        y.zero_()
+        k.softmax_forward_ab(x, y, cfg)
+        assert harness.rel_error(y, ref).rel_l2 < 1e-6, name
+        fns[name] = lambda cfg=cfg: k.softmax_forward_ab(x, y, cfg)
+    with torch.no_grad():
+        t = harness.bench_interleaved(fns, min_reps=10, max_reps=30, budget_s=30)
+    print(f"| 5_regrow A/B at {x.shape[0]}x{cols} | median ms | GB/s |\n|---|---|---|")
+    for n, v in t.items():
+        print(f"| {n} | {v.median_ms:.3f} | {2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9:,.0f} |")
+    sys.exit(0)
 
 ceiling = harness.copy_bandwidth()
 variants = args.variants.split(",")

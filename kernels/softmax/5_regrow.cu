@@ -48,10 +48,16 @@ struct Vec<float4> {
   __device__ static float4 neg_inf() { return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY); }
 };
 
-template <typename T, int V, int W>
-__global__ void __launch_bounds__(THREADS) softmax_regrow(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
-                                                          int64_t nvec, int64_t xs_vec) {
-  constexpr int RPB = (THREADS / 32) / W;  // rows per block
+// Streaming forms for the A/B (HINT): loads that do not allocate in L1, stores marked evict-first (.cs).
+template <typename T>
+__device__ __forceinline__ T ld_hint(const T* p) { return __ldcs(p); }
+template <typename T>
+__device__ __forceinline__ void st_hint(T* p, T v) { __stcs(p, v); }
+
+template <typename T, int V, int W, int TH = THREADS, bool HINT = false>
+__global__ void __launch_bounds__(TH) softmax_regrow(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
+                                                     int64_t nvec, int64_t xs_vec) {
+  constexpr int RPB = (TH / 32) / W;  // rows per block
   __shared__ float xch[RPB][W];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int sub = warp / W, w = warp % W;
@@ -66,7 +72,7 @@ __global__ void __launch_bounds__(THREADS) softmax_regrow(const T* __restrict__ 
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int64_t i = (int64_t)j * 32 * W + w * 32 + lane;
-    v[j] = (live && i < nvec) ? xr[i] : Vec<T>::neg_inf();
+    v[j] = (live && i < nvec) ? (HINT ? ld_hint(xr + i) : xr[i]) : Vec<T>::neg_inf();
     m = fmaxf(m, Vec<T>::max(v[j]));
     has_nan |= Vec<T>::nan(v[j]);
   }
@@ -101,7 +107,10 @@ __global__ void __launch_bounds__(THREADS) softmax_regrow(const T* __restrict__ 
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int64_t i = (int64_t)j * 32 * W + w * 32 + lane;
-    if (i < nvec) yr[i] = Vec<T>::scale(v[j], inv);
+    if (i < nvec) {
+      if (HINT) st_hint(yr + i, Vec<T>::scale(v[j], inv));
+      else yr[i] = Vec<T>::scale(v[j], inv);
+    }
   }
 }
 
@@ -122,11 +131,11 @@ __global__ void __launch_bounds__(512) softmax_long(const float* __restrict__ x,
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = expf(xr[i] - m) * inv;
 }
 
-template <typename T, int V, int W>
+template <typename T, int V, int W, int TH = THREADS, bool HINT = false>
 void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t rows, int64_t nvec, int64_t xs_vec) {
-  constexpr int RPB = (THREADS / 32) / W;
+  constexpr int RPB = (TH / 32) / W;
   const int64_t blocks = (rows + RPB - 1) / RPB;
-  softmax_regrow<T, V, W><<<(unsigned)blocks, THREADS, 0, kp::stream()>>>(
+  softmax_regrow<T, V, W, TH, HINT><<<(unsigned)blocks, TH, 0, kp::stream()>>>(
       reinterpret_cast<const T*>(x.data_ptr()), reinterpret_cast<T*>(y.data_ptr()), rows, nvec, xs_vec);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -162,5 +171,27 @@ KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y)
     softmax_long<<<(unsigned)rows, 512, 0, kp::stream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), cols,
                                                            x.stride(0));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+// A/B hook (scripts/softmax_sweep.py --regrow-ab): the one-warp-per-row float4 path (cols 128..1024, aligned) with
+// cfg 0 = 256 threads (shipped), 1 = 128 threads, 2 = 128 threads + streaming hints, 3 = 256 threads + hints,
+// 4 = 512 threads.
+KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase& y, int64_t cfg) {
+  kp::check_row_softmax_args(x, y);
+  const int64_t rows = x.size(0), cols = x.size(1);
+  TORCH_CHECK(cols % 4 == 0 && cols > 512 && cols <= 1024 && x.stride(0) % 4 == 0 &&
+                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
+              "softmax_forward_ab: aligned rows of 516..1024 columns only");
+  TORCH_CHECK(rows <= 2147483647LL, "too many rows for a 1-D grid: ", kp::num(rows));
+  c10::cuda::CUDAGuard guard(x.device());
+  const int64_t nvec = cols / 4, xs = x.stride(0) / 4;
+  switch (cfg) {
+    case 0: launch<float4, 8, 1, 256, false>(x, y, rows, nvec, xs); break;
+    case 1: launch<float4, 8, 1, 128, false>(x, y, rows, nvec, xs); break;
+    case 2: launch<float4, 8, 1, 128, true>(x, y, rows, nvec, xs); break;
+    case 3: launch<float4, 8, 1, 256, true>(x, y, rows, nvec, xs); break;
+    case 4: launch<float4, 8, 1, 512, false>(x, y, rows, nvec, xs); break;
+    default: TORCH_CHECK(false, "softmax_forward_ab: cfg 0..4, got ", kp::num(cfg));
   }
 }

@@ -146,6 +146,41 @@ __global__ void __launch_bounds__(T, 1) read_cols(const float* __restrict__ w, i
   if (acc == 12345.678) *out = acc;
 }
 
+// Column tiles split by rows too: CTA k reads tile k % ntiles over row part k / ntiles (of gridDim / ntiles), so
+// the CTAs running at one time cover whole rows: the segment width (4*TC bytes) is the only variable.
+template <int TC>
+__global__ void __launch_bounds__(T, 1) read_tiles(const float* __restrict__ w, int64_t rows, int64_t cols, double* out) {
+  constexpr int CG = TC / 4 < T ? TC / 4 : T, RG = T / CG;
+  const int64_t ntiles = cols / TC, parts = gridDim.x / ntiles;
+  const int64_t tile = blockIdx.x % ntiles, part = blockIdx.x / ntiles;
+  if (part >= parts) return;
+  const int64_t r0 = part * rows / parts, r1 = (part + 1) * rows / parts;
+  const int cg = threadIdx.x % CG, rg = threadIdx.x / CG;
+  double acc = 0.;
+  for (int64_t c = tile * TC + 4 * cg; c < (tile + 1) * TC; c += 4 * CG)
+    for (int64_t r = r0 + rg; r < r1; r += (int64_t)RG * 8) {
+      float4 q[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int64_t rr = r + (int64_t)u * RG;
+        q[u] = rr < r1 ? ldg_stream(reinterpret_cast<const float4*>(w + rr * cols + c)) : make_float4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc += (q[u].x + q[u].y) + (q[u].z + q[u].w);
+    }
+  if (acc == 12345.678) *out = acc;
+}
+
+// torch's vectorised elementwise shape: 128 threads, each 4 float4 loads then 4 stores, one chunk per CTA.
+__global__ void __launch_bounds__(128) copy_torchlike(const float4* __restrict__ x, float4* __restrict__ y, int64_t n4) {
+  const int64_t base = (int64_t)blockIdx.x * 512 + threadIdx.x;
+  float4 q[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) if (base + 128 * u < n4) q[u] = x[base + 128 * u];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) if (base + 128 * u < n4) y[base + 128 * u] = q[u];
+}
+
 constexpr int BIG_SMEM = 120 * 1024;  // > half an SM's shared memory: one CTA per SM
 
 template <typename K>
@@ -224,5 +259,35 @@ KP_EXPORT void probe_cols(const at::TensorBase& x, const at::TensorBase& out, in
     case 1024: set_big(read_cols<1024, 8>, 0); read_cols<1024, 8><<<nsm, T, BIG_SMEM, kp::stream()>>>(x.data_ptr<float>(), rows, cols, o); break;
     default: TORCH_CHECK(false, "tc must be 64, 256 or 1024");
   }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// tc = 64 .. 2048 columns per tile; grid CTAs (a multiple of cols / tc).
+KP_EXPORT void probe_tiles(const at::TensorBase& x, const at::TensorBase& out, int64_t cols, int64_t tc, int64_t grid) {
+  check(x);
+  TORCH_CHECK(cols % tc == 0 && x.numel() % cols == 0 && grid >= cols / tc, "probe_tiles: bad shape");
+  const c10::cuda::CUDAGuard g(x.device());
+  const int64_t rows = x.numel() / cols;
+  double* o = out.data_ptr<double>();
+  const float* p = x.data_ptr<float>();
+  switch (tc) {
+    case 64: read_tiles<64><<<grid, T, 0, kp::stream()>>>(p, rows, cols, o); break;
+    case 128: read_tiles<128><<<grid, T, 0, kp::stream()>>>(p, rows, cols, o); break;
+    case 256: read_tiles<256><<<grid, T, 0, kp::stream()>>>(p, rows, cols, o); break;
+    case 512: read_tiles<512><<<grid, T, 0, kp::stream()>>>(p, rows, cols, o); break;
+    case 1024: read_tiles<1024><<<grid, T, 0, kp::stream()>>>(p, rows, cols, o); break;
+    case 2048: read_tiles<2048><<<grid, T, 0, kp::stream()>>>(p, rows, cols, o); break;
+    default: TORCH_CHECK(false, "tc must be 64 .. 2048, a power of two");
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+KP_EXPORT void probe_copy_torchlike(const at::TensorBase& x, const at::TensorBase& y) {
+  check(x); check(y);
+  TORCH_CHECK(x.numel() == y.numel(), "probe_copy_torchlike: sizes differ");
+  const c10::cuda::CUDAGuard g(x.device());
+  const int64_t n4 = x.numel() / 4;
+  copy_torchlike<<<(unsigned)((n4 + 511) / 512), 128, 0, kp::stream()>>>(
+      reinterpret_cast<const float4*>(x.data_ptr<float>()), reinterpret_cast<float4*>(y.data_ptr<float>()), n4);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

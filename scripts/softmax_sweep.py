@@ -30,7 +30,8 @@ if args.regrow_ab:
     fns = {"eager": lambda: torch.softmax(x, 1), "compile": torch.compile(Model(), dynamic=False),
            "copy_": lambda: y.copy_(x)}
     fns["compile"] = (lambda m=fns["compile"]: m(x))
-    names = ["256 thr (shipped)", "128 thr", "128 thr + hints", "256 thr + hints", "512 thr"]
+    names = ["V8 W1 256 thr (shipped)", "V8 W1 128 thr", "V8 W1 128 thr + hints", "V8 W1 256 thr + hints",
+             "V8 W1 512 thr", "V1 W8 256 thr", "V2 W4 256 thr", "V4 W2 256 thr", "V2 W4 128 thr"]
     for cfg, name in enumerate(names):
         y.zero_()
         k.softmax_forward_ab(x, y, cfg)

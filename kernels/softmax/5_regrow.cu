@@ -176,7 +176,8 @@ KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y)
 
 // A/B hook (scripts/softmax_sweep.py --regrow-ab): the one-warp-per-row float4 path (cols 128..1024, aligned) with
 // cfg 0 = 256 threads (shipped), 1 = 128 threads, 2 = 128 threads + streaming hints, 3 = 256 threads + hints,
-// 4 = 512 threads.
+// 4 = 512 threads; 5..8 more warps per row, fewer float4 per lane (V, W, threads): 5 = (1, 8, 256) (Inductor's
+// shape: a row per 8-warp CTA, one float4 per thread), 6 = (2, 4, 256), 7 = (4, 2, 256), 8 = (2, 4, 128).
 KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase& y, int64_t cfg) {
   kp::check_row_softmax_args(x, y);
   const int64_t rows = x.size(0), cols = x.size(1);
@@ -192,6 +193,10 @@ KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase&
     case 2: launch<float4, 8, 1, 128, true>(x, y, rows, nvec, xs); break;
     case 3: launch<float4, 8, 1, 256, true>(x, y, rows, nvec, xs); break;
     case 4: launch<float4, 8, 1, 512, false>(x, y, rows, nvec, xs); break;
-    default: TORCH_CHECK(false, "softmax_forward_ab: cfg 0..4, got ", kp::num(cfg));
+    case 5: launch<float4, 1, 8, 256, false>(x, y, rows, nvec, xs); break;
+    case 6: launch<float4, 2, 4, 256, false>(x, y, rows, nvec, xs); break;
+    case 7: launch<float4, 4, 2, 256, false>(x, y, rows, nvec, xs); break;
+    case 8: launch<float4, 2, 4, 128, false>(x, y, rows, nvec, xs); break;
+    default: TORCH_CHECK(false, "softmax_forward_ab: cfg 0..8, got ", kp::num(cfg));
   }
 }

@@ -8,16 +8,20 @@
 //   once, kept in its register, summed, and scaled by 1/sum on the way out.
 // Ownership / launch: 256 threads = 8 warps = 8/W rows per CTA; lane l of warp w of a row owns vectors
 //   j*32*W + w*32 + l (j < V): every load and store instruction of a warp touches 32 consecutive vectors.
-//   grid = ceil(rows / (8/W)). V in {1,2,4,8} float4s per lane with W = 1 up to 1024 columns, then W = 2..8 with
-//   V = 8 up to 8192, then V = 16, W = 8 up to 16384. A row that is not 16-byte aligned (or cols % 4 != 0) uses
-//   the same kernel over floats (4x the V). Longer rows take a block-per-row fallback (2 reads), only for
-//   correctness: ModelNew sends them to 4_persistent.
+//   grid = ceil(rows / (8/W)). V in {1,2,4} float4s per lane with W = 1 up to 512 columns; 513..1024 aligned
+//   columns: one row per 128-thread CTA (W = 4, V = 2; the A/B below); then W = 1..8 with V = 8 up to 8192, then
+//   V = 16, W = 8 up to 16384. A row that is not 16-byte aligned (or cols % 4 != 0) uses the same kernel over
+//   floats (4x the V). Longer rows take a block-per-row fallback (2 reads), only for correctness: ModelNew sends
+//   them to 4_persistent.
 // Bytes: 4*R*N read + 4*R*N written, the floor. Bound: memory (one expf + a multiply per element).
 // Preconditions (checked): 2-D float32 CUDA, unit-stride rows, y contiguous.
 // Numerics: exact row max first (NaN-aware), then expf(x - max) once per element; the sum is a per-lane sum of V
 //   values then a tree. NaN/+inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~5e-8.
 // Measured: H200 sweep at ~6.4 GB (GPU time, L2 read-flushed), 2026-11-22: 1024 cols 4,217 GB/s (98% of copy 4,287;
 //   torch.compile 4,262), 4096 cols 4,175 (compile 3,435), 16384 cols 4,210 (compile 3,681).
+//   A/B at 1572864x1024 (scripts/softmax_sweep.py --regrow-ab, one run, ms): copy_ 3.024, compile 3.029; warp per
+//   row V8: 256 thr 3.066, 128 thr 3.066, 512 thr 3.083, 256 thr + __ldcs/__stcs 3.072, 128 thr + hints 3.193;
+//   more warps per row: V1 W8 256 thr 3.364, V2 W4 256 thr 3.111, V4 W2 256 thr 3.100, V2 W4 128 thr 3.029 (shipped).
 #include "../common/kp.cuh"
 
 namespace {
@@ -147,6 +151,9 @@ bool dispatch(const at::TensorBase& x, const at::TensorBase& y, int64_t rows, in
   if (nvec <= 32 * 1 * S) { launch<T, 1 * S, 1>(x, y, rows, nvec, xs_vec); return true; }
   if (nvec <= 32 * 2 * S) { launch<T, 2 * S, 1>(x, y, rows, nvec, xs_vec); return true; }
   if (nvec <= 32 * 4 * S) { launch<T, 4 * S, 1>(x, y, rows, nvec, xs_vec); return true; }
+  // 513..1024 aligned columns: a row per 4-warp CTA, 2 float4 per lane ran at copy speed (3.029 ms at 1572864x1024,
+  // = torch.compile 3.029, copy_ 3.024), where a warp per row with 8 float4 per lane took 3.066 (A/B below).
+  if (S == 1 && nvec <= 32 * 2 * 4) { launch<T, 2, 4, 128>(x, y, rows, nvec, xs_vec); return true; }
   if (nvec <= 32 * 8 * S) { launch<T, 8 * S, 1>(x, y, rows, nvec, xs_vec); return true; }
   if (nvec <= 32 * 8 * S * 2) { launch<T, 8 * S, 2>(x, y, rows, nvec, xs_vec); return true; }
   if (nvec <= 32 * 8 * S * 4) { launch<T, 8 * S, 4>(x, y, rows, nvec, xs_vec); return true; }

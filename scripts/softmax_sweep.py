@@ -54,6 +54,9 @@ print("|---" * (5 + len(variants)) + "|")
 for cols in (int(c) for c in args.cols.split(",")):
     rows = int(args.total_bytes // (cols * 4))
     x = torch.rand(rows, cols, device="cuda")
+    # A fresh dynamo cache per shape: after 8 shapes of one forward, dynamo stops compiling (recompile_limit) and
+    # silently runs eager, which made the compile column of long sweeps equal to eager.
+    torch._dynamo.reset()
     fns = {"eager": Model(), "compile": torch.compile(Model(), dynamic=False)}
     fns.update({v: ModelNew(variant=v) for v in variants})
     with torch.no_grad():

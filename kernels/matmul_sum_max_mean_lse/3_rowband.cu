@@ -1,4 +1,6 @@
 // matmul_sum_max_mean_lse / 3_rowband -- W read in whole contiguous rows (row bands), one cooperative kernel.
+// A measured negative result: SLOWER than 2_inflight (92.6-101 us vs 82.3 us in the same run), kept as the record
+// of why; ModelNew's default stays 2_inflight. See "Measured" for where the time goes.
 //
 // What changed from 2_inflight: 2 gave each CTA a 64-column tile of W, i.e. 256-byte pieces of every row 32 KiB
 //   apart. scripts/bw_probe.py measured that pattern at 4.2 TB/s on the H200 while a plain streaming read of the
@@ -26,7 +28,14 @@
 //   G*B + I doubles (more lets NB reach G); cooperative launch support. float4/TMA paths need I % 4 == 0 and
 //   16-byte aligned W, x and x rows; other layouts take scalar loads (same phases, no prefetch).
 // Numerics: every sum in float64 in a fixed order (deterministic), one rounding to fp32 at the end (relL2 ~3e-8).
-// Measured: (filled in from the H200 run below)
+// Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, scripts/lse_ab.py (GPU time, L2 read-flushed, one run):
+//   2_inflight 82.3 us; 3_rowband bands 101.0, interleaved rows (ILV) 105.5, bands without the x prefetch 92.6.
+//   Per-phase globaltimer trace (median over CTAs, us): with prefetch W 72.2 | grid.sync 4.8 | v 1.5 | x dots 12.5 |
+//   grid.sync 3.2; without W 59.0 (256 MiB at 4.55 TB/s: the contiguous bands do read faster than 2's tiles) |
+//   5.0 | 1.8 | 17.2 | 4.0. So: (a) the 256-byte TMA pieces of x cost W 13 us for 30 MB; (b) each grid.sync costs
+//   3-5 us including the wait for the slowest CTA; (c) x read after the barrier is latency-bound. Even with W at the
+//   read ceiling (bw_probe: 63.9-78 us for 288 MiB on different H200s of the same day) the barriers and the
+//   dependent x phase leave no room under 70 us; this layout is not the way there.
 #include <cooperative_groups.h>
 
 #include "lse_common.cuh"

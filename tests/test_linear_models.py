@@ -222,23 +222,13 @@ def test_gpu_batchnorm_state_parity(momentum):
         assert torch.equal(v, before[k]), f"eval mode changed {k}"
 
 
-def _lse_fresh(new, x):
-    w, b = new.linear.weight.double(), new.linear.bias.double()
-    return (x.double() @ w.sum(0) + b.sum()).unsqueeze(1)
+CHANGES = ["inplace_weight", "inplace_bias", "optimizer_step", "load_state_dict", "cpu_then_cuda", "replace_parameter"]
 
 
-@gpu
-@pytest.mark.parametrize("change", ["inplace_weight", "inplace_bias", "optimizer_step", "load_state_dict",
-                                    "cpu_then_cuda", "replace_parameter"])
-def test_gpu_lse_cache_invalidation(change):
-    mod = harness.problem_module("matmul_sum_max_mean_lse")
-    torch.manual_seed(2)
-    new = mod.ModelNew(256, 300).cuda()
-    x = torch.rand(16, 256, device="cuda")
-    stale = new(x).clone()
-    # the second call is served from the cache (a different kernel, float64 sums in another order: ~1 ulp)
-    assert torch.allclose(new(x), stale, rtol=1e-6, atol=0) and new.colsum.misses == 1
-    lin = new.linear
+def _apply_change(new, lin, change, make_reference, new_weight):
+    """Change the weights of ModelNew `new` (whose Linear is `lin`) in one of the ways a weight-derived cache must
+    notice: in place, by an optimizer, through load_state_dict (a reference built under another seed), by a device
+    round trip with an edit on the CPU, or by replacing the Parameter with `new_weight()`."""
     if change == "inplace_weight":
         with torch.no_grad():
             lin.weight[3, 7] += 5.0
@@ -252,14 +242,34 @@ def test_gpu_lse_cache_invalidation(change):
         opt.step()
     elif change == "load_state_dict":
         torch.manual_seed(99)
-        new.load_state_dict(mod.Model(256, 300).state_dict())
+        new.load_state_dict(make_reference().state_dict())
     elif change == "cpu_then_cuda":
         new.cpu()
         with torch.no_grad():
-            new.linear.weight.mul_(-1)
+            lin.weight.mul_(-1)
         new.cuda()
     elif change == "replace_parameter":
-        lin.weight = nn.Parameter(torch.rand(300, 256, device="cuda"))
+        lin.weight = nn.Parameter(new_weight())
+    else:
+        raise ValueError(change)
+
+
+def _lse_fresh(new, x):
+    w, b = new.linear.weight.double(), new.linear.bias.double()
+    return (x.double() @ w.sum(0) + b.sum()).unsqueeze(1)
+
+
+@gpu
+@pytest.mark.parametrize("change", CHANGES)
+def test_gpu_lse_cache_invalidation(change):
+    mod = harness.problem_module("matmul_sum_max_mean_lse")
+    torch.manual_seed(2)
+    new = mod.ModelNew(256, 300).cuda()
+    x = torch.rand(16, 256, device="cuda")
+    stale = new(x).clone()
+    # the second call is served from the cache (a different kernel, float64 sums in another order: ~1 ulp)
+    assert torch.allclose(new(x), stale, rtol=1e-6, atol=0) and new.colsum.misses == 1
+    _apply_change(new, new.linear, change, lambda: mod.Model(256, 300), lambda: torch.rand(300, 256, device="cuda"))
     out = new(x)
     ref = _lse_fresh(new, x)
     assert harness.rel_error(out, ref).rel_l2 < 1e-6
@@ -317,8 +327,7 @@ def test_row_options_can_name_their_rungs():
 
 @gpu
 @pytest.mark.parametrize("problem", SPLIT)
-@pytest.mark.parametrize("change", ["inplace_weight", "inplace_bias", "optimizer_step", "load_state_dict",
-                                    "cpu_then_cuda", "replace_parameter"])
+@pytest.mark.parametrize("change", CHANGES)
 def test_gpu_split_cache_invalidation(problem, change):
     """W's hi/lo split is cached per weight version; every kind of weight change recomputes it (end to end: the
     output follows the changed weights). BN runs in eval mode so the Linear bias is visible in the output."""
@@ -335,28 +344,8 @@ def test_gpu_split_cache_invalidation(problem, change):
 
     stale = new(x).clone()
     assert torch.equal(new(x), stale) and _gemm_of(new).wsplit.misses == 1  # served from the cache
-    lin = _linear_of(new)
-    if change == "inplace_weight":
-        with torch.no_grad():
-            lin.weight[3, 7] += 5.0
-    elif change == "inplace_bias":
-        with torch.no_grad():
-            lin.bias[0] -= 2.0
-    elif change == "optimizer_step":
-        opt = torch.optim.Adam(new.parameters(), lr=0.1)
-        for p in new.parameters():
-            p.grad = torch.randn_like(p)
-        opt.step()
-    elif change == "load_state_dict":
-        torch.manual_seed(99)
-        new.load_state_dict(mod.Model(*init).state_dict())
-    elif change == "cpu_then_cuda":
-        new.cpu()
-        with torch.no_grad():
-            lin.weight.mul_(-1)
-        new.cuda()
-    elif change == "replace_parameter":
-        lin.weight = nn.Parameter(torch.rand(300, 256, device="cuda") * 0.1)
+    _apply_change(new, _linear_of(new), change, lambda: mod.Model(*init),
+                  lambda: torch.rand(300, 256, device="cuda") * 0.1)
     out = new(x)
     ref = fresh()
     assert harness.rel_error(out, ref).rel_l2 < 1e-5

@@ -45,6 +45,23 @@ inline cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream()
 // 64-bit min usable in device code (CUDA's min<> has no int64_t overload that nvcc picks reliably).
 __host__ __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// 32-bit shared-memory address for PTX operands (mbarrier, cp.async.bulk).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Spin until the mbarrier at `bar` completes the phase with parity `phase` (TMA bulk-copy completion).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(phase)
+        : "memory");
+  }
+}
+
 // A CTA may touch a cluster peer's shared memory only once every CTA of the cluster has started (CUDA programming
 // guide, distributed shared memory); compute-sanitizer racecheck reports a peer write that could come first. Arrive
 // early, wait just before the first peer access: the split barrier is then free.

@@ -24,7 +24,7 @@
 //   uncached 0.103 ms (27x; 288 MiB at 2.9 TB/s). Targets were 15 us and 70 us. The uncached kernel reads W in
 //   256-byte row segments per CTA (64-column tiles): the earlier 1024-column colsum pass alone ran at 4.07 TB/s, so
 //   the narrow tiles likely cost DRAM locality; a wide-tile pass + cross-CTA tile completion is the next step.
-#include "../common/kp.cuh"
+#include "lse_common.cuh"
 
 namespace {
 
@@ -155,29 +155,6 @@ __global__ void __launch_bounds__(256) gemv_rows(const float* __restrict__ x, in
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-void check_f64(const at::TensorBase& t, const at::TensorBase& like, const char* name, int64_t numel) {
-  TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kDouble && t.is_contiguous(), name,
-              " must be a contiguous float64 CUDA tensor");
-  kp::check_same_device(t, like, name);
-  TORCH_CHECK(t.numel() >= numel, name, " needs ", kp::num(numel), " elements, has ", kp::num(t.numel()));
-}
-
-void check_x(const at::TensorBase& x, int64_t features) {
-  kp::check_f32_cuda(x, "x");
-  TORCH_CHECK(x.dim() == 2, "x must be 2-D, got ", kp::num(x.dim()), "-D");
-  TORCH_CHECK(x.size(1) <= 1 || x.stride(1) == 1, "x rows must be unit-stride");
-  TORCH_CHECK(x.size(1) == features, "x has ", kp::num(x.size(1)), " features, the weight ", kp::num(features));
-  TORCH_CHECK(x.size(0) <= 2147483647LL, "too many rows: ", kp::num(x.size(0)));
-}
-
-void check_out(const at::TensorBase& out, const at::TensorBase& x) {
-  kp::check_f32_cuda(out, "out");
-  kp::check_same_device(out, x, "out");
-  TORCH_CHECK(out.is_contiguous() && out.numel() == x.size(0), "out must hold one value per row of x");
-}
-
 }  // namespace
 
 // Uncached forward: out = x @ W.sum(0) + b.sum(), filling v (I doubles) and bsum (1 double) on the way so a caller
@@ -185,29 +162,15 @@ void check_out(const at::TensorBase& out, const at::TensorBase& x) {
 KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                                    const at::TensorBase& partial, const at::TensorBase& v,
                                    const at::TensorBase& bsum, const at::TensorBase& out) {
-  kp::check_f32_cuda(w, "weight");
-  TORCH_CHECK(w.dim() == 2 && w.is_contiguous(), "weight must be a contiguous 2-D tensor");
-  const int64_t O = w.size(0), I = w.size(1);
-  check_x(x, I);
-  kp::check_same_device(w, x, "x");
-  check_out(out, x);
-  if (b.numel()) {
-    kp::check_f32_cuda(b, "bias");
-    kp::check_same_device(w, b, "bias");
-    TORCH_CHECK(b.dim() == 1 && b.size(0) == O && b.is_contiguous(), "bias must be contiguous with ", kp::num(O),
-                " elements");
-  }
-  const int64_t B = x.size(0), tiles = (I + TC - 1) / TC;
-  check_f64(partial, w, "partial", tiles * B);
-  check_f64(v, w, "v", I);
-  check_f64(bsum, w, "bsum", 1);
+  const lse::Forward f = lse::check_forward(w, b, x, partial, v, bsum, out);
+  const int64_t O = f.O, I = f.I, B = f.B, tiles = (I + TC - 1) / TC;
+  lse::check_f64(partial, w, "partial", tiles * B);
   TORCH_CHECK(tiles <= 2147483647LL, "too many columns: ", kp::num(I));
   c10::cuda::CUDAGuard guard(w.device());
   if (tiles > 0) {
-    const bool vec = I % 4 == 0 && x.stride(0) % 4 == 0 && aligned16(w.data_ptr()) && aligned16(x.data_ptr());
     colsum_gemv<<<(unsigned)tiles, FT, 0, kp::stream()>>>(w.data_ptr<float>(), O, I, x.data_ptr<float>(), B,
                                                           x.stride(0), partial.data_ptr<double>(),
-                                                          v.data_ptr<double>(), vec);
+                                                          v.data_ptr<double>(), f.vec);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   finish<<<(unsigned)std::max<int64_t>(1, (B + 255) / 256), 256, 0, kp::stream()>>>(
@@ -219,14 +182,14 @@ KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase
 // Cached forward: out (B, 1) := x @ v + bsum with v, bsum from an earlier colsum_gemv_forward.
 KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const at::TensorBase& bsum,
                          const at::TensorBase& out) {
-  check_f64(v, x, "v", 0);
-  check_x(x, v.numel());
-  check_f64(bsum, x, "bsum", 1);
-  check_out(out, x);
+  lse::check_f64(v, x, "v", 0);
+  lse::check_x(x, v.numel());
+  lse::check_f64(bsum, x, "bsum", 1);
+  lse::check_out(out, x);
   const int64_t B = x.size(0), I = x.size(1);
   if (B == 0) return;
   c10::cuda::CUDAGuard guard(x.device());
-  const bool vec = I % 4 == 0 && x.stride(0) % 4 == 0 && aligned16(x.data_ptr());
+  const bool vec = I % 4 == 0 && x.stride(0) % 4 == 0 && lse::aligned16(x.data_ptr());
   gemv_rows<<<(unsigned)((B + GR - 1) / GR), 256, 0, kp::stream()>>>(x.data_ptr<float>(), B, I, x.stride(0),
                                                                      v.data_ptr<double>(), bsum.data_ptr<double>(),
                                                                      out.data_ptr<float>(), vec);

@@ -53,21 +53,12 @@ constexpr int SMEM_X = 220 * 1024;     // x prefetch budget per CTA
 constexpr int GR = 2, GU = 2;          // cached GEMV (2_inflight's measured choice)
 constexpr bool ILV_CHOSEN = false;     // band layout (see rowband's ILV)
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
 // W is read once: no L1 allocation (the bw probe's fastest read form).
 __device__ __forceinline__ float4 ldg_stream(const float* p) {
   float4 q;
   asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
                : "=f"(q.x), "=f"(q.y), "=f"(q.z), "=f"(q.w) : "l"(p));
   return q;
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done) : "r"(smem_u32(bar)), "r"(phase) : "memory");
 }
 
 __device__ __forceinline__ void stamp(int64_t* trace, int k) {
@@ -100,16 +91,16 @@ __global__ void __launch_bounds__(T, 1)
   const bool pref = VEC && npref > 0 && kw > 0;
   if (pref && wp == 0) {
     if (lane == 0) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar)));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bar)));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bar)),
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(kp::smem_u32(&bar)),
                    "r"((uint32_t)(npref * kw * 4)) : "memory");
     }
     __syncwarp();
     for (int i = lane; i < npref; i += 32)
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                       smem_u32(xsm + (int64_t)i * kw)), "l"(x + i * xs + k0), "r"((uint32_t)(kw * 4)),
-                   "r"(smem_u32(&bar)) : "memory");
+                       kp::smem_u32(xsm + (int64_t)i * kw)), "l"(x + i * xs + k0), "r"((uint32_t)(kw * 4)),
+                   "r"(kp::smem_u32(&bar)) : "memory");
   }
 
   // 1. Column sums of row bands, one (band, panel) item at a time.
@@ -194,7 +185,7 @@ __global__ void __launch_bounds__(T, 1)
   stamp(trace, 3);
   // 3. This slice's share of every row's dot product: a warp takes RB rows at a time (RB loads per lane in flight,
   //    8 independent shuffle reductions), from the shared-memory copy where the row was prefetched.
-  if (pref) mbar_wait(&bar, 0);
+  if (pref) kp::mbar_wait(&bar, 0);
   for (int64_t i0 = (int64_t)wp * RB; i0 < B; i0 += (int64_t)NW * RB) {
     double d[RB];
 #pragma unroll
@@ -318,9 +309,7 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
   int64_t* tr = nullptr;
   if (trace.numel()) {
     TORCH_CHECK(trace.is_cuda() && trace.scalar_type() == at::kLong && trace.is_contiguous(), "trace: int64 CUDA");
-    int n = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, w.device().index()));
-    TORCH_CHECK(trace.numel() >= 8 * (int64_t)n, "trace needs 8 x #SMs elements");
+    TORCH_CHECK(trace.numel() >= 8 * (int64_t)sm_count(w.device().index()), "trace needs 8 x #SMs elements");
     tr = trace.data_ptr<int64_t>();
   }
   switch (cfg) {

@@ -1,6 +1,6 @@
-// lse_common.cuh -- what 2_inflight and 3_rowband share: argument checks for the forward (uncached) and the cached
+// lse_common.cuh -- what the lse rungs share: argument checks for the forward (uncached) and the cached
 // GEMV, and the cached GEMV itself (out = x @ v + bsum with v = W.sum(0), bsum = b.sum() kept by ModelNew).
-// 1_colsum_gemv keeps its own copies on purpose: it is the first rung of the ladder and stays readable alone.
+// 1_colsum_gemv uses the checks (its own, simpler GEMV kernel stays in its file).
 #pragma once
 #include "../common/kp.cuh"
 

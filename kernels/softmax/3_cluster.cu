@@ -35,21 +35,6 @@ using namespace kp_softmax;
 constexpr int THREADS = 512;
 constexpr int NCHUNK = 4;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(phase)
-        : "memory");
-  }
-}
-
 template <int CL>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_cluster(const float* __restrict__ x, float* __restrict__ y, int64_t cols, int64_t xs, int64_t chunk,
@@ -76,7 +61,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int64_t per = (n4 + NCHUNK - 1) / NCHUNK;
     if (threadIdx.x == 0) {
       for (int k = 0; k < NCHUNK; ++k)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bars[k])));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[k])));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -84,21 +69,21 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int k = 0; k < NCHUNK; ++k) {
         const int64_t b = kp::imin(n4, k * per), e = kp::imin(n4, b + per);
         const uint32_t bytes = (uint32_t)((e - b) * 16);
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bars[k])),
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(kp::smem_u32(&bars[k])),
                      "r"(bytes)
                      : "memory");
         if (bytes)
           asm volatile(
               "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                  smem_u32(slice + 4 * b)),
-              "l"(xr + 4 * b), "r"(bytes), "r"(smem_u32(&bars[k]))
+                  kp::smem_u32(slice + 4 * b)),
+              "l"(xr + 4 * b), "r"(bytes), "r"(kp::smem_u32(&bars[k]))
               : "memory");
       }
     }
     const float4* s4 = reinterpret_cast<const float4*>(slice);
     for (int k = 0; k < NCHUNK; ++k) {
       const int64_t b = kp::imin(n4, k * per), e = kp::imin(n4, b + per);
-      mbar_wait(&bars[k], 0);
+      kp::mbar_wait(&bars[k], 0);
       for (int64_t i = b + threadIdx.x; i < e; i += THREADS) absorb(m, s, s4[i]);
     }
     const float4* x4 = reinterpret_cast<const float4*>(xr);

@@ -37,21 +37,6 @@ using namespace kp_softmax;
 constexpr int THREADS = 512;
 constexpr int NCHUNK = 8;  // 24 KiB per chunk at a 192 KiB slice: fine-grained enough that loads restart early
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(phase)
-        : "memory");
-  }
-}
-
 // Chunk k of the on-chip part (n4 float4s) of a slice: [b, e) in float4 units.
 __device__ __forceinline__ void chunk_range(int64_t n4, int k, int64_t& b, int64_t& e) {
   const int64_t per = (n4 + NCHUNK - 1) / NCHUNK;
@@ -67,12 +52,12 @@ __device__ __forceinline__ void load_chunk(float* slice, uint64_t* bar, const fl
   // The slot was last read through the generic proxy (ld.shared by all threads, ordered by the __syncthreads
   // before this call); order those reads before the async proxy's writes into it.
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(kp::smem_u32(bar)), "r"(bytes) : "memory");
   if (bytes)
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smem_u32(slice + 4 * b)),
-        "l"(xr + 4 * b), "r"(bytes), "r"(smem_u32(bar))
+            kp::smem_u32(slice + 4 * b)),
+        "l"(xr + 4 * b), "r"(bytes), "r"(kp::smem_u32(bar))
         : "memory");
 }
 
@@ -97,7 +82,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (tma) {
     if (threadIdx.x == 0) {
       for (int k = 0; k < NCHUNK; ++k)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bars[k])));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[k])));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
       if (first < rows)
         for (int k = 0; k < NCHUNK; ++k) load_chunk(slice, &bars[k], x + first * xs + c0, n4, k);
@@ -116,7 +101,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int k = 0; k < NCHUNK; ++k) {
         int64_t b, e;
         chunk_range(n4, k, b, e);
-        mbar_wait(&bars[k], it & 1);
+        kp::mbar_wait(&bars[k], it & 1);
         for (int64_t i = b + threadIdx.x; i < e; i += THREADS) absorb(m, s, s4[i]);
       }
       const float4* x4 = reinterpret_cast<const float4*>(xr);

@@ -44,34 +44,19 @@ constexpr int NCHUNK = 4;                              // prefetch ring: 4 chunk
 constexpr int KPC = V / NCHUNK;                        // k-values (float4s per thread) per chunk
 static_assert(V % NCHUNK == 0, "chunks must split the per-thread registers evenly");
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(phase)
-        : "memory");
-  }
-}
-
 // Thread 0: chunk c of the slice (n floats, a multiple of 4) of the row at xr into smem, completing on bar. Chunk c
 // is float4s [c*KPC*THREADS, (c+1)*KPC*THREADS): exactly the registers k in [c*KPC, (c+1)*KPC) of every thread.
 __device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float* xr, int n, int c) {
   const int n4 = n >> 2;
   const int b = min(n4, c * KPC * THREADS), e = min(n4, (c + 1) * KPC * THREADS);
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads of buf before async writes
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"((uint32_t)((e - b) * 16))
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(kp::smem_u32(bar)), "r"((uint32_t)((e - b) * 16))
                : "memory");
   if (e > b)
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smem_u32(buf + 4 * b)),
-        "l"(xr + 4 * b), "r"((uint32_t)((e - b) * 16)), "r"(smem_u32(bar))
+            kp::smem_u32(buf + 4 * b)),
+        "l"(xr + 4 * b), "r"((uint32_t)((e - b) * 16)), "r"(kp::smem_u32(bar))
         : "memory");
 }
 
@@ -96,7 +81,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   if (TMA) {
     if (t == 0) {
-      for (int c = 0; c < NCHUNK; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bars[c])));
+      for (int c = 0; c < NCHUNK; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[c])));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
       if (first < rows)
         for (int c = 0; c < NCHUNK; ++c) prefetch(buf, &bars[c], x + first * xs + c0, n, c);
@@ -117,7 +102,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       const float4* b4 = reinterpret_cast<const float4*>(buf);
 #pragma unroll
       for (int c = 0; c < NCHUNK; ++c) {
-        mbar_wait(&bars[c], it & 1);
+        kp::mbar_wait(&bars[c], it & 1);
 #pragma unroll
         for (int kk = 0; kk < KPC; ++kk) {
           const int k = c * KPC + kk, i = t + k * THREADS;

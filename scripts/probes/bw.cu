@@ -19,20 +19,11 @@ namespace {
 
 constexpr int T = 512;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
 __device__ __forceinline__ float4 ldg_stream(const float4* p) {
   float4 q;
   asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
                : "=f"(q.x), "=f"(q.y), "=f"(q.z), "=f"(q.w) : "l"(p));
   return q;
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done) : "r"(smem_u32(bar)), "r"(phase) : "memory");
 }
 
 template <int U>
@@ -81,7 +72,7 @@ __global__ void __launch_bounds__(128, 1) ring_tma(const float* __restrict__ x, 
   const int64_t G = gridDim.x;
   auto bytes_of = [&](int64_t k) { return (uint32_t)kp::imin((int64_t)CH, n * 4 - k * CH); };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
+    for (int s = 0; s < S; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&full[s])));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -90,10 +81,10 @@ __global__ void __launch_bounds__(128, 1) ring_tma(const float* __restrict__ x, 
     if (k >= nch) return;
     const int s = (int)(j % S);
     const uint32_t b = bytes_of(k);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&full[s])), "r"(b) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(kp::smem_u32(&full[s])), "r"(b) : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_u32(ring + (size_t)s * CH)), "l"(reinterpret_cast<const char*>(x) + k * CH), "r"(b),
-                 "r"(smem_u32(&full[s])) : "memory");
+                     kp::smem_u32(ring + (size_t)s * CH)), "l"(reinterpret_cast<const char*>(x) + k * CH), "r"(b),
+                 "r"(kp::smem_u32(&full[s])) : "memory");
   };
   if (threadIdx.x == 0)
     for (int j = 0; j < S; ++j) issue(j);
@@ -102,12 +93,12 @@ __global__ void __launch_bounds__(128, 1) ring_tma(const float* __restrict__ x, 
     const int64_t k = blockIdx.x + j * G;
     if (k >= nch) break;
     const int s = (int)(j % S);
-    mbar_wait(&full[s], (uint32_t)((j / S) & 1));
+    kp::mbar_wait(&full[s], (uint32_t)((j / S) & 1));
     const uint32_t b = bytes_of(k);
     if (STORE) {
       if (threadIdx.x == 0) {
         asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(reinterpret_cast<char*>(y) + k * CH),
-                     "r"(smem_u32(ring + (size_t)s * CH)), "r"(b) : "memory");
+                     "r"(kp::smem_u32(ring + (size_t)s * CH)), "r"(b) : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         // the slot is reused S chunks later: keep at most S-1 stores reading shared memory
         asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(0) : "memory");

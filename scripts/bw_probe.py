@@ -55,9 +55,21 @@ for tc in (64, 256, 512, 1024, 2048):
     add(f"read_tiles TC{tc} x {128 * 64 // tc} row parts (128 CTAs) 256 MiB", 4 * w.numel(),
         lambda tc=tc: k.probe_tiles(w, out, 8192, tc, 128))
 add("copy torch-like (128 thr, 4 float4, 1 chunk/CTA)", C, lambda: k.probe_copy_torchlike(src, dst))
+cnt = torch.zeros(1 << 20, dtype=torch.int32, device="cuda")
+for th, u in ((256, 8), (256, 16), (512, 8), (128, 16)):  # groups of 393216 floats = one softmax row
+    cpr = 393216 // (4 * th * u)
+    for c in (1, cpr):
+        add(f"rowsync {th} thr x {u} float4, {c} chunk(s) per group", C,
+            lambda th=th, u=u, c=c: k.probe_copy_rowsync(src, dst, cnt, th, u, c))
 
 if len(sys.argv) > 2 and sys.argv[1] == "--only":  # a subset: names containing any of the given words
     fns = {n: f for n, f in fns.items() if any(wd in n for wd in sys.argv[2:])}
+for n, f in fns.items():  # the row-synchronised copies must copy (and not hang)
+    if n.startswith("rowsync"):
+        dst.zero_()
+        f()
+        if not torch.equal(dst, src):
+            raise SystemExit(f"{n}: wrong copy")
 torch.cuda.synchronize()
 t = harness.bench_interleaved(fns, min_reps=15, max_reps=40, budget_s=60)
 print(f"| probe ({nsm} SMs on the device) | median us | IQR us | GB/s |\n|---|---|---|---|")

@@ -2,13 +2,15 @@
 // number of SMs used. Not a problem variant: scripts/bw_probe.py builds it with harness.build_path and times each
 // export next to torch's own copy, so the ceilings the kernel headers quote are measured, not assumed.
 //
-// Kernels (all persistent, one CTA per SM forced by a large dynamic shared-memory request, grid = nsm CTAs):
+// Kernels (persistent unless noted: one CTA per SM forced by a large dynamic shared-memory request, grid = nsm CTAs):
 //   read_ld<U>:  each thread keeps U float4 loads (ld.global.nc.L1::no_allocate) in flight, chunk-interleaved over
 //                the grid; sums into a double so nothing is dead code.
 //   read_tma:    thread 0 streams CHUNK-byte cp.async.bulk loads through an S-stage shared-memory ring; the CTA
 //                sums every element out of shared memory.
 //   copy_ld<U>:  U float4 loads then U float4 stores per thread per step.
 //   copy_tma:    bulk load into the ring, bulk store (cp.async.bulk.global.shared) out of it.
+//   copy_rowsync: short-lived CTAs (ticket order) whose stores wait for a group of peers (softmax rows split
+//                over CTAs), see below.
 //   read_cols:   the column-tile pattern of lse's colsum (each CTA reads TC floats of every row of a row-major
 //                matrix): what narrow row segments cost in DRAM locality.
 // Preconditions: float32, contiguous, 16-byte aligned, n a multiple of 4 (checked). Numerics: not a result.
@@ -172,6 +174,57 @@ __global__ void __launch_bounds__(128) copy_torchlike(const float4* __restrict__
   for (int u = 0; u < 4; ++u) if (base + 128 * u < n4) y[base + 128 * u] = q[u];
 }
 
+// Row-synchronised chunk copy: the memory behaviour of a softmax whose long rows are split over short-lived CTAs.
+// CTA k takes ticket k (atomic, so tickets follow dispatch order), loads chunk k (TT threads x U float4, kept in
+// registers), reduces a CTA max (the dependency a real softmax has before it can publish), publishes to its group's
+// counter (cpr chunks per group = one "row"), waits until all cpr chunks of the group have published, then stores.
+// cpr = 1 is the same kernel without the cross-CTA wait.
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+template <int TT, int U>
+__global__ void __launch_bounds__(TT) copy_rowsync(const float4* __restrict__ x, float4* __restrict__ y, int64_t n4,
+                                                   int64_t nblk, int cpr, unsigned* __restrict__ cnt) {
+  __shared__ unsigned s_t;
+  __shared__ float s_m[TT / 32];
+  if (threadIdx.x == 0) s_t = atomicAdd(cnt, 1u);  // cnt[0]: ticket; cnt[1 + g]: group g's arrivals
+  __syncthreads();
+  const int64_t t = s_t;
+  const int64_t base = t * (TT * U) + threadIdx.x;
+  float4 q[U];
+  float m = -INFINITY;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t i = base + (int64_t)u * TT;
+    q[u] = i < n4 ? ldg_stream(x + i) : make_float4(0, 0, 0, 0);
+    m = fmaxf(m, fmaxf(fmaxf(q[u].x, q[u].y), fmaxf(q[u].z, q[u].w)));
+  }
+  m = kp::warp_max(m);
+  if (threadIdx.x % 32 == 0) s_m[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float mm = s_m[0];
+    for (int w = 1; w < TT / 32; ++w) mm = fmaxf(mm, s_m[w]);
+    unsigned* c = cnt + 1 + t / cpr;
+    const unsigned want = (unsigned)kp::imin(cpr, nblk - t / cpr * cpr);  // the last group may be short
+    __threadfence();
+    atomicAdd(c, 1u);
+    unsigned ns = 32;
+    while (ld_acquire(c) < want) { __nanosleep(ns); ns = ns < 256 ? 2 * ns : ns; }
+    s_m[0] = mm > 1e30f ? 2.f : 1.f;  // a scale that depends on the wait, as softmax's would
+  }
+  __syncthreads();
+  const float sc = s_m[0];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t i = base + (int64_t)u * TT;
+    if (i < n4) y[i] = make_float4(q[u].x * sc, q[u].y * sc, q[u].z * sc, q[u].w * sc);
+  }
+}
+
 constexpr int BIG_SMEM = 120 * 1024;  // > half an SM's shared memory: one CTA per SM
 
 template <typename K>
@@ -280,5 +333,29 @@ KP_EXPORT void probe_copy_torchlike(const at::TensorBase& x, const at::TensorBas
   const int64_t n4 = x.numel() / 4;
   copy_torchlike<<<(unsigned)((n4 + 511) / 512), 128, 0, kp::stream()>>>(
       reinterpret_cast<const float4*>(x.data_ptr<float>()), reinterpret_cast<float4*>(y.data_ptr<float>()), n4);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Row-synchronised chunk copy (copy_rowsync): threads x u float4 per CTA, cpr chunks per group; cnt: int32 scratch
+// of >= 2 + numel / (4 * threads * u * cpr) entries, zeroed here on the stream.
+KP_EXPORT void probe_copy_rowsync(const at::TensorBase& x, const at::TensorBase& y, const at::TensorBase& cnt,
+                                  int64_t threads, int64_t u, int64_t cpr) {
+  check(x); check(y);
+  TORCH_CHECK(x.numel() == y.numel(), "probe_copy_rowsync: sizes differ");
+  TORCH_CHECK(cnt.is_cuda() && cnt.scalar_type() == at::kInt && cnt.is_contiguous(), "cnt: int32 CUDA contiguous");
+  TORCH_CHECK(cpr >= 1, "cpr >= 1");
+  const c10::cuda::CUDAGuard g(x.device());
+  const int64_t n4 = x.numel() / 4, per = threads * u, nblk = (n4 + per - 1) / per;
+  TORCH_CHECK(cnt.numel() >= 2 + nblk / cpr, "cnt too small");
+  C10_CUDA_CHECK(cudaMemsetAsync(cnt.data_ptr(), 0, cnt.numel() * 4, kp::stream()));
+  const auto* p = reinterpret_cast<const float4*>(x.data_ptr<float>());
+  auto* q = reinterpret_cast<float4*>(y.data_ptr<float>());
+  auto* c = reinterpret_cast<unsigned*>(cnt.data_ptr());
+  const unsigned gr = (unsigned)nblk;
+  if (threads == 256 && u == 8) copy_rowsync<256, 8><<<gr, 256, 0, kp::stream()>>>(p, q, n4, nblk, (int)cpr, c);
+  else if (threads == 256 && u == 16) copy_rowsync<256, 16><<<gr, 256, 0, kp::stream()>>>(p, q, n4, nblk, (int)cpr, c);
+  else if (threads == 512 && u == 8) copy_rowsync<512, 8><<<gr, 512, 0, kp::stream()>>>(p, q, n4, nblk, (int)cpr, c);
+  else if (threads == 128 && u == 16) copy_rowsync<128, 16><<<gr, 128, 0, kp::stream()>>>(p, q, n4, nblk, (int)cpr, c);
+  else TORCH_CHECK(false, "threads x u: 256x8, 256x16, 512x8 or 128x16");
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -21,6 +21,9 @@ ref = (x.double() @ w.double().sum(0) + b.double().sum()).unsqueeze(1)
 k1, k2 = harness.Kernel("matmul_sum_max_mean_lse", "1_colsum_gemv"), harness.Kernel("matmul_sum_max_mean_lse",
                                                                                       "2_inflight")
 k3 = harness.Kernel("matmul_sum_max_mean_lse", "3_rowband")
+k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap")
+kp = harness.build_path(harness.PROBES / "bw.cu").ops
+PFS = (0.0, 0.5, 0.75, 0.9)
 nsm = torch.cuda.get_device_properties(0).multi_processor_count
 f64 = dict(device="cuda", dtype=torch.float64)
 vb = torch.empty(I + 1, **f64)
@@ -32,6 +35,9 @@ for cfg, name in enumerate(["TC64 XU1", "TC64 XU4", "TC64 XU8", "TC32 XU8", "TC3
     fns[f"fwd {name}"] = lambda cfg=cfg: k2.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg)
 for cfg, name in enumerate(["band", "interleaved", "band no-prefetch"]):
     fns[f"fwd 3_rowband {name}"] = lambda cfg=cfg: k3.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg, notrace)
+for pf in PFS:
+    fns[f"fwd 4_overlap pf {pf}"] = lambda pf=pf: k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, pf, notrace)
+fns["fwd ceiling: bw probe read of W then x"] = lambda: (kp.probe_read(w, vb, nsm, 8, True), kp.probe_read(x, vb, nsm, 8, True))
 fns["1 gemv (GR1)"] = lambda: k1.gemv_bias(x, vb[:-1], vb[-1:], out)
 for cfg, name in enumerate(["GR1 GU2", "GR1 GU4", "GR2 GU2", "GR4 GU2", "GR2 GU4", "GR4 GU1"]):
     fns[f"gemv {name}"] = lambda cfg=cfg: k2.tune_gemv(x, vb[:-1], vb[-1:], out, cfg)
@@ -39,7 +45,6 @@ ws = torch.empty((), device="cuda")
 fns["torch W.sum() (read 256 MiB)"] = lambda: torch.sum(w.view(-1), dim=0, out=ws)
 fns["torch x.sum() (read 32 MiB)"] = lambda: torch.sum(x.view(-1), dim=0, out=ws)
 if "--ncu" in sys.argv:  # one call each, for `ncu --kernel-name regex:...`
-    kp = harness.build_path(harness.PROBES / "bw.cu").ops
     k2.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 6)
     k3.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 0, notrace)
     k3.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 2, notrace)
@@ -48,7 +53,7 @@ if "--ncu" in sys.argv:  # one call each, for `ncu --kernel-name regex:...`
     sys.exit(0)
 bad = []
 for k, f in fns.items():
-    if k.startswith("torch"):
+    if k.startswith("torch") or "ceiling" in k:
         continue
     out.fill_(float("nan"))
     if "gemv" in k:
@@ -82,6 +87,20 @@ for cfg, name in enumerate(["band", "interleaved", "band no-prefetch"]):
     print(f"| {name} | " + " | ".join(cells) + f" | {tr[:, 6].max() - tr[:, 0].min():.1f} |")
 print("(us; median over CTAs, max in brackets; the start spread is "
       f"{(tr[:, 0].max() - tr[:, 0].min()):.1f} us in the last call)")
+
+# Where 4_overlap's time goes, per prefetch point.
+tiles4 = -(-I // 64)
+trace4 = torch.zeros(tiles4, 8, dtype=torch.int64, device="cuda")
+ph4 = ["W (+x prefetch)", "v tile + wait x", "x dots (smem)", "x rows from DRAM"]
+print("\n| 4_overlap pf | " + " | ".join(ph4) + " | first start -> last end |\n" + "|---" * (len(ph4) + 2) + "|")
+for pf in PFS:
+    flush()
+    k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, pf, trace4)
+    torch.cuda.synchronize()
+    tr = trace4[:, :5].double() / 1e3
+    d = tr[:, 1:] - tr[:, :-1]
+    cells = [f"{d[:, j].median():.1f} (max {d[:, j].max():.1f})" for j in range(len(ph4))]
+    print(f"| {pf} | " + " | ".join(cells) + f" | {tr[:, 4].max() - tr[:, 0].min():.1f} |")
 
 if "--no-gemm" in sys.argv:
     sys.exit(0)

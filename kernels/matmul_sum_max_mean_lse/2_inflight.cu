@@ -47,14 +47,8 @@ constexpr int GR = 2, GU = 2;     // chosen gemv_rows rows per CTA and float4 pe
 // W is streamed once: optionally ask for 256-byte L2 fills and no L1 allocation (HINT = 1).
 template <int HINT>
 __device__ __forceinline__ float4 load_w(const float* p) {
-  if constexpr (HINT == 1) {
-    float4 q;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(q.x), "=f"(q.y), "=f"(q.z), "=f"(q.w) : "l"(p));
-    return q;
-  } else {
-    return *reinterpret_cast<const float4*>(p);
-  }
+  if constexpr (HINT == 1) return lse::load_w(p);
+  else return *reinterpret_cast<const float4*>(p);
 }
 
 template <int TC_, int XU_, int HINT = 0, int CU = 8>

@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 ldg_stream(const float* p) {
   return q;
 }
 
-__device__ __forceinline__ void stamp(int64_t* trace, int k) {
-  if (trace && threadIdx.x == 0) {
-    uint64_t ns;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-    trace[blockIdx.x * 8 + k] = (int64_t)ns;
-  }
-}
-
 // ILV: band b is rows b, b + NB, b + 2 NB, ... (all CTAs read neighbouring rows at the same time, as the bw probe's
 // fastest read did) instead of the contiguous rows [b*O/NB, (b+1)*O/NB). trace (A/B only): per-CTA globaltimer
 // stamps at the phase boundaries.
@@ -85,7 +77,7 @@ __global__ void __launch_bounds__(T, 1)
   const int64_t G = gridDim.x, p = blockIdx.x;
   const int64_t k0 = kp::imin(I, p * width), kw = kp::imin(I, k0 + width) - k0;
   double* rowpart = part + NB * I;  // G x B
-  stamp(trace, 0);
+  lse::stamp(trace, 0);
 
   // 0. This CTA's slice of x rows [0, npref) into shared memory, in flight alongside phase 1.
   const bool pref = VEC && npref > 0 && kw > 0;
@@ -151,9 +143,9 @@ __global__ void __launch_bounds__(T, 1)
       }
     }
   }
-  stamp(trace, 1);
+  lse::stamp(trace, 1);
   grid.sync();
-  stamp(trace, 2);
+  lse::stamp(trace, 2);
 
   // 2. v over this CTA's column slice: 64 columns x 8 band groups per step, bands summed in a fixed order.
   for (int64_t kc = 0; kc < kw; kc += 64) {
@@ -182,7 +174,7 @@ __global__ void __launch_bounds__(T, 1)
   }
   __syncthreads();  // v[slice] written by this CTA's threads is read below by others of it
 
-  stamp(trace, 3);
+  lse::stamp(trace, 3);
   // 3. This slice's share of every row's dot product: a warp takes RB rows at a time (RB loads per lane in flight,
   //    8 independent shuffle reductions), from the shared-memory copy where the row was prefetched.
   if (pref) kp::mbar_wait(&bar, 0);
@@ -221,9 +213,9 @@ __global__ void __launch_bounds__(T, 1)
       if (lane == 0 && i0 + u < B) rowpart[p * B + i0 + u] = s;
     }
   }
-  stamp(trace, 4);
+  lse::stamp(trace, 4);
   grid.sync();
-  stamp(trace, 5);
+  lse::stamp(trace, 5);
 
   // 4. Rows: sum the G slice partials in a fixed order, add sum(b).
   const double bs = __ldcg(bsum);
@@ -234,7 +226,7 @@ __global__ void __launch_bounds__(T, 1)
     s = kp::warp_sum(s);
     if (lane == 0) out[i] = (float)(s + bs);
   }
-  stamp(trace, 6);
+  lse::stamp(trace, 6);
 }
 
 int sm_count(int dev) {

@@ -1,0 +1,239 @@
+// matmul_sum_max_mean_lse / 4_overlap -- 2_inflight with the x tile read while W streams, not after it.
+//
+// Same algebra as 1_colsum_gemv (the forward is x @ W.sum(0) + b.sum(); see that file's header for why it is exact).
+// What changed from 2_inflight: its x phase started only when the CTA's W loop had ended and took 4 dependent
+//   rounds of DRAM latency (1024 rows / (32 row groups x 8 loads in flight)); on a machine whose plain read stream
+//   did 288 MiB in 64.6 us, 2_inflight took 83 us. Here up to XR_MAX rows of the CTA's x tile are copied into
+//   shared memory with cp.async (no registers held) at a chosen point of the W loop, so the x bytes share the
+//   stream with W; after the column sum only the rows beyond XR_MAX (none at B <= 768) come from DRAM. The partials
+//   are stored row-major (partial[i * tiles + t]) so that `finish` reduces a row with one coalesced warp read.
+// Ownership and launch:
+//   overlap: CTA t owns columns [t*TC, (t+1)*TC) of W and x (TC = 64; grid = ceil(I/TC)); 512 threads = 16 float4
+//     columns x 32 row groups. Phase 1 sums the tile over all O rows of W (CU float4 per thread in flight) and, when
+//     the loop reaches row pf_row, issues the x tile rows [0, xr) into shared memory (xr = min(B, XR_MAX)); phase 2
+//     writes v[tile], dots the shared-memory rows with it, then the rows >= xr straight from DRAM (XU in flight).
+//     One CTA per SM (192 KiB + 16 KiB of shared memory).
+//   finish (programmatic dependent launch): every CTA sums b while the main kernel drains, then one warp per row
+//     adds the row's `tiles` partials.
+// Bytes: 4*O*I + 4*B*I + 8*B*ceil(I/64) (partials, L2-resident) = 288 MiB + 1 MiB at the bench shape; minimum 288 MiB.
+//   Bound: memory (the W loop's float->double converts use ~30% of the FP64 pipe's time at full bandwidth).
+// Preconditions (checked, lse_common.cuh): float32 CUDA tensors on one device; W 2-D contiguous; x 2-D with
+//   unit-stride rows and x.size(1) == W.size(1); b 1-D of W.size(0) (or empty); float64 scratch of >= ceil(I/64)*B.
+//   The prefetch needs the float4 path (16-byte aligned W and x rows); other layouts run 2_inflight's scalar loops.
+// Numerics: as 2_inflight: every sum in float64, partials added in a fixed order (deterministic), one rounding to
+//   fp32 at the end.
+// Measured: (pending)
+#include "lse_common.cuh"
+
+namespace {
+
+using lse::Forward;
+
+constexpr int FT = 512, TC = 64, CG = TC / 4, RG = FT / CG;
+constexpr int CU = 16, XU = 8;                          // W loop unroll; x remainder loads in flight per thread
+constexpr int XR_MAX = 768;                             // x rows per tile in shared memory: 768 x 256 B = 192 KiB
+constexpr int GR = 2, GU = 2;                           // cached GEMV (lse_common.cuh), as 2_inflight
+
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(kp::smem_u32(dst)), "l"(src) : "memory");
+}
+
+// Sum rows [r0 + rg, r1) step RG of this thread's 4 columns (r0 a multiple of RG keeps every thread's row phase).
+__device__ __forceinline__ void w_rows(const float* __restrict__ w, int64_t I, int64_t c, int64_t r0, int64_t r1,
+                                       int rg, double (&a)[4]) {
+#pragma unroll CU
+  for (int64_t r = r0 + rg; r < r1; r += RG) {
+    const float4 q = lse::load_w(w + r * I + c);
+    a[0] += q.x; a[1] += q.y; a[2] += q.z; a[3] += q.w;
+  }
+}
+
+__global__ void __launch_bounds__(FT, 1) overlap(const float* __restrict__ w, int64_t O, int64_t I,
+                                                 const float* __restrict__ x, int64_t B, int64_t xs,
+                                                 double* __restrict__ partial, int64_t tiles, double* __restrict__ v,
+                                                 int xr, int64_t pf_row, int64_t* trace) {
+  extern __shared__ __align__(16) float xsm[];  // [xr][TC]
+  __shared__ double red[RG][TC];
+  __shared__ double vt[TC];
+  const int cg = threadIdx.x % CG, rg = threadIdx.x / CG;
+  const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;  // first of this thread's 4 columns
+  const bool live = c < I;                              // I % 4 == 0 on this path: all 4 columns or none
+  lse::stamp(trace, 0);
+  double a[4] = {0., 0., 0., 0.};
+  const int64_t split = pf_row < O ? pf_row : O;
+  if (live) w_rows(w, I, c, 0, split, rg, a);
+  if (live)
+    for (int i = rg; i < xr; i += RG) cp_async16(xsm + i * TC + 4 * cg, x + i * xs + c);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  if (live) w_rows(w, I, c, split, O, rg, a);
+  lse::stamp(trace, 1);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) red[rg][4 * cg + k] = a[k];
+  __syncthreads();
+  if (threadIdx.x < TC) {
+    double s = 0.;
+#pragma unroll 8
+    for (int k = 0; k < RG; ++k) s += red[k][threadIdx.x];
+    vt[threadIdx.x] = s;
+    const int64_t j = (int64_t)blockIdx.x * TC + threadIdx.x;
+    if (j < I) v[j] = s;
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  __syncthreads();
+  lse::stamp(trace, 2);
+  const double v0 = vt[4 * cg], v1 = vt[4 * cg + 1], v2 = vt[4 * cg + 2], v3 = vt[4 * cg + 3];
+  auto emit = [&](int64_t i, float4 q) {  // this tile's share of row i's dot product, reduced over the CG lanes
+    double d = ((double)q.x * v0 + (double)q.y * v1) + ((double)q.z * v2 + (double)q.w * v3);
+#pragma unroll
+    for (int o = CG / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+    if (cg == 0 && i < B) partial[i * tiles + blockIdx.x] = d;
+  };
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = rg; i < xr; i += RG) emit(i, live ? *reinterpret_cast<const float4*>(xsm + i * TC + 4 * cg) : zero);
+  lse::stamp(trace, 3);
+  for (int64_t i0 = xr; i0 < B; i0 += (int64_t)RG * XU) {
+    float4 q[XU];
+#pragma unroll
+    for (int u = 0; u < XU; ++u) {
+      const int64_t i = i0 + rg + (int64_t)RG * u;
+      q[u] = (i < B && live) ? __ldg(reinterpret_cast<const float4*>(x + i * xs + c)) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < XU; ++u) emit(i0 + rg + (int64_t)RG * u, q[u]);
+  }
+  lse::stamp(trace, 4);
+}
+
+// Scalar path (unaligned W or x, I % 4 != 0): 2_inflight's loops without the prefetch.
+__global__ void __launch_bounds__(FT) overlap_scalar(const float* __restrict__ w, int64_t O, int64_t I,
+                                                     const float* __restrict__ x, int64_t B, int64_t xs,
+                                                     double* __restrict__ partial, int64_t tiles,
+                                                     double* __restrict__ v) {
+  __shared__ double red[RG][TC];
+  __shared__ double vt[TC];
+  const int cg = threadIdx.x % CG, rg = threadIdx.x / CG;
+  const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;
+  double a[4] = {0., 0., 0., 0.};
+  for (int64_t r = rg; r < O; r += RG)
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (c + k < I) a[k] += w[r * I + c + k];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) red[rg][4 * cg + k] = a[k];
+  __syncthreads();
+  if (threadIdx.x < TC) {
+    double s = 0.;
+    for (int k = 0; k < RG; ++k) s += red[k][threadIdx.x];
+    vt[threadIdx.x] = s;
+    const int64_t j = (int64_t)blockIdx.x * TC + threadIdx.x;
+    if (j < I) v[j] = s;
+  }
+  __syncthreads();
+  for (int64_t i0 = 0; i0 < B; i0 += RG) {
+    const int64_t i = i0 + rg;
+    double d = 0.;
+    if (i < B)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (c + k < I) d += (double)x[i * xs + c + k] * vt[4 * cg + k];
+#pragma unroll
+    for (int o = CG / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+    if (cg == 0 && i < B) partial[i * tiles + blockIdx.x] = d;
+  }
+}
+
+// out[i] = sum_t partial[i * tiles + t] + sum(b): 8 warps per CTA, a warp per row (grid-stride over rows).
+__global__ void __launch_bounds__(256) finish(const double* __restrict__ partial, int64_t tiles, int64_t B,
+                                              const float* __restrict__ b, int64_t nb, float* __restrict__ out,
+                                              double* __restrict__ bsum_out) {
+  __shared__ double scratch[32];
+  double bs = 0.;
+  for (int64_t k = threadIdx.x; k < nb; k += 256) bs += b[k];
+  bs = kp::block_sum(bs, scratch);  // every CTA sums b itself (O floats from L2): no second dependency
+  if (blockIdx.x == 0 && threadIdx.x == 0) *bsum_out = bs;
+  // Everything above overlapped the main kernel's tail; the partials are read only after it has completed.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int lane = threadIdx.x & 31;
+  for (int64_t i = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); i < B; i += (int64_t)gridDim.x * 8) {
+    double s = 0.;
+    for (int64_t t = lane; t < tiles; t += 32) s += partial[i * tiles + t];
+    s = kp::warp_sum(s);
+    if (lane == 0) out[i] = (float)(s + bs);
+  }
+}
+
+int sm_count(int dev) {
+  int n = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+// pf: where the x prefetch is issued, as a fraction of the W rows (0 = before the first W load).
+void launch_forward(const Forward& f, double pf = 0.0, int64_t* trace = nullptr) {
+  const c10::cuda::CUDAGuard guard(f.w.device());
+  const int64_t tiles = (f.I + TC - 1) / TC;
+  TORCH_CHECK(tiles <= 2147483647LL, "too many columns: ", kp::num(f.I));
+  lse::check_f64(f.partial, f.w, "partial", tiles * f.B);
+  if (tiles > 0) {
+    if (f.vec) {
+      const int xr = (int)std::min<int64_t>(f.B, XR_MAX);
+      const size_t smem = (size_t)xr * TC * 4;
+      C10_CUDA_CHECK(cudaFuncSetAttribute(overlap, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      const int64_t pf_row = (int64_t)(pf * (double)f.O) / RG * RG;
+      overlap<<<(unsigned)tiles, FT, smem, kp::stream()>>>(f.w.data_ptr<float>(), f.O, f.I, f.x.data_ptr<float>(),
+                                                            f.B, f.x.stride(0), f.partial.data_ptr<double>(), tiles,
+                                                            f.v.data_ptr<double>(), xr, pf_row, trace);
+    } else {
+      overlap_scalar<<<(unsigned)tiles, FT, 0, kp::stream()>>>(f.w.data_ptr<float>(), f.O, f.I,
+                                                               f.x.data_ptr<float>(), f.B, f.x.stride(0),
+                                                               f.partial.data_ptr<double>(), tiles,
+                                                               f.v.data_ptr<double>());
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  const int64_t rows_ctas = (f.B + 7) / 8;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)std::max<int64_t>(1, std::min<int64_t>(rows_ctas, 2 * sm_count(f.w.device().index()))));
+  cfg.blockDim = dim3(256);
+  cfg.stream = kp::stream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, finish, (const double*)f.partial.data_ptr<double>(), tiles, f.B,
+                                    (const float*)(f.b.numel() ? f.b.data_ptr<float>() : nullptr), f.b.numel(),
+                                    f.out.data_ptr<float>(), f.bsum.data_ptr<double>()));
+}
+
+}  // namespace
+
+// Uncached forward: out = x @ W.sum(0) + b.sum(), filling v (I doubles) and bsum (1 double) on the way so a caller
+// can cache them. partial: float64 scratch of >= ceil(I/64) * B.
+KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
+                                   const at::TensorBase& partial, const at::TensorBase& v,
+                                   const at::TensorBase& bsum, const at::TensorBase& out) {
+  launch_forward(lse::check_forward(w, b, x, partial, v, bsum, out));
+}
+
+// Cached forward: out (B, 1) := x @ v + bsum with v, bsum from an earlier colsum_gemv_forward.
+KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const at::TensorBase& bsum,
+                         const at::TensorBase& out) {
+  lse::launch_gemv<GR, GU>(x, v, bsum, out);
+}
+
+// A/B hook (scripts/lse_ab.py): pf = where the x prefetch is issued (fraction of the W rows); trace: int64
+// (tiles x 8) globaltimer stamps per CTA at the phase boundaries, or an empty tensor.
+KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
+                            const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,
+                            const at::TensorBase& out, double pf, const at::TensorBase& trace) {
+  const Forward f = lse::check_forward(w, b, x, partial, v, bsum, out);
+  TORCH_CHECK(pf >= 0.0 && pf <= 1.0, "tune_forward: pf in [0, 1]");
+  int64_t* tr = nullptr;
+  if (trace.numel()) {
+    TORCH_CHECK(trace.is_cuda() && trace.scalar_type() == at::kLong && trace.is_contiguous(), "trace: int64 CUDA");
+    TORCH_CHECK(trace.numel() >= 8 * ((f.I + TC - 1) / TC), "trace needs 8 x tiles elements");
+    tr = trace.data_ptr<int64_t>();
+  }
+  launch_forward(f, pf, tr);
+}

@@ -9,7 +9,7 @@ import torch.nn as nn
 from harness import DerivedCache, Kernel, check_input
 
 BOUND = "memory"
-DEFAULT_VARIANT = "2_inflight"
+DEFAULT_VARIANT = "4_overlap"
 # Extra rows of the run.py table: the same variant built with these ModelNew options.
 ROW_OPTIONS = {"cache=False": {"cache": False}}
 

@@ -23,7 +23,7 @@ k1, k2 = harness.Kernel("matmul_sum_max_mean_lse", "1_colsum_gemv"), harness.Ker
 k3 = harness.Kernel("matmul_sum_max_mean_lse", "3_rowband")
 k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap")
 kp = harness.build_path(harness.PROBES / "bw.cu").ops
-PFS = (0.0, 0.5, 0.75, 0.9)
+PFS = (0.0, 0.25, 0.5, 0.75)
 nsm = torch.cuda.get_device_properties(0).multi_processor_count
 f64 = dict(device="cuda", dtype=torch.float64)
 vb = torch.empty(I + 1, **f64)

@@ -33,6 +33,7 @@ constexpr int FT = 512, TC = 64, CG = TC / 4, RG = FT / CG;
 constexpr int CU = 16, XU = 8;                          // W loop unroll; x remainder loads in flight per thread
 constexpr int XR_MAX = 768;                             // x rows per tile in shared memory: 768 x 256 B = 192 KiB
 constexpr int GR = 2, GU = 2;                           // cached GEMV (lse_common.cuh), as 2_inflight
+static_assert(FT == 8 * TC && RG == 32, "the column reduction gives each column 8 lanes of 4 row groups");
 
 __device__ __forceinline__ void cp_async16(float* dst, const float* src) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(kp::smem_u32(dst)), "l"(src) : "memory");
@@ -48,17 +49,54 @@ __device__ __forceinline__ void w_rows(const float* __restrict__ w, int64_t I, i
   }
 }
 
-__global__ void __launch_bounds__(FT, 1) overlap(const float* __restrict__ w, int64_t O, int64_t I,
+// Lanes cg = 0..15 of a half-warp each hold d[j] = their 4-column share of rows j = 0..15 of a batch. Transposed
+// reduction: at each level a lane keeps the half of its rows that its lane bit selects and adds the partner's
+// copy of that half, so 15 shuffles (not 16 x 4) leave lane cg with the batch's row cg summed over the 16 lanes.
+template <int H>
+__device__ __forceinline__ void reduce_level(double (&d)[16], int cg) {
+  const bool up = cg & H;
+#pragma unroll
+  for (int j = 0; j < H; ++j) {
+    const double send = up ? d[j] : d[j + H], keep = up ? d[j + H] : d[j];
+    d[j] = keep + __shfl_xor_sync(0xffffffffu, send, H);
+  }
+}
+
+__device__ __forceinline__ double reduce16(double (&d)[16], int cg) {
+  reduce_level<8>(d, cg);
+  reduce_level<4>(d, cg);
+  reduce_level<2>(d, cg);
+  reduce_level<1>(d, cg);
+  return d[0];
+}
+
+// This thread's 4-column share of one row's dot with the tile of v: fp32 products summed in fp32, then widened.
+// Four products per rounding step, every later sum in float64 (see Numerics).
+__device__ __forceinline__ double dot4(float4 q, float4 vf) {
+  return (double)((q.x * vf.x + q.y * vf.y) + (q.z * vf.z + q.w * vf.w));
+}
+
+// __maxnreg__(112): 512 x 112 registers leave 8K of the SM's 64K for one `finish` CTA (256 x 32), which then
+// starts early (launch_dependents below) and waits on griddepcontrol.wait instead of being launched at the end.
+__global__ void __maxnreg__(112) overlap(const float* __restrict__ w, int64_t O, int64_t I,
                                                  const float* __restrict__ x, int64_t B, int64_t xs,
-                                                 double* __restrict__ partial, int64_t tiles, double* __restrict__ v,
-                                                 int xr, int64_t pf_row, int64_t* trace) {
+                                                 const float* __restrict__ b, int64_t nb, double* __restrict__ partial,
+                                                 int64_t tiles, double* __restrict__ v, int xr, int64_t pf_row,
+                                                 int64_t* trace) {
   extern __shared__ __align__(16) float xsm[];  // [xr][TC]
-  __shared__ double red[RG][TC];
-  __shared__ double vt[TC];
+  __shared__ double red[RG][TC + 1];  // +1: the 8 row-group parts of a column fall in different banks
+  __shared__ float4 vt4[CG];
+  __shared__ double bred[FT / 32];
   const int cg = threadIdx.x % CG, rg = threadIdx.x / CG;
   const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;  // first of this thread's 4 columns
   const bool live = c < I;                              // I % 4 == 0 on this path: all 4 columns or none
   lse::stamp(trace, 0);
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // This CTA's slice of b.sum(): one float per thread at most for O <= tiles * FT (else a strided loop); summed
+  // after the W loop so the loads never stall it.
+  const int64_t bper = (nb + tiles - 1) / tiles, b0 = (int64_t)blockIdx.x * bper, b1 = kp::imin(nb, b0 + bper);
+  double bacc = 0.;
+  for (int64_t k = b0 + threadIdx.x; k < b1; k += FT) bacc += b[k];
   double a[4] = {0., 0., 0., 0.};
   const int64_t split = pf_row < O ? pf_row : O;
   if (live) w_rows(w, I, c, 0, split, rg, a);
@@ -67,39 +105,61 @@ __global__ void __launch_bounds__(FT, 1) overlap(const float* __restrict__ w, in
   asm volatile("cp.async.commit_group;" ::: "memory");
   if (live) w_rows(w, I, c, split, O, rg, a);
   lse::stamp(trace, 1);
+  // The first batch of x rows beyond the shared-memory ones goes out now, so its DRAM latency overlaps the column
+  // reduction and the shared-memory dots.
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 q[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int64_t i = xr + rg + (int64_t)RG * j;
+    q[j] = (i < B && live) ? __ldg(reinterpret_cast<const float4*>(x + i * xs + c)) : zero;
+  }
+  bacc = kp::block_sum(bacc, bred);
+  if (threadIdx.x == 0) partial[tiles * B + blockIdx.x] = bacc;
 #pragma unroll
   for (int k = 0; k < 4; ++k) red[rg][4 * cg + k] = a[k];
   __syncthreads();
-  if (threadIdx.x < TC) {
-    double s = 0.;
-#pragma unroll 8
-    for (int k = 0; k < RG; ++k) s += red[k][threadIdx.x];
-    vt[threadIdx.x] = s;
-    const int64_t j = (int64_t)blockIdx.x * TC + threadIdx.x;
-    if (j < I) v[j] = s;
+  {  // column j's 32 row-group sums: 8 consecutive lanes add 4 each, then 3 shuffle levels (fixed order)
+    const int j = threadIdx.x / 8, p = threadIdx.x % 8;
+    double s = (red[4 * p][j] + red[4 * p + 1][j]) + (red[4 * p + 2][j] + red[4 * p + 3][j]);
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (p == 0) {
+      reinterpret_cast<float*>(vt4)[j] = (float)s;
+      const int64_t col = (int64_t)blockIdx.x * TC + j;
+      if (col < I) v[col] = s;
+    }
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
   lse::stamp(trace, 2);
-  const double v0 = vt[4 * cg], v1 = vt[4 * cg + 1], v2 = vt[4 * cg + 2], v3 = vt[4 * cg + 3];
-  auto emit = [&](int64_t i, float4 q) {  // this tile's share of row i's dot product, reduced over the CG lanes
-    double d = ((double)q.x * v0 + (double)q.y * v1) + ((double)q.z * v2 + (double)q.w * v3);
+  const float4 vf = vt4[cg];
+  double d[16];
+  const int mt = (xr + RG - 1) / RG;  // row batches of 16 x RG: uniform over the CTA, so every lane shuffles
+  for (int m0 = 0; m0 < mt; m0 += 16) {
 #pragma unroll
-    for (int o = CG / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-    if (cg == 0 && i < B) partial[i * tiles + blockIdx.x] = d;
-  };
-  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int i = rg; i < xr; i += RG) emit(i, live ? *reinterpret_cast<const float4*>(xsm + i * TC + 4 * cg) : zero);
+    for (int j = 0; j < 16; ++j) {
+      const int i = rg + RG * (m0 + j);
+      d[j] = (i < xr && live) ? dot4(*reinterpret_cast<const float4*>(xsm + i * TC + 4 * cg), vf) : 0.;
+    }
+    const int i = rg + RG * (m0 + cg);
+    const double s = reduce16(d, cg);
+    if (i < xr) partial[(int64_t)i * tiles + blockIdx.x] = s;
+  }
   lse::stamp(trace, 3);
-  for (int64_t i0 = xr; i0 < B; i0 += (int64_t)RG * XU) {
-    float4 q[XU];
+  for (int64_t i0 = xr; i0 < B; i0 += (int64_t)RG * 16) {
+    if (i0 > xr) {
 #pragma unroll
-    for (int u = 0; u < XU; ++u) {
-      const int64_t i = i0 + rg + (int64_t)RG * u;
-      q[u] = (i < B && live) ? __ldg(reinterpret_cast<const float4*>(x + i * xs + c)) : zero;
+      for (int j = 0; j < 16; ++j) {
+        const int64_t i = i0 + rg + (int64_t)RG * j;
+        q[j] = (i < B && live) ? __ldg(reinterpret_cast<const float4*>(x + i * xs + c)) : zero;
+      }
     }
 #pragma unroll
-    for (int u = 0; u < XU; ++u) emit(i0 + rg + (int64_t)RG * u, q[u]);
+    for (int j = 0; j < 16; ++j) d[j] = dot4(q[j], vf);
+    const int64_t i = i0 + rg + (int64_t)RG * cg;
+    const double s = reduce16(d, cg);
+    if (i < B) partial[i * tiles + blockIdx.x] = s;
   }
   lse::stamp(trace, 4);
 }
@@ -107,12 +167,19 @@ __global__ void __launch_bounds__(FT, 1) overlap(const float* __restrict__ w, in
 // Scalar path (unaligned W or x, I % 4 != 0): 2_inflight's loops without the prefetch.
 __global__ void __launch_bounds__(FT) overlap_scalar(const float* __restrict__ w, int64_t O, int64_t I,
                                                      const float* __restrict__ x, int64_t B, int64_t xs,
+                                                     const float* __restrict__ b, int64_t nb,
                                                      double* __restrict__ partial, int64_t tiles,
                                                      double* __restrict__ v) {
   __shared__ double red[RG][TC];
   __shared__ double vt[TC];
+  __shared__ double bred[FT / 32];
   const int cg = threadIdx.x % CG, rg = threadIdx.x / CG;
   const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;
+  const int64_t bper = (nb + tiles - 1) / tiles, b0 = (int64_t)blockIdx.x * bper, b1 = kp::imin(nb, b0 + bper);
+  double bacc = 0.;
+  for (int64_t k = b0 + threadIdx.x; k < b1; k += FT) bacc += b[k];
+  bacc = kp::block_sum(bacc, bred);
+  if (threadIdx.x == 0) partial[tiles * B + blockIdx.x] = bacc;
   double a[4] = {0., 0., 0., 0.};
   for (int64_t r = rg; r < O; r += RG)
 #pragma unroll
@@ -142,18 +209,19 @@ __global__ void __launch_bounds__(FT) overlap_scalar(const float* __restrict__ w
   }
 }
 
-// out[i] = sum_t partial[i * tiles + t] + sum(b): 8 warps per CTA, a warp per row (grid-stride over rows).
+// out[i] = sum_t partial[i * tiles + t] + sum_t bpart[t] (bpart = partial[tiles * B + t], the CTAs' slices of b):
+// a warp per row, 8 per CTA, grid-stride over rows; every warp adds the b slices in the same order.
 __global__ void __launch_bounds__(256) finish(const double* __restrict__ partial, int64_t tiles, int64_t B,
-                                              const float* __restrict__ b, int64_t nb, float* __restrict__ out,
-                                              double* __restrict__ bsum_out) {
-  __shared__ double scratch[32];
-  double bs = 0.;
-  for (int64_t k = threadIdx.x; k < nb; k += 256) bs += b[k];
-  bs = kp::block_sum(bs, scratch);  // every CTA sums b itself (O floats from L2): no second dependency
-  if (blockIdx.x == 0 && threadIdx.x == 0) *bsum_out = bs;
-  // Everything above overlapped the main kernel's tail; the partials are read only after it has completed.
+                                              float* __restrict__ out, double* __restrict__ bsum_out) {
+  // Launched as a programmatic dependent: it may start while the main kernel drains; the partials are read only
+  // after that kernel has completed and flushed.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int lane = threadIdx.x & 31;
+  const double* bpart = partial + tiles * B;
+  double bs = 0.;
+  for (int64_t t = lane; t < tiles; t += 32) bs += bpart[t];
+  bs = kp::warp_sum(bs);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *bsum_out = bs;
   for (int64_t i = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); i < B; i += (int64_t)gridDim.x * 8) {
     double s = 0.;
     for (int64_t t = lane; t < tiles; t += 32) s += partial[i * tiles + t];
@@ -168,29 +236,32 @@ int sm_count(int dev) {
   return n;
 }
 
+constexpr double PF = 0.5;  // chosen prefetch point (scripts/lse_ab.py)
+
 // pf: where the x prefetch is issued, as a fraction of the W rows (0 = before the first W load).
-void launch_forward(const Forward& f, double pf = 0.0, int64_t* trace = nullptr) {
+void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) {
   const c10::cuda::CUDAGuard guard(f.w.device());
-  const int64_t tiles = (f.I + TC - 1) / TC;
+  // At least one CTA even for I == 0: the CTAs also sum b, which the output needs whatever I is.
+  const int64_t tiles = std::max<int64_t>(1, (f.I + TC - 1) / TC);
   TORCH_CHECK(tiles <= 2147483647LL, "too many columns: ", kp::num(f.I));
-  lse::check_f64(f.partial, f.w, "partial", tiles * f.B);
-  if (tiles > 0) {
-    if (f.vec) {
+  lse::check_f64(f.partial, f.w, "partial", tiles * (f.B + 1));
+  const float* bp = f.b.numel() ? f.b.data_ptr<float>() : nullptr;
+  if (f.vec) {
       const int xr = (int)std::min<int64_t>(f.B, XR_MAX);
       const size_t smem = (size_t)xr * TC * 4;
       C10_CUDA_CHECK(cudaFuncSetAttribute(overlap, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
       const int64_t pf_row = (int64_t)(pf * (double)f.O) / RG * RG;
       overlap<<<(unsigned)tiles, FT, smem, kp::stream()>>>(f.w.data_ptr<float>(), f.O, f.I, f.x.data_ptr<float>(),
-                                                            f.B, f.x.stride(0), f.partial.data_ptr<double>(), tiles,
-                                                            f.v.data_ptr<double>(), xr, pf_row, trace);
+                                                            f.B, f.x.stride(0), bp, f.b.numel(),
+                                                            f.partial.data_ptr<double>(), tiles, f.v.data_ptr<double>(),
+                                                            xr, pf_row, trace);
     } else {
       overlap_scalar<<<(unsigned)tiles, FT, 0, kp::stream()>>>(f.w.data_ptr<float>(), f.O, f.I,
-                                                               f.x.data_ptr<float>(), f.B, f.x.stride(0),
-                                                               f.partial.data_ptr<double>(), tiles,
+                                                               f.x.data_ptr<float>(), f.B, f.x.stride(0), bp,
+                                                               f.b.numel(), f.partial.data_ptr<double>(), tiles,
                                                                f.v.data_ptr<double>());
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int64_t rows_ctas = (f.B + 7) / 8;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)std::max<int64_t>(1, std::min<int64_t>(rows_ctas, 2 * sm_count(f.w.device().index()))));
@@ -202,14 +273,13 @@ void launch_forward(const Forward& f, double pf = 0.0, int64_t* trace = nullptr)
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, finish, (const double*)f.partial.data_ptr<double>(), tiles, f.B,
-                                    (const float*)(f.b.numel() ? f.b.data_ptr<float>() : nullptr), f.b.numel(),
                                     f.out.data_ptr<float>(), f.bsum.data_ptr<double>()));
 }
 
 }  // namespace
 
 // Uncached forward: out = x @ W.sum(0) + b.sum(), filling v (I doubles) and bsum (1 double) on the way so a caller
-// can cache them. partial: float64 scratch of >= ceil(I/64) * B.
+// can cache them. partial: float64 scratch of >= max(1, ceil(I/64)) * (B + 1).
 KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                                    const at::TensorBase& partial, const at::TensorBase& v,
                                    const at::TensorBase& bsum, const at::TensorBase& out) {

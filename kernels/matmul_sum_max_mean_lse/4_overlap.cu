@@ -70,28 +70,35 @@ __device__ __forceinline__ double reduce16(double (&d)[16], int cg) {
   return d[0];
 }
 
-// This thread's 4-column share of one row's dot with the tile of v: fp32 products summed in fp32, then widened.
-// Four products per rounding step, every later sum in float64 (see Numerics).
-__device__ __forceinline__ double dot4(float4 q, float4 vf) {
-  return (double)((q.x * vf.x + q.y * vf.y) + (q.z * vf.z + q.w * vf.w));
+// This thread's 4-column share of one row's dot with the tile of v. DBL: products and sums in float64 (4 float->
+// double converts per element pair, 16/clk/SM); else fp32 products summed in fp32, then widened (see Numerics).
+template <bool DBL>
+__device__ __forceinline__ double dot4(float4 q, const float4& vf, const double* vd) {
+  if constexpr (DBL)
+    return ((double)q.x * vd[0] + (double)q.y * vd[1]) + ((double)q.z * vd[2] + (double)q.w * vd[3]);
+  else
+    return (double)((q.x * vf.x + q.y * vf.y) + (q.z * vf.z + q.w * vf.w));
 }
 
-// __maxnreg__(112): 512 x 112 registers leave 8K of the SM's 64K for one `finish` CTA (256 x 32), which then
-// starts early (launch_dependents below) and waits on griddepcontrol.wait instead of being launched at the end.
-__global__ void __maxnreg__(112) overlap(const float* __restrict__ w, int64_t O, int64_t I,
-                                                 const float* __restrict__ x, int64_t B, int64_t xs,
-                                                 const float* __restrict__ b, int64_t nb, double* __restrict__ partial,
-                                                 int64_t tiles, double* __restrict__ v, int xr, int64_t pf_row,
-                                                 int64_t* trace) {
+#define OVERLAP_PARAMS                                                                                        \
+  const float *__restrict__ w, int64_t O, int64_t I, const float *__restrict__ x, int64_t B, int64_t xs,         \
+      const float *__restrict__ b, int64_t nb, double *__restrict__ partial, int64_t tiles, double *__restrict__ v, \
+      int xr, int64_t pf_row, int64_t *trace
+#define OVERLAP_ARGS w, O, I, x, B, xs, b, nb, partial, tiles, v, xr, pf_row, trace
+
+// EARLY: let the dependent `finish` grid launch now (it can only become resident where registers are left over).
+template <bool EARLY, bool DBL>
+__device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
   extern __shared__ __align__(16) float xsm[];  // [xr][TC]
   __shared__ double red[RG][TC + 1];  // +1: the 8 row-group parts of a column fall in different banks
   __shared__ float4 vt4[CG];
+  __shared__ double vtd[TC];
   __shared__ double bred[FT / 32];
   const int cg = threadIdx.x % CG, rg = threadIdx.x / CG;
   const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;  // first of this thread's 4 columns
   const bool live = c < I;                              // I % 4 == 0 on this path: all 4 columns or none
   lse::stamp(trace, 0);
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if constexpr (EARLY) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // This CTA's slice of b.sum(): one float per thread at most for O <= tiles * FT (else a strided loop); summed
   // after the W loop so the loads never stall it.
   const int64_t bper = (nb + tiles - 1) / tiles, b0 = (int64_t)blockIdx.x * bper, b1 = kp::imin(nb, b0 + bper);
@@ -126,6 +133,7 @@ __global__ void __maxnreg__(112) overlap(const float* __restrict__ w, int64_t O,
     for (int o = 4; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (p == 0) {
       reinterpret_cast<float*>(vt4)[j] = (float)s;
+      vtd[j] = s;
       const int64_t col = (int64_t)blockIdx.x * TC + j;
       if (col < I) v[col] = s;
     }
@@ -134,13 +142,16 @@ __global__ void __maxnreg__(112) overlap(const float* __restrict__ w, int64_t O,
   __syncthreads();
   lse::stamp(trace, 2);
   const float4 vf = vt4[cg];
+  double vd[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) vd[k] = vtd[4 * cg + k];
   double d[16];
   const int mt = (xr + RG - 1) / RG;  // row batches of 16 x RG: uniform over the CTA, so every lane shuffles
   for (int m0 = 0; m0 < mt; m0 += 16) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const int i = rg + RG * (m0 + j);
-      d[j] = (i < xr && live) ? dot4(*reinterpret_cast<const float4*>(xsm + i * TC + 4 * cg), vf) : 0.;
+      d[j] = (i < xr && live) ? dot4<DBL>(*reinterpret_cast<const float4*>(xsm + i * TC + 4 * cg), vf, vd) : 0.;
     }
     const int i = rg + RG * (m0 + cg);
     const double s = reduce16(d, cg);
@@ -156,13 +167,22 @@ __global__ void __maxnreg__(112) overlap(const float* __restrict__ w, int64_t O,
       }
     }
 #pragma unroll
-    for (int j = 0; j < 16; ++j) d[j] = dot4(q[j], vf);
+    for (int j = 0; j < 16; ++j) d[j] = dot4<DBL>(q[j], vf, vd);
     const int64_t i = i0 + rg + (int64_t)RG * cg;
     const double s = reduce16(d, cg);
     if (i < B) partial[i * tiles + blockIdx.x] = s;
   }
   lse::stamp(trace, 4);
 }
+
+// All 64K registers (512 x 128): `finish` launches only as these CTAs exit.
+template <bool DBL>
+__global__ void __launch_bounds__(FT, 1) overlap(OVERLAP_PARAMS) { overlap_body<false, DBL>(OVERLAP_ARGS); }
+
+// 512 x 112 registers leave 8K for one `finish` CTA (256 x 32) per SM: it is resident from the start and waits on
+// griddepcontrol.wait instead of being launched after the last CTA.
+template <bool DBL>
+__global__ void __maxnreg__(112) overlap_early(OVERLAP_PARAMS) { overlap_body<true, DBL>(OVERLAP_ARGS); }
 
 // Scalar path (unaligned W or x, I % 4 != 0): 2_inflight's loops without the prefetch.
 __global__ void __launch_bounds__(FT) overlap_scalar(const float* __restrict__ w, int64_t O, int64_t I,
@@ -236,9 +256,11 @@ int sm_count(int dev) {
   return n;
 }
 
-constexpr double PF = 0.5;  // chosen prefetch point (scripts/lse_ab.py)
+constexpr double PF = 0.5;                   // chosen prefetch point (scripts/lse_ab.py)
+constexpr bool EARLY_CHOSEN = false, DBL_CHOSEN = true;
 
 // pf: where the x prefetch is issued, as a fraction of the W rows (0 = before the first W load).
+template <bool EARLY, bool DBL>
 void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) {
   const c10::cuda::CUDAGuard guard(f.w.device());
   // At least one CTA even for I == 0: the CTAs also sum b, which the output needs whatever I is.
@@ -249,9 +271,10 @@ void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) 
   if (f.vec) {
       const int xr = (int)std::min<int64_t>(f.B, XR_MAX);
       const size_t smem = (size_t)xr * TC * 4;
-      C10_CUDA_CHECK(cudaFuncSetAttribute(overlap, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      auto kern = EARLY ? overlap_early<DBL> : overlap<DBL>;
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
       const int64_t pf_row = (int64_t)(pf * (double)f.O) / RG * RG;
-      overlap<<<(unsigned)tiles, FT, smem, kp::stream()>>>(f.w.data_ptr<float>(), f.O, f.I, f.x.data_ptr<float>(),
+      kern<<<(unsigned)tiles, FT, smem, kp::stream()>>>(f.w.data_ptr<float>(), f.O, f.I, f.x.data_ptr<float>(),
                                                             f.B, f.x.stride(0), bp, f.b.numel(),
                                                             f.partial.data_ptr<double>(), tiles, f.v.data_ptr<double>(),
                                                             xr, pf_row, trace);
@@ -283,7 +306,7 @@ void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) 
 KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                                    const at::TensorBase& partial, const at::TensorBase& v,
                                    const at::TensorBase& bsum, const at::TensorBase& out) {
-  launch_forward(lse::check_forward(w, b, x, partial, v, bsum, out));
+  launch_forward<EARLY_CHOSEN, DBL_CHOSEN>(lse::check_forward(w, b, x, partial, v, bsum, out));
 }
 
 // Cached forward: out (B, 1) := x @ v + bsum with v, bsum from an earlier colsum_gemv_forward.
@@ -292,11 +315,11 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
   lse::launch_gemv<GR, GU>(x, v, bsum, out);
 }
 
-// A/B hook (scripts/lse_ab.py): pf = where the x prefetch is issued (fraction of the W rows); trace: int64
-// (tiles x 8) globaltimer stamps per CTA at the phase boundaries, or an empty tensor.
+// A/B hook (scripts/lse_ab.py): pf = where the x prefetch is issued (fraction of the W rows); cfg bit 0 = EARLY,
+// bit 1 = DBL; trace: int64 (tiles x 8) globaltimer stamps per CTA at the phase boundaries, or an empty tensor.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                             const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,
-                            const at::TensorBase& out, double pf, const at::TensorBase& trace) {
+                            const at::TensorBase& out, double pf, int64_t cfg, const at::TensorBase& trace) {
   const Forward f = lse::check_forward(w, b, x, partial, v, bsum, out);
   TORCH_CHECK(pf >= 0.0 && pf <= 1.0, "tune_forward: pf in [0, 1]");
   int64_t* tr = nullptr;
@@ -305,5 +328,11 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
     TORCH_CHECK(trace.numel() >= 8 * ((f.I + TC - 1) / TC), "trace needs 8 x tiles elements");
     tr = trace.data_ptr<int64_t>();
   }
-  launch_forward(f, pf, tr);
+  switch (cfg) {
+    case 0: launch_forward<false, false>(f, pf, tr); break;
+    case 1: launch_forward<true, false>(f, pf, tr); break;
+    case 2: launch_forward<false, true>(f, pf, tr); break;
+    case 3: launch_forward<true, true>(f, pf, tr); break;
+    default: TORCH_CHECK(false, "tune_forward: cfg 0..3, got ", kp::num(cfg));
+  }
 }

@@ -23,7 +23,11 @@
 // Numerics: as 2_inflight: every sum in float64, partials added in a fixed order (deterministic), one rounding to
 //   fp32 at the end.
 // Measured: (pending)
+#include <cooperative_groups.h>
+
 #include "lse_common.cuh"
+
+namespace cg = cooperative_groups;
 
 namespace {
 
@@ -80,14 +84,37 @@ __device__ __forceinline__ double dot4(float4 q, const float4& vf, const double*
     return (double)((q.x * vf.x + q.y * vf.y) + (q.z * vf.z + q.w * vf.w));
 }
 
+// out[i] = sum_t partial[i * tiles + t] + sum_t bpart[t] (bpart = partial[tiles * B + t], the CTAs' slices of b):
+// a warp per row, rows warp0, warp0 + nwarps, ...; every warp adds the b slices in the same order. Loads unrolled
+// so a warp's 2 x tiles/32 L2 reads are in flight together.
+__device__ __forceinline__ void finish_rows(const double* __restrict__ partial, int64_t tiles, int64_t B,
+                                            float* __restrict__ out, double* __restrict__ bsum_out, int64_t warp0,
+                                            int64_t nwarps) {
+  const int lane = threadIdx.x & 31;
+  const double* bpart = partial + tiles * B;
+  double bs = 0.;
+#pragma unroll 4
+  for (int64_t t = lane; t < tiles; t += 32) bs += __ldcg(bpart + t);
+  bs = kp::warp_sum(bs);
+  if (warp0 == 0 && lane == 0) *bsum_out = bs;
+  for (int64_t i = warp0; i < B; i += nwarps) {
+    double s = 0.;
+#pragma unroll 4
+    for (int64_t t = lane; t < tiles; t += 32) s += __ldcg(partial + i * tiles + t);
+    s = kp::warp_sum(s);
+    if (lane == 0) out[i] = (float)(s + bs);
+  }
+}
+
 #define OVERLAP_PARAMS                                                                                        \
   const float *__restrict__ w, int64_t O, int64_t I, const float *__restrict__ x, int64_t B, int64_t xs,         \
       const float *__restrict__ b, int64_t nb, double *__restrict__ partial, int64_t tiles, double *__restrict__ v, \
-      int xr, int64_t pf_row, int64_t *trace
-#define OVERLAP_ARGS w, O, I, x, B, xs, b, nb, partial, tiles, v, xr, pf_row, trace
+      int xr, int64_t pf_row, float *__restrict__ out, double *__restrict__ bsum, int64_t *trace
+#define OVERLAP_ARGS w, O, I, x, B, xs, b, nb, partial, tiles, v, xr, pf_row, out, bsum, trace
 
-// EARLY: let the dependent `finish` grid launch now (it can only become resident where registers are left over).
-template <bool EARLY, bool DBL>
+// COOP: the grid is co-resident (cooperative launch); after a grid barrier every CTA finishes rows itself, so
+// no second kernel (launch + completion flush) follows.
+template <bool COOP, bool DBL>
 __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
   extern __shared__ __align__(16) float xsm[];  // [xr][TC]
   __shared__ double red[RG][TC + 1];  // +1: the 8 row-group parts of a column fall in different banks
@@ -98,7 +125,6 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
   const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;  // first of this thread's 4 columns
   const bool live = c < I;                              // I % 4 == 0 on this path: all 4 columns or none
   lse::stamp(trace, 0);
-  if constexpr (EARLY) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // This CTA's slice of b.sum(): one float per thread at most for O <= tiles * FT (else a strided loop); summed
   // after the W loop so the loads never stall it.
   const int64_t bper = (nb + tiles - 1) / tiles, b0 = (int64_t)blockIdx.x * bper, b1 = kp::imin(nb, b0 + bper);
@@ -173,16 +199,17 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
     if (i < B) partial[i * tiles + blockIdx.x] = s;
   }
   lse::stamp(trace, 4);
+  if constexpr (COOP) {
+    __threadfence();
+    cg::this_grid().sync();
+    finish_rows(partial, tiles, B, out, bsum, (int64_t)blockIdx.x * (FT / 32) + (threadIdx.x >> 5),
+                (int64_t)gridDim.x * (FT / 32));
+    lse::stamp(trace, 5);
+  }
 }
 
-// All 64K registers (512 x 128): `finish` launches only as these CTAs exit.
-template <bool DBL>
-__global__ void __launch_bounds__(FT, 1) overlap(OVERLAP_PARAMS) { overlap_body<false, DBL>(OVERLAP_ARGS); }
-
-// 512 x 112 registers leave 8K for one `finish` CTA (256 x 32) per SM: it is resident from the start and waits on
-// griddepcontrol.wait instead of being launched after the last CTA.
-template <bool DBL>
-__global__ void __maxnreg__(112) overlap_early(OVERLAP_PARAMS) { overlap_body<true, DBL>(OVERLAP_ARGS); }
+template <bool COOP, bool DBL>
+__global__ void __launch_bounds__(FT, 1) overlap(OVERLAP_PARAMS) { overlap_body<COOP, DBL>(OVERLAP_ARGS); }
 
 // Scalar path (unaligned W or x, I % 4 != 0): 2_inflight's loops without the prefetch.
 __global__ void __launch_bounds__(FT) overlap_scalar(const float* __restrict__ w, int64_t O, int64_t I,
@@ -229,25 +256,12 @@ __global__ void __launch_bounds__(FT) overlap_scalar(const float* __restrict__ w
   }
 }
 
-// out[i] = sum_t partial[i * tiles + t] + sum_t bpart[t] (bpart = partial[tiles * B + t], the CTAs' slices of b):
-// a warp per row, 8 per CTA, grid-stride over rows; every warp adds the b slices in the same order.
+// Kernel launched as a programmatic dependent of the main kernel (when the grid cannot be co-resident): it may start
+// while the main kernel drains; the partials are read only after that kernel has completed and flushed.
 __global__ void __launch_bounds__(256) finish(const double* __restrict__ partial, int64_t tiles, int64_t B,
                                               float* __restrict__ out, double* __restrict__ bsum_out) {
-  // Launched as a programmatic dependent: it may start while the main kernel drains; the partials are read only
-  // after that kernel has completed and flushed.
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  const int lane = threadIdx.x & 31;
-  const double* bpart = partial + tiles * B;
-  double bs = 0.;
-  for (int64_t t = lane; t < tiles; t += 32) bs += bpart[t];
-  bs = kp::warp_sum(bs);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *bsum_out = bs;
-  for (int64_t i = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); i < B; i += (int64_t)gridDim.x * 8) {
-    double s = 0.;
-    for (int64_t t = lane; t < tiles; t += 32) s += partial[i * tiles + t];
-    s = kp::warp_sum(s);
-    if (lane == 0) out[i] = (float)(s + bs);
-  }
+  finish_rows(partial, tiles, B, out, bsum_out, (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5), (int64_t)gridDim.x * 8);
 }
 
 int sm_count(int dev) {
@@ -257,37 +271,55 @@ int sm_count(int dev) {
 }
 
 constexpr double PF = 0.5;                   // chosen prefetch point (scripts/lse_ab.py)
-constexpr bool EARLY_CHOSEN = false, DBL_CHOSEN = true;
+constexpr bool COOP_CHOSEN = true, DBL_CHOSEN = true;
 
-// pf: where the x prefetch is issued, as a fraction of the W rows (0 = before the first W load).
-template <bool EARLY, bool DBL>
+// pf: where the x prefetch is issued, as a fraction of the W rows (0 = before the first W load). COOP is taken only
+// where the whole grid fits on the device at once (tiles <= CTAs per SM x SMs); otherwise `finish` follows.
+template <bool COOP, bool DBL>
 void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) {
   const c10::cuda::CUDAGuard guard(f.w.device());
+  const int dev = f.w.device().index();
   // At least one CTA even for I == 0: the CTAs also sum b, which the output needs whatever I is.
   const int64_t tiles = std::max<int64_t>(1, (f.I + TC - 1) / TC);
   TORCH_CHECK(tiles <= 2147483647LL, "too many columns: ", kp::num(f.I));
   lse::check_f64(f.partial, f.w, "partial", tiles * (f.B + 1));
-  const float* bp = f.b.numel() ? f.b.data_ptr<float>() : nullptr;
+  const float* w = f.w.data_ptr<float>();
+  const float* x = f.x.data_ptr<float>();
+  const float* b = f.b.numel() ? f.b.data_ptr<float>() : nullptr;
+  double* part = f.partial.data_ptr<double>();
+  double* v = f.v.data_ptr<double>();
+  double* bsum = f.bsum.data_ptr<double>();
+  float* out = f.out.data_ptr<float>();
+  int64_t O = f.O, I = f.I, B = f.B, xs = f.x.stride(0), nb = f.b.numel();
+  bool coop = false;
   if (f.vec) {
-      const int xr = (int)std::min<int64_t>(f.B, XR_MAX);
-      const size_t smem = (size_t)xr * TC * 4;
-      auto kern = EARLY ? overlap_early<DBL> : overlap<DBL>;
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      const int64_t pf_row = (int64_t)(pf * (double)f.O) / RG * RG;
-      kern<<<(unsigned)tiles, FT, smem, kp::stream()>>>(f.w.data_ptr<float>(), f.O, f.I, f.x.data_ptr<float>(),
-                                                            f.B, f.x.stride(0), bp, f.b.numel(),
-                                                            f.partial.data_ptr<double>(), tiles, f.v.data_ptr<double>(),
-                                                            xr, pf_row, trace);
+    int xr = (int)std::min<int64_t>(B, XR_MAX);
+    int64_t pf_row = (int64_t)(pf * (double)O) / RG * RG;
+    const size_t smem = (size_t)xr * TC * 4;
+    if constexpr (COOP) {
+      int can = 0, occ = 0;
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&can, cudaDevAttrCooperativeLaunch, dev));
+      C10_CUDA_CHECK(cudaFuncSetAttribute(overlap<true, DBL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, overlap<true, DBL>, FT, smem));
+      coop = can && tiles <= (int64_t)occ * sm_count(dev);
+    }
+    if (coop) {
+      void* args[] = {&w, &O, &I, &x, &B, &xs, &b, &nb, &part, (void*)&tiles, &v, &xr, &pf_row, &out, &bsum, &trace};
+      C10_CUDA_CHECK(cudaLaunchCooperativeKernel((const void*)overlap<true, DBL>, dim3((unsigned)tiles), dim3(FT),
+                                                 args, smem, kp::stream()));
     } else {
-      overlap_scalar<<<(unsigned)tiles, FT, 0, kp::stream()>>>(f.w.data_ptr<float>(), f.O, f.I,
-                                                               f.x.data_ptr<float>(), f.B, f.x.stride(0), bp,
-                                                               f.b.numel(), f.partial.data_ptr<double>(), tiles,
-                                                               f.v.data_ptr<double>());
+      C10_CUDA_CHECK(cudaFuncSetAttribute(overlap<false, DBL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      overlap<false, DBL><<<(unsigned)tiles, FT, smem, kp::stream()>>>(w, O, I, x, B, xs, b, nb, part, tiles, v, xr,
+                                                                       pf_row, out, bsum, trace);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  } else {
+    overlap_scalar<<<(unsigned)tiles, FT, 0, kp::stream()>>>(w, O, I, x, B, xs, b, nb, part, tiles, v);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const int64_t rows_ctas = (f.B + 7) / 8;
+  if (coop) return;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)std::max<int64_t>(1, std::min<int64_t>(rows_ctas, 2 * sm_count(f.w.device().index()))));
+  cfg.gridDim = dim3((unsigned)std::max<int64_t>(1, std::min<int64_t>((B + 7) / 8, 2 * sm_count(dev))));
   cfg.blockDim = dim3(256);
   cfg.stream = kp::stream();
   cudaLaunchAttribute attr[1];
@@ -295,8 +327,7 @@ void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) 
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, finish, (const double*)f.partial.data_ptr<double>(), tiles, f.B,
-                                    f.out.data_ptr<float>(), f.bsum.data_ptr<double>()));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, finish, (const double*)part, tiles, B, out, bsum));
 }
 
 }  // namespace
@@ -306,7 +337,7 @@ void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) 
 KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                                    const at::TensorBase& partial, const at::TensorBase& v,
                                    const at::TensorBase& bsum, const at::TensorBase& out) {
-  launch_forward<EARLY_CHOSEN, DBL_CHOSEN>(lse::check_forward(w, b, x, partial, v, bsum, out));
+  launch_forward<COOP_CHOSEN, DBL_CHOSEN>(lse::check_forward(w, b, x, partial, v, bsum, out));
 }
 
 // Cached forward: out (B, 1) := x @ v + bsum with v, bsum from an earlier colsum_gemv_forward.
@@ -315,7 +346,7 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
   lse::launch_gemv<GR, GU>(x, v, bsum, out);
 }
 
-// A/B hook (scripts/lse_ab.py): pf = where the x prefetch is issued (fraction of the W rows); cfg bit 0 = EARLY,
+// A/B hook (scripts/lse_ab.py): pf = where the x prefetch is issued (fraction of the W rows); cfg bit 0 = COOP,
 // bit 1 = DBL; trace: int64 (tiles x 8) globaltimer stamps per CTA at the phase boundaries, or an empty tensor.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                             const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,

@@ -35,11 +35,11 @@ for cfg, name in enumerate(["TC64 XU1", "TC64 XU4", "TC64 XU8", "TC32 XU8", "TC3
     fns[f"fwd {name}"] = lambda cfg=cfg: k2.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg)
 for cfg, name in enumerate(["band", "interleaved", "band no-prefetch"]):
     fns[f"fwd 3_rowband {name}"] = lambda cfg=cfg: k3.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg, notrace)
-CFG4 = {0: "fp32 lane sums + finish kernel", 1: "fp32 lane sums, grid barrier", 2: "float64 + finish kernel",
-        3: "float64, grid barrier"}
+CFG4 = {0: "fp32 lane sums", 1: "float64, grid barrier", 2: "float64", 3: "float64, dynamic W chunks",
+        4: "float64, dynamic W chunks, grid barrier", 5: "fp32 lane sums, dynamic W chunks"}
 for pf in PFS:
     for cfg, nm in CFG4.items():
-        if pf == 0.5 or cfg == 3:
+        if pf == 0.5 or cfg == 3:  # every configuration at the chosen point, the default one at each
             fns[f"fwd 4_overlap pf {pf} {nm}"] = lambda pf=pf, cfg=cfg: k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, pf, cfg, notrace)
 fns["fwd ceiling: bw probe read of W then x"] = lambda: (kp.probe_read(w, vb, nsm, 8, True), kp.probe_read(x, vb, nsm, 8, True))
 fns["1 gemv (GR1)"] = lambda: k1.gemv_bias(x, vb[:-1], vb[-1:], out)
@@ -96,10 +96,10 @@ print("(us; median over CTAs, max in brackets; the start spread is "
 tiles4 = -(-I // 64)
 trace4 = torch.zeros(tiles4, 8, dtype=torch.int64, device="cuda")
 ph4 = ["W (+x prefetch)", "v tile + wait x", "x dots (smem)", "x rows from DRAM", "grid barrier + rows"]
-print("\n| 4_overlap pf (float64, grid barrier) | " + " | ".join(ph4) + " | first start -> last end |\n" + "|---" * (len(ph4) + 2) + "|")
+print("\n| 4_overlap pf (float64, dynamic W chunks, grid barrier) | " + " | ".join(ph4) + " | first start -> last end |\n" + "|---" * (len(ph4) + 2) + "|")
 for pf in PFS:
     flush()
-    k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, pf, 3, trace4)
+    k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, pf, 4, trace4)
     torch.cuda.synchronize()
     tr = trace4[:, :6].double() / 1e3
     d = tr[:, 1:] - tr[:, :-1]

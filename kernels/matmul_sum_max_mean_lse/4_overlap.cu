@@ -53,6 +53,39 @@ __device__ __forceinline__ void w_rows(const float* __restrict__ w, int64_t I, i
   }
 }
 
+// Dynamic variant: warps take 32-row chunks from a shared-memory counter, so a warp whose loads come back late
+// does fewer chunks and the CTA's 16 warps end their W share together (the static split waits for the slowest).
+// A warp issues its lanes' x prefetch when it first takes a chunk >= pf_chunk (or after the loop).
+__device__ __forceinline__ void w_rows_dyn(const float* __restrict__ w, int64_t O, int64_t I, int64_t c, bool live,
+                                           int* next, int64_t pf_chunk, double (&a)[4], float* xsm,
+                                           const float* __restrict__ x, int64_t xs, int xr, int rg, int cg) {
+  const int lane = threadIdx.x & 31, half = lane >> 4;
+  const int64_t nchunks = (O + 2 * CU - 1) / (2 * CU);
+  bool pf_done = false;
+  auto prefetch = [&]() {
+    if (live)
+      for (int i = rg; i < xr; i += RG) cp_async16(xsm + i * TC + 4 * cg, x + i * xs + c);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    pf_done = true;
+  };
+  for (;;) {
+    int k = 0;
+    if (lane == 0) k = atomicAdd(next, 1);
+    k = __shfl_sync(0xffffffffu, k, 0);
+    if (k >= nchunks) break;
+    if (!pf_done && k >= pf_chunk) prefetch();
+    float4 q[CU];
+#pragma unroll
+    for (int u = 0; u < CU; ++u) {
+      const int64_t r = (int64_t)k * 2 * CU + 2 * u + half;
+      q[u] = (live && r < O) ? lse::load_w(w + r * I + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < CU; ++u) { a[0] += q[u].x; a[1] += q[u].y; a[2] += q[u].z; a[3] += q[u].w; }
+  }
+  if (!pf_done) prefetch();
+}
+
 // Lanes cg = 0..15 of a half-warp each hold d[j] = their 4-column share of rows j = 0..15 of a batch. Transposed
 // reduction: at each level a lane keeps the half of its rows that its lane bit selects and adds the partner's
 // copy of that half, so 15 shuffles (not 16 x 4) leave lane cg with the batch's row cg summed over the 16 lanes.
@@ -114,7 +147,7 @@ __device__ __forceinline__ void finish_rows(const double* __restrict__ partial, 
 
 // COOP: the grid is co-resident (cooperative launch); after a grid barrier every CTA finishes rows itself, so
 // no second kernel (launch + completion flush) follows.
-template <bool COOP, bool DBL>
+template <bool COOP, bool DBL, bool DYN>
 __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
   extern __shared__ __align__(16) float xsm[];  // [xr][TC]
   __shared__ double red[RG][TC + 1];  // +1: the 8 row-group parts of a column fall in different banks
@@ -131,12 +164,19 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
   double bacc = 0.;
   for (int64_t k = b0 + threadIdx.x; k < b1; k += FT) bacc += b[k];
   double a[4] = {0., 0., 0., 0.};
-  const int64_t split = pf_row < O ? pf_row : O;
-  if (live) w_rows(w, I, c, 0, split, rg, a);
-  if (live)
-    for (int i = rg; i < xr; i += RG) cp_async16(xsm + i * TC + 4 * cg, x + i * xs + c);
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  if (live) w_rows(w, I, c, split, O, rg, a);
+  if constexpr (DYN) {
+    __shared__ int next_chunk;
+    if (threadIdx.x == 0) next_chunk = 0;
+    __syncthreads();
+    w_rows_dyn(w, O, I, c, live, &next_chunk, pf_row / (2 * CU), a, xsm, x, xs, xr, rg, cg);
+  } else {
+    const int64_t split = pf_row < O ? pf_row : O;
+    if (live) w_rows(w, I, c, 0, split, rg, a);
+    if (live)
+      for (int i = rg; i < xr; i += RG) cp_async16(xsm + i * TC + 4 * cg, x + i * xs + c);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    if (live) w_rows(w, I, c, split, O, rg, a);
+  }
   lse::stamp(trace, 1);
   // The first batch of x rows beyond the shared-memory ones goes out now, so its DRAM latency overlaps the column
   // reduction and the shared-memory dots.
@@ -208,8 +248,8 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
   }
 }
 
-template <bool COOP, bool DBL>
-__global__ void __launch_bounds__(FT, 1) overlap(OVERLAP_PARAMS) { overlap_body<COOP, DBL>(OVERLAP_ARGS); }
+template <bool COOP, bool DBL, bool DYN>
+__global__ void __launch_bounds__(FT, 1) overlap(OVERLAP_PARAMS) { overlap_body<COOP, DBL, DYN>(OVERLAP_ARGS); }
 
 // Scalar path (unaligned W or x, I % 4 != 0): 2_inflight's loops without the prefetch.
 __global__ void __launch_bounds__(FT) overlap_scalar(const float* __restrict__ w, int64_t O, int64_t I,
@@ -271,11 +311,11 @@ int sm_count(int dev) {
 }
 
 constexpr double PF = 0.5;                   // chosen prefetch point (scripts/lse_ab.py)
-constexpr bool COOP_CHOSEN = true, DBL_CHOSEN = true;
+constexpr bool COOP_CHOSEN = false, DBL_CHOSEN = true, DYN_CHOSEN = true;
 
 // pf: where the x prefetch is issued, as a fraction of the W rows (0 = before the first W load). COOP is taken only
 // where the whole grid fits on the device at once (tiles <= CTAs per SM x SMs); otherwise `finish` follows.
-template <bool COOP, bool DBL>
+template <bool COOP, bool DBL, bool DYN>
 void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) {
   const c10::cuda::CUDAGuard guard(f.w.device());
   const int dev = f.w.device().index();
@@ -299,17 +339,17 @@ void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) 
     if constexpr (COOP) {
       int can = 0, occ = 0;
       C10_CUDA_CHECK(cudaDeviceGetAttribute(&can, cudaDevAttrCooperativeLaunch, dev));
-      C10_CUDA_CHECK(cudaFuncSetAttribute(overlap<true, DBL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, overlap<true, DBL>, FT, smem));
+      C10_CUDA_CHECK(cudaFuncSetAttribute(overlap<true, DBL, DYN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, overlap<true, DBL, DYN>, FT, smem));
       coop = can && tiles <= (int64_t)occ * sm_count(dev);
     }
     if (coop) {
       void* args[] = {&w, &O, &I, &x, &B, &xs, &b, &nb, &part, (void*)&tiles, &v, &xr, &pf_row, &out, &bsum, &trace};
-      C10_CUDA_CHECK(cudaLaunchCooperativeKernel((const void*)overlap<true, DBL>, dim3((unsigned)tiles), dim3(FT),
+      C10_CUDA_CHECK(cudaLaunchCooperativeKernel((const void*)overlap<true, DBL, DYN>, dim3((unsigned)tiles), dim3(FT),
                                                  args, smem, kp::stream()));
     } else {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(overlap<false, DBL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      overlap<false, DBL><<<(unsigned)tiles, FT, smem, kp::stream()>>>(w, O, I, x, B, xs, b, nb, part, tiles, v, xr,
+      C10_CUDA_CHECK(cudaFuncSetAttribute(overlap<false, DBL, DYN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      overlap<false, DBL, DYN><<<(unsigned)tiles, FT, smem, kp::stream()>>>(w, O, I, x, B, xs, b, nb, part, tiles, v, xr,
                                                                        pf_row, out, bsum, trace);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
@@ -337,7 +377,7 @@ void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) 
 KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                                    const at::TensorBase& partial, const at::TensorBase& v,
                                    const at::TensorBase& bsum, const at::TensorBase& out) {
-  launch_forward<COOP_CHOSEN, DBL_CHOSEN>(lse::check_forward(w, b, x, partial, v, bsum, out));
+  launch_forward<COOP_CHOSEN, DBL_CHOSEN, DYN_CHOSEN>(lse::check_forward(w, b, x, partial, v, bsum, out));
 }
 
 // Cached forward: out (B, 1) := x @ v + bsum with v, bsum from an earlier colsum_gemv_forward.
@@ -346,8 +386,8 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
   lse::launch_gemv<GR, GU>(x, v, bsum, out);
 }
 
-// A/B hook (scripts/lse_ab.py): pf = where the x prefetch is issued (fraction of the W rows); cfg bit 0 = COOP,
-// bit 1 = DBL; trace: int64 (tiles x 8) globaltimer stamps per CTA at the phase boundaries, or an empty tensor.
+// A/B hook (scripts/lse_ab.py): pf = where the x prefetch is issued (fraction of the W rows); cfg: 0 fp32 lane sums,
+// 1 float64 + grid barrier, 2 float64, 3 float64 + dynamic W chunks, 4 = 3 + grid barrier, 5 fp32 + dynamic; trace: int64 (tiles x 8) globaltimer stamps per CTA at the phase boundaries, or an empty tensor.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                             const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,
                             const at::TensorBase& out, double pf, int64_t cfg, const at::TensorBase& trace) {
@@ -360,10 +400,12 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
     tr = trace.data_ptr<int64_t>();
   }
   switch (cfg) {
-    case 0: launch_forward<false, false>(f, pf, tr); break;
-    case 1: launch_forward<true, false>(f, pf, tr); break;
-    case 2: launch_forward<false, true>(f, pf, tr); break;
-    case 3: launch_forward<true, true>(f, pf, tr); break;
-    default: TORCH_CHECK(false, "tune_forward: cfg 0..3, got ", kp::num(cfg));
+    case 0: launch_forward<false, false, false>(f, pf, tr); break;
+    case 1: launch_forward<true, true, false>(f, pf, tr); break;
+    case 2: launch_forward<false, true, false>(f, pf, tr); break;
+    case 3: launch_forward<false, true, true>(f, pf, tr); break;
+    case 4: launch_forward<true, true, true>(f, pf, tr); break;
+    case 5: launch_forward<false, false, true>(f, pf, tr); break;
+    default: TORCH_CHECK(false, "tune_forward: cfg 0..5, got ", kp::num(cfg));
   }
 }

@@ -60,9 +60,10 @@ class ModelNew(nn.Module):
         f64 = dict(device=w.device, dtype=torch.float64)
         vb = torch.empty(w.size(1) + 1, **f64)  # W.sum(0) and b.sum(), filled by the kernel on the way
         nsm, (rows, cols) = torch.cuda.get_device_properties(x.device).multi_processor_count, x.shape
-        # Scratch for every rung: 2_inflight's tiles of >= 32 columns x rows; 3_rowband's per-SM row partials and
-        # one column-sum row per band (at most one band per SM, capped at 128 MiB for very wide weights).
-        partial = torch.empty(rows * (-(-cols // 32) + nsm) + min(nsm * cols, cols + (1 << 24)), **f64)
+        # Scratch for every rung: 2_inflight's tiles of >= 32 columns x rows (also covers 4_overlap's 64-column tiles
+        # x (rows + 1)); 3_rowband's per-SM row partials and one column-sum row per band (at most one band per SM,
+        # capped at 128 MiB for very wide weights).
+        partial = torch.empty((rows + 1) * (-(-cols // 32) + nsm) + min(nsm * cols, cols + (1 << 24)), **f64)
         self.k.colsum_gemv_forward(wc, b if b is not None else w.new_empty(0), x, partial, vb[:-1], vb[-1:], out)
         if self.cache:
             self.colsum.put((vb[:-1], vb[-1:]), w, b)
@@ -96,4 +97,7 @@ CASES = {
     "wide_in_features": lambda g, d: ([9000, 33], [_x(7, 9000, g, d)]),
     # more x rows than a CTA's shared-memory slice holds: 3_rowband's directly loaded remainder rows
     "tall_x": lambda g, d: ([40, 16], [_x(20003, 40, g, d)]),
+    # no input features: the output is b.sum() on every row (4_overlap still launches one CTA to sum b)
+    "no_in_features": lambda g, d: ([0, 7], [_x(3, 0, g, d)]),
+    "empty_batch": lambda g, d: ([40, 16], [_x(0, 40, g, d)]),
 }

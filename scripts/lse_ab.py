@@ -27,7 +27,7 @@ PFS = (0.0, 0.25, 0.5, 0.75)
 nsm = torch.cuda.get_device_properties(0).multi_processor_count
 f64 = dict(device="cuda", dtype=torch.float64)
 vb = torch.empty(I + 1, **f64)
-part = torch.empty(B * (-(-I // 32) + nsm) + nsm * I, **f64)  # what ModelNew allocates at this shape
+part = torch.empty((B + 1) * (-(-I // 32) + nsm) + nsm * I, **f64)  # what ModelNew allocates at this shape
 notrace = torch.empty(0, dtype=torch.int64, device="cuda")
 out = torch.empty(B, 1, device="cuda")
 fns = {"1_colsum_gemv fwd": lambda: k1.colsum_gemv_forward(w, b, x, part, vb[:-1], vb[-1:], out)}

@@ -2,27 +2,39 @@
 //
 // Same algebra as 1_colsum_gemv (the forward is x @ W.sum(0) + b.sum(); see that file's header for why it is exact).
 // What changed from 2_inflight: its x phase started only when the CTA's W loop had ended and took 4 dependent
-//   rounds of DRAM latency (1024 rows / (32 row groups x 8 loads in flight)); on a machine whose plain read stream
-//   did 288 MiB in 64.6 us, 2_inflight took 83 us. Here up to XR_MAX rows of the CTA's x tile are copied into
-//   shared memory with cp.async (no registers held) at a chosen point of the W loop, so the x bytes share the
-//   stream with W; after the column sum only the rows beyond XR_MAX (none at B <= 768) come from DRAM. The partials
-//   are stored row-major (partial[i * tiles + t]) so that `finish` reduces a row with one coalesced warp read.
+//   rounds of DRAM latency (1024 rows / (32 row groups x 8 loads in flight)). Here up to XR_MAX rows of the CTA's
+//   x tile are copied into shared memory with cp.async (no registers held) when the W loop is half done, so the x
+//   bytes share the stream with W; after the column sum only rows beyond XR_MAX come from DRAM, and their loads are
+//   issued before the column reduction. Also: the 16 lanes of a row reduce 16 rows at once (transposed shuffle
+//   reduction, 15 shuffles instead of 64); b.sum() is sliced over the CTAs (no CTA reads all of b); the partials
+//   are row-major (partial[i * tiles + t]) so `finish` reduces a row with one coalesced warp read.
 // Ownership and launch:
-//   overlap: CTA t owns columns [t*TC, (t+1)*TC) of W and x (TC = 64; grid = ceil(I/TC)); 512 threads = 16 float4
-//     columns x 32 row groups. Phase 1 sums the tile over all O rows of W (CU float4 per thread in flight) and, when
-//     the loop reaches row pf_row, issues the x tile rows [0, xr) into shared memory (xr = min(B, XR_MAX)); phase 2
-//     writes v[tile], dots the shared-memory rows with it, then the rows >= xr straight from DRAM (XU in flight).
-//     One CTA per SM (192 KiB + 16 KiB of shared memory).
-//   finish (programmatic dependent launch): every CTA sums b while the main kernel drains, then one warp per row
-//     adds the row's `tiles` partials.
-// Bytes: 4*O*I + 4*B*I + 8*B*ceil(I/64) (partials, L2-resident) = 288 MiB + 1 MiB at the bench shape; minimum 288 MiB.
-//   Bound: memory (the W loop's float->double converts use ~30% of the FP64 pipe's time at full bandwidth).
+//   overlap: CTA t owns columns [t*TC, (t+1)*TC) of W and x (TC = 64; grid = max(1, ceil(I/TC))); 512 threads =
+//     16 float4 columns x 32 row groups. Phase 1 sums the tile over all O rows of W (CU = 16 float4 per thread in
+//     flight) and, at row pf_row = O/2, issues the x tile rows [0, xr) into shared memory (xr = min(B, 768));
+//     phase 2 writes v[tile], dots the shared-memory rows with it, then the rows >= xr (16 per thread in flight).
+//     One CTA per SM (192 KiB dynamic + 17 KiB static shared memory, 128 registers).
+//   finish (programmatic dependent launch): a warp per row adds the row's `tiles` partials and the b slices.
+// Bytes: 4*O*I + 4*B*I + 8*B*tiles (partials, L2-resident) = 288 MiB + 1 MiB at the bench shape; minimum 288 MiB.
+//   Bound: memory for the W stream; the tail after it (x dots: one float->double convert per element at 16/clk/SM,
+//   ~1.6 us of the 3.5 us; the DRAM remainder rows; `finish`) is latency/compute and is what separates this kernel
+//   from a plain read.
 // Preconditions (checked, lse_common.cuh): float32 CUDA tensors on one device; W 2-D contiguous; x 2-D with
-//   unit-stride rows and x.size(1) == W.size(1); b 1-D of W.size(0) (or empty); float64 scratch of >= ceil(I/64)*B.
-//   The prefetch needs the float4 path (16-byte aligned W and x rows); other layouts run 2_inflight's scalar loops.
-// Numerics: as 2_inflight: every sum in float64, partials added in a fixed order (deterministic), one rounding to
-//   fp32 at the end.
-// Measured: (pending)
+//   unit-stride rows and x.size(1) == W.size(1); b 1-D of W.size(0) (or empty); float64 scratch of
+//   >= max(1, ceil(I/64)) * (B + 1). The prefetch needs the float4 path (16-byte aligned W and x rows, I % 4 == 0);
+//   other layouts run 2_inflight's scalar loops.
+// Numerics: every product and sum in float64, partials added in a fixed order (deterministic), one rounding to
+//   fp32 at the end (relL2 2.5e-8 at the bench shape, as 2_inflight).
+// Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, GPU time, L2 read-flushed (scripts/lse_ab.py --no-gemm, one
+//   run, interleaved): 78.4 us = 3,850 GB/s of the 288 MiB minimum; 2_inflight 82.5 us; a plain read of W then x by
+//   the bw probe (two kernels) 69.8 us. Issue-4 target (<= 70 us uncached) NOT met: on this machine the plain read
+//   alone takes 69.8 us. Per-phase trace (us, median CTA): W + x prefetch 60.5 (4.85 TB/s), column sum + wait for x
+//   3.5, x dots from shared memory 3.5, DRAM rows 1.5, then `finish`.
+//   A/B in that run (us): fp32 lane sums 76.8 (fewer converts, but per-row error 3e-5 on cancelling rows and an odd
+//   case outside the fp32 budget: rejected); cooperative grid barrier + in-kernel row finish instead of `finish`
+//   78.9; warps taking 32-row W chunks dynamically 81.9 (the static unrolled loop keeps more loads in flight);
+//   prefetch at 0 / 0.25 / 0.75 of W: x at the start slows W by ~5 us, 0.5 and 0.75 tie. A `finish` made resident
+//   early (112 registers, launch_dependents) did not help either (81.1 vs 81.5 in an earlier run).
 #include <cooperative_groups.h>
 
 #include "lse_common.cuh"
@@ -34,7 +46,7 @@ namespace {
 using lse::Forward;
 
 constexpr int FT = 512, TC = 64, CG = TC / 4, RG = FT / CG;
-constexpr int CU = 16, XU = 8;                          // W loop unroll; x remainder loads in flight per thread
+constexpr int CU = 16;                                  // W loop unroll (float4 loads in flight per thread)
 constexpr int XR_MAX = 768;                             // x rows per tile in shared memory: 768 x 256 B = 192 KiB
 constexpr int GR = 2, GU = 2;                           // cached GEMV (lse_common.cuh), as 2_inflight
 static_assert(FT == 8 * TC && RG == 32, "the column reduction gives each column 8 lanes of 4 row groups");
@@ -311,7 +323,7 @@ int sm_count(int dev) {
 }
 
 constexpr double PF = 0.5;                   // chosen prefetch point (scripts/lse_ab.py)
-constexpr bool COOP_CHOSEN = false, DBL_CHOSEN = true, DYN_CHOSEN = true;
+constexpr bool COOP_CHOSEN = false, DBL_CHOSEN = true, DYN_CHOSEN = false;
 
 // pf: where the x prefetch is issued, as a fraction of the W rows (0 = before the first W load). COOP is taken only
 // where the whole grid fits on the device at once (tiles <= CTAs per SM x SMs); otherwise `finish` follows.

@@ -45,6 +45,15 @@ fns["fwd ceiling: bw probe read of W then x"] = lambda: (kp.probe_read(w, vb, ns
 fns["1 gemv (GR1)"] = lambda: k1.gemv_bias(x, vb[:-1], vb[-1:], out)
 for cfg, name in enumerate(["GR1 GU2", "GR1 GU4", "GR2 GU2", "GR4 GU2", "GR2 GU4", "GR4 GU1"]):
     fns[f"gemv {name}"] = lambda cfg=cfg: k2.tune_gemv(x, vb[:-1], vb[-1:], out, cfg)
+# The same kernels through ModelNew (cache off), as run.py times them
+import models.matmul_sum_max_mean_lse as lse_model  # noqa: E402
+for var in ("2_inflight", "4_overlap"):
+    mn = lse_model.ModelNew(I, O, variant=var, cache=False).cuda()
+    mn.load_state_dict(lin.state_dict(prefix="linear."), strict=True)
+    fns[f"fwd ModelNew {var} cache=False"] = lambda mn=mn: mn(x)
+if "--with-eager" in sys.argv:  # run.py interleaves the 2.7 ms fp32 GEMM of the reference between these calls
+    ref_model = lse_model.Model(I, O).cuda()
+    fns["eager Model (fp32 GEMM)"] = lambda: ref_model(x)
 ws = torch.empty((), device="cuda")
 fns["torch W.sum() (read 256 MiB)"] = lambda: torch.sum(w.view(-1), dim=0, out=ws)
 fns["torch x.sum() (read 32 MiB)"] = lambda: torch.sum(x.view(-1), dim=0, out=ws)
@@ -57,7 +66,12 @@ if "--ncu" in sys.argv:  # one call each, for `ncu --kernel-name regex:...`
     sys.exit(0)
 bad = []
 for k, f in fns.items():
-    if k.startswith("torch") or "ceiling" in k:
+    if k.startswith("torch") or k.startswith("eager") or "ceiling" in k:
+        continue
+    if "ModelNew" in k:
+        e = harness.rel_error(f(), ref).rel_l2
+        if not e < 1e-6:
+            bad.append((k, e))
         continue
     out.fill_(float("nan"))
     if "gemv" in k:
@@ -68,7 +82,7 @@ for k, f in fns.items():
     if not e < 1e-6:
         bad.append((k, e))
 t = harness.bench_interleaved(fns, min_reps=20, max_reps=60, budget_s=25)
-nbytes = {"fwd": 4 * (O * I + B * I), "1_c": 4 * (O * I + B * I), "gem": 4 * B * I, "1 g": 4 * B * I,
+nbytes = {"eager": 4 * (O * I + B * I), "fwd": 4 * (O * I + B * I), "1_c": 4 * (O * I + B * I), "gem": 4 * B * I, "1 g": 4 * B * I,
           "torch W": 4 * O * I, "torch x": 4 * B * I}
 print("| call | median us | IQR us | GB/s (minimum bytes) |\n|---|---|---|---|")
 for k, v in t.items():

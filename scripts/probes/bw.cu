@@ -10,7 +10,7 @@
 //   copy_ld<U>:  U float4 loads then U float4 stores per thread per step.
 //   copy_tma:    bulk load into the ring, bulk store (cp.async.bulk.global.shared) out of it.
 //   copy_rowsync: short-lived CTAs (ticket order) whose stores wait for a group of peers (softmax rows split
-//                over CTAs), see below.
+//                over CTAs), see below. Measured 2026-11-22: 3,454-3,557 GB/s with the wait, 3,959-3,994 without.
 //   read_cols:   the column-tile pattern of lse's colsum (each CTA reads TC floats of every row of a row-major
 //                matrix): what narrow row segments cost in DRAM locality.
 // Preconditions: float32, contiguous, 16-byte aligned, n a multiple of 4 (checked). Numerics: not a result.

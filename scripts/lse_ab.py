@@ -1,8 +1,17 @@
 #!/usr/bin/env python3
 """A/B for matmul_sum_max_mean_lse's kernels at the benchmark shape (1024x8192 @ 8192x8192): the tile/unroll
-configurations of 2_inflight (tune_forward / tune_gemv) next to 1_colsum_gemv and torch reductions as read-bandwidth
-references; GPU time per call, L2 read-flushed, interleaved (harness.bench_interleaved). Also times a float64 GEMM
-(cuBLAS DGEMM) against the fp32 one at the Linear problems' shape, with its error: a candidate fp32-accurate path."""
+configurations of 2_inflight (tune_forward / tune_gemv), 3_rowband's layouts and 4_overlap's options (prefetch point,
+float64 vs fp32 lane sums, grid barrier vs `finish`, dynamic W chunks) next to 1_colsum_gemv, the same kernels through
+ModelNew (cache off), a plain read of W and x by the bw probe and torch reductions as read-bandwidth references; GPU
+time per call, L2 read-flushed, interleaved (harness.bench_interleaved); then per-phase globaltimer traces of
+3_rowband and 4_overlap. Also times a float64 GEMM (cuBLAS DGEMM) against the fp32 one at the Linear problems' shape.
+
+  --no-gemm         skip the DGEMM/SGEMM part
+  --with-eager      interleave the reference Model's 2.7 ms fp32 GEMM too (as run.py's table does)
+  --rowband-model   ModelNew rows 2_inflight, 3_rowband, 4_overlap (run.py's order); --rowband-first: 3_rowband first
+  --placement       only: 2_inflight / 4_overlap / the plain read on six fresh copies of W
+  --ncu             one call of each kernel, for `ncu --kernel-name regex:...`
+"""
 import sys
 from pathlib import Path
 
@@ -47,13 +56,25 @@ for cfg, name in enumerate(["GR1 GU2", "GR1 GU4", "GR2 GU2", "GR4 GU2", "GR2 GU4
     fns[f"gemv {name}"] = lambda cfg=cfg: k2.tune_gemv(x, vb[:-1], vb[-1:], out, cfg)
 # The same kernels through ModelNew (cache off), as run.py times them
 import models.matmul_sum_max_mean_lse as lse_model  # noqa: E402
-for var in ("2_inflight", "4_overlap"):
+MODEL_VARIANTS = ("2_inflight", "4_overlap")
+if "--rowband-model" in sys.argv:  # run.py's table order: 3_rowband right before 4_overlap
+    MODEL_VARIANTS = ("2_inflight", "3_rowband", "4_overlap")
+if "--rowband-first" in sys.argv:
+    MODEL_VARIANTS = ("3_rowband", "2_inflight", "4_overlap")
+for var in MODEL_VARIANTS:
     mn = lse_model.ModelNew(I, O, variant=var, cache=False).cuda()
     mn.load_state_dict(lin.state_dict(prefix="linear."), strict=True)
     fns[f"fwd ModelNew {var} cache=False"] = lambda mn=mn: mn(x)
 if "--with-eager" in sys.argv:  # run.py interleaves the 2.7 ms fp32 GEMM of the reference between these calls
     ref_model = lse_model.Model(I, O).cuda()
     fns["eager Model (fp32 GEMM)"] = lambda: ref_model(x)
+if "--placement" in sys.argv:  # the same W copied to fresh allocations: does where W lives change the time?
+    wcopies = [w.clone() for _ in range(6)]
+    fns = {}
+    for j, wc in enumerate(wcopies):
+        fns[f"fwd 4_overlap W copy {j}"] = lambda wc=wc: k4.colsum_gemv_forward(wc, b, x, part, vb[:-1], vb[-1:], out)
+        fns[f"fwd 2_inflight W copy {j}"] = lambda wc=wc: k2.colsum_gemv_forward(wc, b, x, part, vb[:-1], vb[-1:], out)
+        fns[f"fwd ceiling read W copy {j}"] = lambda wc=wc: (kp.probe_read(wc, vb, nsm, 8, True), kp.probe_read(x, vb, nsm, 8, True))
 ws = torch.empty((), device="cuda")
 fns["torch W.sum() (read 256 MiB)"] = lambda: torch.sum(w.view(-1), dim=0, out=ws)
 fns["torch x.sum() (read 32 MiB)"] = lambda: torch.sum(x.view(-1), dim=0, out=ws)
@@ -109,16 +130,16 @@ print("(us; median over CTAs, max in brackets; the start spread is "
 # Where 4_overlap's time goes, per prefetch point.
 tiles4 = -(-I // 64)
 trace4 = torch.zeros(tiles4, 8, dtype=torch.int64, device="cuda")
-ph4 = ["W (+x prefetch)", "v tile + wait x", "x dots (smem)", "x rows from DRAM", "grid barrier + rows"]
-print("\n| 4_overlap pf (float64, dynamic W chunks, grid barrier) | " + " | ".join(ph4) + " | first start -> last end |\n" + "|---" * (len(ph4) + 2) + "|")
+ph4 = ["W (+x prefetch)", "column sum", "wait for x", "x dots (smem)", "x rows from DRAM", "grid barrier + rows"]
+print("\n| 4_overlap pf (float64, grid barrier) | " + " | ".join(ph4) + " | first start -> last end |\n" + "|---" * (len(ph4) + 2) + "|")
 for pf in PFS:
     flush()
-    k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, pf, 4, trace4)
+    k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, pf, 1, trace4)
     torch.cuda.synchronize()
-    tr = trace4[:, :6].double() / 1e3
+    tr = trace4[:, [0, 1, 6, 2, 3, 4, 5]].double() / 1e3  # stamp 6: column sum done, before the wait for x
     d = tr[:, 1:] - tr[:, :-1]
     cells = [f"{d[:, j].median():.1f} (max {d[:, j].max():.1f})" for j in range(len(ph4))]
-    print(f"| {pf} | " + " | ".join(cells) + f" | {tr[:, 5].max() - tr[:, 0].min():.1f} |")
+    print(f"| {pf} | " + " | ".join(cells) + f" | {tr[:, 6].max() - tr[:, 0].min():.1f} |")
 
 if "--no-gemm" in sys.argv:
     sys.exit(0)

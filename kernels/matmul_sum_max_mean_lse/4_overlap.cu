@@ -29,8 +29,10 @@
 //   run, interleaved): 78.4 us = 3,850 GB/s of the 288 MiB minimum; 2_inflight 82.5 us; a plain read of W then x by
 //   the bw probe (two kernels) 69.8 us. Issue-4 target (<= 70 us uncached) NOT met: on this machine the plain read
 //   alone takes 69.8 us. Per-phase trace (us, median CTA): W + x prefetch 60.5 (4.85 TB/s), column sum + wait for x
-//   3.5, x dots from shared memory 3.5, DRAM rows 1.5, then `finish`. Through run.py (ModelNew, cache off): 0.079
-//   ms vs 2_inflight 0.086 in a two-variant run, 0.084 vs 0.083 in the full eight-row table of another run.
+//   3.5 (waiting for the CTA's slowest warp; the x copy itself has landed by then), x dots from shared memory 3.5,
+//   DRAM rows 1.5, then `finish`. Through run.py (ModelNew, cache off): 0.079 ms vs 2_inflight 0.084-0.086 without
+//   3_rowband in the table, a tie (0.083 / 0.083) with it: these rows depend on the call timed just before (README,
+//   "Open: order sensitivity").
 //   A/B in that run (us): fp32 lane sums 76.8 (fewer converts, but per-row error 3e-5 on cancelling rows and an odd
 //   case outside the fp32 budget: rejected); cooperative grid barrier + in-kernel row finish instead of `finish`
 //   78.9; warps taking 32-row W chunks dynamically 81.9 (the static unrolled loop keeps more loads in flight);
@@ -217,6 +219,7 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
       if (col < I) v[col] = s;
     }
   }
+  lse::stamp(trace, 6);
   asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
   lse::stamp(trace, 2);

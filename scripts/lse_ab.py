@@ -141,6 +141,30 @@ for pf in PFS:
     cells = [f"{d[:, j].median():.1f} (max {d[:, j].max():.1f})" for j in range(len(ph4))]
     print(f"| {pf} | " + " | ".join(cells) + f" | {tr[:, 6].max() - tr[:, 0].min():.1f} |")
 
+# Does the call before change 4_overlap? Trace it right after each neighbour (flush + 1 ms hold in between, as in
+# bench_interleaved) and report the SM clock it ran at (slot 7: cycles over stamps 0..4).
+if "--order" in sys.argv:
+    neighbours = {"itself": lambda: k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 0.5, 2, notrace),
+                  "2_inflight": lambda: k2.colsum_gemv_forward(w, b, x, part, vb[:-1], vb[-1:], out),
+                  "3_rowband": lambda: k3.colsum_gemv_forward(w, b, x, part, vb[:-1], vb[-1:], out),
+                  "plain read": lambda: kp.probe_read(w, vb, nsm, 8, True)}
+    print("\n| before 4_overlap | span us (median of 10) | SM MHz | W phase us | tail us |\n|---|---|---|---|---|")
+    for nm, f in neighbours.items():
+        spans, mhz, wph, tail = [], [], [], []
+        for _ in range(10):
+            f()
+            flush()
+            torch.cuda._sleep(harness.HOLD_CYCLES)
+            k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 0.5, 2, trace4)
+            torch.cuda.synchronize()
+            t = trace4.double()
+            spans.append(float((t[:, 4].max() - t[:, 0].min()) / 1e3))
+            mhz.append(float((t[:, 7] / (t[:, 4] - t[:, 0])).median() * 1e3))
+            wph.append(float((t[:, 1] - t[:, 0]).median() / 1e3))
+            tail.append(float((t[:, 4] - t[:, 1]).median() / 1e3))
+        med = lambda v: sorted(v)[len(v) // 2]
+        print(f"| {nm} | {med(spans):.1f} | {med(mhz):.0f} | {med(wph):.1f} | {med(tail):.1f} |")
+
 if "--no-gemm" in sys.argv:
     sys.exit(0)
 # DGEMM vs SGEMM at 1024x8192 @ 8192x8192 (what matmul_gelu_softmax / gemm_bn_scale_softmax run)

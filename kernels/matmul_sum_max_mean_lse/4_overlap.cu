@@ -173,6 +173,7 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
   const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;  // first of this thread's 4 columns
   const bool live = c < I;                              // I % 4 == 0 on this path: all 4 columns or none
   lse::stamp(trace, 0);
+  const long long clk0 = clock64();  // trace slot 7: SM cycles from stamp 0 to stamp 4 (the clock rate, with 0..4)
   // This CTA's slice of b.sum(): one float per thread at most for O <= tiles * FT (else a strided loop); summed
   // after the W loop so the loads never stall it.
   const int64_t bper = (nb + tiles - 1) / tiles, b0 = (int64_t)blockIdx.x * bper, b1 = kp::imin(nb, b0 + bper);
@@ -255,6 +256,7 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
     if (i < B) partial[i * tiles + blockIdx.x] = s;
   }
   lse::stamp(trace, 4);
+  if (trace && threadIdx.x == 0) trace[blockIdx.x * 8 + 7] = clock64() - clk0;
   if constexpr (COOP) {
     __threadfence();
     cg::this_grid().sync();

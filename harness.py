@@ -681,7 +681,8 @@ HOLD_CYCLES = 2_000_000  # ~1 ms at H200 clocks: longer than any call here takes
 
 
 def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: int = 100, budget_s: float = 20.0,
-                      target_rel_iqr: float = 0.02, warmup: int = 3, before=None) -> dict[str, Timing]:
+                      target_rel_iqr: float = 0.02, warmup: int = 3, before=None,
+                      precede: bool = True) -> dict[str, Timing]:
     """Time several callables side by side: each round runs each once; rounds repeat until every IQR/median <
     target or the wall budget is spent.
 
@@ -691,6 +692,11 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
     (host_us); a call whose enqueue outlasts the hold would show up as a host_us near or above the hold.
     `before(name, rep)` (rep -1 in warm-up) runs before each call, outside the timed region (checker.py refills
     the candidate's inputs there).
+    precede: each timed call is preceded by one untimed call of the same callable (before it: `before(name, -1)`),
+    so every sample follows its own kind of call, as in repeated use, whatever the other entries are. Measured
+    (README, "Open: order sensitivity"): a memory-bound kernel's time depended on which kernel ran just before it,
+    across the L2 flush and the hold (4_overlap of matmul_sum_max_mean_lse: W phase 62.5 us after itself, 68.1 us
+    after 3_rowband, same SM clock); without this the neighbours in the dict would bias the comparison.
     """
     before = before or (lambda name, rep: None)
     flush = L2Flusher()
@@ -705,6 +711,9 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for rep in range(max_reps):
         for k, f in fns.items():
+            if precede:
+                before(k, -1)
+                f()
             before(k, rep)
             flush()
             torch.cuda._sleep(HOLD_CYCLES)

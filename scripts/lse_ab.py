@@ -68,6 +68,8 @@ for var in MODEL_VARIANTS:
 if "--with-eager" in sys.argv:  # run.py interleaves the 2.7 ms fp32 GEMM of the reference between these calls
     ref_model = lse_model.Model(I, O).cuda()
     fns["eager Model (fp32 GEMM)"] = lambda: ref_model(x)
+if "--order" in sys.argv:
+    fns = {}
 if "--placement" in sys.argv:  # the same W copied to fresh allocations: does where W lives change the time?
     wcopies = [w.clone() for _ in range(6)]
     fns = {}
@@ -147,7 +149,11 @@ if "--order" in sys.argv:
     neighbours = {"itself": lambda: k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 0.5, 2, notrace),
                   "2_inflight": lambda: k2.colsum_gemv_forward(w, b, x, part, vb[:-1], vb[-1:], out),
                   "3_rowband": lambda: k3.colsum_gemv_forward(w, b, x, part, vb[:-1], vb[-1:], out),
-                  "plain read": lambda: kp.probe_read(w, vb, nsm, 8, True)}
+                  "plain read": lambda: kp.probe_read(w, vb, nsm, 8, True),
+                  "4_overlap, cooperative launch": lambda: k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 0.5,
+                                                                           1, notrace),
+                  "3_rowband, no x prefetch": lambda: k3.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 2,
+                                                                      notrace)}
     print("\n| before 4_overlap | span us (median of 10) | SM MHz | W phase us | tail us |\n|---|---|---|---|---|")
     for nm, f in neighbours.items():
         spans, mhz, wph, tail = [], [], [], []

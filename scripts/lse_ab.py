@@ -153,7 +153,9 @@ if "--order" in sys.argv:
                   "4_overlap, cooperative launch": lambda: k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 0.5,
                                                                            1, notrace),
                   "3_rowband, no x prefetch": lambda: k3.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, 2,
-                                                                      notrace)}
+                                                                      notrace),
+                  "write 9 MiB (fill_)": lambda: part[:9 << 17].fill_(1.0),
+                  "write 1 MiB (fill_)": lambda: part[:1 << 17].fill_(1.0)}
     print("\n| before 4_overlap | span us (median of 10) | SM MHz | W phase us | tail us |\n|---|---|---|---|---|")
     for nm, f in neighbours.items():
         spans, mhz, wph, tail = [], [], [], []

@@ -694,9 +694,10 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
     the candidate's inputs there).
     precede: each timed call is preceded by one untimed call of the same callable (before it: `before(name, -1)`),
     so every sample follows its own kind of call, as in repeated use, whatever the other entries are. Measured
-    (README, "Open: order sensitivity"): a memory-bound kernel's time depended on which kernel ran just before it,
-    across the L2 flush and the hold (4_overlap of matmul_sum_max_mean_lse: W phase 62.5 us after itself, 68.1 us
-    after 3_rowband, same SM clock); without this the neighbours in the dict would bias the comparison.
+    (README, "Order sensitivity"): lines a call leaves dirty in L2 survive the read flush (even a 6x-L2 one) and are
+    written back during the next timed call: 4_overlap of matmul_sum_max_mean_lse streamed W in 62.5 us after
+    itself and 67.6-68.1 us after 9 MiB of writes (3_rowband, or a plain fill_), at the same SM clock. With precede
+    each row pays for its own previous output, as in repeated use, never for a neighbour's.
     """
     before = before or (lambda name, rep: None)
     flush = L2Flusher()

@@ -31,8 +31,9 @@
 //   alone takes 69.8 us. Per-phase trace (us, median CTA): W + x prefetch 60.5 (4.85 TB/s), column sum + wait for x
 //   3.5 (waiting for the CTA's slowest warp; the x copy itself has landed by then), x dots from shared memory 3.5,
 //   DRAM rows 1.5, then `finish`. Through run.py (ModelNew, cache off): 0.079 ms vs 2_inflight 0.084-0.086 without
-//   3_rowband in the table, a tie (0.083 / 0.083) with it: these rows depend on the call timed just before (README,
-//   "Open: order sensitivity").
+//   3_rowband in the table, a tie (0.083 / 0.083) with it, because 3_rowband's 9 MiB of dirty L2 lines survived the
+//   read flush and were written back during the next row (README, "Order sensitivity"). Since the harness times
+//   each row after a call of itself: 0.081 vs 0.082 ms in the full table.
 //   A/B in that run (us): fp32 lane sums 76.8 (fewer converts, but per-row error 3e-5 on cancelling rows and an odd
 //   case outside the fp32 budget: rejected); cooperative grid barrier + in-kernel row finish instead of `finish`
 //   78.9; warps taking 32-row W chunks dynamically 81.9 (the static unrolled loop keeps more loads in flight);

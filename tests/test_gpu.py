@@ -131,3 +131,25 @@ def test_stale_torch_lock_does_not_hang_and_warm_load_is_fast(tmp_path):
         outs.append((built == "True", float(secs)))
     assert outs[0][0] and not outs[1][0], outs
     assert outs[1][1] < 1.0, f"warm load took {outs[1][1]:.2f} s"
+
+
+@gpu
+def test_bench_times_each_call_after_a_call_of_itself():
+    """bench_interleaved(precede=True): every timed call directly follows an untimed call of the same entry (whose
+    `before` gets rep -1), so no entry's time includes the write-back of a neighbour's dirty L2 lines (README,
+    "Order sensitivity")."""
+    log = []
+    x = torch.zeros(1024, device="cuda")
+
+    def make(name):
+        def f():
+            log.append(name)
+            x.add_(1.0)
+        return f
+
+    reps = []
+    harness.bench_interleaved({"a": make("a"), "b": make("b"), "c": make("c")}, min_reps=3, max_reps=3, warmup=1,
+                              before=lambda name, rep: reps.append((name, rep)))
+    timed = log[3:]  # after one warm-up round of a, b, c
+    assert timed == [n for _ in range(3) for n in ("a", "a", "b", "b", "c", "c")]
+    assert reps[3:] == [(n, k) for r in range(3) for n in ("a", "b", "c") for k in (-1, r)]

@@ -166,18 +166,10 @@ void launch_forward(const Forward& f) {
         f.v.data_ptr<double>(), f.vec);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)std::max<int64_t>(1, (f.B + 255) / 256));
-  cfg.blockDim = dim3(256);
-  cfg.stream = kp::stream();
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, finish, (const double*)f.partial.data_ptr<double>(), tiles, f.B,
-                                    (const float*)(f.b.numel() ? f.b.data_ptr<float>() : nullptr), f.b.numel(),
-                                    f.out.data_ptr<float>(), f.bsum.data_ptr<double>()));
+  lse::launch_dependent(finish, (unsigned)std::max<int64_t>(1, (f.B + 255) / 256), 256,
+                        (const double*)f.partial.data_ptr<double>(), tiles, f.B,
+                        (const float*)(f.b.numel() ? f.b.data_ptr<float>() : nullptr), f.b.numel(),
+                        f.out.data_ptr<float>(), f.bsum.data_ptr<double>());
 }
 
 }  // namespace

@@ -229,12 +229,6 @@ __global__ void __launch_bounds__(T, 1)
   lse::stamp(trace, 6);
 }
 
-int sm_count(int dev) {
-  int n = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
-}
-
 template <bool VEC, bool ILV>
 void launch_rowband(const lse::Forward& f, int64_t* trace = nullptr, bool prefetch = true) {
   const c10::cuda::CUDAGuard guard(f.w.device());
@@ -248,7 +242,7 @@ void launch_rowband(const lse::Forward& f, int64_t* trace = nullptr, bool prefet
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, T, SMEM_X));
   TORCH_CHECK(occ >= 1, "3_rowband: no SM can hold one CTA (", kp::num(T), " threads, ", kp::num(SMEM_X),
               " bytes of shared memory)");
-  const int64_t G = sm_count(dev);  // one CTA per SM: co-resident, as grid.sync() requires
+  const int64_t G = lse::sm_count(dev);  // one CTA per SM: co-resident, as grid.sync() requires
   const int64_t O = f.O, I = f.I, B = f.B;
   // Bands: as many as the scratch holds next to the G x B row partials, at most G.
   const int64_t room = f.partial.numel() - G * B;
@@ -301,7 +295,7 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
   int64_t* tr = nullptr;
   if (trace.numel()) {
     TORCH_CHECK(trace.is_cuda() && trace.scalar_type() == at::kLong && trace.is_contiguous(), "trace: int64 CUDA");
-    TORCH_CHECK(trace.numel() >= 8 * (int64_t)sm_count(w.device().index()), "trace needs 8 x #SMs elements");
+    TORCH_CHECK(trace.numel() >= 8 * (int64_t)lse::sm_count(w.device().index()), "trace needs 8 x #SMs elements");
     tr = trace.data_ptr<int64_t>();
   }
   switch (cfg) {

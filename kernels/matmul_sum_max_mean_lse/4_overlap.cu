@@ -102,6 +102,22 @@ __device__ __forceinline__ void w_rows_dyn(const float* __restrict__ w, int64_t 
   if (!pf_done) prefetch();
 }
 
+// b.sum() is split evenly over the CTAs: this thread's share of CTA blockIdx.x's slice (loads only; the sum is
+// finished by b_slice_store, which both kernels call after their W loop).
+__device__ __forceinline__ double b_slice_part(const float* __restrict__ b, int64_t nb, int64_t tiles) {
+  const int64_t bper = (nb + tiles - 1) / tiles, b0 = (int64_t)blockIdx.x * bper, b1 = kp::imin(nb, b0 + bper);
+  double acc = 0.;
+  for (int64_t k = b0 + threadIdx.x; k < b1; k += FT) acc += b[k];
+  return acc;
+}
+
+// The CTA's slice sum into partial[tiles * B + blockIdx.x], where `finish` adds the slices (all threads call it).
+__device__ __forceinline__ void b_slice_store(double part, double* bred, double* __restrict__ partial, int64_t tiles,
+                                              int64_t B) {
+  part = kp::block_sum(part, bred);
+  if (threadIdx.x == 0) partial[tiles * B + blockIdx.x] = part;
+}
+
 // Lanes cg = 0..15 of a half-warp each hold d[j] = their 4-column share of rows j = 0..15 of a batch. Transposed
 // reduction: at each level a lane keeps the half of its rows that its lane bit selects and adds the partner's
 // copy of that half, so 15 shuffles (not 16 x 4) leave lane cg with the batch's row cg summed over the 16 lanes.
@@ -177,9 +193,7 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
   const long long clk0 = clock64();  // trace slot 7: SM cycles from stamp 0 to stamp 4 (the clock rate, with 0..4)
   // This CTA's slice of b.sum(): one float per thread at most for O <= tiles * FT (else a strided loop); summed
   // after the W loop so the loads never stall it.
-  const int64_t bper = (nb + tiles - 1) / tiles, b0 = (int64_t)blockIdx.x * bper, b1 = kp::imin(nb, b0 + bper);
-  double bacc = 0.;
-  for (int64_t k = b0 + threadIdx.x; k < b1; k += FT) bacc += b[k];
+  const double bacc = b_slice_part(b, nb, tiles);
   double a[4] = {0., 0., 0., 0.};
   if constexpr (DYN) {
     __shared__ int next_chunk;
@@ -204,8 +218,7 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
     const int64_t i = xr + rg + (int64_t)RG * j;
     q[j] = (i < B && live) ? __ldg(reinterpret_cast<const float4*>(x + i * xs + c)) : zero;
   }
-  bacc = kp::block_sum(bacc, bred);
-  if (threadIdx.x == 0) partial[tiles * B + blockIdx.x] = bacc;
+  b_slice_store(bacc, bred, partial, tiles, B);
 #pragma unroll
   for (int k = 0; k < 4; ++k) red[rg][4 * cg + k] = a[k];
   __syncthreads();
@@ -281,11 +294,8 @@ __global__ void __launch_bounds__(FT) overlap_scalar(const float* __restrict__ w
   __shared__ double bred[FT / 32];
   const int cg = threadIdx.x % CG, rg = threadIdx.x / CG;
   const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;
-  const int64_t bper = (nb + tiles - 1) / tiles, b0 = (int64_t)blockIdx.x * bper, b1 = kp::imin(nb, b0 + bper);
-  double bacc = 0.;
-  for (int64_t k = b0 + threadIdx.x; k < b1; k += FT) bacc += b[k];
-  bacc = kp::block_sum(bacc, bred);
-  if (threadIdx.x == 0) partial[tiles * B + blockIdx.x] = bacc;
+  const double bacc = b_slice_part(b, nb, tiles);
+  b_slice_store(bacc, bred, partial, tiles, B);
   double a[4] = {0., 0., 0., 0.};
   for (int64_t r = rg; r < O; r += RG)
 #pragma unroll
@@ -323,12 +333,6 @@ __global__ void __launch_bounds__(256) finish(const double* __restrict__ partial
   finish_rows(partial, tiles, B, out, bsum_out, (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5), (int64_t)gridDim.x * 8);
 }
 
-int sm_count(int dev) {
-  int n = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
-}
-
 constexpr double PF = 0.5;                   // chosen prefetch point (scripts/lse_ab.py)
 constexpr bool COOP_CHOSEN = false, DBL_CHOSEN = true, DYN_CHOSEN = false;
 
@@ -360,7 +364,7 @@ void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) 
       C10_CUDA_CHECK(cudaDeviceGetAttribute(&can, cudaDevAttrCooperativeLaunch, dev));
       C10_CUDA_CHECK(cudaFuncSetAttribute(overlap<true, DBL, DYN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
       C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, overlap<true, DBL, DYN>, FT, smem));
-      coop = can && tiles <= (int64_t)occ * sm_count(dev);
+      coop = can && tiles <= (int64_t)occ * lse::sm_count(dev);
     }
     if (coop) {
       void* args[] = {&w, &O, &I, &x, &B, &xs, &b, &nb, &part, (void*)&tiles, &v, &xr, &pf_row, &out, &bsum, &trace};
@@ -377,16 +381,8 @@ void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) 
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   if (coop) return;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)std::max<int64_t>(1, std::min<int64_t>((B + 7) / 8, 2 * sm_count(dev))));
-  cfg.blockDim = dim3(256);
-  cfg.stream = kp::stream();
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, finish, (const double*)part, tiles, B, out, bsum));
+  const int64_t fgrid = std::max<int64_t>(1, std::min<int64_t>((B + 7) / 8, 2 * lse::sm_count(dev)));
+  lse::launch_dependent(finish, (unsigned)fgrid, 256, (const double*)part, tiles, B, out, bsum);
 }
 
 }  // namespace

@@ -24,6 +24,28 @@ __device__ __forceinline__ void stamp(int64_t* trace, int k) {
   }
 }
 
+inline int sm_count(int dev) {
+  int n = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+// Launch `kernel` as a programmatic dependent of the previous kernel on the stream: it may start while that kernel
+// drains and must call griddepcontrol.wait before reading what that kernel wrote (the rungs' `finish`).
+template <typename... P, typename... A>
+void launch_dependent(void (*kernel)(P...), unsigned grid, unsigned block, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.stream = kp::stream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 inline void check_f64(const at::TensorBase& t, const at::TensorBase& like, const char* name, int64_t numel) {

@@ -56,6 +56,10 @@ for tc in (64, 256, 512, 1024, 2048):
         lambda tc=tc: k.probe_tiles(w, out, 8192, tc, 128))
 add("copy torch-like (128 thr, 4 float4, 1 chunk/CTA)", C, lambda: k.probe_copy_torchlike(src, dst))
 cnt = torch.zeros(1 << 20, dtype=torch.int32, device="cuda")
+for u in (4, 8):
+    add(f"copy_ticket U{u} 1 CTA/SM (persistent, atomic chunk order)", C,
+        lambda u=u: k.probe_copy_ticket(src, dst, cnt, nsm, u))
+    add(f"copy_ticket U{u} 1 CTA/SM 120 SMs", C, lambda u=u: k.probe_copy_ticket(src, dst, cnt, 120, u))
 for th, u in ((256, 8), (256, 16), (512, 8), (128, 16)):  # groups of 393216 floats = one softmax row
     cpr = 393216 // (4 * th * u)
     for c in (1, cpr):
@@ -65,7 +69,7 @@ for th, u in ((256, 8), (256, 16), (512, 8), (128, 16)):  # groups of 393216 flo
 if len(sys.argv) > 2 and sys.argv[1] == "--only":  # a subset: names containing any of the given words
     fns = {n: f for n, f in fns.items() if any(wd in n for wd in sys.argv[2:])}
 for n, f in fns.items():  # the row-synchronised copies must copy (and not hang)
-    if n.startswith("rowsync"):
+    if n.startswith(("rowsync", "copy_ticket")):
         dst.zero_()
         f()
         if not torch.equal(dst, src):

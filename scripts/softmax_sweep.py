@@ -19,7 +19,34 @@ ap.add_argument("--cols", default="1024,2048,4096,8192,16384,32768,65536,131072,
 ap.add_argument("--variants", default="2_online,3_cluster,4_persistent,5_regrow,auto")
 ap.add_argument("--total-bytes", type=float, default=4096 * 393216 * 4)
 ap.add_argument("--regrow-ab", action="store_true", help="A/B 5_regrow's launch shapes at 1024 columns, then exit")
+ap.add_argument("--order-ab", action="store_true", help="A/B 6_regcluster's static vs ticketed row order at "
+                "4096x393216 next to copy_, eager and compile, then exit")
 args = ap.parse_args()
+
+if args.order_ab:
+    x = torch.rand(4096, 393216, device="cuda")
+    y = torch.empty_like(x)
+    k6 = harness.Kernel("softmax", "6_regcluster")
+    rows = slice(0, 4096, 97)  # parity on a spread of rows: a float64 reference of all 4096 would be 12.9 GB more
+    ref = torch.softmax(x[rows].double(), 1)
+    compiled = torch.compile(Model(), dynamic=False)
+    fns = {"copy_": lambda: y.copy_(x), "eager": lambda: torch.softmax(x, 1), "compile": lambda: compiled(x)}
+    for ticket in (False, True):
+        name = f"6_regcluster {'ticket' if ticket else 'static'} order"
+        y.zero_()
+        k6.softmax_forward_cluster(x, y, 0, ticket)
+        e = harness.rel_error(y[rows], ref)
+        assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (name, e)
+        fns[name] = lambda ticket=ticket: k6.softmax_forward_cluster(x, y, 0, ticket)
+    print("parity ok (rows 0::97 vs float64)", flush=True)
+    with torch.no_grad():
+        t = harness.bench_interleaved(fns, min_reps=10, max_reps=30, budget_s=40)
+    cp = t["copy_"].median_ms
+    print("| 4096x393216 | median ms | IQR ms | GB/s | % of copy_ |\n|---|---|---|---|---|")
+    for n, v in t.items():
+        print(f"| {n} | {v.median_ms:.3f} | {v.iqr_ms:.3f} | {2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9:,.0f} |"
+              f" {100 * cp / v.median_ms:.1f}% |")
+    sys.exit(0)
 
 if args.regrow_ab:
     cols = 1024

@@ -49,7 +49,8 @@ def test_parity(problem, label, variant, opts, case, precision):
 
 # Rows 1..4096 and columns 1..2^20, odd and prime counts, both sides of every dispatch threshold.
 SWEEP = [(1, 1), (4096, 1), (4096, 3), (1, 1 << 20), (2, 1048573), (7, 1009), (33, 8191), (5, 8193), (5, 16383),
-         (5, 16385), (3, 65521), (2, 131071), (3, 393217), (129, 127), (1000, 33), (17, 4099), (64, 1024)]
+         (5, 16385), (3, 65521), (2, 131071), (3, 393217), (129, 127), (1000, 33), (17, 4099), (64, 1024),
+         (40, 200003), (64, 393216)]  # more rows than 2 x the resident clusters: 6_regcluster's ticketed rows
 
 
 @gpu

@@ -11,10 +11,18 @@
 //   into registers, so one full row of loads is in flight during the whole compute, barrier and store of the
 //   current row.
 // Ownership / launch: persistent clusters of CL CTAs (CL = the smallest power of two, 1..16, with ceil(N/CL) <=
-//   49152: 8 at N = 393216); cluster c owns rows c, c+G, ...; CTA rank r owns columns [r*chunk, (r+1)*chunk);
-//   thread t owns float4s t + 512k (k < 24). G = cudaOccupancyMaxActiveClusters (1 CTA/SM: 128 regs x 512 threads).
+//   49152: 8 at N = 393216); CTA rank r owns columns [r*chunk, (r+1)*chunk) of each row its cluster takes; thread t
+//   owns float4s t + 512k (k < 24). G = cudaOccupancyMaxActiveClusters (1 CTA/SM: 128 regs x 512 threads).
+//   Row order (session 7): cluster c takes rows c and c+G, then each further row from an atomic ticket that rank 0
+//   draws two rows ahead and hands to its peers with the (m, s) exchange. The first version gave cluster c rows
+//   c, c+G, c+2G, ... (static); the clusters then drift apart over ~273 rows each and the rows being read spread
+//   over more and more of the 6.4 GB. With tickets a cluster that finishes early takes the next unclaimed row, so
+//   the 15 rows in flight stay neighbours. The persistent-copy probe shows the same effect (scripts/bw_probe.py,
+//   same run: static grid stride 3,887 GB/s on 120 SMs, ticketed 4,011; 3,907 vs 4,086 on 132), and here it took
+//   the kernel from 87.5% to 94.8% of copy_. The ticket counter (8 bytes from torch's caching allocator) is zeroed
+//   by a cudaMemsetAsync on the same stream before the launch.
 //   The (m, s) partials cross the cluster through DSMEM into a slot indexed by row parity (a CTA is at most one row
-//   ahead of a peer), one cluster barrier per row.
+//   ahead of a peer), one cluster barrier per row; the ticketed next row rides in the same kind of slot.
 // Bytes: 4*R*N read + 4*R*N written, the floor (12.9 GB at 4096x393216); copy-speed floor 3.07 ms.
 // Bound: memory, provided the per-row compute (~1.6 us SFU, ~1 us ALU, 0.75 us to copy the prefetched slice out of
 //   shared memory) hides under the ~11 us that the row's traffic takes at the CTA's share of HBM bandwidth.
@@ -23,12 +31,18 @@
 //   longer than 16 x 49152 floats take a block-per-row online kernel (2 reads; ModelNew routes them elsewhere).
 // Numerics: e = expf(x - m_cta), one scale per CTA (expf(m_cta - M) / S), partials merged in rank order with the
 //   -inf-safe online merge; NaN or +inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~1.5e-7.
-// Measured: H200, 4096x393216, 3.409 ms, 3,780 GB/s, 88.9% of copy (4,250 GB/s), 1.39x torch.compile, 1.80x eager,
-//   2026-11-22 (GPU time, L2 read-flushed). Short of the 3.07 ms floor by 11%; a 4-chunk prefetch ring instead of
-//   one whole-slice prefetch changed nothing measurable (3.55 -> 3.53 ms in the older timing). Per SM it moves
-//   30.7 GB/s on 120 SMs; the copy kernel moves ~32 GB/s per SM on all 132: the 12 SMs that no 8-CTA cluster can use
-//   are a likely cap (~3.35 ms if per-SM throughput is the limit). Not proven.
+// Measured: H200, 4096x393216, ticket order (`python3 scripts/softmax_sweep.py --order-ab`, four runs on three
+//   machines, 2026-11-22, GPU time, L2 read-flushed, same process): 3.167-3.174 ms, 4,059-4,069 GB/s, 94.6-94.9% of
+//   copy_ (4,287-4,289 GB/s), 1.49-1.50x torch.compile (4.737-4.742), 1.94-1.96x eager; the static order in the
+//   same runs 3.427-3.436 ms (87.5-87.7%). Tried in session 7 and not kept: 256-thread CTAs with half a slice, two
+//   per SM, 16-CTA clusters (3.485-3.551 ms); ex2.approx instead of expf, and st.global.cs stores, both of which
+//   push this 128-register kernel into 180-270 bytes of spills (not measured); a rung that holds nothing and
+//   re-reads its slice from L2 after the exchange (short-lived 16- or 8-CTA clusters, L2 evict-first/last hints:
+//   4.67-5.38 ms, i.e. the second read was not served by L2, or short-lived clusters do not keep HBM busy; 3_cluster,
+//   short-lived too, 4.1-4.4 ms).
 #include <cooperative_groups.h>
+
+#include <c10/cuda/CUDACachingAllocator.h>
 
 #include "../common/kp.cuh"
 #include "online.cuh"
@@ -62,12 +76,17 @@ __device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float*
 
 __device__ __forceinline__ float& comp(float4& v, int c) { return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w; }
 
-template <int CL, bool TMA>
+// Row order. Static (TICKET = false): cluster c takes rows c, c+G, c+2G, ... TICKET: rows 0..2G-1 go out statically
+// (c and c+G), every later row by an atomic ticket that rank 0 draws two rows ahead and hands to its peers with the
+// (m, s) exchange: a cluster that finishes early takes the next unclaimed row, so the clusters stay on neighbouring
+// rows instead of drifting apart (the persistent-copy probe: 3,887 -> 4,011 GB/s on 120 SMs).
+template <int CL, bool TMA, bool TICKET>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_regcluster(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
-                       int64_t chunk) {
+                       int64_t chunk, unsigned long long* __restrict__ ticket) {
   extern __shared__ __align__(128) float buf[];
   __shared__ float part[2][CL][2];
+  __shared__ int64_t next2[2];  // the row two iterations ahead, written by rank 0 of the cluster into every peer
   __shared__ float scratch[64];
   __shared__ __align__(8) uint64_t bars[NCHUNK];
 
@@ -91,8 +110,12 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   float4 r[V];
   uint32_t it = 0;
-  for (int64_t row = first; row < rows; row += G, ++it) {
+  int64_t nrow = first + G;  // the row after this one: static for the first two iterations
+  for (int64_t row = first; row < rows; ++it) {
     if (it == 0) kp::cluster_arrive_relaxed();  // matched by the wait before the first (m, s) exchange
+    int64_t drawn = 0;
+    if (TICKET && rank == 0 && t == 0) drawn = 2 * G + (int64_t)atomicAdd(ticket, 1ull);  // latency hidden under the row
+    if (!TICKET) nrow = row + G;
     const float* xr = x + row * xs + c0;
     float* yr = y + row * cols + c0;
     // 1. This row's slice into registers (-inf where the slice ends).
@@ -109,7 +132,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           r[k] = 4 * i < n ? b4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
         }
         __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
-        if (t == 0 && row + G < rows) prefetch(buf, &bars[c], x + (row + G) * xs + c0, n, c);
+        if (t == 0 && nrow < rows) prefetch(buf, &bars[c], x + nrow * xs + c0, n, c);
       }
     } else {
 #pragma unroll
@@ -141,7 +164,11 @@ __global__ void __launch_bounds__(THREADS, 1)
       peer[2 * rank] = m;
       peer[2 * rank + 1] = s;
     }
+    if (TICKET && rank == 0 && t == 0)
+      for (int q = 0; q < CL; ++q) *cluster.map_shared_rank(&next2[it & 1], q) = drawn;
     cluster.sync();
+    if (TICKET) { row = nrow; nrow = next2[it & 1]; }  // read before the next barrier: the slot is reused at it + 2
+    else row += G;
     float M = -INFINITY, S = 0.f;
 #pragma unroll
     for (int q = 0; q < CL; ++q) kp::online_merge(M, S, part[it & 1][q][0], part[it & 1][q][1]);
@@ -182,8 +209,8 @@ __global__ void __launch_bounds__(1024) softmax_long(const float* __restrict__ x
 }
 
 template <int CL, bool TMA>
-void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk) {
-  auto kern = softmax_regcluster<CL, TMA>;
+void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket) {
+  auto kern = ticket ? softmax_regcluster<CL, TMA, true> : softmax_regcluster<CL, TMA, false>;
   const int64_t rows = x.size(0), cols = x.size(1);
   const size_t smem = TMA ? (size_t)chunk * 4 : 0;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -206,14 +233,25 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk) {
               kp::num((long long)smem), " B of shared memory each cannot be scheduled on this GPU");
   const int64_t G = kp::imin(rows, clusters);
   cfg.gridDim = dim3((unsigned)(G * CL));
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, x.data_ptr<float>(), y.data_ptr<float>(), rows, cols, x.stride(0),
-                                    chunk));
+  // The ticket counter: 8 bytes from torch's caching allocator, zeroed on this stream, freed right after the launch
+  // is enqueued (the allocator hands it out again only to work ordered after it on this stream).
+  unsigned long long* tk = nullptr;
+  if (ticket) {
+    tk = static_cast<unsigned long long*>(
+        c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(sizeof(*tk), cfg.stream));
+    C10_CUDA_CHECK(cudaMemsetAsync(tk, 0, sizeof(*tk), cfg.stream));
+  }
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, x.data_ptr<float>(), y.data_ptr<float>(), rows, cols,
+                                             x.stride(0), chunk, tk);
+  if (tk) c10::cuda::CUDACachingAllocator::raw_delete(tk);
+  C10_CUDA_CHECK(err);
 }
 
 }  // namespace
 
 // cl = 0 picks the cluster size; 1, 2, 4, 8, 16 force it (A/B runs). Rows too long for 16 slices ignore cl.
-KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl) {
+// ticket: the dynamic row order (see the kernel); false is the static order of the earlier measurements.
+KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket) {
   kp::check_row_softmax_args(x, y);
   const int64_t rows = x.size(0), cols = x.size(1);
   if (rows == 0 || cols == 0) return;
@@ -234,19 +272,19 @@ KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::Tensor
   const bool tma = (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) &&
                    (reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0) && x.stride(0) % 4 == 0 && cols % 4 == 0;
   switch (cl * 2 + tma) {
-    case 2: launch<1, false>(x, y, chunk); break;
-    case 3: launch<1, true>(x, y, chunk); break;
-    case 4: launch<2, false>(x, y, chunk); break;
-    case 5: launch<2, true>(x, y, chunk); break;
-    case 8: launch<4, false>(x, y, chunk); break;
-    case 9: launch<4, true>(x, y, chunk); break;
-    case 16: launch<8, false>(x, y, chunk); break;
-    case 17: launch<8, true>(x, y, chunk); break;
-    case 32: launch<16, false>(x, y, chunk); break;
-    default: launch<16, true>(x, y, chunk); break;
+    case 2: launch<1, false>(x, y, chunk, ticket); break;
+    case 3: launch<1, true>(x, y, chunk, ticket); break;
+    case 4: launch<2, false>(x, y, chunk, ticket); break;
+    case 5: launch<2, true>(x, y, chunk, ticket); break;
+    case 8: launch<4, false>(x, y, chunk, ticket); break;
+    case 9: launch<4, true>(x, y, chunk, ticket); break;
+    case 16: launch<8, false>(x, y, chunk, ticket); break;
+    case 17: launch<8, true>(x, y, chunk, ticket); break;
+    case 32: launch<16, false>(x, y, chunk, ticket); break;
+    default: launch<16, true>(x, y, chunk, ticket); break;
   }
 }
 
 KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y) {
-  softmax_forward_cluster(x, y, 0);
+  softmax_forward_cluster(x, y, 0, true);
 }

@@ -225,6 +225,30 @@ __global__ void __launch_bounds__(TT) copy_rowsync(const float4* __restrict__ x,
   }
 }
 
+// Persistent copy with dynamic chunk order: each CTA takes its next chunk (T threads x U float4) from an atomic
+// ticket, fetched one chunk ahead, instead of the static grid stride of copy_ld. Asks whether the ~91% cap of
+// persistent copies comes from CTAs drifting apart under a static assignment (a wider DRAM frontier).
+template <int U>
+__global__ void __launch_bounds__(T, 1) copy_ticket(const float4* __restrict__ x, float4* __restrict__ y, int64_t n4,
+                                                    unsigned* __restrict__ cnt) {
+  __shared__ unsigned s_t[2];
+  const int64_t nchunk = (n4 + (int64_t)T * U - 1) / ((int64_t)T * U);
+  if (threadIdx.x == 0) s_t[0] = atomicAdd(cnt, 1u);
+  __syncthreads();
+  for (int p = 0;; p ^= 1) {
+    const int64_t c = s_t[p];
+    if (c >= nchunk) break;
+    if (threadIdx.x == 0) s_t[p ^ 1] = atomicAdd(cnt, 1u);
+    const int64_t base = c * T * U + threadIdx.x;
+    float4 q[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) if (base + u * T < n4) q[u] = ldg_stream(x + base + u * T);
+#pragma unroll
+    for (int u = 0; u < U; ++u) if (base + u * T < n4) y[base + u * T] = q[u];
+    __syncthreads();  // s_t[p ^ 1] is written; nobody reads s_t[p] again before it is rewritten
+  }
+}
+
 constexpr int BIG_SMEM = 120 * 1024;  // > half an SM's shared memory: one CTA per SM
 
 template <typename K>
@@ -357,5 +381,26 @@ KP_EXPORT void probe_copy_rowsync(const at::TensorBase& x, const at::TensorBase&
   else if (threads == 512 && u == 8) copy_rowsync<512, 8><<<gr, 512, 0, kp::stream()>>>(p, q, n4, nblk, (int)cpr, c);
   else if (threads == 128 && u == 16) copy_rowsync<128, 16><<<gr, 128, 0, kp::stream()>>>(p, q, n4, nblk, (int)cpr, c);
   else TORCH_CHECK(false, "threads x u: 256x8, 256x16, 512x8 or 128x16");
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Persistent ticketed copy (copy_ticket): grid CTAs, one per SM (big shared-memory request); cnt: int32 scratch of
+// >= 1 entry, zeroed here on the stream.
+KP_EXPORT void probe_copy_ticket(const at::TensorBase& x, const at::TensorBase& y, const at::TensorBase& cnt,
+                                 int64_t grid, int64_t u) {
+  check(x); check(y);
+  TORCH_CHECK(x.numel() == y.numel(), "probe_copy_ticket: sizes differ");
+  TORCH_CHECK(cnt.is_cuda() && cnt.scalar_type() == at::kInt && cnt.numel() >= 1, "cnt: int32 CUDA, >= 1 entry");
+  const c10::cuda::CUDAGuard g(x.device());
+  C10_CUDA_CHECK(cudaMemsetAsync(cnt.data_ptr(), 0, 4, kp::stream()));
+  const int64_t n4 = x.numel() / 4;
+  const auto* p = reinterpret_cast<const float4*>(x.data_ptr<float>());
+  auto* q = reinterpret_cast<float4*>(y.data_ptr<float>());
+  auto* c = reinterpret_cast<unsigned*>(cnt.data_ptr());
+  switch (u) {
+    case 4: set_big(copy_ticket<4>, 0); copy_ticket<4><<<grid, T, BIG_SMEM, kp::stream()>>>(p, q, n4, c); break;
+    case 8: set_big(copy_ticket<8>, 0); copy_ticket<8><<<grid, T, BIG_SMEM, kp::stream()>>>(p, q, n4, c); break;
+    default: TORCH_CHECK(false, "u must be 4 or 8");
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

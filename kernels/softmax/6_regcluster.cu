@@ -39,7 +39,9 @@
 //   push this 128-register kernel into 180-270 bytes of spills (not measured); a rung that holds nothing and
 //   re-reads its slice from L2 after the exchange (short-lived 16- or 8-CTA clusters, L2 evict-first/last hints:
 //   4.67-5.38 ms, i.e. the second read was not served by L2, or short-lived clusters do not keep HBM busy; 3_cluster,
-//   short-lived too, 4.1-4.4 ms).
+//   short-lived too, 4.1-4.4 ms); tickets drawn three rows ahead plus a cp.async.bulk.prefetch.L2 of the row after
+//   next at the start of each row (4.42 ms, 68% of copy_, two runs: the prefetched 22 MiB does not survive in L2
+//   until its bulk load a row period later, so it is read twice).
 #include <cooperative_groups.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -76,17 +78,17 @@ __device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float*
 
 __device__ __forceinline__ float& comp(float4& v, int c) { return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w; }
 
-// Row order. Static (TICKET = false): cluster c takes rows c, c+G, c+2G, ... TICKET: rows 0..3G-1 go out statically
-// (c, c+G, c+2G), every later row by an atomic ticket that rank 0 draws three rows ahead and hands to its peers with the
+// Row order. Static (TICKET = false): cluster c takes rows c, c+G, c+2G, ... TICKET: rows 0..2G-1 go out statically
+// (c and c+G), every later row by an atomic ticket that rank 0 draws two rows ahead and hands to its peers with the
 // (m, s) exchange: a cluster that finishes early takes the next unclaimed row, so the clusters stay on neighbouring
 // rows instead of drifting apart (the persistent-copy probe: 3,887 -> 4,011 GB/s on 120 SMs).
-template <int CL, bool TMA, bool TICKET, bool L2PF>
+template <int CL, bool TMA, bool TICKET>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_regcluster(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
                        int64_t chunk, unsigned long long* __restrict__ ticket) {
   extern __shared__ __align__(128) float buf[];
   __shared__ float part[2][CL][2];
-  __shared__ int64_t next3[2];  // the row three iterations ahead, written by rank 0 of the cluster into every peer
+  __shared__ int64_t next2[2];  // the row two iterations ahead, written by rank 0 of the cluster into every peer
   __shared__ float scratch[64];
   __shared__ __align__(8) uint64_t bars[NCHUNK];
 
@@ -110,16 +112,12 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   float4 r[V];
   uint32_t it = 0;
-  int64_t nrow = first + G, nrow2 = first + 2 * G;  // the next two rows: static for the first three iterations
+  int64_t nrow = first + G;  // the row after this one: static for the first two iterations
   for (int64_t row = first; row < rows; ++it) {
     if (it == 0) kp::cluster_arrive_relaxed();  // matched by the wait before the first (m, s) exchange
     int64_t drawn = 0;
-    if (TICKET && rank == 0 && t == 0) drawn = 3 * G + (int64_t)atomicAdd(ticket, 1ull);  // latency hidden under the row
+    if (TICKET && rank == 0 && t == 0) drawn = 2 * G + (int64_t)atomicAdd(ticket, 1ull);  // latency hidden under the row
     if (!TICKET) nrow = row + G;
-    // L2PF: the slice of the row after next into L2 now, a row period before its bulk load into shared memory.
-    if (L2PF && t == 0 && nrow2 < rows)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(x + nrow2 * xs + c0), "r"((uint32_t)n * 4)
-                   : "memory");
     const float* xr = x + row * xs + c0;
     float* yr = y + row * cols + c0;
     // 1. This row's slice into registers (-inf where the slice ends).
@@ -169,9 +167,9 @@ __global__ void __launch_bounds__(THREADS, 1)
       peer[2 * rank + 1] = s;
     }
     if (TICKET && rank == 0 && t == 0)
-      for (int q = 0; q < CL; ++q) *cluster.map_shared_rank(&next3[it & 1], q) = drawn;
+      for (int q = 0; q < CL; ++q) *cluster.map_shared_rank(&next2[it & 1], q) = drawn;
     cluster.sync();
-    if (TICKET) { row = nrow; nrow = nrow2; nrow2 = next3[it & 1]; }  // read before the next barrier: reused at it + 2
+    if (TICKET) { row = nrow; nrow = next2[it & 1]; }  // read before the next barrier: the slot is reused at it + 2
     else row += G;
     float M = -INFINITY, S = 0.f;
 #pragma unroll
@@ -212,13 +210,9 @@ __global__ void __launch_bounds__(1024) softmax_long(const float* __restrict__ x
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = kp_softmax::vout(xr[i], m, inv);
 }
 
-// order: 0 static, 1 ticketed, 2 ticketed + L2 prefetch of the row after next (TMA layouts; else as 1).
 template <int CL, bool TMA>
-void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, int order) {
-  auto kern = order == 0               ? softmax_regcluster<CL, TMA, false, false>
-              : (order == 1 || !TMA) ? softmax_regcluster<CL, TMA, true, false>
-                                     : softmax_regcluster<CL, TMA, true, TMA>;
-  const bool ticket = order != 0;
+void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket) {
+  auto kern = ticket ? softmax_regcluster<CL, TMA, true> : softmax_regcluster<CL, TMA, false>;
   const int64_t rows = x.size(0), cols = x.size(1);
   const size_t smem = TMA ? (size_t)chunk * 4 : 0;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -258,8 +252,8 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, int
 }  // namespace
 
 // cl = 0 picks the cluster size; 1, 2, 4, 8, 16 force it (A/B runs). Rows too long for 16 slices ignore cl.
-// order: 0 the static row order of the earlier measurements, 1 ticketed, 2 ticketed + L2 prefetch (see the kernel).
-KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, int64_t order) {
+// ticket: the dynamic row order (see the kernel); false is the static order of the earlier measurements.
+KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket) {
   kp::check_row_softmax_args(x, y);
   const int64_t rows = x.size(0), cols = x.size(1);
   if (rows == 0 || cols == 0) return;
@@ -275,25 +269,24 @@ KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::Tensor
     for (cl = 1; cl < 16 && (cols + cl - 1) / cl > SLICE; cl *= 2) {}
   }
   TORCH_CHECK(cl == 1 || cl == 2 || cl == 4 || cl == 8 || cl == 16, "cluster size must be 1, 2, 4, 8 or 16");
-  TORCH_CHECK(order >= 0 && order <= 2, "order must be 0, 1 or 2, got ", kp::num(order));
   const int64_t chunk = ((cols + cl - 1) / cl + 3) / 4 * 4;
   TORCH_CHECK(chunk <= SLICE, "a cluster of ", kp::num(cl), " CTAs is too small for rows of ", kp::num(cols));
   const bool tma = (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) &&
                    (reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0) && x.stride(0) % 4 == 0 && cols % 4 == 0;
   switch (cl * 2 + tma) {
-    case 2: launch<1, false>(x, y, chunk, (int)order); break;
-    case 3: launch<1, true>(x, y, chunk, (int)order); break;
-    case 4: launch<2, false>(x, y, chunk, (int)order); break;
-    case 5: launch<2, true>(x, y, chunk, (int)order); break;
-    case 8: launch<4, false>(x, y, chunk, (int)order); break;
-    case 9: launch<4, true>(x, y, chunk, (int)order); break;
-    case 16: launch<8, false>(x, y, chunk, (int)order); break;
-    case 17: launch<8, true>(x, y, chunk, (int)order); break;
-    case 32: launch<16, false>(x, y, chunk, (int)order); break;
-    default: launch<16, true>(x, y, chunk, (int)order); break;
+    case 2: launch<1, false>(x, y, chunk, ticket); break;
+    case 3: launch<1, true>(x, y, chunk, ticket); break;
+    case 4: launch<2, false>(x, y, chunk, ticket); break;
+    case 5: launch<2, true>(x, y, chunk, ticket); break;
+    case 8: launch<4, false>(x, y, chunk, ticket); break;
+    case 9: launch<4, true>(x, y, chunk, ticket); break;
+    case 16: launch<8, false>(x, y, chunk, ticket); break;
+    case 17: launch<8, true>(x, y, chunk, ticket); break;
+    case 32: launch<16, false>(x, y, chunk, ticket); break;
+    default: launch<16, true>(x, y, chunk, ticket); break;
   }
 }
 
 KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y) {
-  softmax_forward_cluster(x, y, 0, 1);
+  softmax_forward_cluster(x, y, 0, true);
 }

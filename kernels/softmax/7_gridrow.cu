@@ -43,11 +43,6 @@ constexpr int KPC = V / NCHUNK;
 constexpr int MAX_S = 32;                              // slices per row: one lane of warp 0 each in the merge
 static_assert(V % NCHUNK == 0, "chunks must split the per-thread registers evenly");
 
-struct Plan {
-  int s;                  // slices (classes) per row
-  int off[MAX_S + 1];     // slice j = columns [off[j], off[j + 1])
-};
-
 __device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float* xr, int n, int c) {
   const int n4 = n >> 2;
   const int b = min(n4, c * KPC * THREADS), e = min(n4, (c + 1) * KPC * THREADS);
@@ -69,32 +64,34 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   return v;
 }
 
-__device__ __forceinline__ float2 ld_relaxed(const float2* p) {
-  float2 v;
-  asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p) : "memory");
+__device__ __forceinline__ float4 ld_relaxed(const float4* p) {
+  float4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p)
+               : "memory");
   return v;
 }
 
-// tickets[S] (the per-class row counters), arrived[rows] (slices published per row), rec[rows * S] (the partials):
-// the counters are zeroed on the stream before the launch; rec is written before it is counted, so never zeroed.
+// ticket (the row counter), arrived[rows] (slices published per row), rec[rows * S] (the partials, and the
+// leader's drawn row): the counters are zeroed on the stream before the launch; a record is written before it is
+// counted, so rec is never zeroed.
 template <bool TMA>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_gridrow(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
-                    const Plan plan, unsigned* __restrict__ tickets, unsigned* __restrict__ arrived,
-                    float2* __restrict__ rec) {
+                    int S, unsigned* __restrict__ ticket, unsigned* __restrict__ arrived, float4* __restrict__ rec) {
   extern __shared__ __align__(128) float buf[];
-  __shared__ int next2[2];     // the class's row two iterations ahead, drawn by thread 0
-  __shared__ float fsh;         // this row's scale, from thread 0's merge
+  __shared__ int next2[2];  // the group's row two iterations ahead (from the leader's record)
+  __shared__ float fsh;     // this row's scale, from warp 0's merge
   __shared__ float scratch[64];
   __shared__ __align__(8) uint64_t bars[NCHUNK];
 
-  const int S = plan.s, G = (int)gridDim.x;
-  const int j = (int)blockIdx.x % S;
-  const int nj = G / S + (j < G % S ? 1 : 0);
-  const int first = (int)blockIdx.x / S;
+  const int K = (int)gridDim.x / S;         // groups
+  const int j = (int)blockIdx.x % S;        // slice; j == 0 is the group's leader
+  const int first = (int)blockIdx.x / S;    // group
   const int nrows = (int)rows;  // < 2^31 - 2G (host check): 32-bit row indices keep the registers for the row
-  const int c0 = plan.off[j];
-  const int n = plan.off[j + 1] - c0;  // <= SLICE (host plan)
+  const int c0 = (int)(cols * j / S / 4 * 4);
+  const int n = (j + 1 == S ? (int)cols : (int)(cols * (j + 1) / S / 4 * 4)) - c0;  // <= SLICE (host plan)
   const int t = threadIdx.x;
 
   if (TMA) {
@@ -109,10 +106,10 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   float4 r[V];
   uint32_t it = 0;
-  int nrow = first + nj;
+  int nrow = first + K;
   for (int row = first; row < nrows; ++it) {
     int drawn = 0;
-    if (t == 0) drawn = 2 * nj + (int)atomicAdd(tickets + j, 1u);  // latency hidden under the row
+    if (t == 0 && j == 0) drawn = 2 * K + (int)atomicAdd(ticket, 1u);  // latency hidden under the row
     const float* xr = x + (int64_t)row * xs + c0;
     float* yr = y + (int64_t)row * cols + c0;
     // 1. This row's slice into registers (-inf where the slice ends); the next row's chunk c is queued as soon as
@@ -153,28 +150,28 @@ __global__ void __launch_bounds__(THREADS, 1)
       s += (r[k].x + r[k].y) + (r[k].z + r[k].w);
     }
     s = kp::block_sum(s, scratch);
-    // 3. Publish (m, s), wait for the row's other S - 1 slices (thread 0 polls), then warp 0 merges the S records
-    //    in a fixed order (a lane per record, then a shuffle tree), so every owner of the row gets the same scale.
-    //    The rest of the CTA waits at the barrier while the next row's bulk loads are in flight.
+    // 3. Publish (m, s) (the leader adds the row it drew), wait for the group's other S - 1 slices (thread 0
+    //    polls), then warp 0 merges the S records in a fixed order (a lane per record, then a shuffle tree), so
+    //    every CTA of the group gets the same scale. The rest of the CTA waits at the barrier while the next
+    //    row's bulk loads are in flight.
     if (t < 32) {
-      if (t == 0) {
-        next2[it & 1] = drawn;
-        if (S > 1) {
-          rec[(int64_t)row * S + j] = make_float2(m, s);
-          __threadfence();  // the record before the count (release)
-          atomicAdd(arrived + row, 1u);
-          while (ld_acquire(arrived + row) < (unsigned)S) __nanosleep(64);
-        }
+      if (t == 0 && S > 1) {
+        rec[(int64_t)row * S + j] = make_float4(m, s, __int_as_float(drawn), 0.f);
+        __threadfence();  // the record before the count (release)
+        atomicAdd(arrived + row, 1u);
+        while (ld_acquire(arrived + row) < (unsigned)S) __nanosleep(32);
       }
       __syncwarp();  // lane 0's acquire orders the other lanes' record loads after every peer's release
       float M = m, Ssum = s;
       if (S > 1) {  // M = max of the S maxima, Ssum = sum of s_q * exp(m_q - M): lane q holds record q (S <= 32)
-        const float2 p = t < S ? ld_relaxed(rec + (int64_t)row * S + t) : make_float2(-INFINITY, 0.f);
+        const float4 p = t < S ? ld_relaxed(rec + (int64_t)row * S + t) : make_float4(-INFINITY, 0.f, 0.f, 0.f);
         M = kp::warp_max(p.x);
         // A slice whose max is -inf adds 0, or NaN if it held a NaN (s = NaN): 0 * s keeps that.
         Ssum = kp::warp_sum(p.y * (p.x == -INFINITY ? 0.f : expf(p.x - M)));
+        drawn = __float_as_int(__shfl_sync(0xffffffffu, p.z, 0));
       }
       if (t == 0) {
+        next2[it & 1] = drawn;
         float f;
         if (!(Ssum == Ssum) || M == -INFINITY) f = NAN;  // NaN / +inf somewhere, or an all -inf row: a NaN row
         else f = m == -INFINITY ? 0.f : expf(m - M) / Ssum;
@@ -205,18 +202,14 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 }
 
-// Slice plan for G CTAs and s classes: class j (n_j CTAs) gets ~cols * n_j / G columns, boundaries multiples of 4.
-// False when a slice would exceed what a CTA holds.
-bool make_plan(int64_t cols, int64_t G, int s, Plan& p) {
-  p.s = s;
-  int64_t cum = 0;
-  p.off[0] = 0;
+// Largest slice of the equal split of cols into s (boundaries rounded down to multiples of 4, as the kernel does).
+int64_t max_slice(int64_t cols, int s) {
+  int64_t mx = 0;
   for (int j = 0; j < s; ++j) {
-    cum += G / s + (j < G % s ? 1 : 0);
-    p.off[j + 1] = j + 1 == s ? (int)cols : (int)(cols * cum / G / 4 * 4);
-    if (p.off[j + 1] - p.off[j] > SLICE || p.off[j + 1] < p.off[j]) return false;
+    const int64_t a = cols * j / s / 4 * 4, b = j + 1 == s ? cols : cols * (j + 1) / s / 4 * 4;
+    mx = std::max(mx, b - a);
   }
-  return true;
+  return mx;
 }
 
 template <bool TMA>
@@ -234,35 +227,31 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t s_force, i
   const int64_t gmax = (int64_t)occ * sms;
   TORCH_CHECK(g_force <= gmax, "softmax 7_gridrow: at most ", kp::num(gmax), " co-resident CTAs, asked for ",
               kp::num(g_force));
-  // The plan: the largest grid first (every SM streaming is the point of this rung), then the fewest slices whose
-  // largest one fits a CTA (393216 columns: 132 CTAs in 9 classes; 8 slices would need 128 CTAs). g / s > 0 force
-  // them (A/B runs).
-  Plan plan{};
+  // The plan: groups of s CTAs (a virtual cluster each), G = s x floor(gmax / s); the s with the largest G whose
+  // slices fit a CTA, the fewest slices on a tie (393216 columns: 11 x 12 = 132 CTAs; 8 slices would leave 4 SMs
+  // idle). s / g > 0 force them (A/B runs; g is rounded down to a multiple of s).
+  int s = 0;
   int64_t G = 0;
   const int smin = (int)std::max<int64_t>(1, (cols + SLICE - 1) / SLICE);
-  for (int64_t g = g_force > 0 ? g_force : gmax; g >= 1 && !G; g = g_force > 0 ? 0 : g - 1)
-    for (int s = s_force > 0 ? (int)s_force : smin; s <= MAX_S && s <= g; s = s_force > 0 ? MAX_S + 1 : s + 1)
-      if (make_plan(cols, g, s, plan)) { G = g; break; }
+  for (int c = smin; c <= MAX_S; ++c) {
+    if (s_force > 0 && c != s_force) continue;
+    const int64_t g = (g_force > 0 ? g_force : gmax) / c * c;
+    if (g > G && max_slice(cols, c) <= SLICE) { s = c; G = g; }
+  }
   TORCH_CHECK(G > 0, "softmax 7_gridrow: no plan of <= ", kp::num(MAX_S), " slices of <= ", kp::num(SLICE),
               " floats fits rows of ", kp::num(cols), " columns", s_force > 0 || g_force > 0 ? " (forced s / g)" : "");
-  const int s = plan.s;
-  // Fewer rows than CTAs per class: launch only the CTAs that get a row, if the plan for that grid (every class
-  // `rows` CTAs, equal slices) fits; else keep the grid, and the CTAs without a row return at once.
-  if (rows * s < G) {
-    Plan small{};
-    if (make_plan(cols, rows * s, s, small)) { G = rows * s; plan = small; }
-  }
+  G = std::min<int64_t>(G, rows * s);  // no group without a row
   const cudaStream_t st = kp::stream();
   // Counters and records: one allocation from torch's caching allocator, counters zeroed on this stream, freed
   // right after the launch is enqueued (the allocator hands it out again only to work ordered after it).
   // s == 1: no exchange, so no per-row counters or records.
-  const size_t cnt_bytes = (size_t)s * 4 + (s > 1 ? (size_t)rows * 4 : 0),
-               bytes = (cnt_bytes + 7) / 8 * 8 + (s > 1 ? (size_t)rows * s * 8 : 0);
+  const size_t cnt_bytes = 4 + (s > 1 ? (size_t)rows * 4 : 0),
+               bytes = (cnt_bytes + 15) / 16 * 16 + (s > 1 ? (size_t)rows * s * 16 : 0);
   char* scratch = static_cast<char*>(c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, st));
   C10_CUDA_CHECK(cudaMemsetAsync(scratch, 0, cnt_bytes, st));
-  auto* tickets = reinterpret_cast<unsigned*>(scratch);
-  auto* arrived = reinterpret_cast<unsigned*>(scratch + (size_t)s * 4);
-  auto* rec = reinterpret_cast<float2*>(scratch + (cnt_bytes + 7) / 8 * 8);
+  auto* ticket = reinterpret_cast<unsigned*>(scratch);
+  auto* arrived = reinterpret_cast<unsigned*>(scratch + 4);
+  auto* rec = reinterpret_cast<float4*>(scratch + (cnt_bytes + 15) / 16 * 16);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)G);
   cfg.blockDim = dim3(THREADS);
@@ -274,7 +263,7 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t s_force, i
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, x.data_ptr<float>(), y.data_ptr<float>(), rows, cols,
-                                             x.stride(0), plan, tickets, arrived, rec);
+                                             x.stride(0), s, ticket, arrived, rec);
   c10::cuda::CUDACachingAllocator::raw_delete(scratch);
   C10_CUDA_CHECK(err);
 }

@@ -39,7 +39,7 @@ if args.order_ab:
         assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (name, e)
         fns[name] = lambda ticket=ticket: k6.softmax_forward_cluster(x, y, 0, ticket)
     k7 = harness.Kernel("softmax", "7_gridrow")
-X
+    for sl, g in ((0, 0), (8, 128), (10, 132), (12, 132), (16, 128)):  # 7_gridrow plan: (0, 0) = its own choice
         name = f"7_gridrow s={sl or 'auto'} g={g or 'auto'}"
         y.zero_()
         k7.softmax_forward_plan(x, y, sl, g)

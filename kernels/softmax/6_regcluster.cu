@@ -42,6 +42,15 @@
 //   short-lived too, 4.1-4.4 ms); tickets drawn three rows ahead plus a cp.async.bulk.prefetch.L2 of the row after
 //   next at the start of each row (4.42 ms, 68% of copy_, two runs: the prefetched 22 MiB does not survive in L2
 //   until its bulk load a row period later, so it is read twice).
+//   Tried in session 8 and not kept (`softmax_sweep.py --order-ab`, same runs; this kernel 3.171-3.186 ms there):
+//   - every SM, no cluster (the 12 SMs that no 8-CTA cluster reaches): a cooperative persistent grid whose row
+//     slices exchange (m, s) through L2 records and an arrival counter. With per-slice row tickets the slice owners
+//     drew rows in different orders and waited on each other: 10.6 ms (9 slices, 132 CTAs), 4.39 (8, 128). With
+//     static groups of s CTAs (a virtual cluster; the leader's ticket rides in its record): s=8 on 128 SMs 3.208 ms
+//     (93.7% of copy_), s=10/130 3.868, s=11/132 3.937, s=12/132 3.538, s=16/128 4.066. 132 SMs need slices
+//     smaller than 192 KiB, and the per-row L2 exchange then costs more than the 12 SMs give.
+//   - an L2 evict-first policy on the bulk loads (createpolicy + .L2::cache_hint): 3.331 ms (90.8%), slower.
+//   - 2, 8 or 12 prefetch chunks instead of 4: each gives 40 bytes of spills at 128 registers (not measured).
 #include <cooperative_groups.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -41,6 +41,7 @@ add("copy_tma 4x32K 1 CTA/SM", C, lambda: k.probe_tma(src, dst, out, nsm, 4, 327
 add("copy_tma 3x32K 2 CTA/SM", C, lambda: k.probe_tma(src, dst, out, 2 * nsm, 3, 32768, True, False))
 add("copy_tma 2x16K 4 CTA/SM", C, lambda: k.probe_tma(src, dst, out, 4 * nsm, 2, 16384, True, False))
 R = 4 * wx.numel()
+cntr = torch.zeros(1, dtype=torch.int32, device="cuda")
 add("torch sum 288 MiB", R, lambda: torch.sum(wx, dim=0, out=outf))
 add("read_ld U8 1 CTA/SM 288 MiB", R, lambda: k.probe_read(wx, out, nsm, 8, True))
 add("read_ld U8 2 CTA/SM 288 MiB", R, lambda: k.probe_read(wx, out, 2 * nsm, 8, False))
@@ -48,6 +49,9 @@ add("read_ld U4 4 CTA/SM 288 MiB", R, lambda: k.probe_read(wx, out, 4 * nsm, 4, 
 add("read_ld U16 1 CTA/SM 288 MiB", R, lambda: k.probe_read(wx, out, nsm, 16, True))
 add("read_tma 3x64K 288 MiB", R, lambda: k.probe_tma(wx, wx, out, nsm, 3, 65536, False, True))
 add("read_tma 3x32K 2 CTA/SM 288 MiB", R, lambda: k.probe_tma(wx, wx, out, 2 * nsm, 3, 32768, False, False))
+for u in (8, 16):
+    add(f"read_ticket U{u} 1 CTA/SM 288 MiB (persistent, atomic chunk order)", R,
+        lambda u=u: k.probe_read_ticket(wx, out, cntr, nsm, u))
 add("read_ld U8 1 CTA/SM 4 GiB", 4 * big, lambda: k.probe_read(src, out, nsm, 8, True))
 add("read_ld U4 4 CTA/SM 4 GiB", 4 * big, lambda: k.probe_read(src, out, 4 * nsm, 4, False))
 add("read_cols TC64 (128 CTAs) 256 MiB", 4 * w.numel(), lambda: k.probe_cols(w, out, 8192, 64, nsm))

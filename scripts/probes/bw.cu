@@ -228,10 +228,13 @@ __global__ void __launch_bounds__(TT) copy_rowsync(const float4* __restrict__ x,
 // Persistent copy with dynamic chunk order: each CTA takes its next chunk (T threads x U float4) from an atomic
 // ticket, fetched one chunk ahead, instead of the static grid stride of copy_ld. Asks whether the ~91% cap of
 // persistent copies comes from CTAs drifting apart under a static assignment (a wider DRAM frontier).
-template <int U>
+// STORE = false: the same ticketed order as a read-only probe (sums the chunk; y is a double* sink), asking what a
+// single persistent kernel reading lse's 288 MiB takes when its CTAs cannot drift apart.
+template <int U, bool STORE = true>
 __global__ void __launch_bounds__(T, 1) copy_ticket(const float4* __restrict__ x, float4* __restrict__ y, int64_t n4,
                                                     unsigned* __restrict__ cnt) {
   __shared__ unsigned s_t[2];
+  double acc = 0.;
   const int64_t nchunk = (n4 + (int64_t)T * U - 1) / ((int64_t)T * U);
   if (threadIdx.x == 0) s_t[0] = atomicAdd(cnt, 1u);
   __syncthreads();
@@ -244,9 +247,14 @@ __global__ void __launch_bounds__(T, 1) copy_ticket(const float4* __restrict__ x
 #pragma unroll
     for (int u = 0; u < U; ++u) if (base + u * T < n4) q[u] = ldg_stream(x + base + u * T);
 #pragma unroll
-    for (int u = 0; u < U; ++u) if (base + u * T < n4) y[base + u * T] = q[u];
+    for (int u = 0; u < U; ++u)
+      if (base + u * T < n4) {
+        if (STORE) y[base + u * T] = q[u];
+        else acc += (q[u].x + q[u].y) + (q[u].z + q[u].w);
+      }
     __syncthreads();  // s_t[p ^ 1] is written; nobody reads s_t[p] again before it is rewritten
   }
+  if (!STORE && acc == 12345.678) *reinterpret_cast<double*>(y) = acc;  // never true; keeps the loads alive
 }
 
 constexpr int BIG_SMEM = 120 * 1024;  // > half an SM's shared memory: one CTA per SM
@@ -401,6 +409,25 @@ KP_EXPORT void probe_copy_ticket(const at::TensorBase& x, const at::TensorBase& 
     case 4: set_big(copy_ticket<4>, 0); copy_ticket<4><<<grid, T, BIG_SMEM, kp::stream()>>>(p, q, n4, c); break;
     case 8: set_big(copy_ticket<8>, 0); copy_ticket<8><<<grid, T, BIG_SMEM, kp::stream()>>>(p, q, n4, c); break;
     default: TORCH_CHECK(false, "u must be 4 or 8");
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+KP_EXPORT void probe_read_ticket(const at::TensorBase& x, const at::TensorBase& out, const at::TensorBase& cnt,
+                                 int64_t grid, int64_t u) {
+  check(x);
+  TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kDouble, "out: float64 CUDA");
+  TORCH_CHECK(cnt.is_cuda() && cnt.scalar_type() == at::kInt && cnt.numel() >= 1, "cnt: int32 CUDA, >= 1 entry");
+  const c10::cuda::CUDAGuard g(x.device());
+  C10_CUDA_CHECK(cudaMemsetAsync(cnt.data_ptr(), 0, 4, kp::stream()));
+  const int64_t n4 = x.numel() / 4;
+  const auto* p = reinterpret_cast<const float4*>(x.data_ptr<float>());
+  auto* o = reinterpret_cast<float4*>(out.data_ptr<double>());
+  auto* c = reinterpret_cast<unsigned*>(cnt.data_ptr());
+  switch (u) {
+    case 8: set_big(copy_ticket<8, false>, 0); copy_ticket<8, false><<<grid, T, BIG_SMEM, kp::stream()>>>(p, o, n4, c); break;
+    case 16: set_big(copy_ticket<16, false>, 0); copy_ticket<16, false><<<grid, T, BIG_SMEM, kp::stream()>>>(p, o, n4, c); break;
+    default: TORCH_CHECK(false, "u must be 8 or 16");
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -9,6 +9,7 @@
 //                sums every element out of shared memory.
 //   copy_ld<U>:  U float4 loads then U float4 stores per thread per step.
 //   copy_tma:    bulk load into the ring, bulk store (cp.async.bulk.global.shared) out of it.
+//   copy_ticket<U, STORE>: copy_ld's loop with chunks taken from an atomic ticket (STORE = false: read only).
 //   copy_rowsync: short-lived CTAs (ticket order) whose stores wait for a group of peers (softmax rows split
 //                over CTAs), see below. Measured 2026-11-22: 3,454-3,557 GB/s with the wait, 3,959-3,994 without.
 //   read_cols:   the column-tile pattern of lse's colsum (each CTA reads TC floats of every row of a row-major
@@ -392,42 +393,36 @@ KP_EXPORT void probe_copy_rowsync(const at::TensorBase& x, const at::TensorBase&
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Persistent ticketed copy (copy_ticket): grid CTAs, one per SM (big shared-memory request); cnt: int32 scratch of
-// >= 1 entry, zeroed here on the stream.
+// copy_ticket<U, STORE> for u in Us (else an error naming `us`): cnt (int32, >= 1 entry) is zeroed on the stream
+// first, grid CTAs, one per SM (big shared-memory request). The copy and the read probe differ only in y and STORE.
+template <bool STORE, int... Us>
+void launch_ticket(const at::TensorBase& x, float4* y, const at::TensorBase& cnt, int64_t grid, int64_t u,
+                   const char* us) {
+  TORCH_CHECK(cnt.is_cuda() && cnt.scalar_type() == at::kInt && cnt.numel() >= 1, "cnt: int32 CUDA, >= 1 entry");
+  const c10::cuda::CUDAGuard g(x.device());
+  C10_CUDA_CHECK(cudaMemsetAsync(cnt.data_ptr(), 0, 4, kp::stream()));
+  const int64_t n4 = x.numel() / 4;
+  const auto* p = reinterpret_cast<const float4*>(x.data_ptr<float>());
+  auto* c = reinterpret_cast<unsigned*>(cnt.data_ptr());
+  const bool known = ((u == Us && (set_big(copy_ticket<Us, STORE>, 0),
+                                   copy_ticket<Us, STORE><<<grid, T, BIG_SMEM, kp::stream()>>>(p, y, n4, c), true)) ||
+                      ...);
+  TORCH_CHECK(known, "u must be ", us);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Persistent ticketed copy (copy_ticket).
 KP_EXPORT void probe_copy_ticket(const at::TensorBase& x, const at::TensorBase& y, const at::TensorBase& cnt,
                                  int64_t grid, int64_t u) {
   check(x); check(y);
   TORCH_CHECK(x.numel() == y.numel(), "probe_copy_ticket: sizes differ");
-  TORCH_CHECK(cnt.is_cuda() && cnt.scalar_type() == at::kInt && cnt.numel() >= 1, "cnt: int32 CUDA, >= 1 entry");
-  const c10::cuda::CUDAGuard g(x.device());
-  C10_CUDA_CHECK(cudaMemsetAsync(cnt.data_ptr(), 0, 4, kp::stream()));
-  const int64_t n4 = x.numel() / 4;
-  const auto* p = reinterpret_cast<const float4*>(x.data_ptr<float>());
-  auto* q = reinterpret_cast<float4*>(y.data_ptr<float>());
-  auto* c = reinterpret_cast<unsigned*>(cnt.data_ptr());
-  switch (u) {
-    case 4: set_big(copy_ticket<4>, 0); copy_ticket<4><<<grid, T, BIG_SMEM, kp::stream()>>>(p, q, n4, c); break;
-    case 8: set_big(copy_ticket<8>, 0); copy_ticket<8><<<grid, T, BIG_SMEM, kp::stream()>>>(p, q, n4, c); break;
-    default: TORCH_CHECK(false, "u must be 4 or 8");
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_ticket<true, 4, 8>(x, reinterpret_cast<float4*>(y.data_ptr<float>()), cnt, grid, u, "4 or 8");
 }
 
+// Persistent ticketed read (copy_ticket<U, false>); out: a float64 sink.
 KP_EXPORT void probe_read_ticket(const at::TensorBase& x, const at::TensorBase& out, const at::TensorBase& cnt,
                                  int64_t grid, int64_t u) {
   check(x);
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kDouble, "out: float64 CUDA");
-  TORCH_CHECK(cnt.is_cuda() && cnt.scalar_type() == at::kInt && cnt.numel() >= 1, "cnt: int32 CUDA, >= 1 entry");
-  const c10::cuda::CUDAGuard g(x.device());
-  C10_CUDA_CHECK(cudaMemsetAsync(cnt.data_ptr(), 0, 4, kp::stream()));
-  const int64_t n4 = x.numel() / 4;
-  const auto* p = reinterpret_cast<const float4*>(x.data_ptr<float>());
-  auto* o = reinterpret_cast<float4*>(out.data_ptr<double>());
-  auto* c = reinterpret_cast<unsigned*>(cnt.data_ptr());
-  switch (u) {
-    case 8: set_big(copy_ticket<8, false>, 0); copy_ticket<8, false><<<grid, T, BIG_SMEM, kp::stream()>>>(p, o, n4, c); break;
-    case 16: set_big(copy_ticket<16, false>, 0); copy_ticket<16, false><<<grid, T, BIG_SMEM, kp::stream()>>>(p, o, n4, c); break;
-    default: TORCH_CHECK(false, "u must be 8 or 16");
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_ticket<false, 8, 16>(x, reinterpret_cast<float4*>(out.data_ptr<double>()), cnt, grid, u, "8 or 16");
 }

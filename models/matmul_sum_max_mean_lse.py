@@ -62,8 +62,8 @@ class ModelNew(nn.Module):
         nsm, (rows, cols) = torch.cuda.get_device_properties(x.device).multi_processor_count, x.shape
         # Scratch for every rung: 2_inflight's tiles of >= 32 columns x rows (also covers 4_overlap's 64-column tiles
         # x (rows + 1)); 3_rowband's per-SM row partials and one column-sum row per band (at most one band per SM,
-        # capped at 128 MiB for very wide weights).
-        partial = torch.empty((rows + 1) * (-(-cols // 32) + nsm) + min(nsm * cols, cols + (1 << 24)), **f64)
+        # capped at 128 MiB for very wide weights); 5_queue's <= 32 unit partials per column (same cap).
+        partial = torch.empty((rows + 1) * (-(-cols // 32) + nsm) + min(max(nsm, 32) * cols, cols + (1 << 24)), **f64)
         self.k.colsum_gemv_forward(wc, b if b is not None else w.new_empty(0), x, partial, vb[:-1], vb[-1:], out)
         if self.cache:
             self.colsum.put((vb[:-1], vb[-1:]), w, b)
@@ -100,4 +100,6 @@ CASES = {
     # no input features: the output is b.sum() on every row (4_overlap still launches one CTA to sum b)
     "no_in_features": lambda g, d: ([0, 7], [_x(3, 0, g, d)]),
     "empty_batch": lambda g, d: ([40, 16], [_x(0, 40, g, d)]),
+    # 5_queue: 5 column tiles (the last one partial), 32 W units of a rounded-up row count, 2 dot row blocks
+    "tiles_units_blocks": lambda g, d: ([1100, 9000], [_x(70, 1100, g, d)]),
 }

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""A/B for matmul_sum_max_mean_lse's 5_queue at the benchmark shape (1024x8192 @ 8192x8192): its configurations
+(tune_forward cfg: tile columns, W loads in flight, CTAs per SM) next to 4_overlap, both through ModelNew (cache off),
+a plain one-kernel read of the same 288 MiB (bw probe read_ticket) and torch's W.sum(); GPU time per call, L2
+read-flushed, interleaved (harness.bench_interleaved). Every kernel is checked first (relL2 vs float64, and two calls
+bit-identical). Then one traced call of the chosen configuration: when the W units, the dot units and the whole
+queue end, relative to the first item's start.
+"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness  # noqa: E402
+import models.matmul_sum_max_mean_lse as lse_model  # noqa: E402
+
+torch.manual_seed(0)
+B, I, O = 1024, 8192, 8192
+lin = torch.nn.Linear(I, O).cuda()
+w, b = lin.weight.detach(), lin.bias.detach()
+x = torch.rand(B, I, device="cuda")
+ref = (x.double() @ w.double().sum(0) + b.double().sum()).unsqueeze(1)
+k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap")
+k5 = harness.Kernel("matmul_sum_max_mean_lse", "5_queue")
+probe = harness.build_path(harness.PROBES / "bw.cu").ops
+nsm = torch.cuda.get_device_properties(0).multi_processor_count
+f64 = dict(device="cuda", dtype=torch.float64)
+vb = torch.empty(I + 1, **f64)
+part = torch.empty((B + 1) * (-(-I // 32) + nsm) + max(nsm, 32) * I, **f64)  # what ModelNew allocates here
+notrace = torch.empty(0, dtype=torch.int64, device="cuda")
+out = torch.empty(B, 1, device="cuda")
+args = (w, b, x, part, vb[:-1], vb[-1:], out)
+CFG5 = {0: "TC256 CU16 1/SM", 1: "TC256 CU8 2/SM", 2: "TC512 CU16 1/SM", 3: "TC128 CU16 1/SM", 4: "TC256 CU8 1/SM"}
+fns = {"4_overlap": lambda: k4.colsum_gemv_forward(*args)}
+for cfg, nm in CFG5.items():
+    fns[f"5_queue {nm}"] = lambda cfg=cfg: k5.tune_forward(*args, cfg, notrace)
+for var in ("4_overlap", "5_queue"):
+    mn = lse_model.ModelNew(I, O, variant=var, cache=False).cuda()
+    mn.load_state_dict(lin.state_dict(prefix="linear."), strict=True)
+    fns[f"ModelNew {var} cache=False"] = lambda mn=mn: mn(x)
+both = torch.cat([w.reshape(-1), x.reshape(-1)])  # one buffer: a single kernel reads all 288 MiB
+sink = torch.zeros((), **f64)
+cntr = torch.zeros(1, dtype=torch.int32, device="cuda")
+fns["ceiling: read_ld U8 of W+x (one kernel)"] = lambda: probe.probe_read(both, sink, nsm, 8, True)
+fns["ceiling: read_ticket U8 of W+x (one kernel)"] = lambda: probe.probe_read_ticket(both, sink, cntr, nsm, 8)
+ws = torch.empty((), device="cuda")
+fns["torch W.sum() (256 MiB)"] = lambda: torch.sum(w.view(-1), dim=0, out=ws)
+
+bad = []
+for k, f in fns.items():
+    if k.startswith("torch") or "ceiling" in k:
+        continue
+    out.fill_(float("nan"))
+    y1 = f()
+    y1 = (out if y1 is None else y1).clone()
+    out.fill_(float("nan"))
+    y2 = f()
+    y2 = out if y2 is None else y2
+    e = harness.rel_error(y1, ref).rel_l2
+    if not e < 1e-6 or not torch.equal(y1, y2):
+        bad.append((k, e, torch.equal(y1, y2)))
+    print(f"{k}: relL2 {e:.2e}, deterministic {torch.equal(y1, y2)}", flush=True)
+t = harness.bench_interleaved(fns, min_reps=20, max_reps=60, budget_s=25)
+nb = 4 * (O * I + B * I)
+print("| call | median us | IQR us | GB/s (288 MiB) |\n|---|---|---|---|")
+for k, v in t.items():
+    n = 4 * O * I if k.startswith("torch") else nb
+    print(f"| {k} | {1e3 * v.median_ms:.1f} | {1e3 * v.iqr_ms:.1f} | {n / (v.median_ms * 1e-3) / 1e9:,.0f} |")
+print("parity/determinism failures:", bad or "none")
+
+# Timeline of single traced calls (cfg 0 = the chosen one): item 0 is b.sum(), then T*U W units, then T*D dot units.
+T, D = -(-I // 256), -(-B // 64)
+U = min(32, -(-O // 256))
+nitems = 1 + T * U + T * D
+trace = torch.zeros(2 * nitems + 64, dtype=torch.int64, device="cuda")
+flush = harness.L2Flusher()
+print("\n| call | W units end | dots end | queue end | dot-unit median / max us | last tile's dots start after W end |")
+print("|---|---|---|---|---|---|")
+for rep in range(3):
+    trace.zero_()
+    flush()
+    k5.tune_forward(*args, 0, trace)
+    torch.cuda.synchronize()
+    tr = trace[: 2 * nitems].view(nitems, 2).double() / 1e3
+    t0 = tr[:, 0].min()
+    tr -= t0
+    wend = tr[1:1 + T * U, 1].max()
+    dots = tr[1 + T * U:]
+    dend = dots[:, 1].max()
+    dur = dots[:, 1] - dots[:, 0]
+    last = dots[-D:, 0].min() - wend
+    print(f"| {rep} | {wend:.1f} | {dend:.1f} | {tr[:, 1].max():.1f} | {dur.median():.2f} / {dur.max():.2f} | {last:.1f} |")

@@ -100,6 +100,7 @@ CASES = {
     # no input features: the output is b.sum() on every row (4_overlap still launches one CTA to sum b)
     "no_in_features": lambda g, d: ([0, 7], [_x(3, 0, g, d)]),
     "empty_batch": lambda g, d: ([40, 16], [_x(0, 40, g, d)]),
-    # 5_queue: 5 column tiles (the last one partial), 32 W units of a rounded-up row count, 2 dot row blocks
-    "tiles_units_blocks": lambda g, d: ([1100, 9000], [_x(70, 1100, g, d)]),
+    # 5_queue: 5 column tiles (the last one partial; more tiles than the dot lag), 32 W units of a rounded-up row
+    # count, 2 dot row blocks
+    "tiles_units_blocks": lambda g, d: ([2100, 9000], [_x(70, 2100, g, d)]),
 }

@@ -31,7 +31,8 @@ part = torch.empty((B + 1) * (-(-I // 32) + nsm) + max(nsm, 32) * I, **f64)  # w
 notrace = torch.empty(0, dtype=torch.int64, device="cuda")
 out = torch.empty(B, 1, device="cuda")
 args = (w, b, x, part, vb[:-1], vb[-1:], out)
-CFG5 = {0: "TC256 CU16 1/SM", 1: "TC256 CU8 2/SM", 2: "TC512 CU16 1/SM", 3: "TC128 CU16 1/SM", 4: "TC256 CU8 1/SM"}
+CFG5 = {0: "TC512 lag3 UR256", 1: "TC512 lag3 UR512", 2: "TC256 lag4 UR256", 3: "TC512 dots last UR256",
+        4: "TC256 CU8 2/SM lag4 UR256", 5: "TC512 lag6 UR256"}
 fns = {"4_overlap": lambda: k4.colsum_gemv_forward(*args)}
 for cfg, nm in CFG5.items():
     fns[f"5_queue {nm}"] = lambda cfg=cfg: k5.tune_forward(*args, cfg, notrace)
@@ -69,25 +70,35 @@ for k, v in t.items():
     print(f"| {k} | {1e3 * v.median_ms:.1f} | {1e3 * v.iqr_ms:.1f} | {n / (v.median_ms * 1e-3) / 1e9:,.0f} |")
 print("parity/determinism failures:", bad or "none")
 
-# Timeline of single traced calls (cfg 0 = the chosen one): item 0 is b.sum(), then T*U W units, then T*D dot units.
-T, D = -(-I // 256), -(-B // 64)
+# Timeline of single traced calls of cfg 0 (TC 512, lag 3, UR 256): item 0 is b.sum(), then blocks of the W units of
+# tile k followed by the dot units of tile k - lag (the kernel's decode(), repeated here).
+TC, LAG, T, D = 512, 3, -(-I // 512), -(-B // 64)
 U = min(32, -(-O // 256))
 nitems = 1 + T * U + T * D
+kind, tile = ["b"], [-1]
+for k in range(T + LAG):
+    if k < T:
+        kind += ["w"] * U
+        tile += [k] * U
+    if 0 <= k - LAG < T:
+        kind += ["d"] * D
+        tile += [k - LAG] * D
+assert len(kind) == nitems
+kind, tile = torch.tensor([ord(c) for c in kind]), torch.tensor(tile)
 trace = torch.zeros(2 * nitems + 64, dtype=torch.int64, device="cuda")
 flush = harness.L2Flusher()
-print("\n| call | W units end | dots end | queue end | dot-unit median / max us | last tile's dots start after W end |")
-print("|---|---|---|---|---|---|")
+print("\n| call | W units end | dots end | queue end | W unit median / max us | dot unit median / max us | "
+      "last tile's dots start after W end |\n|---|---|---|---|---|---|---|")
 for rep in range(3):
     trace.zero_()
     flush()
     k5.tune_forward(*args, 0, trace)
     torch.cuda.synchronize()
-    tr = trace[: 2 * nitems].view(nitems, 2).double() / 1e3
-    t0 = tr[:, 0].min()
-    tr -= t0
-    wend = tr[1:1 + T * U, 1].max()
-    dots = tr[1 + T * U:]
-    dend = dots[:, 1].max()
-    dur = dots[:, 1] - dots[:, 0]
-    last = dots[-D:, 0].min() - wend
-    print(f"| {rep} | {wend:.1f} | {dend:.1f} | {tr[:, 1].max():.1f} | {dur.median():.2f} / {dur.max():.2f} | {last:.1f} |")
+    tr = trace[: 2 * nitems].view(nitems, 2).double().cpu() / 1e3
+    tr -= tr[:, 0].min()
+    wi, di = kind == ord("w"), kind == ord("d")
+    wend, dend = tr[wi, 1].max(), tr[di, 1].max()
+    wd, dd = tr[wi, 1] - tr[wi, 0], tr[di, 1] - tr[di, 0]
+    last = tr[di & (tile == T - 1), 0].min() - wend
+    print(f"| {rep} | {wend:.1f} | {dend:.1f} | {tr[:, 1].max():.1f} | {wd.median():.2f} / {wd.max():.2f} | "
+          f"{dd.median():.2f} / {dd.max():.2f} | {last:.1f} |")

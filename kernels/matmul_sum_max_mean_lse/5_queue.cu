@@ -44,7 +44,6 @@ using lse::Forward;
 
 constexpr int FT = 512, NWARP = FT / 32;
 constexpr int UMAX = 32;          // W units per tile at most: the unit partials take <= 32 * I doubles
-constexpr int UR_MIN = 256;       // rows per W unit at least (fewer, larger units: fewer reduction bubbles)
 constexpr int DR = 64, DRW = DR / NWARP;  // x rows per dot unit, per warp
 static_assert(DRW == 4, "the dot reduction below is written for 4 rows per warp");
 
@@ -53,6 +52,7 @@ struct Plan {
   int64_t O, I, B, xs, nb;
   int64_t T, U, UR, D;     // tiles, W units per tile, rows per W unit, dot units (row blocks) per tile
   int64_t nitems;          // 1 + T*U + T*D
+  int64_t lag;             // dot units of tile t follow the W units of tile t + lag
   int64_t dbl_off;         // where the float64 partials start (doubles)
 };
 
@@ -234,6 +234,24 @@ __device__ void dot_unit(const Plan& p, int64_t t, int64_t rb, const float* __re
   }
 }
 
+// Queue position idx (item - 1) -> (tile, unit or row block); true for a W unit. Blocks k = 0, 1, ...: the U W
+// units of tile k (k < T), then the D dot units of tile k - lag (0 <= k - lag < T). Region 1: blocks before lag
+// (W only); region 2: full blocks; region 3: the dots of the last lag tiles.
+__device__ __forceinline__ bool decode(const Plan& p, int64_t idx, int64_t& t, int64_t& k) {
+  const int64_t l1 = kp::imin(p.lag, p.T), n1 = l1 * p.U;
+  if (idx < n1) { t = idx / p.U; k = idx % p.U; return true; }
+  idx -= n1;
+  const int64_t nb2 = p.T > p.lag ? p.T - p.lag : 0, n2 = nb2 * (p.U + p.D);
+  if (idx < n2) {
+    const int64_t blk = idx / (p.U + p.D), pos = idx % (p.U + p.D);
+    if (pos < p.U) { t = p.lag + blk; k = pos; return true; }
+    t = blk; k = pos - p.U; return false;
+  }
+  idx -= n2;
+  t = nb2 + idx / p.D; k = idx % p.D;
+  return false;
+}
+
 // trace (A/B only): per item, globaltimer ns at its start and end.
 __device__ __forceinline__ void stamp(int64_t* trace, unsigned long long item, int k) {
   if (trace && threadIdx.x == 0) {
@@ -260,19 +278,18 @@ __global__ void __launch_bounds__(FT, MINB)
   if (threadIdx.x == 0) sh.item = atomicAdd(ticket, 1ull);
   __syncthreads();
   unsigned long long item = sh.item;
-  const unsigned long long nw = 1 + (unsigned long long)(p.T * p.U);
   while (item < (unsigned long long)p.nitems) {
     unsigned long long next = 0;
     if (threadIdx.x == 0) next = atomicAdd(ticket, 1ull);  // used only at the end of this item
     stamp(trace, item, 0);
     if (item == 0) {
       bsum_unit<TC>(p, b, bsum, bflag, sh);
-    } else if (item < nw) {
-      const int64_t k = (int64_t)item - 1;
-      w_unit<TC, CU>(p, k / p.U, k % p.U, w, vec, wpart, v, tilecnt, tileready, sh);
     } else {
-      const int64_t k = (int64_t)(item - nw);
-      dot_unit<TC>(p, k / p.D, k % p.D, x, vec, v, rpart, bsum, out, tileready, rowcnt, bflag, sh);
+      int64_t t, k;
+      if (decode(p, (int64_t)item - 1, t, k))
+        w_unit<TC, CU>(p, t, k, w, vec, wpart, v, tilecnt, tileready, sh);
+      else
+        dot_unit<TC>(p, t, k, x, vec, v, rpart, bsum, out, tileready, rowcnt, bflag, sh);
     }
     stamp(trace, item, 1);
     __syncthreads();
@@ -283,14 +300,14 @@ __global__ void __launch_bounds__(FT, MINB)
 }
 
 template <int TC>
-Plan make_plan(const Forward& f) {
+Plan make_plan(const Forward& f, int64_t lag, int64_t ur_min) {
   Plan p;
   p.O = f.O; p.I = f.I; p.B = f.B; p.xs = f.x.stride(0); p.nb = f.b.numel();
   p.T = std::max<int64_t>(1, (f.I + TC - 1) / TC);
   constexpr int RGc = FT / (TC / 4);
-  // Units of >= UR_MIN rows, at most UMAX per tile, and U * I <= I + 2^24 doubles (what ModelNew's scratch holds
+  // Units of >= ur_min rows, at most UMAX per tile, and U * I <= I + 2^24 doubles (what ModelNew's scratch holds
   // beyond the other rungs' needs at very wide I); rows per unit a multiple of the row-group count.
-  int64_t U = std::max<int64_t>(1, std::min<int64_t>(UMAX, (f.O + UR_MIN - 1) / UR_MIN));
+  int64_t U = std::max<int64_t>(1, std::min<int64_t>(UMAX, (f.O + ur_min - 1) / ur_min));
   if (f.I > 0) U = std::max<int64_t>(1, std::min<int64_t>(U, 1 + (int64_t(1) << 24) / f.I));
   int64_t UR = (f.O + U - 1) / U;
   UR = std::max<int64_t>(RGc, (UR + RGc - 1) / RGc * RGc);
@@ -298,6 +315,7 @@ Plan make_plan(const Forward& f) {
   p.UR = UR;
   p.D = (f.B + DR - 1) / DR;
   p.nitems = 1 + p.T * p.U + p.T * p.D;
+  p.lag = std::min<int64_t>(lag, p.T);
   const int64_t nints = 4 + 2 * p.T + p.D;
   p.dbl_off = (nints + 3) / 4 * 2;  // ints rounded up to 16 bytes, in doubles
   return p;
@@ -309,10 +327,10 @@ int64_t scratch_need(const Plan& p) {
 }
 
 template <int TC, int CU, int MINB>
-void launch_forward(const Forward& f, int64_t* trace = nullptr, int64_t trace_items = 0) {
+void launch_forward(const Forward& f, int64_t lag, int64_t ur_min, int64_t* trace = nullptr, int64_t trace_items = 0) {
   const c10::cuda::CUDAGuard guard(f.w.device());
   const int dev = f.w.device().index();
-  const Plan p = make_plan<TC>(f);
+  const Plan p = make_plan<TC>(f, lag, ur_min);
   lse::check_f64(f.partial, f.w, "partial", scratch_need<TC>(p));
   TORCH_CHECK(!trace || trace_items >= p.nitems, "trace needs 2 x ", kp::num(p.nitems), " elements");
   auto kernel = queue_kernel<TC, CU, MINB>;
@@ -328,7 +346,8 @@ void launch_forward(const Forward& f, int64_t* trace = nullptr, int64_t trace_it
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-constexpr int TC_CHOSEN = 256, CU_CHOSEN = 16, MINB_CHOSEN = 1;
+constexpr int TC_CHOSEN = 512, CU_CHOSEN = 16, MINB_CHOSEN = 1;
+constexpr int64_t LAG_CHOSEN = 3, UR_CHOSEN = 256;
 constexpr int GR = 2, GU = 2;  // cached GEMV (lse_common.cuh), as 2_inflight
 
 }  // namespace
@@ -338,7 +357,8 @@ constexpr int GR = 2, GU = 2;  // cached GEMV (lse_common.cuh), as 2_inflight
 KP_EXPORT void colsum_gemv_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                                    const at::TensorBase& partial, const at::TensorBase& v,
                                    const at::TensorBase& bsum, const at::TensorBase& out) {
-  launch_forward<TC_CHOSEN, CU_CHOSEN, MINB_CHOSEN>(lse::check_forward(w, b, x, partial, v, bsum, out));
+  launch_forward<TC_CHOSEN, CU_CHOSEN, MINB_CHOSEN>(lse::check_forward(w, b, x, partial, v, bsum, out), LAG_CHOSEN,
+                                                   UR_CHOSEN);
 }
 
 // Cached forward: out (B, 1) := x @ v + bsum with v, bsum from an earlier colsum_gemv_forward.
@@ -359,12 +379,14 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
     tr = trace.data_ptr<int64_t>();
   }
   const int64_t ti = trace.numel() / 2;
+  constexpr int64_t END = int64_t(1) << 40;  // lag past the last tile: every dot unit after every W unit
   switch (cfg) {
-    case 0: launch_forward<256, 16, 1>(f, tr, ti); break;
-    case 1: launch_forward<256, 8, 2>(f, tr, ti); break;
-    case 2: launch_forward<512, 16, 1>(f, tr, ti); break;
-    case 3: launch_forward<128, 16, 1>(f, tr, ti); break;
-    case 4: launch_forward<256, 8, 1>(f, tr, ti); break;
-    default: TORCH_CHECK(false, "tune_forward: cfg 0..4, got ", kp::num(cfg));
+    case 0: launch_forward<512, 16, 1>(f, 3, 256, tr, ti); break;
+    case 1: launch_forward<512, 16, 1>(f, 3, 512, tr, ti); break;
+    case 2: launch_forward<256, 16, 1>(f, 4, 256, tr, ti); break;
+    case 3: launch_forward<512, 16, 1>(f, END, 256, tr, ti); break;
+    case 4: launch_forward<256, 8, 2>(f, 4, 256, tr, ti); break;
+    case 5: launch_forward<512, 16, 1>(f, 6, 256, tr, ti); break;
+    default: TORCH_CHECK(false, "tune_forward: cfg 0..5, got ", kp::num(cfg));
   }
 }

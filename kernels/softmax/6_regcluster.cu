@@ -219,55 +219,8 @@ __global__ void __launch_bounds__(1024) softmax_long(const float* __restrict__ x
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = kp_softmax::vout(xr[i], m, inv);
 }
 
-// Rows for the SMs that no cluster reaches (A/B, order 2): one CTA per spare SM takes rows from the clusters' ticket
-// (row = 2G + ticket, as their rank 0 draws them) and does them alone in two reads (online (m, s), then the output
-// pass): 1.5x the bytes of a cluster row, on SMs that would otherwise idle.
-constexpr int LU = 8;  // float4 loads in flight per thread
-__global__ void __launch_bounds__(THREADS, 1)
-    softmax_loner(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
-                  int64_t G, unsigned long long* __restrict__ ticket) {
-  __shared__ float scratch[64];
-  __shared__ int64_t srow;
-  const int t = threadIdx.x;
-  const int64_t n4 = cols / 4;  // the caller takes this path only for the TMA layout: cols % 4 == 0, aligned rows
-  for (;;) {
-    if (t == 0) srow = 2 * G + (int64_t)atomicAdd(ticket, 1ull);
-    __syncthreads();
-    const int64_t row = srow;
-    if (row >= rows) return;
-    const float4* xr = reinterpret_cast<const float4*>(x + row * xs);
-    float4* yr = reinterpret_cast<float4*>(y + row * cols);
-    float m = -INFINITY, s = 0.f;
-    for (int64_t i0 = t; i0 < n4; i0 += (int64_t)THREADS * LU) {
-      float4 q[LU];
-#pragma unroll
-      for (int u = 0; u < LU; ++u) {
-        const int64_t i = i0 + (int64_t)u * THREADS;
-        q[u] = i < n4 ? __ldg(xr + i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-      }
-#pragma unroll
-      for (int u = 0; u < LU; ++u) kp_softmax::absorb(m, s, q[u]);
-    }
-    kp::block_online(m, s, scratch);  // its barriers also order srow's reuse
-    const float inv = 1.f / s;
-    for (int64_t i0 = t; i0 < n4; i0 += (int64_t)THREADS * LU) {
-      float4 q[LU];
-#pragma unroll
-      for (int u = 0; u < LU; ++u) {
-        const int64_t i = i0 + (int64_t)u * THREADS;
-        if (i < n4) q[u] = __ldcs(xr + i);
-      }
-#pragma unroll
-      for (int u = 0; u < LU; ++u) {
-        const int64_t i = i0 + (int64_t)u * THREADS;
-        if (i < n4) yr[i] = kp_softmax::vout(q[u], m, inv);
-      }
-    }
-  }
-}
-
 template <int CL, bool TMA>
-void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket, bool loners = false) {
+void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket) {
   auto kern = ticket ? softmax_regcluster<CL, TMA, true> : softmax_regcluster<CL, TMA, false>;
   const int64_t rows = x.size(0), cols = x.size(1);
   const size_t smem = TMA ? (size_t)chunk * 4 : 0;
@@ -299,43 +252,17 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
         c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(sizeof(*tk), cfg.stream));
     C10_CUDA_CHECK(cudaMemsetAsync(tk, 0, sizeof(*tk), cfg.stream));
   }
-  int nsm = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, x.device().index()));
-  const int64_t spare = loners && ticket && TMA && rows > 2 * G ? nsm - G * CL : 0;
-  cudaEvent_t fork = nullptr, join = nullptr;
-  cudaStream_t side = nullptr;
-  if (spare > 0) {  // the loners run beside the clusters on a pool stream, forked after the memset, joined after
-    side = c10::cuda::getStreamFromPool(false, x.device().index()).stream();
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-    C10_CUDA_CHECK(cudaEventRecord(fork, cfg.stream));
-    C10_CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
-  }
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, x.data_ptr<float>(), y.data_ptr<float>(), rows, cols,
                                              x.stride(0), chunk, tk);
-  cudaError_t err2 = cudaSuccess;
-  if (spare > 0) {
-    softmax_loner<<<(unsigned)spare, THREADS, 0, side>>>(x.data_ptr<float>(), y.data_ptr<float>(), rows, cols,
-                                                         x.stride(0), G, tk);
-    err2 = cudaGetLastError();
-    C10_CUDA_CHECK(cudaEventRecord(join, side));
-    C10_CUDA_CHECK(cudaStreamWaitEvent(cfg.stream, join, 0));  // before tk is freed: later users wait for both
-    C10_CUDA_CHECK(cudaEventDestroy(fork));
-    C10_CUDA_CHECK(cudaEventDestroy(join));
-  }
   if (tk) c10::cuda::CUDACachingAllocator::raw_delete(tk);
   C10_CUDA_CHECK(err);
-  C10_CUDA_CHECK(err2);
 }
 
 }  // namespace
 
 // cl = 0 picks the cluster size; 1, 2, 4, 8, 16 force it (A/B runs). Rows too long for 16 slices ignore cl.
 // ticket: the dynamic row order (see the kernel); false is the static order of the earlier measurements.
-// order: 0 static rows, 1 ticketed rows (the default), 2 ticketed rows plus loner CTAs on the spare SMs (A/B).
-KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, int64_t order) {
-  TORCH_CHECK(order >= 0 && order <= 2, "order: 0 static, 1 ticket, 2 ticket + loners; got ", kp::num(order));
-  const bool ticket = order >= 1, loners = order == 2;
+KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket) {
   kp::check_row_softmax_args(x, y);
   const int64_t rows = x.size(0), cols = x.size(1);
   if (rows == 0 || cols == 0) return;
@@ -356,19 +283,19 @@ KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::Tensor
   const bool tma = (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) &&
                    (reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0) && x.stride(0) % 4 == 0 && cols % 4 == 0;
   switch (cl * 2 + tma) {
-    case 2: launch<1, false>(x, y, chunk, ticket, loners); break;
-    case 3: launch<1, true>(x, y, chunk, ticket, loners); break;
-    case 4: launch<2, false>(x, y, chunk, ticket, loners); break;
-    case 5: launch<2, true>(x, y, chunk, ticket, loners); break;
-    case 8: launch<4, false>(x, y, chunk, ticket, loners); break;
-    case 9: launch<4, true>(x, y, chunk, ticket, loners); break;
-    case 16: launch<8, false>(x, y, chunk, ticket, loners); break;
-    case 17: launch<8, true>(x, y, chunk, ticket, loners); break;
-    case 32: launch<16, false>(x, y, chunk, ticket, loners); break;
-    default: launch<16, true>(x, y, chunk, ticket, loners); break;
+    case 2: launch<1, false>(x, y, chunk, ticket); break;
+    case 3: launch<1, true>(x, y, chunk, ticket); break;
+    case 4: launch<2, false>(x, y, chunk, ticket); break;
+    case 5: launch<2, true>(x, y, chunk, ticket); break;
+    case 8: launch<4, false>(x, y, chunk, ticket); break;
+    case 9: launch<4, true>(x, y, chunk, ticket); break;
+    case 16: launch<8, false>(x, y, chunk, ticket); break;
+    case 17: launch<8, true>(x, y, chunk, ticket); break;
+    case 32: launch<16, false>(x, y, chunk, ticket); break;
+    default: launch<16, true>(x, y, chunk, ticket); break;
   }
 }
 
 KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y) {
-  softmax_forward_cluster(x, y, 0, 1);
+  softmax_forward_cluster(x, y, 0, true);
 }

@@ -51,6 +51,13 @@
 //     smaller than 192 KiB, and the per-row L2 exchange then costs more than the 12 SMs give.
 //   - an L2 evict-first policy on the bulk loads (createpolicy + .L2::cache_hint): 3.331 ms (90.8%), slower.
 //   - 2, 8 or 12 prefetch chunks instead of 4: each gives 40 bytes of spills at 128 registers (not measured).
+//   Tried in session 9 and not kept (`softmax_sweep.py --order-ab`, two runs; this kernel 3.167 / 3.166 ms = 94.9%
+//   of copy_ there): loner CTAs on the 12 spare SMs, on a forked pool stream joined before return, taking rows
+//   from the clusters' ticket and doing each alone in two reads (online (m, s), then the output pass): 3.299 ms;
+//   with the first read marked L2 evict_last and the second evict_first (createpolicy + .L2::cache_hint), so the
+//   second read can hit L2: 3.241 ms. The loners' extra bytes cost the clusters more DRAM time than their rows
+//   save, so HBM, not the 120-SM count, is what is left at 95% of copy_ (the code: gitignored
+//   scratch/6_regcluster_loners.cu).
 #include <cooperative_groups.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -55,8 +55,8 @@
 //   of copy_ there): loner CTAs on the 12 spare SMs, on a forked pool stream joined before return, taking rows
 //   from the clusters' ticket and doing each alone in two reads (online (m, s), then the output pass): 3.299 ms;
 //   with the first read marked L2 evict_last and the second evict_first (createpolicy + .L2::cache_hint), so the
-//   second read can hit L2: 3.241 ms. The loners' extra bytes cost the clusters more DRAM time than their rows
-//   save, so HBM, not the 120-SM count, is what is left at 95% of copy_ (the code: gitignored
+//   second read can hit L2: 3.241 ms. The loners' rows did not pay for the DRAM time they took from the clusters
+//   (how much of their second read hit L2 was not measured). Code kept out of the tree (gitignored
 //   scratch/6_regcluster_loners.cu).
 #include <cooperative_groups.h>
 

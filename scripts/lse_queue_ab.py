@@ -4,7 +4,7 @@
 a plain one-kernel read of the same 288 MiB (bw probe read_ticket) and torch's W.sum(); GPU time per call, L2
 read-flushed, interleaved (harness.bench_interleaved). Every kernel is checked first (relL2 vs float64, and two calls
 bit-identical). Then one traced call of the chosen configuration: when the W units, the dot units and the whole
-queue end, relative to the first item's start.
+queue end, relative to the first item's start (--trace-lag3: of the configuration with dots 3 tiles behind).
 """
 import sys
 from pathlib import Path
@@ -70,9 +70,11 @@ for k, v in t.items():
     print(f"| {k} | {1e3 * v.median_ms:.1f} | {1e3 * v.iqr_ms:.1f} | {n / (v.median_ms * 1e-3) / 1e9:,.0f} |")
 print("parity/determinism failures:", bad or "none")
 
-# Timeline of single traced calls of cfg 0 (TC 512, lag 3, UR 256): item 0 is b.sum(), then blocks of the W units of
-# tile k followed by the dot units of tile k - lag (the kernel's decode(), repeated here).
-TC, LAG, T, D = 512, 3, -(-I // 512), -(-B // 64)
+# Timeline of single traced calls of cfg TRACE_CFG (TC 512, UR 256, lag LAG): item 0 is b.sum(), then blocks of the W
+# units of tile k followed by the dot units of tile k - lag (the kernel's decode(), repeated here).
+TRACE_CFG, TRACE_LAG = (0, 3) if "--trace-lag3" in sys.argv else (3, 1 << 40)
+TC, T, D = 512, -(-I // 512), -(-B // 64)
+LAG = min(TRACE_LAG, T)
 U = min(32, -(-O // 256))
 nitems = 1 + T * U + T * D
 kind, tile = ["b"], [-1]
@@ -92,7 +94,7 @@ print("\n| call | W units end | dots end | queue end | W unit median / max us | 
 for rep in range(3):
     trace.zero_()
     flush()
-    k5.tune_forward(*args, 0, trace)
+    k5.tune_forward(*args, TRACE_CFG, trace)
     torch.cuda.synchronize()
     tr = trace[: 2 * nitems].view(nitems, 2).double().cpu() / 1e3
     tr -= tr[:, 0].min()

@@ -1,7 +1,7 @@
 // matmul_sum_max_mean_lse / 5_queue -- one work queue of W tiles and x dots, so the dots run while W still streams.
 //
 // Same algebra as 1_colsum_gemv (the forward is x @ W.sum(0) + b.sum(); see that file's header for why it is exact).
-// What changed from 4_overlap: there every CTA owned one 64-column tile for all O rows of W, so all 128 CTAs ended
+// What changed from 4_overlap (the idea; it did not pay, see Measured): there every CTA owned one 64-column tile for all O rows of W, so all 128 CTAs ended
 //   their W stream together and only then did their x dots (1024 x 64 float->double converts each at 16/clk/SM),
 //   the DRAM remainder rows and the `finish` kernel: a ~13 us tail after the read (4_overlap's trace: W + x 62.5 us,
 //   span 75.2). Here the work is a queue of items taken by atomic ticket:
@@ -35,7 +35,19 @@
 // Deadlock freedom: every wait (tile ready, bsum ready) is on items with smaller tickets; a ticket is only ever held
 //   by a running CTA, and a CTA only waits in a dot unit, whose prefetched next ticket is a dot unit too, so the
 //   W units and item 0 never sit behind a wait. No co-residency assumption.
-// Measured: see the README table (scripts/lse_queue_ab.py).
+// Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, GPU time, L2 read-flushed, interleaved with 4_overlap in the
+//   same process (python3 scripts/lse_queue_ab.py, two machines): SLOWER than 4_overlap, so not the default; kept
+//   as the measured record of the design. Chosen configuration (TC 512, every dot unit after every W unit,
+//   256-row W units): 95.9 / 96.0 us = 3,150 GB/s of the 288 MiB minimum vs 4_overlap 79.0 / 79.5 us; a one-kernel
+//   plain read of the same 288 MiB 70.2-70.7 us. Others (us): TC 256 99.3, TC 128 115.6, TC 256 with 2 CTAs/SM and
+//   8 loads in flight 97.3 (interleaved: 111.9), TC 256 CU 8 103.5; dots interleaved 3 / 6 tiles behind their W
+//   units 98.6 / 96.7, with 512-row units 101.0. Why (per-item globaltimer trace): the W units end at 73.5-87 us,
+//   not at 4_overlap's ~62: every unit drains its loads before its reduction and counter (a bubble per 256-512 KiB),
+//   units of one tile run on rows spread over the whole matrix, and a tile completes only with its slowest unit
+//   (unit median 11.5 us, max 26-29); interleaved dot units then wait for their tile (median 14.5 us) and hold their
+//   SM off the W stream. Dot units after the W units do not wait but are latency-bound (64 KiB of x in flight per
+//   CTA; median 5.25 us per unit): 18 us from the last W unit to the last dot. Not tried: a TMA ring fed across
+//   unit boundaries (no drain per unit), dot units with several blocks of x in flight.
 #include "lse_common.cuh"
 
 namespace {
@@ -347,7 +359,7 @@ void launch_forward(const Forward& f, int64_t lag, int64_t ur_min, int64_t* trac
 }
 
 constexpr int TC_CHOSEN = 512, CU_CHOSEN = 16, MINB_CHOSEN = 1;
-constexpr int64_t LAG_CHOSEN = 3, UR_CHOSEN = 256;
+constexpr int64_t LAG_CHOSEN = int64_t(1) << 40, UR_CHOSEN = 256;  // lag past the last tile: dots after all W units
 constexpr int GR = 2, GU = 2;  // cached GEMV (lse_common.cuh), as 2_inflight
 
 }  // namespace

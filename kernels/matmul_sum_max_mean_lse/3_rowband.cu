@@ -292,12 +292,7 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
                             const at::TensorBase& out, int64_t cfg, const at::TensorBase& trace) {
   const lse::Forward f = lse::check_forward(w, b, x, partial, v, bsum, out);
   TORCH_CHECK(f.vec, "tune_forward: the A/B runs the float4 path only");
-  int64_t* tr = nullptr;
-  if (trace.numel()) {
-    TORCH_CHECK(trace.is_cuda() && trace.scalar_type() == at::kLong && trace.is_contiguous(), "trace: int64 CUDA");
-    TORCH_CHECK(trace.numel() >= 8 * (int64_t)lse::sm_count(w.device().index()), "trace needs 8 x #SMs elements");
-    tr = trace.data_ptr<int64_t>();
-  }
+  int64_t* tr = lse::trace_ptr(trace, 8 * (int64_t)lse::sm_count(w.device().index()), "8 x #SMs");
   switch (cfg) {
     case 0: launch_rowband<true, false>(f, tr); break;
     case 1: launch_rowband<true, true>(f, tr); break;

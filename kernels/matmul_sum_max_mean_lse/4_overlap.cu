@@ -408,12 +408,7 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
                             const at::TensorBase& out, double pf, int64_t cfg, const at::TensorBase& trace) {
   const Forward f = lse::check_forward(w, b, x, partial, v, bsum, out);
   TORCH_CHECK(pf >= 0.0 && pf <= 1.0, "tune_forward: pf in [0, 1]");
-  int64_t* tr = nullptr;
-  if (trace.numel()) {
-    TORCH_CHECK(trace.is_cuda() && trace.scalar_type() == at::kLong && trace.is_contiguous(), "trace: int64 CUDA");
-    TORCH_CHECK(trace.numel() >= 8 * ((f.I + TC - 1) / TC), "trace needs 8 x tiles elements");
-    tr = trace.data_ptr<int64_t>();
-  }
+  int64_t* tr = lse::trace_ptr(trace, 8 * ((f.I + TC - 1) / TC), "8 x tiles");
   switch (cfg) {
     case 0: launch_forward<false, false, false>(f, pf, tr); break;
     case 1: launch_forward<true, true, false>(f, pf, tr); break;

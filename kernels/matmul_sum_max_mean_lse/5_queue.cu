@@ -83,17 +83,29 @@ __device__ __forceinline__ void wait_flag(const int* p) {
   __syncthreads();
 }
 
-__device__ __forceinline__ float4 load4(const float* __restrict__ p, int64_t c, int64_t n, bool vec, bool nc) {
-  if (vec) {
-    if (c >= n) return make_float4(0.f, 0.f, 0.f, 0.f);
-    return nc ? lse::load_w(p + c) : __ldg(reinterpret_cast<const float4*>(p + c));
-  }
+// Columns c..c+3 of a row: one float4 on the aligned path, else guarded scalars (zeros past n).
+__device__ __forceinline__ float4 load4(const float* __restrict__ p, int64_t c, int64_t n, bool vec) {
+  if (vec) return c < n ? __ldg(reinterpret_cast<const float4*>(p + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
   float4 q;
   q.x = c < n ? p[c] : 0.f;
   q.y = c + 1 < n ? p[c + 1] : 0.f;
   q.z = c + 2 < n ? p[c + 2] : 0.f;
   q.w = c + 3 < n ? p[c + 3] : 0.f;
   return q;
+}
+
+template <int TC>
+struct Shared;
+
+// Every thread's partial writes are made visible, then thread 0 adds 1 to `counter`; returns the old count to the
+// whole CTA (the unit that sees count - 1 is the last to arrive).
+template <typename S>
+__device__ __forceinline__ int arrive(int* counter, S& sh) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) sh.flag = atomicAdd(counter, 1);
+  __syncthreads();
+  return sh.flag;
 }
 
 template <int TC>
@@ -135,7 +147,7 @@ __device__ void w_unit(const Plan& p, int64_t t, int64_t u, const float* __restr
     }
   } else if (c < p.I) {
     for (int64_t r = r0 + rg; r < r1; r += RG) {
-      const float4 q = load4(w + r * p.I, c, p.I, false, true);
+      const float4 q = load4(w + r * p.I, c, p.I, false);
       a[0] += q.x; a[1] += q.y; a[2] += q.z; a[3] += q.w;
     }
   }
@@ -152,11 +164,7 @@ __device__ void w_unit(const Plan& p, int64_t t, int64_t u, const float* __restr
   for (int o = TPC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   const int64_t col = t * TC + j;
   if (h == 0 && col < p.I) wpart[u * p.I + col] = s;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) sh.flag = atomicAdd(tilecnt + t, 1);
-  __syncthreads();
-  if (sh.flag != p.U - 1) return;
+  if (arrive(tilecnt + t, sh) != p.U - 1) return;
   // The tile's last unit: v[tile] = the U unit partials added in unit order (TPC threads per column take
   // consecutive unit ranges; the shuffle tree joins them in the same order every call).
   __threadfence();
@@ -212,7 +220,7 @@ __device__ void dot_unit(const Plan& p, int64_t t, int64_t rb, const float* __re
 #pragma unroll
     for (int hh = 0; hh < H; ++hh) {
       const int64_t i = i0 + r, c = t * TC + 4 * (lane + 32 * hh);
-      q[r][hh] = i < p.B ? load4(x + i * p.xs, c, p.I, vec, false) : make_float4(0.f, 0.f, 0.f, 0.f);
+      q[r][hh] = i < p.B ? load4(x + i * p.xs, c, p.I, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   wait_flag(tileready + t);
   double d[DRW] = {0., 0., 0., 0.};
@@ -229,11 +237,7 @@ __device__ void dot_unit(const Plan& p, int64_t t, int64_t rb, const float* __re
   }
   const double s = reduce_rows4(d, lane);
   if (lane < DRW && i0 + lane < p.B) rpart[(i0 + lane) * p.T + t] = s;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) sh.flag = atomicAdd(rowcnt + rb, 1);
-  __syncthreads();
-  if (sh.flag != p.T - 1) return;
+  if (arrive(rowcnt + rb, sh) != p.T - 1) return;
   // Every tile's dot for these DR rows has landed: finish them (a warp per row, tiles added in a fixed order).
   __threadfence();
   wait_flag(bflag);
@@ -264,15 +268,6 @@ __device__ __forceinline__ bool decode(const Plan& p, int64_t idx, int64_t& t, i
   return false;
 }
 
-// trace (A/B only): per item, globaltimer ns at its start and end.
-__device__ __forceinline__ void stamp(int64_t* trace, unsigned long long item, int k) {
-  if (trace && threadIdx.x == 0) {
-    uint64_t ns;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-    trace[2 * item + k] = (int64_t)ns;
-  }
-}
-
 template <int TC, int CU, int MINB>
 __global__ void __launch_bounds__(FT, MINB)
     queue_kernel(const float* __restrict__ w, const float* __restrict__ x, const float* __restrict__ b, Plan p,
@@ -293,7 +288,7 @@ __global__ void __launch_bounds__(FT, MINB)
   while (item < (unsigned long long)p.nitems) {
     unsigned long long next = 0;
     if (threadIdx.x == 0) next = atomicAdd(ticket, 1ull);  // used only at the end of this item
-    stamp(trace, item, 0);
+    lse::stamp_at(trace, 2 * (int64_t)item);  // trace (A/B only): each item's start and end
     if (item == 0) {
       bsum_unit<TC>(p, b, bsum, bflag, sh);
     } else {
@@ -303,7 +298,7 @@ __global__ void __launch_bounds__(FT, MINB)
       else
         dot_unit<TC>(p, t, k, x, vec, v, rpart, bsum, out, tileready, rowcnt, bflag, sh);
     }
-    stamp(trace, item, 1);
+    lse::stamp_at(trace, 2 * (int64_t)item + 1);
     __syncthreads();
     if (threadIdx.x == 0) sh.item = next;
     __syncthreads();
@@ -333,7 +328,6 @@ Plan make_plan(const Forward& f, int64_t lag, int64_t ur_min) {
   return p;
 }
 
-template <int TC>
 int64_t scratch_need(const Plan& p) {
   return p.dbl_off + p.U * p.I + p.B * p.T;
 }
@@ -343,7 +337,7 @@ void launch_forward(const Forward& f, int64_t lag, int64_t ur_min, int64_t* trac
   const c10::cuda::CUDAGuard guard(f.w.device());
   const int dev = f.w.device().index();
   const Plan p = make_plan<TC>(f, lag, ur_min);
-  lse::check_f64(f.partial, f.w, "partial", scratch_need<TC>(p));
+  lse::check_f64(f.partial, f.w, "partial", scratch_need(p));
   TORCH_CHECK(!trace || trace_items >= p.nitems, "trace needs 2 x ", kp::num(p.nitems), " elements");
   auto kernel = queue_kernel<TC, CU, MINB>;
   int occ = 0;
@@ -379,17 +373,13 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
   lse::launch_gemv<GR, GU>(x, v, bsum, out);
 }
 
-// A/B hook (scripts/lse_queue_ab.py): cfg picks (TC, CU, CTAs per SM); trace: int64 of >= 2 x items (start/end
+// A/B hook (scripts/lse_queue_ab.py): cfg picks (TC, CU, CTAs per SM, dot lag, rows per W unit); trace: int64 of >= 2 x items (start/end
 // globaltimer of every item), or empty.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                             const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,
                             const at::TensorBase& out, int64_t cfg, const at::TensorBase& trace) {
   const Forward f = lse::check_forward(w, b, x, partial, v, bsum, out);
-  int64_t* tr = nullptr;
-  if (trace.numel()) {
-    TORCH_CHECK(trace.is_cuda() && trace.scalar_type() == at::kLong && trace.is_contiguous(), "trace: int64 CUDA");
-    tr = trace.data_ptr<int64_t>();
-  }
+  int64_t* tr = lse::trace_ptr(trace, 0, "2 x items (checked at launch)");
   const int64_t ti = trace.numel() / 2;
   constexpr int64_t END = int64_t(1) << 40;  // lag past the last tile: every dot unit after every W unit
   switch (cfg) {

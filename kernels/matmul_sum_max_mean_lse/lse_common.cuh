@@ -15,14 +15,16 @@ __device__ __forceinline__ float4 load_w(const float* p) {
   return q;
 }
 
-// A/B traces: thread 0 stores the globaltimer (ns) at phase boundary k into trace[blockIdx.x * 8 + k].
-__device__ __forceinline__ void stamp(int64_t* trace, int k) {
+// A/B traces: thread 0 stores the globaltimer (ns) into trace[i] (no-op without a trace).
+__device__ __forceinline__ void stamp_at(int64_t* trace, int64_t i) {
   if (trace && threadIdx.x == 0) {
     uint64_t ns;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-    trace[blockIdx.x * 8 + k] = (int64_t)ns;
+    trace[i] = (int64_t)ns;
   }
 }
+// Per-CTA phase traces: phase boundary k of this CTA into trace[blockIdx.x * 8 + k].
+__device__ __forceinline__ void stamp(int64_t* trace, int k) { stamp_at(trace, (int64_t)blockIdx.x * 8 + k); }
 
 inline int sm_count(int dev) {
   int n = 0;
@@ -44,6 +46,15 @@ void launch_dependent(void (*kernel)(P...), unsigned grid, unsigned block, A... 
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// The A/B hooks' optional trace argument: an empty tensor (no trace, nullptr) or a contiguous int64 CUDA tensor of
+// at least `need` elements.
+inline int64_t* trace_ptr(const at::TensorBase& trace, int64_t need, const char* what) {
+  if (!trace.numel()) return nullptr;
+  TORCH_CHECK(trace.is_cuda() && trace.scalar_type() == at::kLong && trace.is_contiguous(), "trace: int64 CUDA");
+  TORCH_CHECK(trace.numel() >= need, "trace needs ", what, " (", kp::num(need), ") elements");
+  return trace.data_ptr<int64_t>();
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -59,15 +59,20 @@ class ModelNew(nn.Module):
         wc = w if w.is_contiguous() else w.contiguous()
         f64 = dict(device=w.device, dtype=torch.float64)
         vb = torch.empty(w.size(1) + 1, **f64)  # W.sum(0) and b.sum(), filled by the kernel on the way
-        nsm, (rows, cols) = torch.cuda.get_device_properties(x.device).multi_processor_count, x.shape
-        # Scratch for every rung: 2_inflight's tiles of >= 32 columns x rows (also covers 4_overlap's 64-column tiles
-        # x (rows + 1)); 3_rowband's per-SM row partials and one column-sum row per band (at most one band per SM,
-        # capped at 128 MiB for very wide weights); 5_queue's <= 32 unit partials per column (same cap).
-        partial = torch.empty((rows + 1) * (-(-cols // 32) + nsm) + min(max(nsm, 32) * cols, cols + (1 << 24)), **f64)
+        nsm = torch.cuda.get_device_properties(x.device).multi_processor_count
+        partial = torch.empty(scratch_doubles(*x.shape, nsm), **f64)
         self.k.colsum_gemv_forward(wc, b if b is not None else w.new_empty(0), x, partial, vb[:-1], vb[-1:], out)
         if self.cache:
             self.colsum.put((vb[:-1], vb[-1:]), w, b)
         return out
+
+
+def scratch_doubles(rows: int, cols: int, nsm: int) -> int:
+    """float64 scratch for every rung's uncached forward on x of (rows, cols): 2_inflight's tiles of >= 32 columns x
+    rows (also covers 4_overlap's 64-column tiles x (rows + 1)); 3_rowband's per-SM row partials and one column-sum
+    row per band (at most one band per SM, capped at 128 MiB for very wide weights); 5_queue's <= 32 unit partials
+    per column (same cap)."""
+    return (rows + 1) * (-(-cols // 32) + nsm) + min(max(nsm, 32) * cols, cols + (1 << 24))
 
 
 def traffic(x, init=None, cache: bool = True):

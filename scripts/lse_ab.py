@@ -21,24 +21,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 
 torch.backends.cuda.matmul.allow_tf32 = False
-torch.manual_seed(0)
-B, I, O = 1024, 8192, 8192
-lin = torch.nn.Linear(I, O).cuda()
-w, b = lin.weight.detach(), lin.bias.detach()
-x = torch.rand(B, I, device="cuda")
-ref = (x.double() @ w.double().sum(0) + b.double().sum()).unsqueeze(1)
+from lse_operands import bench_operands  # noqa: E402
+
+ops = bench_operands()
+B, I, O, nsm = ops.B, ops.I, ops.O, ops.nsm
+lin, w, b, x, ref, vb, part, out = ops.lin, ops.w, ops.b, ops.x, ops.ref, ops.vb, ops.part, ops.out
 k1, k2 = harness.Kernel("matmul_sum_max_mean_lse", "1_colsum_gemv"), harness.Kernel("matmul_sum_max_mean_lse",
                                                                                       "2_inflight")
 k3 = harness.Kernel("matmul_sum_max_mean_lse", "3_rowband")
 k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap")
 kp = harness.build_path(harness.PROBES / "bw.cu").ops
 PFS = (0.0, 0.25, 0.5, 0.75)
-nsm = torch.cuda.get_device_properties(0).multi_processor_count
-f64 = dict(device="cuda", dtype=torch.float64)
-vb = torch.empty(I + 1, **f64)
-part = torch.empty((B + 1) * (-(-I // 32) + nsm) + nsm * I, **f64)  # what ModelNew allocates at this shape
 notrace = torch.empty(0, dtype=torch.int64, device="cuda")
-out = torch.empty(B, 1, device="cuda")
 fns = {"1_colsum_gemv fwd": lambda: k1.colsum_gemv_forward(w, b, x, part, vb[:-1], vb[-1:], out)}
 for cfg, name in enumerate(["TC64 XU1", "TC64 XU4", "TC64 XU8", "TC32 XU8", "TC32 XU16", "TC64 XU8 L2::256B", "TC64 XU8 L2::256B CU16", "TC32 XU8 L2::256B"]):
     fns[f"fwd {name}"] = lambda cfg=cfg: k2.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg)

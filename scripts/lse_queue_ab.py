@@ -15,22 +15,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 import models.matmul_sum_max_mean_lse as lse_model  # noqa: E402
 
-torch.manual_seed(0)
-B, I, O = 1024, 8192, 8192
-lin = torch.nn.Linear(I, O).cuda()
-w, b = lin.weight.detach(), lin.bias.detach()
-x = torch.rand(B, I, device="cuda")
-ref = (x.double() @ w.double().sum(0) + b.double().sum()).unsqueeze(1)
+from lse_operands import bench_operands  # noqa: E402
+
+ops = bench_operands()
+B, I, O, nsm, f64 = ops.B, ops.I, ops.O, ops.nsm, ops.f64
+lin, w, x, ref, out, args = ops.lin, ops.w, ops.x, ops.ref, ops.out, ops.args
 k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap")
 k5 = harness.Kernel("matmul_sum_max_mean_lse", "5_queue")
 probe = harness.build_path(harness.PROBES / "bw.cu").ops
-nsm = torch.cuda.get_device_properties(0).multi_processor_count
-f64 = dict(device="cuda", dtype=torch.float64)
-vb = torch.empty(I + 1, **f64)
-part = torch.empty((B + 1) * (-(-I // 32) + nsm) + max(nsm, 32) * I, **f64)  # what ModelNew allocates here
 notrace = torch.empty(0, dtype=torch.int64, device="cuda")
-out = torch.empty(B, 1, device="cuda")
-args = (w, b, x, part, vb[:-1], vb[-1:], out)
 CFG5 = {0: "TC512 lag3 UR256", 1: "TC512 lag3 UR512", 2: "TC256 lag4 UR256", 3: "TC512 dots last UR256",
         4: "TC256 CU8 2/SM lag4 UR256", 5: "TC512 lag6 UR256"}
 fns = {"4_overlap": lambda: k4.colsum_gemv_forward(*args)}

@@ -21,7 +21,41 @@ ap.add_argument("--total-bytes", type=float, default=4096 * 393216 * 4)
 ap.add_argument("--regrow-ab", action="store_true", help="A/B 5_regrow's launch shapes at 1024 columns, then exit")
 ap.add_argument("--order-ab", action="store_true", help="A/B 6_regcluster's static vs ticketed row order at "
                 "4096x393216 next to copy_, eager and compile, then exit")
+ap.add_argument("--stagger-ab", action="store_true", help="A/B 6_regcluster's start stagger at 4096x393216 next to "
+                "copy_, eager and compile, and on short runs (15, 60, 240 rows), then exit")
 args = ap.parse_args()
+
+if args.stagger_ab:
+    k6 = harness.Kernel("softmax", "6_regcluster")
+    none = torch.empty(0, dtype=torch.int64, device="cuda")
+    staggers = {-1: "start stagger by rule (shipped)", 0: "no stagger", 400: "stagger 400 cycles/cluster",
+                1600: "stagger 1600 cycles/cluster"}
+    x = torch.rand(4096, 393216, device="cuda")
+    y = torch.empty_like(x)
+    rows = slice(0, 4096, 97)
+    ref = torch.softmax(x[rows].double(), 1)
+    compiled = torch.compile(Model(), dynamic=False)
+    fns = {"copy_": lambda: y.copy_(x), "eager": lambda: torch.softmax(x, 1), "compile": lambda: compiled(x)}
+    for st, name in staggers.items():
+        y.zero_()
+        k6.softmax_forward_ab(x, y, none, st)
+        e = harness.rel_error(y[rows], ref)
+        assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (name, e)
+        fns[name] = lambda st=st: k6.softmax_forward_ab(x, y, none, st)
+    for r in (15, 60, 240):  # short runs: 1, 4 and 16 rows per cluster
+        for st in (-1, 0, 768):
+            fns[f"first {r} rows, stagger {'rule' if st < 0 else st}"] = \
+                lambda r=r, st=st: k6.softmax_forward_ab(x[:r], y[:r], none, st)
+    print("parity ok (rows 0::97 vs float64)", flush=True)
+    with torch.no_grad():
+        t = harness.bench_interleaved(fns, min_reps=10, max_reps=30, budget_s=60)
+    cp = t["copy_"].median_ms
+    print("| 4096x393216 | median ms | IQR ms | GB/s | % of copy_ |\n|---|---|---|---|---|")
+    for n, v in t.items():
+        nb = 2 * 4 * 393216 * (int(n.split()[1]) if n.startswith("first") else 4096)
+        print(f"| {n} | {v.median_ms:.4f} | {v.iqr_ms:.4f} | {nb / (v.median_ms * 1e-3) / 1e9:,.0f} |"
+              f" {100 * cp / v.median_ms * nb / (2 * x.numel() * 4):.1f}% |")
+    sys.exit(0)
 
 if args.order_ab:
     x = torch.rand(4096, 393216, device="cuda")

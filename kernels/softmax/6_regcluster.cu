@@ -73,12 +73,19 @@ constexpr int THREADS = 512;
 constexpr int V = 24;                                  // float4s per thread
 constexpr int64_t SLICE = (int64_t)THREADS * V * 4;   // floats per CTA: 49152 (192 KiB)
 constexpr int NCHUNK = 4;                              // prefetch ring: 4 chunks of 6 float4s per thread
-constexpr int KPC = V / NCHUNK;                        // k-values (float4s per thread) per chunk
-static_assert(V % NCHUNK == 0, "chunks must split the per-thread registers evenly");
 
-// Thread 0: chunk c of the slice (n floats, a multiple of 4) of the row at xr into smem, completing on bar. Chunk c
+__device__ __forceinline__ int64_t globaltimer() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return (int64_t)ns;
+}
+
+// Thread 0: chunk c (of NC) of the slice (n floats, a multiple of 4) of the row at xr into smem, completing on bar. Chunk c
 // is float4s [c*KPC*THREADS, (c+1)*KPC*THREADS): exactly the registers k in [c*KPC, (c+1)*KPC) of every thread.
+template <int NC>
 __device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float* xr, int n, int c) {
+  constexpr int KPC = V / NC;
+  static_assert(V % NC == 0, "chunks must split the per-thread registers evenly");
   const int n4 = n >> 2;
   const int b = min(n4, c * KPC * THREADS), e = min(n4, (c + 1) * KPC * THREADS);
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads of buf before async writes
@@ -98,15 +105,18 @@ __device__ __forceinline__ float& comp(float4& v, int c) { return c == 0 ? v.x :
 // (c and c+G), every later row by an atomic ticket that rank 0 draws two rows ahead and hands to its peers with the
 // (m, s) exchange: a cluster that finishes early takes the next unclaimed row, so the clusters stay on neighbouring
 // rows instead of drifting apart (the persistent-copy probe: 3,887 -> 4,011 GB/s on 120 SMs).
-template <int CL, bool TMA, bool TICKET>
+// NC: prefetch chunks per slice (A/B; 4 ships). TRACE: ticket[1 + 16*cta ..] = globaltimer at start, after the stores of
+// rows 0..5 and (ring, slot 7 + it % 6) of the last six rows are issued, at the end, and the rows this CTA did.
+template <int CL, bool TMA, bool TICKET, int NC = NCHUNK, bool TRACE = false>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_regcluster(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
-                       int64_t chunk, unsigned long long* __restrict__ ticket) {
+                       int64_t chunk, unsigned long long* __restrict__ ticket, int64_t stagger) {
   extern __shared__ __align__(128) float buf[];
   __shared__ float part[2][CL][2];
   __shared__ int64_t next2[2];  // the row two iterations ahead, written by rank 0 of the cluster into every peer
   __shared__ float scratch[64];
-  __shared__ __align__(8) uint64_t bars[NCHUNK];
+  __shared__ __align__(8) uint64_t bars[NC];
+  constexpr int KPC = V / NC;
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = (int)cluster.block_rank();
@@ -118,14 +128,21 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   if (TMA) {
     if (t == 0) {
-      for (int c = 0; c < NCHUNK; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[c])));
+      for (int c = 0; c < NC; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[c])));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      // Cluster c starts c * stagger SM cycles late, so that the clusters do not read, compute and store in
+      // lockstep for the first rows (see the header: the convoy at the start cost ~20 us per call).
+      if (stagger > 0 && first > 0) {
+        const long long t0 = clock64();
+        while (clock64() - t0 < first * stagger) {}
+      }
       if (first < rows)
-        for (int c = 0; c < NCHUNK; ++c) prefetch(buf, &bars[c], x + first * xs + c0, n, c);
+        for (int c = 0; c < NC; ++c) prefetch<NC>(buf, &bars[c], x + first * xs + c0, n, c);
     }
     __syncthreads();
   }
 
+  if (TRACE && t == 0) ticket[1 + 16 * blockIdx.x] = (unsigned long long)globaltimer();
   float4 r[V];
   uint32_t it = 0;
   int64_t nrow = first + G;  // the row after this one: static for the first two iterations
@@ -142,7 +159,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       // SM's loads never pause for a whole-slice copy.
       const float4* b4 = reinterpret_cast<const float4*>(buf);
 #pragma unroll
-      for (int c = 0; c < NCHUNK; ++c) {
+      for (int c = 0; c < NC; ++c) {
         kp::mbar_wait(&bars[c], it & 1);
 #pragma unroll
         for (int kk = 0; kk < KPC; ++kk) {
@@ -150,7 +167,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           r[k] = 4 * i < n ? b4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
         }
         __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
-        if (t == 0 && nrow < rows) prefetch(buf, &bars[c], x + nrow * xs + c0, n, c);
+        if (t == 0 && nrow < rows) prefetch<NC>(buf, &bars[c], x + nrow * xs + c0, n, c);
       }
     } else {
 #pragma unroll
@@ -201,6 +218,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         const int i = t + k * THREADS;
         if (4 * i < n) y4[i] = make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f);
       }
+      if (TRACE && t == 0)
+        ticket[1 + 16 * blockIdx.x + (it < 6 ? 1 + it : 7 + it % 6)] = (unsigned long long)globaltimer();
     } else {
 #pragma unroll
       for (int k = 0; k < V; ++k)
@@ -210,6 +229,10 @@ __global__ void __launch_bounds__(THREADS, 1)
           if (i < n) yr[i] = comp(r[k], c) * f;
         }
     }
+  }
+  if (TRACE && t == 0) {
+    ticket[1 + 16 * blockIdx.x + 13] = (unsigned long long)globaltimer();
+    ticket[1 + 16 * blockIdx.x + 14] = it;
   }
 }
 
@@ -226,9 +249,10 @@ __global__ void __launch_bounds__(1024) softmax_long(const float* __restrict__ x
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = kp_softmax::vout(xr[i], m, inv);
 }
 
-template <int CL, bool TMA>
-void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket) {
-  auto kern = ticket ? softmax_regcluster<CL, TMA, true> : softmax_regcluster<CL, TMA, false>;
+template <int CL, bool TMA, int NC = NCHUNK, bool TRACE = false>
+void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket,
+            unsigned long long* trace = nullptr, int64_t stagger = -1) {
+  auto kern = ticket ? softmax_regcluster<CL, TMA, true, NC, TRACE> : softmax_regcluster<CL, TMA, false, NC, TRACE>;
   const int64_t rows = x.size(0), cols = x.size(1);
   const size_t smem = TMA ? (size_t)chunk * 4 : 0;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -250,18 +274,23 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
   TORCH_CHECK(clusters > 0, "softmax 6_regcluster: a cluster of ", kp::num(CL), " CTAs with ",
               kp::num((long long)smem), " B of shared memory each cannot be scheduled on this GPU");
   const int64_t G = kp::imin(rows, clusters);
+  // Start stagger (stagger < 0: this rule). Spread over G clusters it is about half a row period: a cluster's row
+  // moves 2 * 4 * cols bytes at 1/G of ~4.2 TB/s, i.e. takes G * cols / 256 cycles at ~2 GHz. Measured at 393216
+  // columns: 400..1600 cycles all gain the same; neutral at one row per cluster (15 rows), -16% time at 60 rows.
+  if (stagger < 0) stagger = cols / 512;
   cfg.gridDim = dim3((unsigned)(G * CL));
   // The ticket counter: 8 bytes from torch's caching allocator, zeroed on this stream, freed right after the launch
   // is enqueued (the allocator hands it out again only to work ordered after it on this stream).
   unsigned long long* tk = nullptr;
   if (ticket) {
-    tk = static_cast<unsigned long long*>(
-        c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(sizeof(*tk), cfg.stream));
+    tk = trace ? trace
+               : static_cast<unsigned long long*>(
+                     c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(sizeof(*tk), cfg.stream));
     C10_CUDA_CHECK(cudaMemsetAsync(tk, 0, sizeof(*tk), cfg.stream));
   }
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, x.data_ptr<float>(), y.data_ptr<float>(), rows, cols,
-                                             x.stride(0), chunk, tk);
-  if (tk) c10::cuda::CUDACachingAllocator::raw_delete(tk);
+                                             x.stride(0), chunk, tk, stagger);
+  if (tk && !trace) c10::cuda::CUDACachingAllocator::raw_delete(tk);
   C10_CUDA_CHECK(err);
 }
 
@@ -305,4 +334,23 @@ KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::Tensor
 
 KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y) {
   softmax_forward_cluster(x, y, 0, true);
+}
+
+// A/B on the ticketed 8-CTA TMA path: stagger in SM cycles per cluster index (-1: launch's rule); with a trace
+// tensor (int64[1 + 16 * 132], or empty for none) the per-CTA stamps of the kernel's TRACE parameter.
+KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase& y, const at::TensorBase& trace,
+                                  int64_t stagger) {
+  kp::check_row_softmax_args(x, y);
+  const int64_t cols = x.size(1);
+  TORCH_CHECK(x.size(0) > 0 && cols > 4 * SLICE && cols <= 8 * SLICE && cols % 4 == 0 && x.stride(0) % 4 == 0 &&
+                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
+              "softmax_forward_ab: the 8-CTA TMA path only");
+  TORCH_CHECK(stagger >= -1 && stagger <= 100000, "stagger: -1 (rule) or 0..100000 cycles");
+  const bool tr = trace.numel() > 0;
+  TORCH_CHECK(!tr || (trace.is_cuda() && trace.scalar_type() == at::kLong && trace.is_contiguous() &&
+                      trace.numel() >= 1 + 16 * 132), "trace: an int64 CUDA tensor of >= 2113 elements");
+  c10::cuda::CUDAGuard guard(x.device());
+  const int64_t chunk = ((cols + 7) / 8 + 3) / 4 * 4;
+  if (tr) launch<8, true, NCHUNK, true>(x, y, chunk, true, static_cast<unsigned long long*>(trace.data_ptr()), stagger);
+  else launch<8, true>(x, y, chunk, true, nullptr, stagger);
 }

@@ -21,6 +21,14 @@
 //   same run: static grid stride 3,887 GB/s on 120 SMs, ticketed 4,011; 3,907 vs 4,086 on 132), and here it took
 //   the kernel from 87.5% to 94.8% of copy_. The ticket counter (8 bytes from torch's caching allocator) is zeroed
 //   by a cudaMemsetAsync on the same stream before the launch.
+//   Start stagger (session 10): cluster c issues its first loads c * cols/512 SM cycles after launch (~0.4 us per
+//   cluster at 393216 columns, 5.6 us for the last of 15, about half a row period over all of them). Started
+//   together, the clusters read, computed and stored in lockstep for the first rows: per-CTA globaltimer stamps
+//   (scratch trace, `softmax_forward_ab` with a trace tensor) put row 0 of a cluster at 23 us and rows 1-5 at
+//   13.7 us each against 11.6 us in steady state, ~35 us lost by row 5; staggered, rows 1-5 take 11 us and the
+//   loss by row 5 is ~16 us. Time vs rows (prefixes of the benchmark tensor) had a 21-27 us intercept against 6-7 us
+//   for copy_; most of what is left is the pipeline fill (a row must be in before any of it goes out) and the end,
+//   where the 15 clusters finish over 6-9 us.
 //   The (m, s) partials cross the cluster through DSMEM into a slot indexed by row parity (a CTA is at most one row
 //   ahead of a peer), one cluster barrier per row; the ticketed next row rides in the same kind of slot.
 // Bytes: 4*R*N read + 4*R*N written, the floor (12.9 GB at 4096x393216); copy-speed floor 3.07 ms.
@@ -31,15 +39,31 @@
 //   longer than 16 x 49152 floats take a block-per-row online kernel (2 reads; ModelNew routes them elsewhere).
 // Numerics: e = expf(x - m_cta), one scale per CTA (expf(m_cta - M) / S), partials merged in rank order with the
 //   -inf-safe online merge; NaN or +inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~1.5e-7.
-// Measured: H200, 4096x393216, ticket order (`python3 scripts/softmax_sweep.py --order-ab`, four runs on three
-//   machines, 2026-11-22, GPU time, L2 read-flushed, same process): 3.167-3.174 ms, 4,059-4,069 GB/s, 94.6-94.9% of
-//   copy_ (4,287-4,289 GB/s), 1.49-1.50x torch.compile (4.737-4.742), 1.94-1.96x eager; the static order in the
-//   same runs 3.427-3.436 ms (87.5-87.7%). Tried in session 7 and not kept: 256-thread CTAs with half a slice, two
-//   per SM, 16-CTA clusters (3.485-3.551 ms); ex2.approx instead of expf, and st.global.cs stores, both of which
-//   push this 128-register kernel into 180-270 bytes of spills (not measured); a rung that holds nothing and
-//   re-reads its slice from L2 after the exchange (short-lived 16- or 8-CTA clusters, L2 evict-first/last hints:
-//   4.67-5.38 ms, i.e. the second read was not served by L2, or short-lived clusters do not keep HBM busy; 3_cluster,
-//   short-lived too, 4.1-4.4 ms); tickets drawn three rows ahead plus a cp.async.bulk.prefetch.L2 of the row after
+// Measured: H200, 4096x393216, `python3 run.py --problem softmax` (2026-11-22, session 10, GPU time, L2 flushed,
+//   interleaved; ceiling 4,250 GB/s = device copy measured in the same run): 3.172 ms, 4,062 GB/s, 95.6% of copy,
+//   1.94x eager (6.155), 1.49x torch.compile (4.726), relL2 7.7e-8. Start stagger A/B (`softmax_sweep.py
+//   --stagger-ab`, `copy_` of the same tensor interleaved): 3.178 vs 3.191 ms unstaggered (95.1% vs 94.7% of
+//   copy_, a slower machine); an earlier run of the same A/B 3.164-3.166 vs 3.183 (95.7% vs 95.1%); 60 rows 57.8 vs
+//   68.8 us, 15 rows (one per cluster) 19.8-22.0 vs 19.9 us.
+//   Tried in session 10 and not kept (same kind of A/B, one run each; shipped 3.163-3.183 ms there):
+//   - interleaved ownership: rank r holds 8 KiB slabs r, r+8, r+16, ... of the row, so a cluster reads and writes
+//     each row front to back together: 3.396 ms (88.6%); st.global.cs (evict-first) output stores: 3.234 (93.1%);
+//     both: 3.320. These builds carried 12-36 bytes of spills (`__stcs` itself: 256 bytes, from its "memory"
+//     clobber), which the next line shows is not free, so the figures mix two effects.
+//   - 2, 3, 8 or 12 prefetch chunks (template parameter NC) instead of 4 (40 bytes of spills each): 3.297, 3.303,
+//     3.320, 3.373 ms (89.8-91.8%); 6 chunks (no spills) 3.185-3.190 vs 3.174-3.183. With 193 KiB of shared
+//     memory the L1 keeps ~28 KiB, so 40 spilled bytes x 512 threads per row plausibly go out to L2: a 40-byte
+//     spill cost ~3.5%.
+//   Earlier: H200, 4096x393216, ticket order, no stagger (`python3 scripts/softmax_sweep.py --order-ab`, four runs
+//   on three machines, 2026-11-22, GPU time, L2 read-flushed, same process): 3.167-3.174 ms, 4,059-4,069 GB/s,
+//   94.6-94.9% of copy_ (4,287-4,289 GB/s), 1.49-1.50x torch.compile (4.737-4.742), 1.94-1.96x eager; the static
+//   order in the same runs 3.427-3.436 ms (87.5-87.7%).
+//   Tried in session 7 and not kept: 256-thread CTAs with half a slice, two per SM, 16-CTA clusters (3.485-3.551
+//   ms); ex2.approx instead of expf, and st.global.cs stores, both of which push this 128-register kernel into
+//   180-270 bytes of spills (not measured); a rung that holds nothing and re-reads its slice from L2 after the
+//   exchange (short-lived 16- or 8-CTA clusters, L2 evict-first/last hints: 4.67-5.38 ms, i.e. the second read
+//   was not served by L2, or short-lived clusters do not keep HBM busy; 3_cluster, short-lived too, 4.1-4.4 ms);
+//   tickets drawn three rows ahead plus a cp.async.bulk.prefetch.L2 of the row after
 //   next at the start of each row (4.42 ms, 68% of copy_, two runs: the prefetched 22 MiB does not survive in L2
 //   until its bulk load a row period later, so it is read twice).
 //   Tried in session 8 and not kept (`softmax_sweep.py --order-ab`, same runs; this kernel 3.171-3.186 ms there):
@@ -50,7 +74,8 @@
 //     (93.7% of copy_), s=10/130 3.868, s=11/132 3.937, s=12/132 3.538, s=16/128 4.066. 132 SMs need slices
 //     smaller than 192 KiB, and the per-row L2 exchange then costs more than the 12 SMs give.
 //   - an L2 evict-first policy on the bulk loads (createpolicy + .L2::cache_hint): 3.331 ms (90.8%), slower.
-//   - 2, 8 or 12 prefetch chunks instead of 4: each gives 40 bytes of spills at 128 registers (not measured).
+//   - 2, 8 or 12 prefetch chunks instead of 4: each gives 40 bytes of spills at 128 registers (measured in session
+//     10, above).
 //   Tried in session 9 and not kept (`softmax_sweep.py --order-ab`, two runs; this kernel 3.167 / 3.166 ms = 94.9%
 //   of copy_ there): loner CTAs on the 12 spare SMs, on a forked pool stream joined before return, taking rows
 //   from the clusters' ticket and doing each alone in two reads (online (m, s), then the output pass): 3.299 ms;

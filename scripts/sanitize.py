@@ -3,7 +3,9 @@
 
   compute-sanitizer --tool memcheck  --error-exitcode 1 python scripts/sanitize.py
   compute-sanitizer --tool racecheck --error-exitcode 1 python scripts/sanitize.py [--only softmax]
-Every output is also checked against float64 here, so a run that 'passes' the tool but computes garbage fails.
+Every output is also checked against float64 here, so a run that 'passes' the tool but computes garbage fails. The
+softmax checks run on the CPU: racecheck flagged 16 shared-memory hazards inside torch's own float64 norm kernel
+(reduce_kernel<NormTwoOps<double>>, session 10), which is not under test.
 """
 import argparse
 import sys
@@ -41,7 +43,9 @@ if not only or "softmax" in only:
         for rows, cols in SOFTMAX_SHAPES:
             x = torch.randn(rows, cols, generator=g).cuda()
             for tag, xx in (("", x), ("+off1", torch.randn(rows * cols + 1, generator=g).cuda()[1:].view(rows, cols))):
-                check(f"softmax/{v} {rows}x{cols}{tag}", m(xx), torch.softmax(xx, 1), torch.softmax(xx.double(), 1))
+                xc = xx.cpu()  # references and norms on the CPU: torch's own GPU reductions are not under test
+                check(f"softmax/{v} {rows}x{cols}{tag}", m(xx).cpu(), torch.softmax(xc, 1),
+                      torch.softmax(xc.double(), 1))
         torch.cuda.synchronize()
 
 for p in ("matmul_gelu_softmax", "gemm_bn_scale_softmax", "matmul_sum_max_mean_lse"):

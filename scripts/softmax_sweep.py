@@ -23,7 +23,43 @@ ap.add_argument("--order-ab", action="store_true", help="A/B 6_regcluster's stat
                 "4096x393216 next to copy_, eager and compile, then exit")
 ap.add_argument("--stagger-ab", action="store_true", help="A/B 6_regcluster's start stagger at 4096x393216 next to "
                 "copy_, eager and compile, and on short runs (15, 60, 240 rows), then exit")
+ap.add_argument("--cl-ab", action="store_true", help="A/B 6_regcluster's cluster size rule (smallest that holds the "
+                "row vs smallest power of two) where they differ, next to copy_ and compile, then exit")
 args = ap.parse_args()
+
+if args.cl_ab:
+    k6 = harness.Kernel("softmax", "6_regcluster")
+    print("| cols | rows | cl pow2 | cl rule | copy_ GB/s | compile GB/s | pow2 GB/s | rule GB/s | rule / pow2 |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+    for cols in (98308, 131072, 147456):  # where the rule (3) and the power of two (4) differ
+        rows = int(args.total_bytes // (cols * 4))
+        x = torch.rand(rows, cols, device="cuda")
+        y = torch.empty_like(x)
+        p2 = 1
+        while -(-cols // p2) > 49152:
+            p2 *= 2
+        rule = -(-cols // 49152)
+        rule = 16 if rule > 8 else 8 if rule > 4 else rule
+        pick = slice(0, rows, max(1, rows // 40))
+        ref = torch.softmax(x[pick].double(), 1)
+        for cl in (p2, rule):
+            y.zero_()
+            k6.softmax_forward_cluster(x, y, cl, True)
+            e = harness.rel_error(y[pick], ref)
+            assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (cols, cl, e)
+        torch._dynamo.reset()
+        compiled = torch.compile(Model(), dynamic=False)
+        fns = {"copy_": lambda: y.copy_(x), "compile": lambda: compiled(x),
+               "pow2": lambda: k6.softmax_forward_cluster(x, y, p2, True),
+               "rule": lambda: k6.softmax_forward_cluster(x, y, rule, True)}
+        with torch.no_grad():
+            t = harness.bench_interleaved(fns, min_reps=8, max_reps=20, budget_s=8)
+        g = {k: 2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9 for k, v in t.items()}
+        print(f"| {cols} | {rows} | {p2} | {rule} | {g['copy_']:,.0f} | {g['compile']:,.0f} | {g['pow2']:,.0f} | "
+              f"{g['rule']:,.0f} | {g['rule'] / g['pow2']:.3f} |", flush=True)
+        del x, y
+        torch.cuda.empty_cache()
+    sys.exit(0)
 
 if args.stagger_ab:
     k6 = harness.Kernel("softmax", "6_regcluster")

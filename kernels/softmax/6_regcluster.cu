@@ -10,9 +10,10 @@
 //   the row. Shared memory holds the *next* row: its TMA bulk load is issued as soon as this row has been copied
 //   into registers, so one full row of loads is in flight during the whole compute, barrier and store of the
 //   current row.
-// Ownership / launch: persistent clusters of CL CTAs (CL = the smallest power of two, 1..16, with ceil(N/CL) <=
-//   49152: 8 at N = 393216); CTA rank r owns columns [r*chunk, (r+1)*chunk) of each row its cluster takes; thread t
-//   owns float4s t + 512k (k < 24). G = cudaOccupancyMaxActiveClusters (1 CTA/SM: 128 regs x 512 threads).
+// Ownership / launch: persistent clusters of CL CTAs (CL = ceil(N/49152) rounded up to one of 1, 2, 3, 4, 8, 16;
+//   3 was 4 before session 10, see softmax_forward_cluster; 8 at N = 393216); CTA rank r owns columns
+//   [r*chunk, (r+1)*chunk) of each row its cluster takes; thread t owns float4s t + 512k (k < 24).
+//   G = cudaOccupancyMaxActiveClusters (1 CTA/SM: 128 regs x 512 threads).
 //   Row order (session 7): cluster c takes rows c and c+G, then each further row from an atomic ticket that rank 0
 //   draws two rows ahead and hands to its peers with the (m, s) exchange. The first version gave cluster c rows
 //   c, c+G, c+2G, ... (static); the clusters then drift apart over ~273 rows each and the rows being read spread
@@ -321,7 +322,7 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
 
 }  // namespace
 
-// cl = 0 picks the cluster size; 1, 2, 4, 8, 16 force it (A/B runs). Rows too long for 16 slices ignore cl.
+// cl = 0 picks the cluster size; 1, 2, 3, 4, 8 or 16 force it (A/B runs). Rows too long for 16 slices ignore cl.
 // ticket: the dynamic row order (see the kernel); false is the static order of the earlier measurements.
 KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket) {
   kp::check_row_softmax_args(x, y);
@@ -336,9 +337,15 @@ KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::Tensor
     return;
   }
   if (cl <= 0) {
-    for (cl = 1; cl < 16 && (cols + cl - 1) / cl > SLICE; cl *= 2) {}
+    // The smallest cluster that holds the row, except that 5..7 round up to 8 and 9..15 to 16. Fuller slices mean
+    // less padding computed per byte moved and more clusters: 3 instead of 4 moved 2-10% more (`softmax_sweep.py
+    // --cl-ab`, session 10: 98308, 131072, 147456 columns). 6 instead of 8 won 3.6% at 196612 columns but lost 8% at
+    // 262144 (how 6-CTA clusters pack into the GPCs), and 5 and 7 spill 24-32 bytes (a spill costs ~3.5% here).
+    cl = (cols + SLICE - 1) / SLICE;
+    cl = cl > 8 ? 16 : cl > 4 ? 8 : cl;
   }
-  TORCH_CHECK(cl == 1 || cl == 2 || cl == 4 || cl == 8 || cl == 16, "cluster size must be 1, 2, 4, 8 or 16");
+  TORCH_CHECK(cl == 1 || cl == 2 || cl == 3 || cl == 4 || cl == 8 || cl == 16,
+              "cluster size must be 1, 2, 3, 4, 8 or 16");
   const int64_t chunk = ((cols + cl - 1) / cl + 3) / 4 * 4;
   TORCH_CHECK(chunk <= SLICE, "a cluster of ", kp::num(cl), " CTAs is too small for rows of ", kp::num(cols));
   const bool tma = (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) &&
@@ -348,6 +355,8 @@ KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::Tensor
     case 3: launch<1, true>(x, y, chunk, ticket); break;
     case 4: launch<2, false>(x, y, chunk, ticket); break;
     case 5: launch<2, true>(x, y, chunk, ticket); break;
+    case 6: launch<3, false>(x, y, chunk, ticket); break;
+    case 7: launch<3, true>(x, y, chunk, ticket); break;
     case 8: launch<4, false>(x, y, chunk, ticket); break;
     case 9: launch<4, true>(x, y, chunk, ticket); break;
     case 16: launch<8, false>(x, y, chunk, ticket); break;
@@ -368,7 +377,8 @@ KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase&
   kp::check_row_softmax_args(x, y);
   const int64_t cols = x.size(1);
   TORCH_CHECK(x.size(0) > 0 && cols > 4 * SLICE && cols <= 8 * SLICE && cols % 4 == 0 && x.stride(0) % 4 == 0 &&
-                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
+                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
               "softmax_forward_ab: the 8-CTA TMA path only");
   TORCH_CHECK(stagger >= -1 && stagger <= 100000, "stagger: -1 (rule) or 0..100000 cycles");
   const bool tr = trace.numel() > 0;

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Plot the softmax bandwidth curve from the README's sweep table (the measured numbers, not a re-run).
+
+  python3 scripts/plot_sweep.py [--readme README.md] [--out docs/softmax_sweep.png]
+Needs matplotlib (not in requirements.txt: the plot is optional). The table is the first one whose header starts
+with '| cols | rows | eager'; its caption line above gives the copy ceiling ('copy ceiling N GB/s').
+"""
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ap = argparse.ArgumentParser()
+ap.add_argument("--readme", default=str(ROOT / "README.md"))
+ap.add_argument("--out", default=str(ROOT / "docs" / "softmax_sweep.png"))
+args = ap.parse_args()
+
+lines = Path(args.readme).read_text().splitlines()
+start = next((i for i, l in enumerate(lines) if l.startswith("| cols | rows | eager")), None)
+if start is None:
+    sys.exit("no sweep table ('| cols | rows | eager ...') in " + args.readme)
+head = [c.strip() for c in lines[start].strip("|").split("|")]
+rows = []
+for l in lines[start + 2:]:
+    if not l.startswith("|"):
+        break
+    rows.append([c.strip() for c in l.strip("|").split("|")])
+caption = " ".join(lines[max(0, start - 4):start])
+m = re.search(r"copy ceiling ([\d,]+) GB/s", caption)
+ceiling = float(m.group(1).replace(",", "")) if m else None
+
+
+def col(name):
+    return [float(r[head.index(name)].replace(",", "")) for r in rows]
+
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+cols = col("cols")
+fig, ax = plt.subplots(figsize=(7, 4))
+for name, style in (("eager", "o-"), ("compile", "s-"), ("auto", "D-")):
+    ax.plot(cols, col(name), style, label={"auto": "ours (ModelNew auto)"}.get(name, "torch " + name))
+if ceiling:
+    ax.axhline(ceiling, color="gray", ls="--", label=f"device copy {ceiling:,.0f} GB/s")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("columns (rows chosen for ~6.4 GB of input)")
+ax.set_ylabel("GB/s (one read + one write)")
+ax.set_title("fp32 softmax on H200")
+ax.set_ylim(0, (ceiling or max(col("auto"))) * 1.1)
+ax.grid(alpha=0.3)
+ax.legend(loc="lower left")
+Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+fig.tight_layout()
+fig.savefig(args.out, dpi=120)
+print("wrote", args.out)

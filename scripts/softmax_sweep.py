@@ -29,8 +29,8 @@ args = ap.parse_args()
 
 if args.cl_ab:
     k6 = harness.Kernel("softmax", "6_regcluster")
-    print("| cols | rows | cl pow2 | cl rule | copy_ GB/s | compile GB/s | pow2 GB/s | rule GB/s | rule / pow2 |\n"
-          "|---|---|---|---|---|---|---|---|---|")
+    print("| cols | rows | cl pow2 | copy_ GB/s | compile GB/s | pow2 GB/s | rule (cl=0) GB/s | rule / pow2 |\n"
+          "|---|---|---|---|---|---|---|---|")
     for cols in (98308, 131072, 147456):  # where the rule (3) and the power of two (4) differ
         rows = int(args.total_bytes // (cols * 4))
         x = torch.rand(rows, cols, device="cuda")
@@ -38,11 +38,9 @@ if args.cl_ab:
         p2 = 1
         while -(-cols // p2) > 49152:
             p2 *= 2
-        rule = -(-cols // 49152)
-        rule = 16 if rule > 8 else 8 if rule > 4 else rule
         pick = slice(0, rows, max(1, rows // 40))
         ref = torch.softmax(x[pick].double(), 1)
-        for cl in (p2, rule):
+        for cl in (p2, 0):  # 0: the kernel's own rule (3 at these widths)
             y.zero_()
             k6.softmax_forward_cluster(x, y, cl, True)
             e = harness.rel_error(y[pick], ref)
@@ -51,71 +49,66 @@ if args.cl_ab:
         compiled = torch.compile(Model(), dynamic=False)
         fns = {"copy_": lambda: y.copy_(x), "compile": lambda: compiled(x),
                "pow2": lambda: k6.softmax_forward_cluster(x, y, p2, True),
-               "rule": lambda: k6.softmax_forward_cluster(x, y, rule, True)}
+               "rule": lambda: k6.softmax_forward_cluster(x, y, 0, True)}
         with torch.no_grad():
             t = harness.bench_interleaved(fns, min_reps=8, max_reps=20, budget_s=8)
         g = {k: 2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9 for k, v in t.items()}
-        print(f"| {cols} | {rows} | {p2} | {rule} | {g['copy_']:,.0f} | {g['compile']:,.0f} | {g['pow2']:,.0f} | "
+        print(f"| {cols} | {rows} | {p2} | {g['copy_']:,.0f} | {g['compile']:,.0f} | {g['pow2']:,.0f} | "
               f"{g['rule']:,.0f} | {g['rule'] / g['pow2']:.3f} |", flush=True)
         del x, y
         torch.cuda.empty_cache()
     sys.exit(0)
+
+
+def bench_shape_ab(calls, budget_s):
+    """calls (name -> (f(x, y), rows it covers)) at the benchmark shape, 4096x393216, next to copy_, eager and
+    torch.compile in one interleaved loop; a markdown table of ms, GB/s and % of copy_ (per byte moved). Calls that
+    cover every row are first checked against float64 on rows 0::97 (a float64 reference of all 4096 would be 12.9
+    GB more)."""
+    x = torch.rand(4096, 393216, device="cuda")
+    y = torch.empty_like(x)
+    pick = slice(0, 4096, 97)
+    ref = torch.softmax(x[pick].double(), 1)
+    compiled = torch.compile(Model(), dynamic=False)
+    fns = {"copy_": lambda: y.copy_(x), "eager": lambda: torch.softmax(x, 1), "compile": lambda: compiled(x)}
+    covered = dict.fromkeys(fns, 4096)
+    for name, (f, rows) in calls.items():
+        if rows == 4096:
+            y.zero_()
+            f(x, y)
+            e = harness.rel_error(y[pick], ref)
+            assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (name, e)
+        fns[name] = lambda f=f: f(x, y)
+        covered[name] = rows
+    print("parity ok (rows 0::97 vs float64)", flush=True)
+    with torch.no_grad():
+        t = harness.bench_interleaved(fns, min_reps=10, max_reps=30, budget_s=budget_s)
+    cp = t["copy_"].median_ms
+    print("| 4096x393216 | median ms | IQR ms | GB/s | % of copy_ |\n|---|---|---|---|---|")
+    for n, v in t.items():
+        share = covered[n] / 4096
+        gbs = share * 2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9
+        print(f"| {n} | {v.median_ms:.4f} | {v.iqr_ms:.4f} | {gbs:,.0f} | {100 * share * cp / v.median_ms:.1f}% |")
+
 
 if args.stagger_ab:
     k6 = harness.Kernel("softmax", "6_regcluster")
     none = torch.empty(0, dtype=torch.int64, device="cuda")
     staggers = {-1: "start stagger by rule (shipped)", 0: "no stagger", 400: "stagger 400 cycles/cluster",
                 1600: "stagger 1600 cycles/cluster"}
-    x = torch.rand(4096, 393216, device="cuda")
-    y = torch.empty_like(x)
-    rows = slice(0, 4096, 97)
-    ref = torch.softmax(x[rows].double(), 1)
-    compiled = torch.compile(Model(), dynamic=False)
-    fns = {"copy_": lambda: y.copy_(x), "eager": lambda: torch.softmax(x, 1), "compile": lambda: compiled(x)}
-    for st, name in staggers.items():
-        y.zero_()
-        k6.softmax_forward_ab(x, y, none, st)
-        e = harness.rel_error(y[rows], ref)
-        assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (name, e)
-        fns[name] = lambda st=st: k6.softmax_forward_ab(x, y, none, st)
+    calls = {name: (lambda x, y, st=st: k6.softmax_forward_ab(x, y, none, st), 4096) for st, name in staggers.items()}
     for r in (15, 60, 240):  # short runs: 1, 4 and 16 rows per cluster
         for st in (-1, 0, 768):
-            fns[f"first {r} rows, stagger {'rule' if st < 0 else st}"] = \
-                lambda r=r, st=st: k6.softmax_forward_ab(x[:r], y[:r], none, st)
-    print("parity ok (rows 0::97 vs float64)", flush=True)
-    with torch.no_grad():
-        t = harness.bench_interleaved(fns, min_reps=10, max_reps=30, budget_s=60)
-    cp = t["copy_"].median_ms
-    print("| 4096x393216 | median ms | IQR ms | GB/s | % of copy_ |\n|---|---|---|---|---|")
-    for n, v in t.items():
-        nb = 2 * 4 * 393216 * (int(n.split()[1]) if n.startswith("first") else 4096)
-        print(f"| {n} | {v.median_ms:.4f} | {v.iqr_ms:.4f} | {nb / (v.median_ms * 1e-3) / 1e9:,.0f} |"
-              f" {100 * cp / v.median_ms * nb / (2 * x.numel() * 4):.1f}% |")
+            calls[f"first {r} rows, stagger {'rule' if st < 0 else st}"] = \
+                (lambda x, y, r=r, st=st: k6.softmax_forward_ab(x[:r], y[:r], none, st), r)
+    bench_shape_ab(calls, budget_s=60)
     sys.exit(0)
 
 if args.order_ab:
-    x = torch.rand(4096, 393216, device="cuda")
-    y = torch.empty_like(x)
     k6 = harness.Kernel("softmax", "6_regcluster")
-    rows = slice(0, 4096, 97)  # parity on a spread of rows: a float64 reference of all 4096 would be 12.9 GB more
-    ref = torch.softmax(x[rows].double(), 1)
-    compiled = torch.compile(Model(), dynamic=False)
-    fns = {"copy_": lambda: y.copy_(x), "eager": lambda: torch.softmax(x, 1), "compile": lambda: compiled(x)}
-    for ticket in (False, True):
-        name = f"6_regcluster {'ticket' if ticket else 'static'} order"
-        y.zero_()
-        k6.softmax_forward_cluster(x, y, 0, ticket)
-        e = harness.rel_error(y[rows], ref)
-        assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (name, e)
-        fns[name] = lambda ticket=ticket: k6.softmax_forward_cluster(x, y, 0, ticket)
-    print("parity ok (rows 0::97 vs float64)", flush=True)
-    with torch.no_grad():
-        t = harness.bench_interleaved(fns, min_reps=10, max_reps=30, budget_s=40)
-    cp = t["copy_"].median_ms
-    print("| 4096x393216 | median ms | IQR ms | GB/s | % of copy_ |\n|---|---|---|---|---|")
-    for n, v in t.items():
-        print(f"| {n} | {v.median_ms:.3f} | {v.iqr_ms:.3f} | {2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9:,.0f} |"
-              f" {100 * cp / v.median_ms:.1f}% |")
+    bench_shape_ab({f"6_regcluster {'ticket' if tk else 'static'} order":
+                    (lambda x, y, tk=tk: k6.softmax_forward_cluster(x, y, 0, tk), 4096) for tk in (False, True)},
+                   budget_s=40)
     sys.exit(0)
 
 if args.regrow_ab:

@@ -51,7 +51,7 @@
 //     each row front to back together: 3.396 ms (88.6%); st.global.cs (evict-first) output stores: 3.234 (93.1%);
 //     both: 3.320. These builds carried 12-36 bytes of spills (`__stcs` itself: 256 bytes, from its "memory"
 //     clobber), which the next line shows is not free, so the figures mix two effects.
-//   - 2, 3, 8 or 12 prefetch chunks (template parameter NC) instead of 4 (40 bytes of spills each): 3.297, 3.303,
+//   - 2, 3, 8 or 12 prefetch chunks (NCHUNK) instead of 4 (40 bytes of spills each): 3.297, 3.303,
 //     3.320, 3.373 ms (89.8-91.8%); 6 chunks (no spills) 3.185-3.190 vs 3.174-3.183. With 193 KiB of shared
 //     memory the L1 keeps ~28 KiB, so 40 spilled bytes x 512 threads per row plausibly go out to L2: a 40-byte
 //     spill cost ~3.5%.
@@ -99,6 +99,8 @@ constexpr int THREADS = 512;
 constexpr int V = 24;                                  // float4s per thread
 constexpr int64_t SLICE = (int64_t)THREADS * V * 4;   // floats per CTA: 49152 (192 KiB)
 constexpr int NCHUNK = 4;                              // prefetch ring: 4 chunks of 6 float4s per thread
+constexpr int KPC = V / NCHUNK;                        // k-values (float4s per thread) per chunk
+static_assert(V % NCHUNK == 0, "chunks must split the per-thread registers evenly");
 
 __device__ __forceinline__ int64_t globaltimer() {
   uint64_t ns;
@@ -106,12 +108,9 @@ __device__ __forceinline__ int64_t globaltimer() {
   return (int64_t)ns;
 }
 
-// Thread 0: chunk c (of NC) of the slice (n floats, a multiple of 4) of the row at xr into smem, completing on bar. Chunk c
+// Thread 0: chunk c of the slice (n floats, a multiple of 4) of the row at xr into smem, completing on bar. Chunk c
 // is float4s [c*KPC*THREADS, (c+1)*KPC*THREADS): exactly the registers k in [c*KPC, (c+1)*KPC) of every thread.
-template <int NC>
 __device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float* xr, int n, int c) {
-  constexpr int KPC = V / NC;
-  static_assert(V % NC == 0, "chunks must split the per-thread registers evenly");
   const int n4 = n >> 2;
   const int b = min(n4, c * KPC * THREADS), e = min(n4, (c + 1) * KPC * THREADS);
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads of buf before async writes
@@ -131,9 +130,9 @@ __device__ __forceinline__ float& comp(float4& v, int c) { return c == 0 ? v.x :
 // (c and c+G), every later row by an atomic ticket that rank 0 draws two rows ahead and hands to its peers with the
 // (m, s) exchange: a cluster that finishes early takes the next unclaimed row, so the clusters stay on neighbouring
 // rows instead of drifting apart (the persistent-copy probe: 3,887 -> 4,011 GB/s on 120 SMs).
-// NC: prefetch chunks per slice (A/B; 4 ships). TRACE: ticket[1 + 16*cta ..] = globaltimer at start, after the stores of
+// TRACE (A/B only): ticket[1 + 16*cta ..] = globaltimer at start, after the stores of
 // rows 0..5 and (ring, slot 7 + it % 6) of the last six rows are issued, at the end, and the rows this CTA did.
-template <int CL, bool TMA, bool TICKET, int NC = NCHUNK, bool TRACE = false>
+template <int CL, bool TMA, bool TICKET, bool TRACE = false>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_regcluster(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
                        int64_t chunk, unsigned long long* __restrict__ ticket, int64_t stagger) {
@@ -141,8 +140,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   __shared__ float part[2][CL][2];
   __shared__ int64_t next2[2];  // the row two iterations ahead, written by rank 0 of the cluster into every peer
   __shared__ float scratch[64];
-  __shared__ __align__(8) uint64_t bars[NC];
-  constexpr int KPC = V / NC;
+  __shared__ __align__(8) uint64_t bars[NCHUNK];
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = (int)cluster.block_rank();
@@ -154,7 +152,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   if (TMA) {
     if (t == 0) {
-      for (int c = 0; c < NC; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[c])));
+      for (int c = 0; c < NCHUNK; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[c])));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
       // Cluster c starts c * stagger SM cycles late, so that the clusters do not read, compute and store in
       // lockstep for the first rows (see the header: the convoy at the start cost ~20 us per call).
@@ -163,7 +161,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         while (clock64() - t0 < first * stagger) {}
       }
       if (first < rows)
-        for (int c = 0; c < NC; ++c) prefetch<NC>(buf, &bars[c], x + first * xs + c0, n, c);
+        for (int c = 0; c < NCHUNK; ++c) prefetch(buf, &bars[c], x + first * xs + c0, n, c);
     }
     __syncthreads();
   }
@@ -185,7 +183,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       // SM's loads never pause for a whole-slice copy.
       const float4* b4 = reinterpret_cast<const float4*>(buf);
 #pragma unroll
-      for (int c = 0; c < NC; ++c) {
+      for (int c = 0; c < NCHUNK; ++c) {
         kp::mbar_wait(&bars[c], it & 1);
 #pragma unroll
         for (int kk = 0; kk < KPC; ++kk) {
@@ -193,7 +191,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           r[k] = 4 * i < n ? b4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
         }
         __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
-        if (t == 0 && nrow < rows) prefetch<NC>(buf, &bars[c], x + nrow * xs + c0, n, c);
+        if (t == 0 && nrow < rows) prefetch(buf, &bars[c], x + nrow * xs + c0, n, c);
       }
     } else {
 #pragma unroll
@@ -275,10 +273,13 @@ __global__ void __launch_bounds__(1024) softmax_long(const float* __restrict__ x
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = kp_softmax::vout(xr[i], m, inv);
 }
 
-template <int CL, bool TMA, int NC = NCHUNK, bool TRACE = false>
-void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket,
-            unsigned long long* trace = nullptr, int64_t stagger = -1) {
-  auto kern = ticket ? softmax_regcluster<CL, TMA, true, NC, TRACE> : softmax_regcluster<CL, TMA, false, NC, TRACE>;
+// stagger < 0: the rule below. TRACE: trace is an int64 CUDA tensor (checked by the caller) that also holds the ticket.
+template <int CL, bool TMA, bool TRACE = false>
+void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket, int64_t stagger,
+            const at::TensorBase* trace = nullptr) {
+  auto kern = softmax_regcluster<CL, TMA, true, TRACE>;  // a trace needs the ticket (checked by the caller)
+  if constexpr (!TRACE)
+    if (!ticket) kern = softmax_regcluster<CL, TMA, false>;
   const int64_t rows = x.size(0), cols = x.size(1);
   const size_t smem = TMA ? (size_t)chunk * 4 : 0;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -305,31 +306,38 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
   // columns: 400..1600 cycles all gain the same; neutral at one row per cluster (15 rows), -16% time at 60 rows.
   if (stagger < 0) stagger = cols / 512;
   cfg.gridDim = dim3((unsigned)(G * CL));
+  if (TRACE)
+    TORCH_CHECK(trace->numel() >= 1 + 16 * G * CL, "trace: needs 1 + 16 x ", kp::num(G * CL), " int64 elements (",
+                kp::num(G * CL), " CTAs), got ", kp::num(trace->numel()));
   // The ticket counter: 8 bytes from torch's caching allocator, zeroed on this stream, freed right after the launch
-  // is enqueued (the allocator hands it out again only to work ordered after it on this stream).
+  // is enqueued (the allocator hands it out again only to work ordered after it on this stream). A trace holds it
+  // in its first element.
   unsigned long long* tk = nullptr;
-  if (ticket) {
-    tk = trace ? trace
-               : static_cast<unsigned long long*>(
-                     c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(sizeof(*tk), cfg.stream));
-    C10_CUDA_CHECK(cudaMemsetAsync(tk, 0, sizeof(*tk), cfg.stream));
-  }
+  if (TRACE) tk = static_cast<unsigned long long*>(trace->data_ptr());
+  else if (ticket)
+    tk = static_cast<unsigned long long*>(
+        c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(sizeof(*tk), cfg.stream));
+  if (tk) C10_CUDA_CHECK(cudaMemsetAsync(tk, 0, sizeof(*tk), cfg.stream));
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, x.data_ptr<float>(), y.data_ptr<float>(), rows, cols,
                                              x.stride(0), chunk, tk, stagger);
-  if (tk && !trace) c10::cuda::CUDACachingAllocator::raw_delete(tk);
+  if (tk && !TRACE) c10::cuda::CUDACachingAllocator::raw_delete(tk);
   C10_CUDA_CHECK(err);
 }
 
-}  // namespace
-
-// cl = 0 picks the cluster size; 1, 2, 3, 4, 8 or 16 force it (A/B runs). Rows too long for 16 slices ignore cl.
-// ticket: the dynamic row order (see the kernel); false is the static order of the earlier measurements.
-KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket) {
+// The dispatcher behind the exports. cl = 0 picks the cluster size; 1, 2, 3, 4, 8 or 16 force it (A/B runs). Rows
+// too long for 16 slices ignore cl. ticket: the dynamic row order (see the kernel); false is the static order of the
+// earlier measurements. trace: see softmax_forward_ab.
+void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket, int64_t stagger,
+         const at::TensorBase* trace) {
   kp::check_row_softmax_args(x, y);
+  if (trace)
+    TORCH_CHECK(trace->is_cuda() && trace->scalar_type() == at::kLong && trace->is_contiguous(),
+                "trace: a contiguous int64 CUDA tensor");
   const int64_t rows = x.size(0), cols = x.size(1);
   if (rows == 0 || cols == 0) return;
   c10::cuda::CUDAGuard guard(x.device());
   if (cols > 16 * SLICE) {
+    TORCH_CHECK(!trace, "trace: the ticketed 8-CTA TMA path only");
     TORCH_CHECK(rows <= 2147483647LL, "too many rows for a 1-D grid: ", kp::num(rows));
     softmax_long<<<(unsigned)rows, 1024, 0, kp::stream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), cols,
                                                             x.stride(0));
@@ -350,42 +358,41 @@ KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::Tensor
   TORCH_CHECK(chunk <= SLICE, "a cluster of ", kp::num(cl), " CTAs is too small for rows of ", kp::num(cols));
   const bool tma = (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) &&
                    (reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0) && x.stride(0) % 4 == 0 && cols % 4 == 0;
+  TORCH_CHECK(!trace || (cl == 8 && tma && ticket), "trace: the ticketed 8-CTA TMA path only");
   switch (cl * 2 + tma) {
-    case 2: launch<1, false>(x, y, chunk, ticket); break;
-    case 3: launch<1, true>(x, y, chunk, ticket); break;
-    case 4: launch<2, false>(x, y, chunk, ticket); break;
-    case 5: launch<2, true>(x, y, chunk, ticket); break;
-    case 6: launch<3, false>(x, y, chunk, ticket); break;
-    case 7: launch<3, true>(x, y, chunk, ticket); break;
-    case 8: launch<4, false>(x, y, chunk, ticket); break;
-    case 9: launch<4, true>(x, y, chunk, ticket); break;
-    case 16: launch<8, false>(x, y, chunk, ticket); break;
-    case 17: launch<8, true>(x, y, chunk, ticket); break;
-    case 32: launch<16, false>(x, y, chunk, ticket); break;
-    default: launch<16, true>(x, y, chunk, ticket); break;
+    case 2: launch<1, false>(x, y, chunk, ticket, stagger); break;
+    case 3: launch<1, true>(x, y, chunk, ticket, stagger); break;
+    case 4: launch<2, false>(x, y, chunk, ticket, stagger); break;
+    case 5: launch<2, true>(x, y, chunk, ticket, stagger); break;
+    case 6: launch<3, false>(x, y, chunk, ticket, stagger); break;
+    case 7: launch<3, true>(x, y, chunk, ticket, stagger); break;
+    case 8: launch<4, false>(x, y, chunk, ticket, stagger); break;
+    case 9: launch<4, true>(x, y, chunk, ticket, stagger); break;
+    case 16: launch<8, false>(x, y, chunk, ticket, stagger); break;
+    case 17:
+      if (trace) launch<8, true, true>(x, y, chunk, ticket, stagger, trace);
+      else launch<8, true>(x, y, chunk, ticket, stagger);
+      break;
+    case 32: launch<16, false>(x, y, chunk, ticket, stagger); break;
+    default: launch<16, true>(x, y, chunk, ticket, stagger); break;
   }
+}
+
+}  // namespace
+
+// cl = 0 picks the cluster size; 1, 2, 3, 4, 8 or 16 force it; ticket = false is the static row order (A/B runs).
+KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket) {
+  run(x, y, cl, ticket, -1, nullptr);
 }
 
 KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y) {
   softmax_forward_cluster(x, y, 0, true);
 }
 
-// A/B on the ticketed 8-CTA TMA path: stagger in SM cycles per cluster index (-1: launch's rule); with a trace
-// tensor (int64[1 + 16 * 132], or empty for none) the per-CTA stamps of the kernel's TRACE parameter.
+// A/B: stagger in SM cycles per cluster index (-1: launch's rule); trace: int64[1 + 16 x CTAs] for the per-CTA stamps
+// of the kernel's TRACE parameter (the ticketed 8-CTA TMA path only), or an empty tensor.
 KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase& y, const at::TensorBase& trace,
                                   int64_t stagger) {
-  kp::check_row_softmax_args(x, y);
-  const int64_t cols = x.size(1);
-  TORCH_CHECK(x.size(0) > 0 && cols > 4 * SLICE && cols <= 8 * SLICE && cols % 4 == 0 && x.stride(0) % 4 == 0 &&
-                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
-                  reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
-              "softmax_forward_ab: the 8-CTA TMA path only");
   TORCH_CHECK(stagger >= -1 && stagger <= 100000, "stagger: -1 (rule) or 0..100000 cycles");
-  const bool tr = trace.numel() > 0;
-  TORCH_CHECK(!tr || (trace.is_cuda() && trace.scalar_type() == at::kLong && trace.is_contiguous() &&
-                      trace.numel() >= 1 + 16 * 132), "trace: an int64 CUDA tensor of >= 2113 elements");
-  c10::cuda::CUDAGuard guard(x.device());
-  const int64_t chunk = ((cols + 7) / 8 + 3) / 4 * 4;
-  if (tr) launch<8, true, NCHUNK, true>(x, y, chunk, true, static_cast<unsigned long long*>(trace.data_ptr()), stagger);
-  else launch<8, true>(x, y, chunk, true, nullptr, stagger);
+  run(x, y, 0, true, stagger, trace.numel() > 0 ? &trace : nullptr);
 }

@@ -595,30 +595,74 @@ class Err:
                 and self.worst_row <= budget.worst_row)
 
 
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> Err:
-    """Relative L2 error of `out` against a float64 `ref`. Non-finite values must match exactly (NaN where the
-    reference has NaN, the same infinities); they are then excluded from the L2 norms."""
-    out = out.detach().to(torch.float64)
-    ref = ref.detach().to(torch.float64)
-    nan_o, nan_r = torch.isnan(out), torch.isnan(ref)
-    inf_o, inf_r = torch.isinf(out), torch.isinf(ref)
-    mism = int(((nan_o != nan_r) | (inf_o != inf_r) | (inf_r & (out != ref))).sum())
-    fin = torch.isfinite(ref) & torch.isfinite(out)
-    d = torch.where(fin, out - ref, 0.0)
-    r = torch.where(fin, ref, 0.0)
+CHUNK_ELEMS = 1 << 25  # elements per step of the error measure (256 MiB in float64): large outputs never need a
+#                         full float64 copy on the device
 
-    def rel(dd, rr):
-        num, den = dd.norm(), rr.norm()
-        return float(num / den) if den > 0 else float(num)
 
-    rl2 = rel(d, r)
-    worst = rl2
-    if ref.dim() == 2 and ref.shape[0] > 1:
-        num = d.norm(dim=1)
-        den = r.norm(dim=1)
-        per_row = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), num)
-        worst = float(per_row.max())
-    return Err(rl2, worst, mism)
+def as_rows(t: torch.Tensor) -> torch.Tensor:
+    """The rows the worst-row error is taken over: slices along the last dimension (a 1-D or 0-D tensor is one)."""
+    if t.dim() <= 1:
+        return t.reshape(1, -1)
+    return t.reshape(-1, t.shape[-1])
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK_ELEMS) -> Err:
+    """Relative L2 error of `out` against a float64 `ref` (which may live on the host while `out` is on the GPU).
+    Non-finite values must match exactly (NaN where the reference has NaN, the same infinities); they are then
+    excluded from the L2 norms. Worked in blocks of rows and columns moved to out's device, so the peak extra memory
+    is a few chunks, not a float64 copy of the output."""
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"shapes differ: {tuple(out.shape)} vs {tuple(ref.shape)}")
+    if out.numel() == 0:
+        return Err(0.0, 0.0, 0)
+    o2, r2 = as_rows(out.detach()), as_rows(ref.detach())
+    dev = out.device
+    rows, cols = o2.shape
+    cstep = max(1, min(cols, chunk))
+    rstep = max(1, chunk // cstep)
+    num2 = torch.zeros((), dtype=torch.float64, device=dev)
+    den2 = torch.zeros((), dtype=torch.float64, device=dev)
+    mism = torch.zeros((), dtype=torch.int64, device=dev)
+    worst = torch.zeros((), dtype=torch.float64, device=dev)
+    for r0 in range(0, rows, rstep):
+        rn = torch.zeros(min(rstep, rows - r0), dtype=torch.float64, device=dev)
+        rd = torch.zeros_like(rn)
+        for c0 in range(0, cols, cstep):
+            o = o2[r0:r0 + rstep, c0:c0 + cstep].to(dev, torch.float64)
+            r = r2[r0:r0 + rstep, c0:c0 + cstep].to(dev, torch.float64)
+            nan_o, nan_r = torch.isnan(o), torch.isnan(r)
+            inf_o, inf_r = torch.isinf(o), torch.isinf(r)
+            mism += ((nan_o != nan_r) | (inf_o != inf_r) | (inf_r & (o != r))).sum()
+            fin = torch.isfinite(r) & torch.isfinite(o)
+            d = torch.where(fin, o - r, 0.0)
+            rr = torch.where(fin, r, 0.0)
+            rn += (d * d).sum(1)
+            rd += (rr * rr).sum(1)
+        num2 += rn.sum()
+        den2 += rd.sum()
+        per_row = torch.where(rd > 0, (rn / torch.where(rd > 0, rd, 1.0)).sqrt(), rn.sqrt())
+        worst = torch.maximum(worst, per_row.max())
+    num, den = float(num2.sqrt()), float(den2.sqrt())
+    rl2 = num / den if den > 0 else num
+    return Err(rl2, float(worst) if rows > 1 else rl2, int(mism))
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor, chunk: int = CHUNK_ELEMS) -> bool:
+    """Bitwise-equal values through the views (NaN equals NaN, the sign of zero counts; what lies outside the views
+    is not compared). `b` may live on another device than `a`; compared in chunks on a's device."""
+    if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+        return False
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    for i in range(0, fa.numel(), chunk):
+        x, y = fa[i:i + chunk], fb[i:i + chunk].to(a.device)
+        if a.is_floating_point():
+            if not bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all()):
+                return False
+            if not bool((torch.signbit(x) == torch.signbit(y)).all()):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
 
 
 ABS_FLOOR = 1e-6  # measured.md: PyTorch-fp32's own relL2 can be ~1e-9 on fresh modules, so a pure multiple is
@@ -745,7 +789,7 @@ def copy_bandwidth(nbytes: int = 4 << 30) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Parity: candidate first on its own copy of the inputs, then PyTorch fp32 and float64 on pristine copies.
+# Inputs.
 
 def clone_layout(x):
     """A copy that keeps shape, strides and storage offset (plain .clone() drops the offset)."""
@@ -758,66 +802,8 @@ def clone_layout(x):
     return view
 
 
-def seeded_models(mod, variant: str, init, seed: int, device="cuda", opts: dict | None = None):
-    """Reference and candidate built after the same seed, then made bit-identical through the state_dict."""
-    torch.manual_seed(seed)
-    ref = mod.Model(*init).to(device)
-    torch.manual_seed(seed)
-    new = mod.ModelNew(*init, variant=variant, **(opts or {})).to(device)
-    new.load_state_dict(ref.state_dict())
-    return ref, new
-
-
-def parity(mod, variant: str, inputs: list, init=None, seed: int = 0, opts: dict | None = None,
-           precision: str = "fp32") -> dict:
-    """Relative L2 error of ModelNew(variant, **opts) and of PyTorch's own fp32 Model against the float64 Model on
-    the same inputs; the candidate passes if within budget_from(PyTorch's error). precision="tf32": ModelNew gets
-    precision="tf32" and the budget comes from PyTorch with TF32 on (the opt-in mode's own reference)."""
-    import copy
-    init = mod.get_init_inputs() if init is None else init
-    if precision != "fp32":
-        opts = {**(opts or {}), "precision": precision}
-    ref, new = seeded_models(mod, variant, init, seed, opts=opts)
-    ref64 = copy.deepcopy(ref).double()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    with torch.no_grad():
-        out = new(*[clone_layout(x) for x in inputs])
-        torch.cuda.synchronize()
-        with (tf32_matmul() if precision == "tf32" else contextlib.nullcontext()):
-            r32 = ref(*[clone_layout(x) for x in inputs])
-        r64 = ref64(*[clone_layout(x).double() if isinstance(x, torch.Tensor) else x for x in inputs])
-    if not (type(out) is torch.Tensor and out.shape == r32.shape and out.dtype == r32.dtype
-            and out.device == r32.device):
-        desc = (f"{type(out).__name__} {tuple(out.shape)} {out.dtype} {out.device}"
-                if isinstance(out, torch.Tensor) else type(out).__name__)
-        return {"ok": False, "reason": f"output is {desc}, expected torch.Tensor {tuple(r32.shape)} {r32.dtype} "
-                                       f"{r32.device}"}
-    e_ref = rel_error(r32, r64)
-    e_new = rel_error(out, r64)
-    budget = budget_from(e_ref)
-    ok = e_new.within(budget)
-    reason = "" if ok else (f"{e_new.nonfinite_mismatch} NaN/Inf mismatches" if e_new.nonfinite_mismatch else
-                            f"relL2 {e_new.rel_l2:.2e} (worst row {e_new.worst_row:.2e}) over budget "
-                            f"{budget.rel_l2:.2e} ({budget.worst_row:.2e})")
-    return {"ok": ok, "reason": reason, "err": e_new, "ref_err": e_ref, "budget": budget}
-
-
-def case_inputs(mod, name: str, seed: int, device="cuda") -> tuple[list, list]:
-    """(init inputs, forward inputs) of a declared case."""
-    g = torch.Generator().manual_seed(seed)
-    return mod.CASES[name](g, device)
-
-
-def bench_inputs(mod, seed: int, device="cuda") -> list:
-    """get_inputs() drawn straight on the device (same distributions as the CPU contract, far faster at 6 GB)."""
-    torch.manual_seed(seed)
-    with torch.device(device):
-        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
-
-
 # ---------------------------------------------------------------------------------------------------------------
-# run.py's engine: parity on the benchmark shape and every declared case, then one interleaved timing table.
+# Compute ceilings.
 
 def gemm_fp32_rate(n: int = 8192) -> float:
     """cuBLAS fp32 (TF32 off) FLOP/s on an n^3 GEMM."""
@@ -848,149 +834,3 @@ def gemm_rates(n: int = 8192, precision: str = "fp32") -> dict[str, float]:
     if precision != "tf32":
         rates["HGEMM/3"] = rates.pop("HGEMM") / 3
     return rates
-
-
-def row_specs(mod, variant_list: list[str]) -> list[tuple[str, str, dict]]:
-    """(label, variant, ModelNew options) of every candidate row: each variant as is, plus each variant under each
-    of the problem's ROW_OPTIONS (e.g. matmul_sum_max_mean_lse's cache=False)."""
-    out = [(v, v, {}) for v in variant_list]
-    for tag, opts in getattr(mod, "ROW_OPTIONS", {}).items():
-        opts = dict(opts)
-        only = opts.pop("variants", None)  # an option that applies to some rungs only (e.g. a cuBLAS mode)
-        opts.pop("peer", None)
-        out += [(f"{v}[{tag}]", v, dict(opts)) for v in variant_list if only is None or v in only]
-    return out
-
-
-def is_peer(mod, label: str) -> bool:
-    """A row that times somebody else's code (ROW_OPTIONS entry with "peer": True): its parity is reported, and a
-    failure does not fail the run (it is not ours to fix)."""
-    return any(label.endswith(f"[{tag}]") and o.get("peer") for tag, o in getattr(mod, "ROW_OPTIONS", {}).items())
-
-
-def _shape_str(inputs) -> str:
-    return ", ".join("x".join(map(str, x.shape)) for x in inputs if isinstance(x, torch.Tensor))
-
-
-def run_problem(problem: str, variant_list: list[str], seed: int | None = None, compile_baseline: bool = True,
-                bench: bool = True, precision: str = "fp32") -> dict:
-    import copy
-    mod = problem_module(problem)
-    if precision not in getattr(mod, "PRECISIONS", ("fp32",)):
-        raise UsageError(f"{problem} has no {precision!r} mode; it runs in "
-                         f"{', '.join(getattr(mod, 'PRECISIONS', ('fp32',)))}")
-    seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
-    _progress(f"{problem}: seed {seed} (replay with --seed {seed})")
-    if mod.DEFAULT_VARIANT not in variants(problem) and mod.DEFAULT_VARIANT not in variant_list:
-        variant_list = [*variant_list, mod.DEFAULT_VARIANT]  # the dispatching default is timed as its own row
-    todo = [(problem, v) for v in variant_list if v in variants(problem)]
-    if len(todo) > 1:
-        errs = [r for r in build_all(items=todo) if r[3]]
-        if errs:
-            raise KernelBuildError("\n".join(r[3] for r in errs))
-    for _, v in todo:
-        build(problem, v)
-    init = mod.get_init_inputs()
-    rec = {"problem": problem, "seed": seed, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "precision": precision, "variants": {}, "cases": {}, "parity_ok": True}
-    rows = row_specs(mod, variant_list)
-
-    for name in mod.CASES:
-        for label, v, opts in rows:
-            c_init, c_inputs = case_inputs(mod, name, seed)
-            r = parity(mod, v, c_inputs, c_init, seed, opts, precision)
-            rec["cases"][f"{name}/{label}"] = {"ok": r["ok"], "reason": r["reason"], "peer": is_peer(mod, label),
-                                               "rel_l2": r["err"].rel_l2 if "err" in r else None}
-            rec["parity_ok"] &= r["ok"] or is_peer(mod, label)
-
-    inputs = bench_inputs(mod, seed)
-    rec["shape"] = _shape_str(inputs)
-    for label, v, opts in rows:
-        r = parity(mod, v, inputs, init, seed, opts, precision)
-        rec["variants"][label] = {"ok": r["ok"], "reason": r["reason"],
-                              **({"rel_l2": r["err"].rel_l2, "worst_row": r["err"].worst_row,
-                                  "budget": r["budget"].rel_l2, "torch_fp32_rel_l2": r["ref_err"].rel_l2}
-                                 if "err" in r else {})}
-        rec["ref_rel_l2"] = r.get("ref_err").rel_l2 if "ref_err" in r else None
-        rec["parity_ok"] &= r["ok"] or is_peer(mod, label)
-        torch.cuda.empty_cache()
-    if not bench:
-        return rec
-
-    if precision != "fp32":
-        rows = [(label, v, {**opts, "precision": precision}) for label, v, opts in rows]
-    torch.manual_seed(seed)
-    eager = mod.Model(*init).cuda()
-    fns = {"eager": eager}
-    if compile_baseline:
-        fns["torch.compile"] = torch.compile(copy.deepcopy(eager))
-    labels = {}
-    for label, v, opts in rows:
-        fns[label] = seeded_models(mod, v, init, seed, opts=opts)[1]
-        rung = fns[label].rung(*inputs) if hasattr(fns[label], "rung") else v
-        if rung != v:
-            labels[label] = f"{label}->{rung}"
-    calls = {k: (lambda m=m: m(*inputs)) for k, m in fns.items()}
-    # tf32 mode: the baselines are PyTorch with TF32 on (compiled with it on too).
-    with torch.no_grad(), (tf32_matmul() if precision == "tf32" else contextlib.nullcontext()):
-        if compile_baseline:
-            _progress(f"{problem}: compiling the torch.compile baseline")
-            calls["torch.compile"]()
-        _progress(f"{problem}: timing {', '.join(calls)} (interleaved, L2 flushed before each call)")
-        times = bench_interleaved(calls)
-    opts_of = {label: opts for label, _, opts in rows}
-    traffic = {k: mod.traffic(*inputs, init=init, **opts_of.get(k, {})) for k in times}
-    if mod.BOUND == "memory":
-        ceiling, unit, what = copy_bandwidth(), "GB/s", "bytes"
-        ceiling_label = "device copy"
-    else:
-        rates = gemm_rates(precision=precision)
-        ceiling, unit, what = max(rates.values()), "TFLOP/s", "flops"
-        ceiling_label = "best of cuBLAS " + ", ".join(f"{k} {v / 1e12:.1f}" for k, v in rates.items())
-    rate = lambda k, ms: traffic[k][what] / (ms * 1e-3)
-    rec.update(bound=mod.BOUND, unit=unit, ceiling=ceiling, ceiling_label=ceiling_label, traffic=traffic, timing={},
-               labels=labels)
-    for k, t in times.items():
-        rec["timing"][k] = {"median_ms": t.median_ms, "q1_ms": t.q1_ms, "q3_ms": t.q3_ms, "n": t.n,
-                            "host_us": t.host_us,
-                            "rate": rate(k, t.median_ms), "pct_ceiling": 100 * rate(k, t.median_ms) / ceiling,
-                            "vs_eager": times["eager"].median_ms / t.median_ms,
-                            "vs_compile": (times["torch.compile"].median_ms / t.median_ms
-                                           if "torch.compile" in times else None)}
-    return rec
-
-
-def format_table(rec: dict) -> str:
-    scale = 1e9 if rec.get("unit") == "GB/s" else 1e12
-    lines = [f"{rec['problem']} [{rec.get('shape', '')}] seed {rec['seed']} on {rec['device']}, torch {rec['torch']}"
-             + (f", precision {rec['precision']} (budget from PyTorch in that mode)"
-                if rec.get("precision", "fp32") != "fp32" else "")]
-    if "timing" in rec:
-        lines[0] += (f"; ceiling {rec['ceiling'] / scale:,.0f} {rec['unit']} ({rec.get('ceiling_label', '')}, "
-                     f"measured now)")
-    bad = {k: c for k, c in rec["cases"].items() if not c["ok"]}
-    lines.append(f"odd cases: {len(rec['cases']) - len(bad)}/{len(rec['cases'])} pass"
-                 + "".join(f"\n  FAIL {k}{' (peer row, not gated)' if c.get('peer') else ''}: {c['reason']}"
-                           for k, c in bad.items()))
-    names = list(rec.get("timing", {})) or list(rec["variants"])
-    w = max([16] + [len(rec.get("labels", {}).get(k, k)) for k in names])
-    hdr = (f"{'':{w}} {'median ms':>9} {'IQR ms':>7} {rec.get('unit', ''):>8} {'%ceil':>6} {'vs eager':>8} "
-           f"{'vs comp':>7} {'host us':>7} {'relL2':>8} {'worst row':>9}  parity")
-    lines.append(hdr)
-    for k in names:
-        t = rec.get("timing", {}).get(k)
-        v = rec["variants"].get(k)
-        cols = f"{rec.get('labels', {}).get(k, k):{w}}"
-        if t:
-            vc = f"{t['vs_compile']:.2f}x" if t["vs_compile"] else "-"
-            cols += (f" {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {t['rate'] / scale:8,.0f} "
-                     f"{t['pct_ceiling']:5.1f}% {t['vs_eager']:7.2f}x {vc:>7} {t.get('host_us', float('nan')):7.0f}")
-        else:
-            cols += " " * 62
-        if v:
-            cols += (f" {v.get('rel_l2', float('nan')):8.1e} {v.get('worst_row', float('nan')):9.1e}  "
-                     + ("pass" if v["ok"] else f"FAIL: {v['reason']}"))
-        elif k == "eager" and rec.get("ref_rel_l2") is not None:
-            cols += f" {rec['ref_rel_l2']:8.1e} {'':9}  (reference fp32)"
-        lines.append(cols)
-    return "\n".join(lines)

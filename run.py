@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Build, check and time the playground's kernels.
+"""Judge kernels against any KernelBench-format reference: parity against float64, then eager / torch.compile /
+the kernels timed side by side against the ceilings measured in the same run.
 
-  python run.py --problem softmax            parity vs float64, then eager / torch.compile / every variant timed
-  python run.py --list                       problems and their variants
-  python run.py --build                      build every kernel in parallel (first use does this lazily)
-  python run.py --problem softmax --candidate my_kernel.py
-                                             judge a KernelBench-format file defining ModelNew (checker.py):
-                                             exit 0 accepted, 1 rejected (reason on one line), 2 usage error
+  python run.py --problem softmax                      a built-in problem: every variant of the playground
+  python run.py --ref path/to/19_ReLU.py               any KernelBench file: eager vs torch.compile vs the ceiling
+  python run.py --ref path/to/19_ReLU.py --candidate my_relu.py
+  python run.py --problem softmax --candidate my_softmax.py
+                                                       judge a file defining ModelNew in its own process:
+                                                       exit 0 accepted, 1 rejected (reason on one line)
+  python run.py --list                                 problems and their variants
+  python run.py --build                                build every kernel in parallel (first use does this lazily)
 
-Exit codes: 0 ok, 1 parity failure (or candidate rejected), 2 usage error (unknown problem/variant, no CUDA device).
+Exit codes: 0 ok, 1 a row or the candidate rejected, 2 usage error (unknown problem/variant, no CUDA device, too
+little GPU memory).
 """
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -21,23 +24,28 @@ import harness
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--problem", action="append", help="problem id (repeatable); default: all with --build")
-    ap.add_argument("--variant", action="append", help="variant(s) to run (default: all)")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--problem", action="append", help="built-in problem id (repeatable)")
+    src.add_argument("--ref", metavar="FILE", help="a KernelBench-format reference file (Model, get_inputs, "
+                                                   "get_init_inputs)")
+    ap.add_argument("--candidate", metavar="FILE", help="judge this ModelNew file (in its own process)")
+    ap.add_argument("--variant", action="append", help="variant(s) of a built-in problem (default: all, and the "
+                                                       "dispatching default such as auto)")
     ap.add_argument("--list", action="store_true", help="list problems and variants")
     ap.add_argument("--build", action="store_true", help="build kernels in parallel and exit")
     ap.add_argument("--jobs", type=int, default=None, help="parallel builds for --build")
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: from the OS, printed)")
+    ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
-    ap.add_argument("--no-bench", action="store_true", help="parity only")
+    ap.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
+    ap.add_argument("--allow-torch", action="store_true", help="accept a candidate that runs no kernel of its own "
+                                                               "(a pure-PyTorch rewrite); the row says so")
     ap.add_argument("--json", metavar="PATH", help="write the full record as JSON")
-    ap.add_argument("--candidate", metavar="FILE", help="judge this ModelNew file (in its own process) instead of "
-                                                        "the playground's variants")
-    ap.add_argument("--trials", type=int, default=3, help="--candidate: parity trials on fresh inputs (>= 3)")
-    ap.add_argument("--precision", default="fp32", help="fp32 (default; TF32 off) or tf32 (opt-in, for problems "
-                                                        "that have the mode and for --candidate: budget from "
-                                                        "PyTorch with TF32 on, baselines timed with TF32 on)")
-    ap.add_argument("--device", default=None, help="--candidate: cuda (default) or cpu (parity on the declared "
-                                                   "cases only, for pure-torch candidates; no timing)")
+    ap.add_argument("--precision", default="fp32", help="fp32 (default; TF32 off) or tf32 (opt-in: budget from "
+                                                        "PyTorch with TF32 on, baselines timed with it on, the "
+                                                        "TF32 GEMM ceiling)")
+    ap.add_argument("--device", default=None, help="cuda (default) or cpu (parity only, for pure-torch "
+                                                   "candidates; no timing, escape or own-kernel checks)")
     return ap.parse_args(argv)
 
 
@@ -46,12 +54,19 @@ def fail_usage(msg: str) -> int:
     return 2
 
 
+def _variant_names(problem: str) -> list[str]:
+    import judge
+    return judge.default_variants(problem)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.list:
         for p in harness.problems():
-            print(f"{p}: {', '.join(harness.variants(p))}")
+            print(f"{p}: {', '.join(_variant_names(p))}")
         return 0
+    if args.precision not in harness.PRECISIONS:
+        return fail_usage(f"--precision must be one of {', '.join(harness.PRECISIONS)}, got {args.precision!r}")
     for p in args.problem or []:
         if p not in harness.problems():
             return fail_usage(f"unknown problem {p!r}; problems: {', '.join(harness.problems())}")
@@ -59,21 +74,22 @@ def main(argv=None) -> int:
         if not args.candidate and args.precision not in modes:
             return fail_usage(f"{p} has no {args.precision!r} mode; it runs in {', '.join(modes)}")
         for v in args.variant or []:
-            if v not in harness.variants(p):
-                return fail_usage(f"unknown variant {v!r} of {p}; variants: {', '.join(harness.variants(p))}")
-    if args.precision not in harness.PRECISIONS:
-        return fail_usage(f"--precision must be one of {', '.join(harness.PRECISIONS)}, got {args.precision!r}")
-    if not args.problem and not args.build:
-        return fail_usage("give --problem ID (or --list / --build); problems: " + ", ".join(harness.problems()))
-    if args.candidate:
-        return run_candidate(args)
+            if v not in _variant_names(p):
+                return fail_usage(f"unknown variant {v!r} of {p}; variants: {', '.join(_variant_names(p))}")
+    if not args.problem and not args.ref and not args.build:
+        return fail_usage("give --problem ID or --ref FILE (or --list / --build); problems: "
+                          + ", ".join(harness.problems()))
+    if args.candidate and (args.variant or args.build or (args.problem and len(args.problem) != 1)):
+        return fail_usage("--candidate takes one --problem or --ref, and no --variant/--build")
+    if args.ref and (args.variant or args.build):
+        return fail_usage("--variant and --build belong to built-in problems, not to --ref files")
     import torch
-    if not torch.cuda.is_available():
+    if args.device is None and not torch.cuda.is_available():
         return fail_usage("no CUDA device visible (torch.cuda.is_available() is False): the kernels need an "
-                          "NVIDIA GPU; CPU-only checks run under pytest")
+                          "NVIDIA GPU; --device cpu runs the parity checks of a pure-torch candidate")
     if args.build:
         probs = args.problem or harness.problems()
-        items = [(p, v) for p in probs for v in (args.variant or harness.variants(p))]
+        items = [(p, v) for p in probs for v in (args.variant or harness.variants(p)) if v in harness.variants(p)]
         t0 = time.perf_counter()
         res = harness.build_all(args.jobs, items)
         bad = [r for r in res if r[3]]
@@ -81,33 +97,32 @@ def main(argv=None) -> int:
             print(err, file=sys.stderr)
         print(f"built {len(res) - len(bad)}/{len(res)} kernels in {time.perf_counter() - t0:.1f} s wall")
         return 1 if bad else 0
-    records = []
-    status = 0
-    for p in args.problem:
-        rec = harness.run_problem(p, args.variant or harness.variants(p), seed=args.seed,
-                                 compile_baseline=not args.no_compile, bench=not args.no_bench,
-                                 precision=args.precision)
+
+    import judge
+    opts = dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
+                bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch)
+    refs = [judge.Reference.load(("file", args.ref))] if args.ref else \
+        [judge.Reference.load(("problem", p)) for p in args.problem]
+    records, status = [], 0
+    for ref in refs:
+        variants = None
+        if ref.problem and not args.candidate:
+            variants = args.variant or _variant_names(ref.problem)
+            files = [(ref.problem, v) for v in variants if v in harness.variants(ref.problem)]
+            if len(files) > 1 and (args.device or "cuda") == "cuda":
+                errs = [r for r in harness.build_all(items=files) if r[3]]
+                if errs:
+                    raise harness.KernelBuildError("\n".join(r[3] for r in errs))
+        rec = judge.evaluate(ref, args.candidate, variants, **opts)
         records.append(rec)
-        print(harness.format_table(rec), flush=True)
-        status = max(status, 0 if rec["parity_ok"] else 1)
+        print(judge.format_record(rec), flush=True)
+        if args.candidate:
+            print(judge.verdict(rec), flush=True)
+        status = max(status, 0 if rec["ok"] else 1)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(records, f, indent=2, default=str)
+            json.dump(records[0] if len(records) == 1 else records, f, indent=2, default=str)
     return status
-
-
-def run_candidate(args) -> int:
-    if len(args.problem) != 1 or args.variant or args.build:
-        return fail_usage("--candidate takes exactly one --problem and no --variant/--build")
-    import checker
-    rec = checker.evaluate(args.problem[0], args.candidate, seed=args.seed, trials=args.trials,
-                           precision=args.precision, device=args.device, bench=not args.no_bench,
-                           compile_baseline=not args.no_compile)
-    print(checker.format_record(rec), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rec, f, indent=2, default=str)
-    return 0 if rec["accepted"] else 1
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
+import judge  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--problem", required=True)
@@ -25,8 +26,10 @@ mod = harness.problem_module(args.problem)
 opts = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.opt)}
 variant = args.variant or mod.DEFAULT_VARIANT
 init = mod.get_init_inputs()
-inputs = harness.bench_inputs(mod, seed=0)
-_, m = harness.seeded_models(mod, variant, init, 0, opts=opts)
+ref = judge.Reference.load(("problem", args.problem))
+inputs = ref.inputs(0, "cuda")
+m = mod.ModelNew(*init, variant=variant, **opts).cuda()
+m.load_state_dict(ref.model(init, 0, "cuda").state_dict())
 with torch.no_grad():
     for _ in range(3):
         m(*inputs)

@@ -319,8 +319,9 @@ def test_linear_gemm_modes_are_checked_on_cpu():
 
 
 def test_row_options_can_name_their_rungs():
-    mod = harness.problem_module("matmul_gelu_softmax")
-    labels = [label for label, _, _ in harness.row_specs(mod, harness.variants("matmul_gelu_softmax"))]
+    import judge
+    ref = judge.Reference.load(("problem", "matmul_gelu_softmax"))
+    labels = [spec[0] for spec in judge.row_specs(ref, harness.variants("matmul_gelu_softmax"))]
     assert "1_cublas_fused_epilogue[gemm=fp32]" in labels
     assert "2_split_wgmma[gemm=fp32]" not in labels  # the split rung has its own GEMM
 

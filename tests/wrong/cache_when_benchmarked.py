@@ -1,5 +1,8 @@
-"""Behaves during parity, then caches by pointer once it sees the benchmark shape repeatedly (a benchmark
-detector). Only the re-check of the timed calls' outputs can catch this."""
+"""Behaves during parity, then serves from a pointer-keyed cache whenever a call follows the previous one within
+0.1 s (a benchmark detector: timed calls come in quick succession, parity calls are seconds apart). Only the check
+of timed calls' outputs can catch this."""
+import time
+
 import torch
 import torch.nn as nn
 
@@ -8,7 +11,6 @@ from harness import Kernel
 PROBLEM = "softmax"
 EXPECT = r"timed call .*over budget"
 DEVICES = ("cuda",)
-_seen = {}
 
 
 class ModelNew(nn.Module):
@@ -16,15 +18,19 @@ class ModelNew(nn.Module):
         super().__init__()
         self.k = Kernel("softmax", "6_regcluster")
         self.cache = {}
+        self.last = None
 
     def forward(self, x):
-        n = _seen[tuple(x.shape)] = _seen.get(tuple(x.shape), 0) + 1
+        now = time.monotonic()
+        benchmarked = self.last is not None and now - self.last < 0.1
+        self.last = now
         key = x.data_ptr()
-        if n > 4 and key in self.cache:
+        if benchmarked and key in self.cache:
             return self.cache[key]
         x = x if x.stride(1) == 1 else x.contiguous()
         y = torch.empty(x.shape, device=x.device)
         self.k.softmax_forward(x, y)
-        if n > 4:
+        if benchmarked:
+            self.cache = {k: v for k, v in list(self.cache.items())[-1:]}  # two entries: the timing pool's slots
             self.cache[key] = y
         return y

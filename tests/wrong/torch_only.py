@@ -1,10 +1,11 @@
 """Correct and honest, but it is PyTorch's own softmax: no kernel of the candidate's ran. (On --device cpu there is
-no own-kernel check, and this file is accepted: tests/test_checker.py asserts that too.)"""
+no own-kernel check, and this file is accepted with a verdict that says so: tests/test_judge.py asserts that too;
+--allow-torch accepts it on the GPU, labelled pure PyTorch.)"""
 import torch
 import torch.nn as nn
 
 PROBLEM = "softmax"
-EXPECT = r"no kernel from the candidate's own build ran"
+EXPECT = r"no kernel from the row's own build ran"
 DEVICES = ("cuda",)
 
 

@@ -1,0 +1,11 @@
+"""Returns only the values, not the (values, indices) tuple."""
+import torch.nn as nn
+
+EXPECT = r"trial 1 .*expected a tuple of 2"
+DEVICES = ("cpu", "cuda")
+FLAGS = ("--allow-torch",)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.amax(1)

@@ -1,0 +1,12 @@
+"""Correct, but no kernel of its own runs; without --allow-torch that is a rejection."""
+import torch
+import torch.nn as nn
+
+EXPECT = r"own kernel: no kernel from the row's own build ran"
+DEVICES = ("cuda",)
+FLAGS = ()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)

@@ -228,13 +228,22 @@ def budget_reason(label: str, err, budget) -> str:
             f"({budget.worst_row:.2e})")
 
 
-def check_memory(name: str, fbytes: int, free: int) -> None:
-    """One line before any work when the judge would not fit: it needs about MEMORY_FACTOR x the problem's inputs,
-    outputs and weights (the candidate's copy of the inputs, its output, PyTorch's output, the timing pool)."""
-    need = MEMORY_FACTOR * fbytes
+def memory_need(fp: dict, models: int) -> int:
+    """GPU bytes the judge plans for: MEMORY_FACTOR x the problem's inputs, outputs and weights (the model's copy of
+    the inputs, its output, PyTorch's output, the timing pool, the references' weights), plus one copy of the
+    weights for each judged model beyond the first (every row is alive while rows are timed side by side)."""
+    return MEMORY_FACTOR * (fp["inputs"] + fp["outputs"] + fp["weights"]) + max(models - 1, 0) * fp["weights"]
+
+
+def check_memory(name: str, fp: dict, models: int, free: int) -> None:
+    """One line before any work when the judge would not fit."""
+    need = memory_need(fp, models)
+    fbytes = fp["inputs"] + fp["outputs"] + fp["weights"]
     if need > free:
         raise UsageError(f"{name} needs about {need / 2**30:.1f} GiB of GPU memory ({MEMORY_FACTOR} x "
-                         f"{fbytes / 2**30:.1f} GiB of inputs, outputs and weights); {free / 2**30:.1f} GiB are free")
+                         f"{fbytes / 2**30:.1f} GiB of inputs, outputs and weights"
+                         + (f", and the weights of {models} models" if models > 1 and fp["weights"] else "")
+                         + f"); {free / 2**30:.1f} GiB are free")
 
 
 def set_precision(precision: str) -> None:
@@ -430,8 +439,8 @@ class Worker:
         eager = self.ref.model(init, seed, self.device)
         eager.load_state_dict(state)
         self.baselines = {"eager": eager}
-        if compile_baseline:
-            self.baselines["torch.compile"] = torch.compile(copy.deepcopy(eager))
+        if compile_baseline:  # shares eager's weights: one copy of them on the device
+            self.baselines["torch.compile"] = torch.compile(eager)
         x = self.ref.inputs(example_seed, self.device)
         set_precision(self.precision)
         with torch.no_grad():
@@ -783,6 +792,9 @@ class _Refs:
                              and x.is_floating_point() else
                              (x.to(self.f64_device) if isinstance(x, torch.Tensor) else x) for x in pristine])
         set_precision("fp32")
+        if self.f64_device == "cpu" and torch.cuda.is_available():  # pinned: each chunk of the comparison crosses
+            r64 = tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64)) \
+                if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
         return Expected.of(r32, r64)
 
 
@@ -905,7 +917,6 @@ class Judge:
         self.fbytes = fbytes
         self.f64_device = device if fbytes <= FLOAT64_ON_DEVICE_MAX else "cpu"
         if device == "cuda":
-            check_memory(ref.name, fbytes, torch.cuda.mem_get_info()[0])
             torch.cuda.reset_peak_memory_stats()
 
     # -- rows ---------------------------------------------------------------------------------------------------
@@ -1105,6 +1116,8 @@ class Judge:
         seed0 = (self.seed + 1000) % 2**32
         min_reps = self.reps[0]
         check_reps = sorted({0, random.SystemRandom().randrange(1, max(2, min_reps))})
+        # the declared cases built models of their own shapes: back to the benchmark's, with the current weights
+        self._each(lambda row: self._build(row, refs, init, self.seed, stage="timing"))
         self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
         for rep in check_reps:
             s = timed_call_seed(seed0, warmup + 2 * rep + 1)
@@ -1191,6 +1204,8 @@ class Judge:
 
     def run(self) -> dict:
         gpu = self.device == "cuda"
+        if gpu:
+            check_memory(self.ref.name, self.fp, len(self.rows), torch.cuda.mem_get_info()[0])
         seeds = [s for _, s, _, _ in self._sequence()]
         self.log(f"{self.ref.name}: seed {self.seed} (calls {', '.join(map(str, seeds))}; replay with --seed "
                  f"{self.seed})")
@@ -1217,6 +1232,7 @@ class Judge:
                             row.reject("import: the file defines no class ModelNew")
                     except Rejected as e:
                         row.reject(str(e))
+            t0 = time.perf_counter()
             bench_parity = gpu or self.fp["inputs"] + self.fp["outputs"] <= CPU_BENCH_MAX
             if bench_parity:
                 self._parity_bench(init)
@@ -1224,11 +1240,13 @@ class Judge:
                 rec["notes"] = (f"the benchmark shape ({(self.fp['inputs'] + self.fp['outputs']) / 2**20:,.0f} MiB)"
                                 f" was not run on the CPU; declared cases only")
             self._parity_cases()
-            self.log(f"{self.ref.name}: parity done ({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows "
-                     f"pass)")
+            self.log(f"{self.ref.name}: parity done in {time.perf_counter() - t0:.0f} s "
+                     f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
             if gpu:
+                t0 = time.perf_counter()
                 timed = self._timing(init)
                 self._each(self._escape)
+                self.log(f"{self.ref.name}: timing and escape checks done in {time.perf_counter() - t0:.0f} s")
                 rec.update(timed)
                 x = self.ref.inputs(self.seed, self.device)
                 rec["shape"] = ", ".join("x".join(map(str, t.shape)) for t in x if isinstance(t, torch.Tensor))
@@ -1244,6 +1262,7 @@ class Judge:
                         except Rejected:
                             pass
                 rec["peak_gpu_bytes"] = sum(peaks)
+                rec["memory_need"] = memory_need(self.fp, len(self.rows))
                 if self.bench and rec.get("timing"):
                     rec.update(self.ceilings(rec["traffic"]["eager"]))
         finally:
@@ -1295,14 +1314,15 @@ def verdict(rec: dict, label: str = "candidate") -> str:
 
 def format_record(rec: dict) -> str:
     gpu_peak = rec.get("peak_gpu_bytes")
-    fbytes = sum(rec["footprint"][k] for k in ("inputs", "outputs", "weights"))
     head = (f"{rec['reference']} [{rec.get('shape', '')}] seed {rec['seed']} on {rec['device']}, torch {rec['torch']}"
             + (f", precision {rec['precision']} (budget from PyTorch in that mode)"
                if rec["precision"] != "fp32" else ""))
     lines = [head]
     if gpu_peak is not None:
-        lines.append(f"peak GPU memory {gpu_peak / 2**30:.1f} GiB (inputs + outputs + weights "
-                     f"{fbytes / 2**30:.2f} GiB)")
+        fp = rec["footprint"]
+        lines.append(f"peak GPU memory {gpu_peak / 2**30:.1f} GiB (inputs + outputs {(fp['inputs'] + fp['outputs']) / 2**30:.2f}"
+                     f" GiB, weights {fp['weights'] / 2**30:.2f} GiB, {len(rec['rows'])} judged model(s); planned "
+                     f"{rec['memory_need'] / 2**30:.1f} GiB)")
     if "bandwidth" in rec:
         c = f"ceilings measured now: device copy {rec['bandwidth'] / 1e9:,.0f} GB/s"
         if rec.get("flops_rate"):

@@ -210,11 +210,16 @@ def test_footprint_and_flops_from_the_reference():
 
 
 def test_memory_check_is_one_line():
-    judge.check_memory("p", 10 << 30, 40 << 30)
+    fp = {"inputs": 6 << 30, "outputs": 6 << 30, "weights": 0, "flops": 0}
+    judge.check_memory("p", fp, 8, 40 << 30)
     with pytest.raises(harness.UsageError) as ei:
-        judge.check_memory("softmax", 12 << 30, 30 << 30)
+        judge.check_memory("softmax", fp, 1, 30 << 30)
     msg = str(ei.value)
     assert "\n" not in msg and "36.0 GiB" in msg and "30.0 GiB are free" in msg
+    heavy = {"inputs": 1 << 30, "outputs": 1 << 30, "weights": 1 << 30, "flops": 0}
+    assert judge.memory_need(heavy, 4) == (9 + 3) << 30  # one weight copy per further row
+    with pytest.raises(harness.UsageError, match="the weights of 4 models"):
+        judge.check_memory("w", heavy, 4, 10 << 30)
 
 
 def test_one_precision_path_for_ceilings(monkeypatch):

@@ -959,7 +959,8 @@ class Judge:
                 self.log(f"{self.ref.name}: {row.label} rejected: {e}")
 
     # -- stages -------------------------------------------------------------------------------------------------
-    def _build(self, row: Row, refs: _Refs, init, seed: int, stage: str = "construct") -> None:
+    def _build(self, row: Row, refs: _Refs, init, seed: int, stage: str = "construct", state=None) -> None:
+        """Construct the row's model after the seed and load the reference's state (its state now, or `state`)."""
         keys = row.runner.call(stage, "build", row.label, init, seed)["keys"]
         ref_keys = refs.keys()
         names = state_map(ref_keys, [(k, tuple(s)) for k, s in keys]) if ref_keys else {}
@@ -971,7 +972,7 @@ class Judge:
                            f"be neither loaded nor changed alike")
         row.names = names
         if names:
-            state = {names[k]: v for k, v in refs.state().items()}
+            state = {names[k]: v for k, v in (refs.state() if state is None else state).items()}
             row.runner.call(stage, "update", row.label, {"kind": "load_state_dict", "state": state})
 
     def _check_call(self, row: Row, label: str, pristine: list, exp: Expected) -> dict:
@@ -1081,10 +1082,11 @@ class Judge:
                 c_init, c_inputs = self.ref.case(name, s, self.device)
                 c_refs = _Refs(self.ref, c_init, s, self.device, self.device)
                 label = f"case {name} (seed {s})"
+                state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
                 exp = c_refs.expected(c_inputs, self.precision)
 
                 def one(row):
-                    self._build(row, c_refs, c_init, s, stage=label)
+                    self._build(row, c_refs, c_init, s, stage=label, state=state0)
                     row.checks[label] = self._check_call(row, label, c_inputs, exp)
                     self._check_buffers(row, f"buffers after {label}", c_refs)
                     row.runner.call(label, "drop", row.label)

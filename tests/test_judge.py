@@ -272,6 +272,15 @@ def test_honest_torch_candidate_on_cpu_says_what_was_not_run():
     assert v.startswith("accepted (parity only on cpu") and "timing" in v and "own kernel" in v
 
 
+def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
+    """A candidate that is the reference (BatchNorm in training mode) passes every declared case: the rows start
+    from the reference's state as it was before its call, so running statistics are compared like for like."""
+    f = tmp_path / "same.py"
+    f.write_text("from models.gemm_bn_scale_softmax import Model\n\n\nclass ModelNew(Model):\n    pass\n")
+    rec = judge.evaluate("gemm_bn_scale_softmax", f, seed=2, device="cpu")
+    assert rec["rows"]["candidate"]["accepted"], rec["rows"]["candidate"]["reason"]
+
+
 @pytest.mark.parametrize("folder,cand", [p for p in PAIRS if "cpu" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]],
                          ids=lambda x: str(x))
 def test_judge_case_on_cpu(tmp_path, folder, cand):

@@ -527,6 +527,8 @@ class Worker:
             if st["kept"] is not None:
                 label, rep, seed, out, slot = st["kept"]
                 st["kept"] = None
+                torch.cuda.synchronize()  # device-wide, as for parity: work a row left elsewhere is the escape
+                #                           check's to catch, with its own reason
                 self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out),
                               "type": describe(out), "inputs": pool[slot]})
 

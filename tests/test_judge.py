@@ -272,6 +272,27 @@ def test_honest_torch_candidate_on_cpu_says_what_was_not_run():
     assert v.startswith("accepted (parity only on cpu") and "timing" in v and "own kernel" in v
 
 
+def test_timed_call_check_rejects_a_stale_output_and_modified_inputs():
+    """What a worker hands over after a checked timed call is judged against the reference for those inputs."""
+    ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
+    j = judge.Judge(ref, seed=1, device="cpu")
+    refs = judge._Refs(ref, [], 1, "cpu", "cpu")
+    rows = {k: judge.Row(k, runner=None) for k in ("good", "stale", "mutated")}
+    j.rows = list(rows.values())
+    s = 4242
+    pristine = ref.inputs(s, "cpu")
+    j.timed_refs[s] = (pristine, refs.expected(pristine, "fp32"))
+    stale = torch.relu(ref.inputs(s - 1, "cpu")[0])  # the answer for other inputs
+    mutated = [pristine[0].clone()]
+    mutated[0][0, 0] += 1
+    for label, out, inputs in (("good", torch.relu(pristine[0]), pristine), ("stale", stale, pristine),
+                               ("mutated", torch.relu(pristine[0]), mutated)):
+        j._interim({"label": label, "rep": 3, "seed": s, "out": out, "type": "Tensor", "inputs": inputs})
+    assert rows["good"].accepted and "timed call (rep 3, inputs seed 4242)" in rows["good"].checks
+    assert not rows["stale"].accepted and re.match(r"timed call \(rep 3.*over budget", rows["stale"].reason)
+    assert not rows["mutated"].accepted and "input 0 was modified" in rows["mutated"].reason
+
+
 def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
     """A candidate that is the reference (BatchNorm in training mode) passes every declared case: the rows start
     from the reference's state as it was before its call, so running statistics are compared like for like."""

@@ -1,6 +1,8 @@
 """Behaves during parity, then serves from a pointer-keyed cache whenever a call follows the previous one within
-0.1 s (a benchmark detector: timed calls come in quick succession, parity calls are seconds apart). Only the check
-of timed calls' outputs can catch this."""
+0.1 s (a benchmark detector: timed calls come in quick succession, parity calls are seconds apart). Parity cannot
+see it; whichever later stage meets a cached call first rejects it: the own-kernel check (its profiled call ran
+no kernel at all) or the check of timed calls' outputs (stale). tests/test_judge.py also drives the timed-call
+check directly."""
 import time
 
 import torch
@@ -9,7 +11,7 @@ import torch.nn as nn
 from harness import Kernel
 
 PROBLEM = "softmax"
-EXPECT = r"timed call .*over budget"
+EXPECT = r"timed call .*over budget|own kernel: no kernel .*\(kernels seen: none\)"
 DEVICES = ("cuda",)
 
 

@@ -28,7 +28,6 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -1210,8 +1209,6 @@ class Judge:
 
     def run(self) -> dict:
         gpu = self.device == "cuda"
-        if gpu:
-            check_memory(self.ref.name, self.fp, len(self.rows), torch.cuda.mem_get_info()[0])
         seeds = [s for _, s, _, _ in self._sequence()]
         self.log(f"{self.ref.name}: seed {self.seed} (calls {', '.join(map(str, seeds))}; replay with --seed "
                  f"{self.seed})")
@@ -1222,6 +1219,8 @@ class Judge:
                "rows": {}, "skipped": self.skipped}
         init = self.ref.init()
         try:
+            if gpu:
+                check_memory(self.ref.name, self.fp, len(self.rows), torch.cuda.mem_get_info()[0])
             refs0 = self.ref.model(init, self.seed, self.device)
             state = refs0.state_dict()
             if gpu and self.bench:

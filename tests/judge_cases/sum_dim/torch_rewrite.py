@@ -1,5 +1,4 @@
 """A pure-PyTorch rewrite (sum as a batched matrix-vector product in float64)."""
-import torch
 import torch.nn as nn
 
 EXPECT = None

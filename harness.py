@@ -158,7 +158,7 @@ def arch_flag(capability: tuple[int, int] | None) -> str:
 
 
 def cxx_std() -> str:
-    # torch 2.11 builds extensions as C++17, 2.13's headers need C++20 (measured.md); both accept the newer one
+    # torch 2.11 builds extensions as C++17, 2.13's headers need C++20; both accept the newer one
     # only from 2.13 on, so pick by version rather than guess.
     major, minor = (int(v) for v in torch.__version__.split(".")[:2])
     return "-std=c++20" if (major, minor) >= (2, 13) else "-std=c++17"
@@ -665,7 +665,7 @@ def same_values(a: torch.Tensor, b: torch.Tensor, chunk: int = CHUNK_ELEMS) -> b
     return True
 
 
-ABS_FLOOR = 1e-6  # measured.md: PyTorch-fp32's own relL2 can be ~1e-9 on fresh modules, so a pure multiple is
+ABS_FLOOR = 1e-6  # measured on an H200: PyTorch-fp32's own relL2 can be ~1e-9 on fresh modules, so a pure multiple is
 #                   meaningless there; 1e-6 is ~1/10 of a single-ulp-everywhere error in fp32 (1.2e-7 * ~8).
 REF_MULTIPLE = 4.0  # candidates may be up to 4x PyTorch-fp32's own error on the same inputs
 

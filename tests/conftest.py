@@ -7,4 +7,4 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 HAS_GPU = torch.cuda.is_available()
-gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (runs on the H200 via the device tool)")
+gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")

@@ -11,7 +11,7 @@
 //   rounded up to 4 floats; 512 threads stride over the slice in float4s. grid = R*CL CTAs, cluster = (CL,1,1),
 //   dynamic smem = chunk*4 bytes (192 KiB at N = 393216, CL = 8).
 // Why CL = 8 at 393216: 16 x 96 KiB also fits (non-portable size) but measured occupancy is 7 clusters on 112 SMs
-//   vs 15 clusters on 120 SMs for 8 (measured.md); 8 keeps more SMs pulling bytes. Rows of <= ~50K floats use CL = 1
+//   vs 15 clusters on 120 SMs for 8 (measured on an H200); 8 keeps more SMs pulling bytes. Rows of <= ~50K floats use CL = 1
 //   (the whole row in one CTA); the auto choice can be overridden (softmax_forward_cluster) for sweeps.
 // Bound: memory; prediction at 4096x393216: 12.9 GB at the ~4.1-4.2 TB/s copy speed = 3.07-3.14 ms. What limits it:
 //   each CTA alternates a load phase and a store phase with a cluster barrier between, so HBM stays busy only

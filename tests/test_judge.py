@@ -419,6 +419,16 @@ def test_every_shipped_variant_accepted(problem, precision):
 
 
 @gpu
+def test_ref_alone_times_eager_and_compile(tmp_path):
+    d = outside_repo(tmp_path, "relu")
+    r = run("--ref", d / "ref.py", "--json", tmp_path / "r.json")
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert set(rec["timing"]) == {"eager", "torch.compile"} and rec["bound"] == "memory"
+    assert "eager" in r.stdout and "peak GPU memory" in r.stdout
+
+
+@gpu
 def test_cli_candidate_outside_repo_accepted(tmp_path):
     f = shipped_candidate(tmp_path, "softmax", "auto", {})
     r = run("--problem", "softmax", "--candidate", f, "--no-compile", "--json", tmp_path / "r.json")

@@ -294,12 +294,27 @@ def test_timed_call_check_rejects_a_stale_output_and_modified_inputs():
 
 
 def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
-    """A candidate that is the reference (BatchNorm in training mode) passes every declared case: the rows start
-    from the reference's state as it was before its call, so running statistics are compared like for like."""
-    f = tmp_path / "same.py"
-    f.write_text("from models.gemm_bn_scale_softmax import Model\n\n\nclass ModelNew(Model):\n    pass\n")
-    rec = judge.evaluate("gemm_bn_scale_softmax", f, seed=2, device="cpu")
-    assert rec["rows"]["candidate"]["accepted"], rec["rows"]["candidate"]["reason"]
+    """A candidate that is the reference (Linear + BatchNorm in training mode) passes the benchmark-shape calls and
+    the reference file's own declared cases: every model starts from the reference's state as it was before the
+    reference's call, so running statistics are compared like for like."""
+    (tmp_path / "bn_ref.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, i, o):\n"
+        "        super().__init__()\n"
+        "        self.lin, self.bn = nn.Linear(i, o), nn.BatchNorm1d(o)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.bn(self.lin(x))\n\n\n"
+        "def get_inputs():\n    return [torch.rand(64, 48)]\n\n\n"
+        "def get_init_inputs():\n    return [48, 40]\n\n\n"
+        "CASES = {\"odd\": lambda g, d: ([5, 7], [torch.rand(3, 5, generator=g).to(d)]),\n"
+        "         \"batch2\": lambda g, d: ([9, 4], [torch.rand(2, 9, generator=g).to(d)])}\n")
+    (tmp_path / "same.py").write_text("from bn_ref import Model\n\n\nclass ModelNew(Model):\n    pass\n")
+    ref = judge.Reference.load(("file", str(tmp_path / "bn_ref.py")))
+    rec = judge.evaluate(ref, tmp_path / "same.py", seed=2, device="cpu", allow_torch=True)
+    r = rec["rows"]["candidate"]
+    assert r["accepted"], r["reason"]
+    assert sum(k.startswith("case ") for k in r["checks"]) == 2 * 3 and any(k.startswith("trial 3") for k in r["checks"])
 
 
 @pytest.mark.parametrize("folder,cand", [p for p in PAIRS if "cpu" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]],

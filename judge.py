@@ -60,6 +60,7 @@ DERIVED = {"negated": lambda x: -x, "scaled x100": lambda x: x * 100, "shifted -
 FLOAT64_ON_DEVICE_MAX = 512 << 20  # problems up to this footprint get their float64 reference on the GPU; larger
 #                                     ones on the host (a full float64 copy would not fit ~3x the footprint)
 MEMORY_FACTOR = 3  # the judge's peak GPU memory target: this many times the problem's inputs + outputs + weights
+WARMUP = 3  # untimed calls of each row before timing (the judge derives the inputs of checked timed calls from it)
 CPU_BENCH_MAX = 256 << 20  # on --device cpu, benchmark-shape calls run only when inputs + outputs are this small
 
 
@@ -140,7 +141,8 @@ class Reference:
             with counter, torch.no_grad():
                 out = m(*xs)
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
-        return {"inputs": nbytes(xs), "outputs": nbytes(_as_list(out)),
+        return {"shapes": ", ".join("x".join(map(str, t.shape)) for t in xs if isinstance(t, torch.Tensor)),
+                "inputs": nbytes(xs), "outputs": nbytes(_as_list(out)),
                 "weights": nbytes(list(m.parameters()) + list(m.buffers())),
                 "flops": int(counter.get_total_flops())}
 
@@ -555,7 +557,7 @@ class Worker:
         set_precision(self.precision)
         with torch.no_grad():
             times = harness.bench_interleaved(fns, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
-                                              before=before)
+                                              warmup=WARMUP, before=before)
             hand_over()
         torch.cuda.synchronize()
         return {"timing": {k: dataclasses.asdict(t) for k, t in times.items()}, "calls": dict(st["n"]),
@@ -915,7 +917,6 @@ class Judge:
         self.timed_refs: dict[int, tuple] = {}
         self.fp = ref.footprint(device)
         fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
-        self.fbytes = fbytes
         self.f64_device = device if fbytes <= FLOAT64_ON_DEVICE_MAX else "cpu"
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -938,7 +939,7 @@ class Judge:
         factories = {}
         for label, v, opts, _ in rows:
             o = {**opts, **({"precision": self.precision} if self.precision != "fp32" else {})}
-            factories[label] = (lambda v=v, o=o: lambda *init: mod.ModelNew(*init, variant=v, **o))()
+            factories[label] = lambda *init, v=v, o=o: mod.ModelNew(*init, variant=v, **o)
         runner = LocalRunner(self.ref.spec, self.device, self.precision, self._interim, factories)
         self.runners.append(runner)
         out = [Row(label, runner, peer=peer, opts=opts) for label, _, opts, peer in rows]
@@ -948,10 +949,10 @@ class Judge:
     def live(self) -> list[Row]:
         return [r for r in self.rows if r.accepted]
 
-    def _each(self, stage_fn, rows=None):
+    def _each(self, stage_fn):
         """Run stage_fn(row) for every live row; a Rejected rejects that row only."""
-        for row in list(rows or self.live()):
-            if not row.accepted:
+        for row in self.live():
+            if not row.accepted:  # rejected by an earlier row's stage (a timed-call check)
                 continue
             try:
                 stage_fn(row)
@@ -1119,13 +1120,12 @@ class Judge:
 
     def _timing(self, init) -> dict:
         refs = self.refs
-        warmup = 3  # bench_interleaved's default: the n-th call of a row is warm-up, preceding or timed
         seed0 = (self.seed + 1000) % 2**32
         min_reps = self.reps[0]
         check_reps = sorted({0, random.SystemRandom().randrange(1, max(2, min_reps))})
         self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
         for rep in check_reps:
-            s = timed_call_seed(seed0, warmup + 2 * rep + 1)
+            s = timed_call_seed(seed0, WARMUP + 2 * rep + 1)  # warm-up calls, then (preceding, timed) pairs
             pristine = self.ref.inputs(s, self.device)
             exp = refs.expected(pristine, self.precision)
             # large problems keep the pristine inputs on the host, with their float64 reference
@@ -1216,6 +1216,7 @@ class Judge:
         rec = {"reference": self.ref.name, "ref_spec": list(self.ref.spec), "seed": self.seed,
                "trial_seeds": seeds[:self.trials], "precision": self.precision, "device":
                torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": self.fp,
+               "shape": self.fp["shapes"],
                "rows": {}, "skipped": self.skipped}
         init = self.ref.init()
         try:
@@ -1255,7 +1256,6 @@ class Judge:
                 self.log(f"{self.ref.name}: escape checks and timing done in {time.perf_counter() - t0:.0f} s")
                 rec.update(timed)
                 x = self.ref.inputs(self.seed, self.device)
-                rec["shape"] = ", ".join("x".join(map(str, t.shape)) for t in x if isinstance(t, torch.Tensor))
                 rec["traffic"] = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
                 rec["traffic"]["eager"] = rec["traffic"]["torch.compile"] = self.ref.traffic(x, init, self.fp)
                 del x

@@ -203,7 +203,8 @@ def test_weight_updates_change_both_sides_alike(kind):
 
 def test_footprint_and_flops_from_the_reference():
     fp = judge.Reference.load(("problem", "softmax")).footprint("cpu")
-    assert fp == {"inputs": 4096 * 393216 * 4, "outputs": 4096 * 393216 * 4, "weights": 0, "flops": 0}
+    assert fp == {"shapes": "4096x393216", "inputs": 4096 * 393216 * 4, "outputs": 4096 * 393216 * 4, "weights": 0,
+                  "flops": 0}
     lin = judge.Reference.load(("problem", "matmul_gelu_softmax")).footprint("cpu")
     assert lin["flops"] == 2 * 1024 * 8192 * 8192  # FlopCounterMode on the reference, not a hand count
     assert lin["weights"] == (8192 * 8192 + 8192) * 4

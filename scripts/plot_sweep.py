@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Plot the softmax bandwidth curve from the README's sweep table (the measured numbers, not a re-run).
+"""Plot the softmax bandwidth curve from the sweep table in docs/softmax.md (the measured numbers, not a re-run).
 
-  python3 scripts/plot_sweep.py [--readme README.md] [--out docs/softmax_sweep.png]
+  python3 scripts/plot_sweep.py [--readme docs/softmax.md] [--out docs/softmax_sweep.png]
 Needs matplotlib (not in requirements.txt: the plot is optional). The table is the first one whose header starts
 with '| cols | rows | eager'; its caption line above gives the copy ceiling ('copy ceiling N GB/s').
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ap = argparse.ArgumentParser()
-ap.add_argument("--readme", default=str(ROOT / "README.md"))
+ap.add_argument("--readme", default=str(ROOT / "docs" / "softmax.md"))
 ap.add_argument("--out", default=str(ROOT / "docs" / "softmax_sweep.png"))
 args = ap.parse_args()
 

@@ -805,11 +805,6 @@ def clone_layout(x):
 # ---------------------------------------------------------------------------------------------------------------
 # Compute ceilings.
 
-def gemm_fp32_rate(n: int = 8192) -> float:
-    """cuBLAS fp32 (TF32 off) FLOP/s on an n^3 GEMM."""
-    return gemm_rates(n)["SGEMM"]
-
-
 def gemm_rates(n: int = 8192, precision: str = "fp32") -> dict[str, float]:
     """FLOP/s on n^3, measured now, of what bounds a GEMM at the given precision; the compute ceiling for
     '% of ceiling' is the fastest of them.

@@ -1118,11 +1118,12 @@ class Judge:
         """The declared cases built models of their own shapes: back to the benchmark's, with the current weights."""
         self._each(lambda row: self._build(row, self.refs, init, self.seed, stage="escape"))
 
-    def _timing(self, init) -> dict:
+    def _timing(self) -> dict:
         refs = self.refs
         seed0 = (self.seed + 1000) % 2**32
         min_reps = self.reps[0]
-        check_reps = sorted({0, random.SystemRandom().randrange(1, max(2, min_reps))})
+        # no rows (a reference timed alone): nothing to check, so no references to compute
+        check_reps = sorted({0, random.SystemRandom().randrange(1, max(2, min_reps))}) if self.live() else []
         self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
         for rep in check_reps:
             s = timed_call_seed(seed0, WARMUP + 2 * rep + 1)  # warm-up calls, then (preceding, timed) pairs
@@ -1232,7 +1233,7 @@ class Judge:
                                 self.seed)
             del refs0, state
             for row in self.rows:
-                if isinstance(row.runner, ProcessRunner):
+                if row.runner.isolated:
                     try:
                         if not row.runner.call("import", "load", str(Path(row.path).resolve()))["has_model_new"]:
                             row.reject("import: the file defines no class ModelNew")
@@ -1252,7 +1253,7 @@ class Judge:
                 t0 = time.perf_counter()
                 self._rebuild(init)
                 self._each(self._escape)  # first: work that escapes the timer would also race the timing loop
-                timed = self._timing(init)
+                timed = self._timing()
                 self.log(f"{self.ref.name}: escape checks and timing done in {time.perf_counter() - t0:.0f} s")
                 rec.update(timed)
                 x = self.ref.inputs(self.seed, self.device)

@@ -2,13 +2,14 @@
 """Judge kernels against any KernelBench-format reference: parity against float64, then eager / torch.compile /
 the kernels timed side by side against the ceilings measured in the same run.
 
-  python run.py --problem softmax                      a built-in problem: every variant of the playground
+  python run.py --problem softmax                      a built-in problem: its ladder of variants on this GPU
+  python run.py --problem softmax --variant all        ... and the rungs kept as records of designs that lost
   python run.py --ref path/to/19_ReLU.py               any KernelBench file: eager vs torch.compile vs the ceiling
   python run.py --ref path/to/19_ReLU.py --candidate my_relu.py
   python run.py --problem softmax --candidate my_softmax.py
                                                        judge a file defining ModelNew in its own process:
                                                        exit 0 accepted, 1 rejected (reason on one line)
-  python run.py --list                                 problems and their variants
+  python run.py --list                                 problems, their variants and what each needs
   python run.py --build                                build every kernel in parallel (first use does this lazily)
 
 Exit codes: 0 ok, 1 a row or the candidate rejected, 2 usage error (unknown problem/variant, no CUDA device, too
@@ -29,8 +30,9 @@ def parse_args(argv):
     src.add_argument("--ref", metavar="FILE", help="a KernelBench-format reference file (Model, get_inputs, "
                                                    "get_init_inputs)")
     ap.add_argument("--candidate", metavar="FILE", help="judge this ModelNew file (in its own process)")
-    ap.add_argument("--variant", action="append", help="variant(s) of a built-in problem (default: all, and the "
-                                                       "dispatching default such as auto)")
+    ap.add_argument("--variant", action="append", help="variant(s) of a built-in problem (default: the ladder that "
+                                                       "runs on this GPU, and auto where the model has one; 'all' "
+                                                       "adds the records)")
     ap.add_argument("--list", action="store_true", help="list problems and variants")
     ap.add_argument("--build", action="store_true", help="build kernels in parallel and exit")
     ap.add_argument("--jobs", type=int, default=None, help="parallel builds for --build")
@@ -54,16 +56,51 @@ def fail_usage(msg: str) -> int:
     return 2
 
 
-def _variant_names(problem: str) -> list[str]:
-    import judge
-    return judge.default_variants(problem)
+def list_problems() -> None:
+    """Every problem's rungs: what each needs, whether it runs here, which are records, which is the default."""
+    cap = harness.capability()
+    print("GPU: " + (f"compute capability {cap[0]}.{cap[1]}" if cap else "none (rungs are listed, none runs here)"))
+    for p in harness.problems():
+        mod = harness.problem_module(p)
+        d = getattr(mod, "DEFAULT_VARIANT", None)
+        prefs = list(d) if isinstance(d, (tuple, list)) else [d]  # the default, then its fallbacks
+        items = []
+        for v in harness.variants(p):
+            r = harness.rung(p, v)
+            tags = [r.requires] + (["record"] if r.record else [])
+            tags += ["default" if prefs.index(v) == 0 else f"default where {prefs[0]} cannot run"] if v in prefs \
+                else []
+            tags += [] if r.runs_on(cap) or cap is None else ["not on this GPU"]
+            items.append(f"{v} ({', '.join(tags)})")
+        if d == "auto":
+            items.append("auto (default: picks a rung per call)")
+        print(f"{p}: {', '.join(items)}")
+
+
+def expand_variants(problem: str, asked: list[str] | None) -> list[str]:
+    """The rows asked for: none -> the ladder this GPU runs (and auto); 'all' -> with the records. An unknown name,
+    or a rung this GPU cannot run, is a UsageError in one line."""
+    from kp import judge
+    if not asked:
+        return judge.default_variants(problem)
+    out = []
+    for v in asked:
+        if v == "all":
+            out += judge.default_variants(problem, include_records=True)
+        elif v == "auto" and getattr(harness.problem_module(problem), "DEFAULT_VARIANT", None) == "auto":
+            out.append(v)
+        else:
+            r = harness.rung(problem, v)  # unknown: the list of variants
+            if not r.runs_on(harness.capability()) and harness.capability() is not None:
+                raise harness.UsageError(r.why_not(harness.capability()))
+            out.append(v)
+    return list(dict.fromkeys(out))
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.list:
-        for p in harness.problems():
-            print(f"{p}: {', '.join(_variant_names(p))}")
+        list_problems()
         return 0
     if args.precision not in harness.PRECISIONS:
         return fail_usage(f"--precision must be one of {', '.join(harness.PRECISIONS)}, got {args.precision!r}")
@@ -73,9 +110,7 @@ def main(argv=None) -> int:
         modes = getattr(harness.problem_module(p), "PRECISIONS", ("fp32",))
         if not args.candidate and args.precision not in modes:
             return fail_usage(f"{p} has no {args.precision!r} mode; it runs in {', '.join(modes)}")
-        for v in args.variant or []:
-            if v not in _variant_names(p):
-                return fail_usage(f"unknown variant {v!r} of {p}; variants: {', '.join(_variant_names(p))}")
+        expand_variants(p, args.variant)
     if not args.problem and not args.ref and not args.build:
         return fail_usage("give --problem ID or --ref FILE (or --list / --build); problems: "
                           + ", ".join(harness.problems()))
@@ -89,7 +124,8 @@ def main(argv=None) -> int:
                           "NVIDIA GPU; --device cpu runs the parity checks of a pure-torch candidate")
     if args.build:
         probs = args.problem or harness.problems()
-        items = [(p, v) for p in probs for v in (args.variant or harness.variants(p)) if v in harness.variants(p)]
+        items = [(p, v) for p in probs for v in expand_variants(p, args.variant or ["all"])
+                 if v in harness.variants(p)]
         t0 = time.perf_counter()
         res = harness.build_all(args.jobs, items)
         bad = [r for r in res if r[3]]
@@ -98,7 +134,7 @@ def main(argv=None) -> int:
         print(f"built {len(res) - len(bad)}/{len(res)} kernels in {time.perf_counter() - t0:.1f} s wall")
         return 1 if bad else 0
 
-    import judge
+    from kp import judge, report
     opts = dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
                 bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch)
     refs = [judge.Reference.load(("file", args.ref))] if args.ref else \
@@ -107,7 +143,7 @@ def main(argv=None) -> int:
     for ref in refs:
         variants = None
         if ref.problem and not args.candidate:
-            variants = args.variant or _variant_names(ref.problem)
+            variants = expand_variants(ref.problem, args.variant)
             files = [(ref.problem, v) for v in variants if v in harness.variants(ref.problem)]
             if len(files) > 1 and (args.device or "cuda") == "cuda":
                 errs = [r for r in harness.build_all(items=files) if r[3]]
@@ -115,9 +151,9 @@ def main(argv=None) -> int:
                     raise harness.KernelBuildError("\n".join(r[3] for r in errs))
         rec = judge.evaluate(ref, args.candidate, variants, **opts)
         records.append(rec)
-        print(judge.format_record(rec), flush=True)
+        print(report.format_record(rec), flush=True)
         if args.candidate:
-            print(judge.verdict(rec), flush=True)
+            print(report.verdict(rec), flush=True)
         status = max(status, 0 if rec["ok"] else 1)
     if args.json:
         with open(args.json, "w") as f:

@@ -6,7 +6,8 @@ from harness import Kernel, LinearGemm, check_input
 from peers import triton_gemm
 
 BOUND = "compute"
-DEFAULT_VARIANT = "2_split_wgmma"
+DEFAULT_VARIANT = ("2_split_wgmma", "1_cublas_fused_epilogue")  # the first of these that runs on this GPU
+EXPORTS = ("bn_coefficients", "bn_scale_softmax")  # every rung KP_EXPORTs these (split_gemm: optional)
 PRECISIONS = ("fp32", "tf32")  # run.py --precision tf32: the opt-in reduced-precision mode
 # Extra rows of the run.py table (harness.LinearGemm): rung 1 with cuBLAS SGEMM instead of its DGEMM, and, where
 # Triton is installed, the peer row: Triton's tf32x3 GEMM (tf32 in the tf32 mode) followed by the same epilogue.
@@ -41,7 +42,7 @@ def get_init_inputs():
 
 class ModelNew(nn.Module):
     def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,),
-                 variant: str = DEFAULT_VARIANT, gemm: str = "auto",
+                 variant: str = "default", gemm: str = "auto",
                  precision: str = "fp32"):
         super().__init__()
         self.gemm = nn.Linear(in_features, out_features)  # same modules, same init order, same state_dict keys

@@ -2,16 +2,21 @@
 import torch
 import torch.nn as nn
 
-from harness import Kernel, variants
+from harness import Kernel, runs_here
 
 BOUND = "memory"
-DEFAULT_VARIANT = "auto"
+DEFAULT_VARIANT = "auto"  # ModelNew picks a rung per call (rung() below)
+EXPORTS = ("softmax_forward",)  # what every rung's .cu must KP_EXPORT
 # auto: rows of up to REGROW_MAX_COLS columns go to 5_regrow (the row in one CTA's registers), rows that fit a
 # cluster's registers (16 x 49152 floats) to 6_regcluster, longer ones to 4_persistent (shared memory, re-reading
-# what does not fit). From the H200 sweep in the README: at 16384 columns 5_regrow moved 4,210 GB/s vs 2,893 for
-# 6_regcluster; at 65536 6_regcluster 3,930 vs 1,365 (5_regrow's fallback there is a 3-read kernel).
+# what does not fit). From the H200 sweep (docs/softmax.md): at 16384 columns 5_regrow moved 4,210 GB/s vs 2,893 for
+# 6_regcluster; at 65536 6_regcluster 3,930 vs 1,365 (5_regrow's fallback there is a 3-read kernel). Without
+# clusters (a GPU other than Hopper) rows longer than REGROW_MAX_COLS go to 2_online (one read for max and sum
+# together, one for the output).
 REGROW_MAX_COLS = 16384
 REGCLUSTER_MAX_COLS = 16 * 49152
+AUTO_HOPPER = ("5_regrow", "6_regcluster", "4_persistent")
+AUTO_PORTABLE = ("5_regrow", "2_online")
 
 
 class Model(nn.Module):
@@ -34,16 +39,21 @@ class ModelNew(nn.Module):
     def __init__(self, variant: str = DEFAULT_VARIANT):
         super().__init__()
         self.variant = variant
-        # Kernel() rejects an unknown variant name here, at construction, with the list of variants.
-        self.kernels = {v: Kernel("softmax", v) for v in (variants("softmax") if variant == "auto" else [variant])}
+        self.clusters = runs_here("softmax", "6_regcluster")
+        auto = AUTO_HOPPER if self.clusters else AUTO_PORTABLE
+        # Kernel() rejects an unknown variant name, or one this GPU cannot run, here, in one line.
+        self.kernels = {v: Kernel("softmax", v) for v in (auto if variant == "auto" else [variant])}
 
     def rung(self, x) -> str:
         """The variant this call runs (run.py shows it next to 'auto')."""
         if self.variant != "auto":
             return self.variant
         cols = x.size(1) if x.dim() == 2 else 0
-        return ("5_regrow" if cols <= REGROW_MAX_COLS else
-                "6_regcluster" if cols <= REGCLUSTER_MAX_COLS else "4_persistent")
+        if cols <= REGROW_MAX_COLS:
+            return "5_regrow"
+        if not self.clusters:
+            return "2_online"
+        return "6_regcluster" if cols <= REGCLUSTER_MAX_COLS else "4_persistent"
 
     def forward(self, x):
         if x.dim() == 2 and x.size(1) > 1 and x.stride(1) != 1:
@@ -91,4 +101,9 @@ CASES = {
     "long_rows": lambda g, d: ([], [torch.rand(6, 393216 + 5, generator=g).to(d)]),
     "very_long_rows": lambda g, d: ([], [torch.randn(2, 1 << 20, generator=g).to(d)]),
     "special_values": _special,
+    # more rows than 2 x 15 resident 8-CTA clusters (6_regcluster's ticketed row order), and 3-CTA clusters with the
+    # TMA prefetch
+    "many_cluster_rows": lambda g, d: ([], [torch.randn(37, 393216, generator=g).to(d)]),
+    "many_rows_odd_cols": lambda g, d: ([], [torch.randn(33, 262147, generator=g).to(d)]),
+    "three_cta_clusters": lambda g, d: ([], [torch.randn(5, 131072, generator=g).to(d)]),
 }

@@ -6,6 +6,7 @@ import textwrap
 import pytest
 
 import harness
+import kp.build
 
 
 @pytest.fixture
@@ -17,8 +18,8 @@ def tree(tmp_path, monkeypatch):
     (k / "p" / "local.cuh").write_text("// local v1\n")
     (k / "p" / "1_a.cu").write_text('#include "../common/kp.cuh"\n#include "local.cuh"\nKP_EXPORT void f() {}\n')
     (k / "p" / "2_b.cu").write_text('#include "../common/kp.cuh"\nKP_EXPORT void g() {}\n')
-    monkeypatch.setattr(harness, "KERNELS", k)
-    monkeypatch.setattr(harness, "ROOT", tmp_path)
+    monkeypatch.setattr(kp.build, "KERNELS", k)
+    monkeypatch.setattr(kp.build, "ROOT", tmp_path)
     return k
 
 
@@ -53,11 +54,12 @@ def test_header_edit_changes_only_includers(tree):
 def test_flags_arch_and_versions_change_key(tree, monkeypatch):
     a0, _ = keys(tree)
     assert harness.cache_key(tree / "p" / "1_a.cu", (8, 0)) != a0
+    assert harness.cache_key(tree / "p" / "1_a.cu", (9, 0), experiments=True) != a0  # the bench scripts' build
     orig = harness.build_flags
-    monkeypatch.setattr(harness, "build_flags", lambda cap: {**orig(cap), "cflags": orig(cap)["cflags"] + ["-g"]})
+    monkeypatch.setattr(kp.build, "build_flags", lambda cap, exp=False: {**orig(cap), "cflags": orig(cap)["cflags"] + ["-g"]})
     assert keys(tree)[0] != a0
-    monkeypatch.setattr(harness, "build_flags", orig)
-    monkeypatch.setattr(harness.torch, "__version__", "9.9.9")
+    monkeypatch.setattr(kp.build, "build_flags", orig)
+    monkeypatch.setattr(kp.build.torch, "__version__", "9.9.9")
     assert keys(tree)[0] != a0
 
 

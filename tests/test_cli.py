@@ -1,4 +1,5 @@
 """run.py's usage errors and exit codes (no GPU needed)."""
+import os
 import subprocess
 import sys
 
@@ -8,8 +9,9 @@ from conftest import HAS_GPU, gpu
 import pytest
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "run.py", *args], cwd=harness.ROOT, capture_output=True, text=True)
+def run(*args, env=None):
+    return subprocess.run([sys.executable, "run.py", *args], cwd=harness.ROOT, capture_output=True, text=True,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_list():
@@ -17,6 +19,8 @@ def test_list():
     assert r.returncode == 0
     for p in harness.problems():
         assert sum(line.startswith(p + ":") for line in r.stdout.splitlines()) == 1
+    assert "6_regcluster (sm_90a)" in r.stdout and "5_queue (sm_80, record)" in r.stdout
+    assert "auto (default" in r.stdout and "2_split_wgmma (sm_90a, default)" in r.stdout
 
 
 def test_unknown_problem_lists_problems_exit_2():
@@ -40,3 +44,27 @@ def test_no_cuda_is_one_line_exit_2():
     r = run("--problem", "softmax")
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "no CUDA device" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_rung_this_gpu_cannot_run_is_one_line_exit_2():
+    r = run("--problem", "softmax", "--variant", "6_regcluster", env={"KP_CAPABILITY": "8.0"})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert "softmax/6_regcluster needs sm_90a" in r.stderr and "8.0" in r.stderr
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
+def test_notebook_inputs_without_gpu_is_one_line():
+    """harness.inputs() says what is missing before drawing anything (not 25 s and 6 GB of host RAM first)."""
+    code = "import harness\nharness.inputs('softmax')\n"
+    r = subprocess.run([sys.executable, "-c", code], cwd=harness.ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "UsageError: no CUDA GPU" in r.stderr.strip().splitlines()[-1]
+
+
+@gpu
+@pytest.mark.parametrize("problem", harness.problems())
+def test_non_hopper_default_path(problem):
+    """As on a GPU of compute capability 8.0 (KP_CAPABILITY; the real GPU JITs the sm_80 PTX): the ladder is the
+    portable rungs, every row is accepted."""
+    r = run("--problem", problem, "--no-bench", "--no-compile", env={"KP_CAPABILITY": "8.0"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "sm_90a" not in r.stdout

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import harness
-import judge
+from kp import judge, report, worker
 from conftest import HAS_GPU, gpu
 
 WRONG = sorted((harness.ROOT / "tests" / "wrong").glob("*.py"))
@@ -159,14 +159,14 @@ def test_budget_reason_is_one_line():
 
 
 def test_fingerprint_sees_a_patched_torch_function():
-    before = judge.namespace_fingerprint()
+    before = worker.namespace_fingerprint()
     orig = torch.softmax
     try:
         torch.softmax = lambda *a, **k: orig(*a, **k)
-        assert "torch.softmax" in judge.fingerprint_changes(before)
+        assert "torch.softmax" in worker.fingerprint_changes(before)
     finally:
         torch.softmax = orig
-    assert judge.fingerprint_changes(before) == []
+    assert worker.fingerprint_changes(before) == []
 
 
 def test_state_map_by_name_then_by_order():
@@ -231,8 +231,8 @@ def test_one_precision_path_for_ceilings(monkeypatch):
         seen.append(precision)
         return {"TF32": 400e12, "HGEMM": 700e12} if precision == "tf32" else {"SGEMM": 50e12}
 
-    monkeypatch.setattr(harness, "copy_bandwidth", lambda: 3e12)
-    monkeypatch.setattr(harness, "gemm_rates", rates)
+    monkeypatch.setattr(judge, "copy_bandwidth", lambda: 3e12)
+    monkeypatch.setattr(judge, "gemm_rates", rates)
     ref = judge.Reference.load(("problem", "matmul_gelu_softmax"))
     j = judge.Judge.__new__(judge.Judge)
     j.ref, j.precision = ref, "tf32"
@@ -269,7 +269,7 @@ def test_honest_torch_candidate_on_cpu_says_what_was_not_run():
     assert r["accepted"], r["reason"]
     assert len(r["checks"]) == 3 * len(harness.problem_module("softmax").CASES)
     assert all(c["rel_l2"] <= c["budget"] for c in r["checks"].values())
-    v = judge.verdict(rec)
+    v = report.verdict(rec)
     assert v.startswith("accepted (parity only on cpu") and "timing" in v and "own kernel" in v
 
 
@@ -422,10 +422,11 @@ def _problem_rows():
 @gpu
 @pytest.mark.parametrize("problem,precision", _problem_rows(), ids=lambda x: str(x))
 def test_every_shipped_variant_accepted(problem, precision):
-    """Every variant, the dispatching default and every ROW_OPTIONS row through the judge's stages (the weight
+    """Every variant this GPU runs (records included), the dispatching default and every ROW_OPTIONS row through the judge's stages (the weight
     changes included), as run.py --problem runs them. Peer rows (somebody else's GEMM) are measured, not gated."""
     ref = judge.Reference.load(("problem", problem))
-    rec = judge.evaluate(ref, None, judge.default_variants(problem), bench=False, precision=precision)
+    rec = judge.evaluate(ref, None, judge.default_variants(problem, include_records=True), bench=False,
+                         precision=precision)
     bad = {k: r["reason"] for k, r in rec["rows"].items() if not r["accepted"] and not r["peer"]}
     assert not bad, bad
     for k, r in rec["rows"].items():
@@ -470,7 +471,7 @@ def test_tf32_candidate_uses_tf32_ceiling_and_budget(tmp_path):
 def test_nan_fill_makes_unwritten_memory_nan():
     a = torch.randn(1 << 22, device="cuda")
     del a
-    judge.nan_fill_cached_free(0)
+    worker.nan_fill_cached_free(0)
     b = torch.empty(1 << 22, device="cuda")
     assert bool(torch.isnan(b).all())
 

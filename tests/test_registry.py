@@ -21,8 +21,17 @@ def test_problem_module_contract(problem):
                  "DEFAULT_VARIANT"):
         assert hasattr(mod, name), f"models/{problem}.py lacks {name}"
     assert mod.BOUND in ("memory", "compute")
-    # The default is a file variant or a policy the model resolves (rung()) to one.
-    assert mod.DEFAULT_VARIANT in harness.variants(problem) or hasattr(mod.ModelNew, "rung")
+    # The default is a rung, a preference list of rungs (the first that runs here), or "auto" (the model's rung()).
+    d = mod.DEFAULT_VARIANT
+    if d == "auto":
+        assert hasattr(mod.ModelNew, "rung")
+    else:
+        prefs = list(d) if isinstance(d, (tuple, list)) else [d]
+        assert set(prefs) <= set(harness.variants(problem)), prefs
+        # some GPU other than Hopper has a default: the last preference must be portable
+        assert not harness.rung(problem, prefs[-1]).arch_specific, f"{problem}: no default without sm_90a"
+    assert not any(harness.rung(problem, v).record for v in
+                   (d if isinstance(d, (tuple, list)) else [d] if d != "auto" else [])), "a record as the default"
     assert len(mod.CASES) >= 3
     assert "variant" in inspect.signature(mod.ModelNew).parameters
     # A fresh reference is in training mode, as KernelBench builds it.
@@ -30,13 +39,76 @@ def test_problem_module_contract(problem):
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)
-def test_every_variant_exports_and_has_header(problem):
+def test_every_variant_exports_what_the_model_needs_and_has_header(problem):
+    need = set(harness.required_exports(problem))
+    assert need, f"models/{problem}.py declares no EXPORTS (the functions every rung must provide)"
     for v in harness.variants(problem):
         src = (harness.KERNELS / problem / f"{v}.cu").read_text()
+        head = src.split("#include")[0]
         assert src.startswith("//"), f"{problem}/{v}.cu must open with its header comment"
-        assert "Measured" in src.split("#include")[0], f"{problem}/{v}.cu header lacks its measured line"
-        names = {e.name for e in harness.parse_exports(src, v)}
-        assert names, v
+        assert "Measured" in head, f"{problem}/{v}.cu header lacks its measured line"
+        assert "// Requires: sm_" in head, f"{problem}/{v}.cu header lacks its `// Requires: sm_XY` line"
+        names = {e.name for e in harness.parse_exports(src, v)}  # the shipped build: no experiments
+        assert need <= names, f"{problem}/{v}.cu lacks {sorted(need - names)} (models/{problem}.py EXPORTS)"
+
+
+def test_experiments_are_stripped_from_the_shipped_build():
+    src = ("KP_EXPORT void f(const at::TensorBase& x) {}\n#if KP_EXPERIMENTS\n#if X\n#endif\n"
+           "KP_EXPORT void f_ab(const at::TensorBase& x, int64_t cfg) {}\n#endif  // KP_EXPERIMENTS\n"
+           "KP_EXPORT void g(const at::TensorBase& x) {}\n")
+    assert [e.name for e in harness.parse_exports(src)] == ["f", "g"]
+    assert [e.name for e in harness.parse_exports(src, experiments=True)] == ["f", "f_ab", "g"]
+    shipped = {f"{p.parent.name}/{e.name}" for p in harness.KERNELS.glob("*/*.cu")
+               for e in harness.parse_exports(p.read_text(), p.name)}
+    assert not [n for n in shipped if n.endswith(("_ab", "tune_forward", "tune_gemv"))], shipped
+
+
+def test_rungs_declare_what_they_need(monkeypatch):
+    r = harness.rung("softmax", "6_regcluster")
+    assert r.requires == "sm_90a" and r.runs_on((9, 0)) and not r.runs_on((8, 9)) and not r.runs_on((10, 0))
+    assert r.claimed_archs() == ["sm_90a"]
+    p = harness.rung("softmax", "2_online")
+    assert p.runs_on((8, 0)) and p.runs_on((9, 0)) and not p.runs_on((7, 5))
+    assert p.claimed_archs() == ["sm_80", "sm_89", "sm_90a"]
+    assert "needs sm_90a" in r.why_not((8, 0)) and "8.0" in r.why_not((8, 0))
+    monkeypatch.setenv("KP_CAPABILITY", "8.0")
+    harness.capability.cache_clear()
+    try:
+        assert harness.capability() == (8, 0)
+        for prob in PROBLEMS:  # every problem has a default that runs without Hopper
+            d = harness.default_rung(prob)
+            assert d == "auto" or harness.runs_here(prob, d), prob
+            assert harness.runnable_variants(prob), prob
+        with pytest.raises(harness.UsageError, match="needs sm_90a"):
+            harness.Kernel("softmax", "6_regcluster")  # an explicit rung this GPU cannot run: one line
+        from models.softmax import ModelNew
+        assert set(ModelNew().kernels) == {"5_regrow", "2_online"}
+        assert ModelNew().rung(torch.empty(2, 393216, device="meta")) == "2_online"
+    finally:
+        monkeypatch.delenv("KP_CAPABILITY")
+        harness.capability.cache_clear()
+
+
+@pytest.mark.parametrize("cap", ["9.0", "8.0"])
+def test_default_rows_are_the_ladder_that_runs_here(cap, monkeypatch):
+    """The table a user sees by default: the rungs that run on this GPU, without the records; --variant all adds
+    the records."""
+    from kp import judge
+    records = {(p, v) for p in PROBLEMS for v in harness.variants(p) if harness.rung(p, v).record}
+    assert records  # the ladder keeps its losing designs as records
+    monkeypatch.setenv("KP_CAPABILITY", cap)
+    harness.capability.cache_clear()
+    try:
+        c = harness.capability()
+        for p in PROBLEMS:
+            rows = [v for v in judge.default_variants(p) if v != "auto"]
+            every = [v for v in judge.default_variants(p, include_records=True) if v != "auto"]
+            assert rows and all(harness.rung(p, v).runs_on(c) for v in every)
+            assert not {(p, v) for v in rows} & records
+            assert set(every) - set(rows) == {v for q, v in records if q == p and harness.rung(p, v).runs_on(c)}
+    finally:
+        monkeypatch.delenv("KP_CAPABILITY")
+        harness.capability.cache_clear()
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)

@@ -19,6 +19,12 @@
 
 #define KP_EXPORT
 
+// A/B hooks (entry points that force a configuration) and per-phase traces are compiled only with KP_EXPERIMENTS=1,
+// which the bench scripts pass (harness.build_path(..., experiments=True)); the shipped build has none of them.
+#ifndef KP_EXPERIMENTS
+#define KP_EXPERIMENTS 0
+#endif
+
 namespace kp {
 
 // Integers in TORCH_CHECK messages go through kp::num. Measured on the H200 image (torch 2.11, nvcc 13.0): a .cu

@@ -1,4 +1,5 @@
 // gemm_bn_scale_softmax / 1_cublas_fused_epilogue -- the GEMM on cuBLAS (through harness.LinearGemm: DGEMM on float64
+// Requires: sm_80 (no Hopper-only feature: built for whatever GPU it runs on)
 // copies by default, SGEMM with TF32 off as an option; see matmul_gelu_softmax's header), then BatchNorm1d (training: batch statistics + running-stat update; eval: running statistics)
 // + scale + row softmax in two kernels.
 //

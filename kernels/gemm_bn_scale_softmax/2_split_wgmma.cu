@@ -1,4 +1,5 @@
 // gemm_bn_scale_softmax / 2_split_wgmma -- the GEMM on Hopper tensor cores at fp32 accuracy (split precision, fp16 x 3 with
+// Requires: sm_90a (wgmma and TMA in kernels/common/split_gemm.cuh)
 // per-row power-of-two scaling and fp32 promotion: ../common/split_gemm.cuh), then BatchNorm statistics/running-stat update + scale + row softmax (epilogue.cuh, rung 1's kernels).
 //
 // What changed from 1_cublas_fused_epilogue: the GEMM (97% of the time) leaves cuBLAS. cuBLAS has no fp32-accurate

@@ -1,4 +1,5 @@
 // matmul_gelu_softmax / 1_cublas_fused_epilogue -- the GEMM on cuBLAS (called from ModelNew through
+// Requires: sm_80 (no Hopper-only feature: built for whatever GPU it runs on)
 // harness.LinearGemm: DGEMM on float64 copies by default, or SGEMM with TF32 off), then bias + exact erf GELU + row
 // softmax in one kernel.
 //

@@ -1,4 +1,5 @@
 // matmul_sum_max_mean_lse / 1_colsum_gemv -- the whole forward as x @ W.sum(0) + b.sum(): W's column sums and a
+// Requires: sm_80 (no Hopper-only feature: built for whatever GPU it runs on)
 // GEMV, never the 1024x8192x8192 GEMM.
 //
 // Why that is exact: after torch.sum(dim=1, keepdim=True) the tensor is (B, 1); max, mean and both logsumexps then

@@ -1,4 +1,5 @@
 // matmul_sum_max_mean_lse / 2_inflight -- 1_colsum_gemv with enough loads in flight in every phase.
+// Requires: sm_90a (programmatic dependent launch: griddepcontrol)
 //
 // Same algebra as 1_colsum_gemv (the forward is x @ W.sum(0) + b.sum(); see that file's header for why it is exact).
 // What changed from 1:
@@ -188,6 +189,7 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
   launch_gemv<GR, GU>(x, v, bsum, out);
 }
 
+#if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
 // A/B hooks (scripts/lse_ab.py): the same kernels with other tile/unroll choices.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                             const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,
@@ -218,3 +220,4 @@ KP_EXPORT void tune_gemv(const at::TensorBase& x, const at::TensorBase& v, const
     default: TORCH_CHECK(false, "tune_gemv: cfg 0..5, got ", kp::num(cfg));
   }
 }
+#endif  // KP_EXPERIMENTS

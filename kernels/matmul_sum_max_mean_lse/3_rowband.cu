@@ -1,4 +1,6 @@
 // matmul_sum_max_mean_lse / 3_rowband -- W read in whole contiguous rows (row bands), one cooperative kernel.
+// Requires: sm_90a (TMA bulk copies and mbarriers)
+// Record: an earlier W-row-band design, slower than 4_overlap (docs/linear_problems.md)
 // A measured negative result: SLOWER than 2_inflight (92.6-101 us vs 82.3 us in the same run), kept as the record
 // of why; ModelNew's default stays 2_inflight. See "Measured" for where the time goes.
 //
@@ -285,6 +287,7 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
   lse::launch_gemv<GR, GU>(x, v, bsum, out);
 }
 
+#if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
 // A/B hook (scripts/lse_ab.py): cfg 0 = contiguous bands, 1 = interleaved rows, 2 = bands without the x prefetch; trace: int64 (G x 8) globaltimer
 // stamps per CTA at the phase boundaries, or an empty tensor.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
@@ -300,3 +303,4 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
     default: TORCH_CHECK(false, "tune_forward: cfg 0..2, got ", kp::num(cfg));
   }
 }
+#endif  // KP_EXPERIMENTS

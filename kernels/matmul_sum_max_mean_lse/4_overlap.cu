@@ -1,4 +1,5 @@
 // matmul_sum_max_mean_lse / 4_overlap -- 2_inflight with the x tile read while W streams, not after it.
+// Requires: sm_90a (programmatic dependent launch: griddepcontrol)
 //
 // Same algebra as 1_colsum_gemv (the forward is x @ W.sum(0) + b.sum(); see that file's header for why it is exact).
 // What changed from 2_inflight: its x phase started only when the CTA's W loop had ended and took 4 dependent
@@ -190,7 +191,9 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
   const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;  // first of this thread's 4 columns
   const bool live = c < I;                              // I % 4 == 0 on this path: all 4 columns or none
   lse::stamp(trace, 0);
+#if KP_EXPERIMENTS
   const long long clk0 = clock64();  // trace slot 7: SM cycles from stamp 0 to stamp 4 (the clock rate, with 0..4)
+#endif
   // This CTA's slice of b.sum(): one float per thread at most for O <= tiles * FT (else a strided loop); summed
   // after the W loop so the loads never stall it.
   const double bacc = b_slice_part(b, nb, tiles);
@@ -270,7 +273,9 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
     if (i < B) partial[i * tiles + blockIdx.x] = s;
   }
   lse::stamp(trace, 4);
+#if KP_EXPERIMENTS
   if (trace && threadIdx.x == 0) trace[blockIdx.x * 8 + 7] = clock64() - clk0;
+#endif
   if constexpr (COOP) {
     __threadfence();
     cg::this_grid().sync();
@@ -401,6 +406,7 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
   lse::launch_gemv<GR, GU>(x, v, bsum, out);
 }
 
+#if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
 // A/B hook (scripts/lse_ab.py): pf = where the x prefetch is issued (fraction of the W rows); cfg: 0 fp32 lane sums,
 // 1 float64 + grid barrier, 2 float64, 3 float64 + dynamic W chunks, 4 = 3 + grid barrier, 5 fp32 + dynamic; trace: int64 (tiles x 8) globaltimer stamps per CTA at the phase boundaries, or an empty tensor.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
@@ -419,3 +425,4 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
     default: TORCH_CHECK(false, "tune_forward: cfg 0..5, got ", kp::num(cfg));
   }
 }
+#endif  // KP_EXPERIMENTS

@@ -1,4 +1,6 @@
 // matmul_sum_max_mean_lse / 5_queue -- one work queue of W tiles and x dots, so the dots run while W still streams.
+// Requires: sm_80 (no Hopper-only feature: built for whatever GPU it runs on)
+// Record: an atomic-ticket work queue meant to remove 4_overlap's tail; slower (docs/linear_problems.md)
 //
 // Same algebra as 1_colsum_gemv (the forward is x @ W.sum(0) + b.sum(); see that file's header for why it is exact).
 // What changed from 4_overlap (the idea; it did not pay, see Measured): there every CTA owned one 64-column tile for all O rows of W, so all 128 CTAs ended
@@ -373,6 +375,7 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
   lse::launch_gemv<GR, GU>(x, v, bsum, out);
 }
 
+#if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
 // A/B hook (scripts/lse_queue_ab.py): cfg picks (TC, CU, CTAs per SM, dot lag, rows per W unit); trace: int64 of >= 2 x items (start/end
 // globaltimer of every item), or empty.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
@@ -392,3 +395,4 @@ KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, co
     default: TORCH_CHECK(false, "tune_forward: cfg 0..5, got ", kp::num(cfg));
   }
 }
+#endif  // KP_EXPERIMENTS

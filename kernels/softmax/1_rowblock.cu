@@ -1,4 +1,5 @@
 // softmax / 1_rowblock -- the baseline rung: one block per row, three passes over global memory.
+// Requires: sm_80 (no Hopper-only feature: built for whatever GPU it runs on)
 //
 // What changed: first rung (the same algorithm as PyTorch eager's cunn_SoftMaxForward).
 // Ownership / launch: block b owns row b; 512 threads stride over the row with scalar loads.

@@ -1,4 +1,5 @@
 // softmax / 2_online -- online softmax: two passes over the row instead of three, 16-byte accesses, and as much of
+// Requires: sm_80 (no Hopper-only feature: built for whatever GPU it runs on)
 // the row as fits parked in shared memory so the second pass re-reads less of it from HBM.
 //
 // What changed from 1_rowblock: pass 1 keeps a running (max, sum-of-exp) per thread and rescales the sum when the

@@ -1,4 +1,5 @@
 // softmax / 3_cluster -- one read and one write per element: the row lives on chip, spread over a thread-block
+// Requires: sm_90a (thread-block clusters and distributed shared memory)
 // cluster, and only the (max, sum) partials cross between CTAs through distributed shared memory.
 //
 // What changed from 2_online: a row is split over a cluster of CL CTAs (CL = 1..16, the smallest power of two whose

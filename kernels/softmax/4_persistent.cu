@@ -1,4 +1,5 @@
 // softmax / 4_persistent -- 3_cluster made persistent, with the next row's loads overlapping this row's stores.
+// Requires: sm_90a (thread-block clusters and distributed shared memory)
 //
 // What changed from 3_cluster: 3_cluster launches one cluster per row, and each CTA runs load -> reduce -> store
 //   back to back, so an SM's HBM traffic stops during the cluster barrier, during the launch of the next cluster

@@ -1,4 +1,5 @@
 // softmax / 5_regrow -- short rows held in registers: one read, one write, no shared-memory staging, one expf per
+// Requires: sm_80 (no Hopper-only feature: built for whatever GPU it runs on)
 // element.
 //
 // What changed: the other rungs give a row at least one 512-thread CTA, which is launch- and barrier-bound when a
@@ -181,6 +182,7 @@ KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y)
   }
 }
 
+#if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
 // A/B hook (scripts/softmax_sweep.py --regrow-ab): the one-warp-per-row float4 path (cols 128..1024, aligned) with
 // cfg 0 = 256 threads (shipped), 1 = 128 threads, 2 = 128 threads + streaming hints, 3 = 256 threads + hints,
 // 4 = 512 threads; 5..8 more warps per row, fewer float4 per lane (V, W, threads): 5 = (1, 8, 256) (Inductor's
@@ -207,3 +209,4 @@ KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase&
     default: TORCH_CHECK(false, "softmax_forward_ab: cfg 0..8, got ", kp::num(cfg));
   }
 }
+#endif  // KP_EXPERIMENTS

@@ -1,4 +1,5 @@
 // softmax / 6_regcluster -- the row lives in registers across a cluster; shared memory only prefetches the next row.
+// Requires: sm_90a (thread-block clusters, distributed shared memory and TMA)
 //
 // What changed from 4_persistent: 3_cluster and 4_persistent both stalled at ~4.0 ms (76% of copy) although their
 //   traffic is the floor. Per CTA and row they spend two expf per element (online sum, then output) on the SFU
@@ -370,8 +371,13 @@ void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool tick
     case 9: launch<4, true>(x, y, chunk, ticket, stagger); break;
     case 16: launch<8, false>(x, y, chunk, ticket, stagger); break;
     case 17:
-      if (trace) launch<8, true, true>(x, y, chunk, ticket, stagger, trace);
-      else launch<8, true>(x, y, chunk, ticket, stagger);
+#if KP_EXPERIMENTS
+      if (trace) {
+        launch<8, true, true>(x, y, chunk, ticket, stagger, trace);
+        break;
+      }
+#endif
+      launch<8, true>(x, y, chunk, ticket, stagger);
       break;
     case 32: launch<16, false>(x, y, chunk, ticket, stagger); break;
     default: launch<16, true>(x, y, chunk, ticket, stagger); break;
@@ -380,15 +386,16 @@ void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool tick
 
 }  // namespace
 
+#if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
 // cl = 0 picks the cluster size; 1, 2, 3, 4, 8 or 16 force it; ticket = false is the static row order (A/B runs).
 KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket) {
   run(x, y, cl, ticket, -1, nullptr);
 }
+#endif  // KP_EXPERIMENTS
 
-KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y) {
-  softmax_forward_cluster(x, y, 0, true);
-}
+KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y) { run(x, y, 0, true, -1, nullptr); }
 
+#if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
 // A/B: stagger in SM cycles per cluster index (-1: launch's rule); trace: int64[1 + 16 x CTAs] for the per-CTA stamps
 // of the kernel's TRACE parameter (the ticketed 8-CTA TMA path only), or an empty tensor.
 KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase& y, const at::TensorBase& trace,
@@ -396,3 +403,4 @@ KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase&
   TORCH_CHECK(stagger >= -1 && stagger <= 100000, "stagger: -1 (rule) or 0..100000 cycles");
   run(x, y, 0, true, stagger, trace.numel() > 0 ? &trace : nullptr);
 }
+#endif  // KP_EXPERIMENTS

@@ -1,18 +1,15 @@
-#!/usr/bin/env python3
 """Bandwidth curve of softmax: columns 1K..393K at a fixed ~6.4 GB of input, eager vs torch.compile vs rungs.
 
 GB/s counts the minimum traffic (read x once + write y once), as QuACK plots it. Prints a markdown table.
-  python scripts/softmax_sweep.py [--cols 1024,4096,...] [--variants 2_online,3_cluster]
+  python bench/softmax/sweep.py [--cols 1024,4096,...] [--variants 2_online,3_cluster]
 """
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import harness  # noqa: E402
-from models.softmax import Model, ModelNew  # noqa: E402
+import harness
+from models.softmax import Model, ModelNew
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--cols", default="1024,2048,4096,8192,16384,32768,65536,131072,262144,393216")
@@ -28,7 +25,7 @@ ap.add_argument("--cl-ab", action="store_true", help="A/B 6_regcluster's cluster
 args = ap.parse_args()
 
 if args.cl_ab:
-    k6 = harness.Kernel("softmax", "6_regcluster")
+    k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)
     print("| cols | rows | cl pow2 | copy_ GB/s | compile GB/s | pow2 GB/s | rule (cl=0) GB/s | rule / pow2 |\n"
           "|---|---|---|---|---|---|---|---|")
     for cols in (98308, 131072, 147456):  # where the rule (3) and the power of two (4) differ
@@ -92,7 +89,7 @@ def bench_shape_ab(calls, budget_s):
 
 
 if args.stagger_ab:
-    k6 = harness.Kernel("softmax", "6_regcluster")
+    k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)
     none = torch.empty(0, dtype=torch.int64, device="cuda")
     staggers = {-1: "start stagger by rule (shipped)", 0: "no stagger", 400: "stagger 400 cycles/cluster",
                 1600: "stagger 1600 cycles/cluster"}
@@ -105,7 +102,7 @@ if args.stagger_ab:
     sys.exit(0)
 
 if args.order_ab:
-    k6 = harness.Kernel("softmax", "6_regcluster")
+    k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)
     bench_shape_ab({f"6_regcluster {'ticket' if tk else 'static'} order":
                     (lambda x, y, tk=tk: k6.softmax_forward_cluster(x, y, 0, tk), 4096) for tk in (False, True)},
                    budget_s=40)
@@ -115,7 +112,7 @@ if args.regrow_ab:
     cols = 1024
     x = torch.rand(int(args.total_bytes // (cols * 4)), cols, device="cuda")
     y = torch.empty_like(x)
-    k = harness.Kernel("softmax", "5_regrow")
+    k = harness.Kernel("softmax", "5_regrow", experiments=True)
     ref = torch.softmax(x, 1)
     compiled = torch.compile(Model(), dynamic=False)
     fns = {"eager": lambda: torch.softmax(x, 1), "compile": lambda: compiled(x), "copy_": lambda: y.copy_(x)}

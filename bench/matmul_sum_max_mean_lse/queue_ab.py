@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A/B for matmul_sum_max_mean_lse's 5_queue at the benchmark shape (1024x8192 @ 8192x8192): its configurations
 (tune_forward cfg: tile columns, W loads in flight, CTAs per SM) next to 4_overlap, both through ModelNew (cache off),
 a plain one-kernel read of the same 288 MiB (bw probe read_ticket) and torch's W.sum(); GPU time per call, L2
@@ -7,21 +6,19 @@ bit-identical). Then one traced call of the chosen configuration: when the W uni
 queue end, relative to the first item's start (--trace-lag3: of the configuration with dots 3 tiles behind).
 """
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import harness  # noqa: E402
-import models.matmul_sum_max_mean_lse as lse_model  # noqa: E402
+import harness
+import models.matmul_sum_max_mean_lse as lse_model
 
-from lse_operands import bench_operands  # noqa: E402
+from bench.matmul_sum_max_mean_lse.operands import bench_operands
 
 ops = bench_operands()
 B, I, O, nsm, f64 = ops.B, ops.I, ops.O, ops.nsm, ops.f64
 lin, w, x, ref, out, args = ops.lin, ops.w, ops.x, ops.ref, ops.out, ops.args
-k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap")
-k5 = harness.Kernel("matmul_sum_max_mean_lse", "5_queue")
+k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap", experiments=True)
+k5 = harness.Kernel("matmul_sum_max_mean_lse", "5_queue", experiments=True)
 probe = harness.build_path(harness.PROBES / "bw.cu").ops
 notrace = torch.empty(0, dtype=torch.int64, device="cuda")
 CFG5 = {0: "TC512 lag3 UR256", 1: "TC512 lag3 UR512", 2: "TC256 lag4 UR256", 3: "TC512 dots last UR256",

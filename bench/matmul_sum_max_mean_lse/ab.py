@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A/B for matmul_sum_max_mean_lse's kernels at the benchmark shape (1024x8192 @ 8192x8192): the tile/unroll
 configurations of 2_inflight (tune_forward / tune_gemv), 3_rowband's layouts and 4_overlap's options (prefetch point,
 float64 vs fp32 lane sums, grid barrier vs `finish`, dynamic W chunks) next to 1_colsum_gemv, the same kernels through
@@ -13,23 +12,20 @@ time per call, L2 read-flushed, interleaved (harness.bench_interleaved); then pe
   --ncu             one call of each kernel, for `ncu --kernel-name regex:...`
 """
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import harness  # noqa: E402
+import harness
 
 torch.backends.cuda.matmul.allow_tf32 = False
-from lse_operands import bench_operands  # noqa: E402
+from bench.matmul_sum_max_mean_lse.operands import bench_operands
 
 ops = bench_operands()
 B, I, O, nsm = ops.B, ops.I, ops.O, ops.nsm
 lin, w, b, x, ref, vb, part, out = ops.lin, ops.w, ops.b, ops.x, ops.ref, ops.vb, ops.part, ops.out
-k1, k2 = harness.Kernel("matmul_sum_max_mean_lse", "1_colsum_gemv"), harness.Kernel("matmul_sum_max_mean_lse",
-                                                                                      "2_inflight")
-k3 = harness.Kernel("matmul_sum_max_mean_lse", "3_rowband")
-k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap")
+k1, k2 = (harness.Kernel("matmul_sum_max_mean_lse", v, experiments=True) for v in ("1_colsum_gemv", "2_inflight"))
+k3 = harness.Kernel("matmul_sum_max_mean_lse", "3_rowband", experiments=True)
+k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap", experiments=True)
 kp = harness.build_path(harness.PROBES / "bw.cu").ops
 PFS = (0.0, 0.25, 0.5, 0.75)
 notrace = torch.empty(0, dtype=torch.int64, device="cuda")
@@ -49,7 +45,7 @@ fns["1 gemv (GR1)"] = lambda: k1.gemv_bias(x, vb[:-1], vb[-1:], out)
 for cfg, name in enumerate(["GR1 GU2", "GR1 GU4", "GR2 GU2", "GR4 GU2", "GR2 GU4", "GR4 GU1"]):
     fns[f"gemv {name}"] = lambda cfg=cfg: k2.tune_gemv(x, vb[:-1], vb[-1:], out, cfg)
 # The same kernels through ModelNew (cache off), as run.py times them
-import models.matmul_sum_max_mean_lse as lse_model  # noqa: E402
+import models.matmul_sum_max_mean_lse as lse_model
 MODEL_VARIANTS = ("2_inflight", "4_overlap")
 if "--rowband-model" in sys.argv:  # run.py's table order: 3_rowband right before 4_overlap
     MODEL_VARIANTS = ("2_inflight", "3_rowband", "4_overlap")

@@ -1,26 +1,22 @@
-#!/usr/bin/env python3
 """What one ModelNew forward costs: host time per call (no sync), GPU time per kernel (torch.profiler), and the
 event-timed call with and without an L2 flush before it.
 
-  python scripts/profile_model.py --problem matmul_sum_max_mean_lse [--variant V] [--opt cache=False]
+  python -m tools.profile_model --problem matmul_sum_max_mean_lse [--variant V] [--opt cache=False]
 """
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import harness  # noqa: E402
-import judge  # noqa: E402
+import harness
+from kp import judge
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--problem", required=True)
 ap.add_argument("--variant", default=None)
 ap.add_argument("--opt", action="append", default=[], help="ModelNew option k=v (v parsed as Python literal)")
 args = ap.parse_args()
-import ast  # noqa: E402
+import ast
 
 mod = harness.problem_module(args.problem)
 opts = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.opt)}

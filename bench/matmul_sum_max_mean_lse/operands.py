@@ -1,4 +1,4 @@
-"""The benchmark operands and buffers that scripts/lse_ab.py and scripts/lse_queue_ab.py share: the Linear at the
+"""The benchmark operands and buffers that bench/matmul_sum_max_mean_lse/ab.py and bench/matmul_sum_max_mean_lse/queue_ab.py share: the Linear at the
 problem's bench shape (1024x8192 @ 8192x8192, seeded), x, the float64 reference x @ W.sum(0) + b.sum(), and the v /
 bsum / scratch / out buffers a rung's colsum_gemv_forward takes, sized as ModelNew sizes them."""
 from types import SimpleNamespace

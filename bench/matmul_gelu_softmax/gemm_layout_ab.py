@@ -1,15 +1,11 @@
-#!/usr/bin/env python3
 """A/B of the cuBLAS fp32 call behind the Linear problems: F.linear (what the reference runs) vs mm / addmm on a
 contiguous W^T (what ModelNew runs): time (L2 flushed, interleaved) and relL2 of y vs float64, at the benchmark shape
 and on the large-values case of matmul_gelu_softmax."""
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import harness  # noqa: E402
+import harness
 
 torch.backends.cuda.matmul.allow_tf32 = False
 for name, (m, k, n, scale) in {"bench": (1024, 8192, 8192, 1.0), "large_values": (8, 256, 512, 40.0)}.items():

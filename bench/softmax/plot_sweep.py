@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Plot the softmax bandwidth curve from the sweep table in docs/softmax.md (the measured numbers, not a re-run).
 
-  python3 scripts/plot_sweep.py [--readme docs/softmax.md] [--out docs/softmax_sweep.png]
+  python -m bench.softmax.plot_sweep [--readme docs/softmax.md] [--out docs/softmax_sweep.png]
 Needs matplotlib (not in requirements.txt: the plot is optional). The table is the first one whose header starts
 with '| cols | rows | eager'; its caption line above gives the copy ceiling ('copy ceiling N GB/s').
 """
@@ -35,10 +34,10 @@ def col(name):
     return [float(r[head.index(name)].replace(",", "")) for r in rows]
 
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 cols = col("cols")
 fig, ax = plt.subplots(figsize=(7, 4))

@@ -1,16 +1,13 @@
-#!/usr/bin/env python3
-"""Memory ceilings of the H200 as a kernel sees them (scripts/probes/bw.cu), side by side with torch's own copy
+"""Memory ceilings of the H200 as a kernel sees them (tools/probes/bw.cu), side by side with torch's own copy
 (a cudaMemcpyAsync, i.e. the copy engines, for a contiguous same-dtype copy_) and torch's elementwise kernels:
 read-only vs copy, plain loads vs TMA bulk copies, one CTA per SM vs several, all SMs vs the 120 that 8-CTA clusters
 can use, and the column-tile read pattern of lse's colsum. GPU time, L2 read-flushed, interleaved
-(harness.bench_interleaved). Usage: python3 scripts/bw_probe.py [--only WORD ...]"""
+(harness.bench_interleaved). Usage: python -m tools.bw_probe [--only WORD ...]"""
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import harness  # noqa: E402
+import harness
 
 k = harness.build_path(harness.PROBES / "bw.cu").ops
 nsm = torch.cuda.get_device_properties(0).multi_processor_count

@@ -1,5 +1,6 @@
 // probes/bw -- what the H200's memory system gives a kernel: read-only and copy streams, by load style and by the
-// number of SMs used. Not a problem variant: scripts/bw_probe.py builds it with harness.build_path and times each
+// Requires: sm_90a (TMA bulk copies, mbarriers and thread-block clusters)
+// number of SMs used. Not a problem variant: tools/bw_probe.py builds it with harness.build_path and times each
 // export next to torch's own copy, so the ceilings the kernel headers quote are measured, not assumed.
 //
 // Kernels (persistent unless noted: one CTA per SM forced by a large dynamic shared-memory request, grid = nsm CTAs):
@@ -15,7 +16,7 @@
 //   read_cols:   the column-tile pattern of lse's colsum (each CTA reads TC floats of every row of a row-major
 //                matrix): what narrow row segments cost in DRAM locality.
 // Preconditions: float32, contiguous, 16-byte aligned, n a multiple of 4 (checked). Numerics: not a result.
-// Measured: see scripts/bw_probe.py output (README "Ceilings").
+// Measured: see tools/bw_probe.py output (README "Ceilings").
 #include "../../kernels/common/kp.cuh"
 
 namespace {

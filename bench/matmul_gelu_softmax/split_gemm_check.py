@@ -1,20 +1,16 @@
-#!/usr/bin/env python3
 """A/B and parity of the split-precision wgmma GEMM (kernels/common/split_gemm.cuh) against cuBLAS.
 
-  python scripts/split_gemm_check.py [--quick]
+  python -m bench.matmul_gelu_softmax.split_gemm_check [--quick]
 
 Prints relL2 vs float64 for odd shapes (tails in M, N, K; strided x; NaN/Inf/tiny rows through the fallback), then
 times, interleaved with the L2 flushed, at 1024x8192x8192: split x3 (fp32 mode) and x1 (tf32 mode) end to end
 (x split per call, W split cached), the GEMM kernel alone, cuBLAS SGEMM / DGEMM / TF32.
 """
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import torch  # noqa: E402
+import torch
 
-import harness  # noqa: E402
+import harness
 
 
 def rel(a, b):
@@ -27,7 +23,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
-    k = harness.Kernel("matmul_gelu_softmax", "2_split_wgmma")
+    k = harness.Kernel("matmul_gelu_softmax", "2_split_wgmma", experiments=True)
     g3 = harness.LinearGemm("split", k, "fp32")
     g1 = harness.LinearGemm("split", k, "tf32")
     shapes = [(1, 1, 1), (5, 53, 37), (17, 1031, 130), (129, 77, 9), (300, 260, 200), (128, 128, 64),

@@ -1,0 +1,1 @@
+"""The kernel playground's machinery behind harness.py (what models/ import) and run.py (the judge)."""

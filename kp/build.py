@@ -1,0 +1,421 @@
+"""Compile and cache: a variant is built at first use with ``torch.utils.cpp_extension.load_inline`` into a
+directory named by a sha256 over everything that can change the binary (``cache_key``); a warm load is one dlopen.
+Also the CPU-side checks CI runs on every .cu (nvcc -c, and the generated binding through g++)."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import torch
+
+from kp.errors import KernelBuildError, UsageError
+from kp.registry import KERNELS, ROOT, capability, default_rung, problems, rung, runnable_variants
+
+KEY_VERSION = "kp-cache-1"  # bump when the build recipe below changes in a way the key would not see
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exports: `KP_EXPORT void name(params)` in a .cu becomes torch.ops.<module>.<name>.
+
+_EXPORT_RE = re.compile(r"^KP_EXPORT\s+void\s+(\w+)\s*\(([^)]*)\)", re.M)
+_PARAM_TYPES = {  # C++ parameter type in the .cu -> type in the generated wrapper (what the dispatcher accepts)
+    "const at::TensorBase&": "const at::Tensor&",
+    "int64_t": "int64_t",
+    "double": "double",
+    "bool": "bool",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Export:
+    name: str
+    params: tuple[tuple[str, str], ...]  # (C++ type, name)
+
+
+_IF_RE = re.compile(r"^\s*#\s*if(n?def)?\b")
+_ENDIF_RE = re.compile(r"^\s*#\s*endif\b")
+_EXPERIMENTS_RE = re.compile(r"^\s*#\s*if\s+KP_EXPERIMENTS\b")
+
+
+def strip_experiments(src: str) -> str:
+    """The source as the shipped build sees it: `#if KP_EXPERIMENTS ... #endif` blocks (A/B hooks) removed."""
+    out, depth = [], 0  # depth > 0: inside an experiments block (counting nested #if's)
+    for line in src.splitlines():
+        if depth:
+            depth += 1 if _IF_RE.match(line) else -1 if _ENDIF_RE.match(line) else 0
+            continue
+        if _EXPERIMENTS_RE.match(line):
+            depth = 1
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def parse_exports(src: str, where: str = "<source>", experiments: bool = False) -> list[Export]:
+    """The KP_EXPORT functions of a .cu (those under `#if KP_EXPERIMENTS` only when experiments is set)."""
+    if not experiments:
+        src = strip_experiments(src)
+    out = []
+    for m in _EXPORT_RE.finditer(src):
+        params = []
+        for raw in filter(None, (p.strip() for p in m.group(2).split(","))):
+            pm = re.fullmatch(r"(.+?)\s*(\w+)", raw)
+            ctype = re.sub(r"\s+", " ", pm.group(1)).replace(" &", "&").strip() if pm else raw
+            if not pm or ctype not in _PARAM_TYPES:
+                raise KernelBuildError(f"{where}: KP_EXPORT {m.group(1)}: unsupported parameter {raw!r} "
+                                       f"(allowed types: {', '.join(_PARAM_TYPES)})")
+            params.append((ctype, pm.group(2)))
+        out.append(Export(m.group(1), tuple(params)))
+    if not out:
+        raise KernelBuildError(f"{where}: no `KP_EXPORT void name(...)` function found")
+    return out
+
+
+def binding_source(module: str, exports: list[Export]) -> str:
+    """The host-side registration, compiled by g++ with only <torch/library.h> (~6 s)."""
+    lines = ["#include <torch/library.h>", "#include <ATen/core/TensorBase.h>", ""]
+    for e in exports:
+        decl = ", ".join(f"{t} {n}" for t, n in e.params)
+        wrap = ", ".join(f"{_PARAM_TYPES[t]} {n}" for t, n in e.params)
+        args = ", ".join(n for _, n in e.params)
+        lines += [f"void {e.name}({decl});",
+                  f"static void {e.name}__kp({wrap}) {{ {e.name}({args}); }}"]
+    lines += ["", f"TORCH_LIBRARY({module}, m) {{"]
+    lines += [f'  m.def("{e.name}", &{e.name}__kp);' for e in exports]
+    lines += ["}", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Cache key.
+
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def local_headers(path: Path) -> list[Path]:
+    """Every quoted include reachable from `path` that resolves to a file in this repo, transitively."""
+    seen: dict[Path, None] = {}
+    todo = [path.resolve()]
+    while todo:
+        cur = todo.pop()
+        for inc in _INCLUDE_RE.findall(cur.read_text()):
+            for base in (cur.parent, KERNELS):
+                cand = (base / inc).resolve()
+                if cand.is_file():
+                    if cand not in seen and cand != path.resolve():
+                        seen[cand] = None
+                        todo.append(cand)
+                    break
+    return sorted(seen)
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_version() -> str:
+    from torch.utils.cpp_extension import CUDA_HOME
+    nvcc = Path(CUDA_HOME or "/usr/local/cuda") / "bin" / "nvcc"
+    if not nvcc.exists():
+        nvcc = Path(shutil.which("nvcc") or "nvcc")
+    try:
+        return subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "nvcc-unavailable"
+
+
+def arch_flag(capability: tuple[int, int] | None) -> str:
+    """sm_90 gets the 'a' target so wgmma/setmaxnreg are available; other GPUs their plain target, with its PTX
+    embedded (so a build for a lower capability than the GPU's, KP_CAPABILITY, still runs: the driver JITs it)."""
+    if capability is None:
+        capability = (9, 0)
+    major, minor = capability
+    if (major, minor) == (9, 0):
+        return "-gencode=arch=compute_90a,code=sm_90a"
+    return f"-gencode=arch=compute_{major}{minor},code=[sm_{major}{minor},compute_{major}{minor}]"
+
+
+def parse_arch(arch: str) -> tuple[int, int]:
+    """'sm_89' / 'sm_90a' -> (8, 9) / (9, 0)."""
+    m = re.fullmatch(r"sm_(\d+)(\d)a?", arch)
+    if not m:
+        raise UsageError(f"not an architecture: {arch!r} (e.g. sm_80, sm_90a)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def cxx_std() -> str:
+    # torch 2.11 builds extensions as C++17, 2.13's headers need C++20; both accept the newer one
+    # only from 2.13 on, so pick by version rather than guess.
+    major, minor = (int(v) for v in torch.__version__.split(".")[:2])
+    return "-std=c++20" if (major, minor) >= (2, 13) else "-std=c++17"
+
+
+def build_flags(capability: tuple[int, int] | None, experiments: bool = False) -> dict[str, list[str]]:
+    std = cxx_std()
+    return {
+        "cflags": ["-O2", std],
+        "cuda_cflags": ["-O3", std, arch_flag(capability), "-lineinfo", "--expt-relaxed-constexpr",
+                        "-diag-suppress=3306"]  # 3306: C++20 bit-field initialisers in torch headers
+                       + (["-DKP_EXPERIMENTS=1"] if experiments else []),
+        "include_paths": [str(KERNELS)],
+    }
+
+
+def cache_key(path: Path, capability: tuple[int, int] | None, experiments: bool = False) -> str:
+    """sha256 over: the source, every local header it includes (transitively), the generated binding, the flags,
+    torch and CUDA versions, the nvcc banner, the GPU arch and the Python ABI."""
+    h = hashlib.sha256()
+
+    def feed(tag: str, data: str | bytes) -> None:
+        data = data.encode() if isinstance(data, str) else data
+        h.update(f"{tag}:{len(data)}:".encode())
+        h.update(data)
+
+    feed("version", KEY_VERSION)
+    feed("source", path.read_bytes())
+    for hdr in local_headers(path):
+        feed("header:" + _rel(hdr), hdr.read_bytes())
+    feed("flags", repr(sorted(build_flags(capability, experiments).items(), key=lambda kv: kv[0])))
+    feed("torch", torch.__version__)
+    feed("torch.cuda", str(torch.version.cuda))
+    feed("nvcc", nvcc_version())
+    feed("arch", repr(capability))
+    feed("python", f"{sys.implementation.cache_tag}-{sysconfig.get_config_var('SOABI')}")
+    return h.hexdigest()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("KP_CACHE_DIR") or Path.home() / ".cache" / "kernel_playground")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Build and load.
+
+@contextlib.contextmanager
+def _flock(path: Path):
+    """An OS lock that dies with its process: a build killed mid-way can never leave the next run waiting."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+_COMPILER_ERR = [
+    re.compile(r"^(?P<file>[^\s:()]+)\((?P<line>\d+)\): (?:catastrophic )?error[^:]*: (?P<msg>.*)$"),  # nvcc
+    re.compile(r"^(?P<file>[^\s:()]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$"),  # gcc/clang
+]
+
+
+def _rel(path: Path) -> str:
+    """A path relative to the repo when it is inside it, else as given (messages stay short but never fail)."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def summarize_build_error(log: str, max_lines: int = 5) -> str:
+    """Pull `file:line: message` out of a compiler log; paths inside the repo are shown relative to it."""
+    found = []
+    for line in log.splitlines():
+        for rx in _COMPILER_ERR:
+            m = rx.match(line.strip())
+            if m:
+                f = _rel(m.group("file"))
+                item = f"{f}:{m.group('line')}: error: {m.group('msg')}"
+                if item not in found:
+                    found.append(item)
+                break
+    if not found:
+        tail = [ln for ln in log.splitlines() if ln.strip()][-8:]
+        return "\n".join(tail)
+    return "\n".join(found[:max_lines]) + (f"\n(+{len(found) - max_lines} more)" if len(found) > max_lines else "")
+
+
+@dataclasses.dataclass
+class Built:
+    problem: str
+    variant: str
+    module: str  # torch.ops namespace
+    so_path: Path
+    exports: list[Export]
+    built_now: bool
+    seconds: float
+
+    @property
+    def ops(self):
+        return getattr(torch.ops, self.module)
+
+
+_LOADED: dict[str, Built] = {}
+
+
+def progress(msg: str) -> None:
+    print(f"[kp] {msg}", file=sys.stderr, flush=True)
+
+
+def build(problem: str, variant: str, quiet: bool = False, experiments: bool = False) -> Built:
+    """Compile (or find in the cache) and load one variant. Raises KernelBuildError with `file:line: msg`, and
+    UsageError in one line when the rung cannot run on this GPU."""
+    r = rung(problem, variant)
+    require_gpu()
+    if not r.runs_on(capability()):
+        raise UsageError(r.why_not(capability()))
+    return build_path(r.path, problem, variant, quiet, experiments)
+
+
+def require_gpu() -> None:
+    if not torch.cuda.is_available():
+        raise UsageError("no CUDA GPU: kernels are built and run on a machine with an NVIDIA GPU (compute "
+                         "capability 8.0 or newer) and a CUDA build of torch; this one has torch "
+                         f"{torch.__version__} and no usable GPU")
+
+
+def build_path(path: Path, problem: str = "probe", variant: str | None = None, quiet: bool = False,
+               experiments: bool = False) -> Built:
+    """Build any .cu with KP_EXPORTs (a variant, or a measurement probe under tools/probes) through the same cache.
+    experiments: also compile the `#if KP_EXPERIMENTS` A/B hooks and traces (the bench scripts' build)."""
+    path = Path(path).resolve()
+    variant = (variant or path.stem) + ("_experiments" if experiments else "")
+    require_gpu()
+    cap = capability()
+    key = cache_key(path, cap, experiments)
+    module = re.sub(r"\W", "_", f"kp_{problem}_{variant}_{key[:16]}")
+    if module in _LOADED:
+        return _LOADED[module]
+    t0 = time.perf_counter()
+    exports = parse_exports(path.read_text(), _rel(path), experiments)
+    bdir = cache_root() / module
+    so = bdir / f"{module}.so"
+    done = bdir / "kp_complete"
+    built_now = False
+    with _flock(cache_root() / "locks" / f"{module}.lock"):
+        if not (done.exists() and so.exists()):
+            built_now = True
+            if not quiet:
+                progress(f"building {problem}/{variant} (first use of this source; a cold build takes ~10-30 s)")
+            shutil.rmtree(bdir, ignore_errors=True)  # also clears torch's own `lock` left by a killed build
+            bdir.mkdir(parents=True)
+            flags = build_flags(cap, experiments)
+            from torch.utils.cpp_extension import load_inline
+            try:
+                load_inline(
+                    name=module,
+                    # Include by absolute path so compiler messages name the real file and line.
+                    cpp_sources=[binding_source(module, exports)],
+                    cuda_sources=[f'#include "{path}"\n'],
+                    extra_cflags=flags["cflags"],
+                    extra_cuda_cflags=flags["cuda_cflags"],
+                    extra_include_paths=flags["include_paths"],
+                    build_directory=str(bdir),
+                    is_python_module=False,
+                    no_implicit_headers=True,
+                    verbose=False,
+                )
+            except RuntimeError as e:
+                log = str(e)
+                (bdir / "build_error.log").write_text(log)
+                raise KernelBuildError(f"{problem}/{variant} failed to compile:\n{summarize_build_error(log)}\n"
+                                       f"(full log: {bdir / 'build_error.log'})") from None
+            done.write_text(key)
+        else:
+            torch.ops.load_library(str(so))
+    b = Built(problem, variant, module, so, exports, built_now, time.perf_counter() - t0)
+    _LOADED[module] = b
+    if built_now and not quiet:
+        progress(f"built {problem}/{variant} in {b.seconds:.1f} s")
+    return b
+
+
+def build_all(jobs: int | None = None, items: list[tuple[str, str]] | None = None) -> list[tuple[str, str, float, str]]:
+    """Build every variant of every problem in parallel processes; returns (problem, variant, seconds, error)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    items = items or [(p, v) for p in problems() for v in runnable_variants(p, include_records=True)]
+    jobs = jobs or min(len(items), os.cpu_count() or 1)
+    results = []
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as ex:
+        futs = {ex.submit(_build_worker, p, v): (p, v) for p, v in items}
+        for f in cf.as_completed(futs):
+            p, v = futs[f]
+            secs, err = f.result()
+            progress(f"{p}/{v}: " + (f"ok ({secs:.1f} s)" if not err else "FAILED"))
+            results.append((p, v, secs, err))
+    return sorted(results)
+
+
+def _build_worker(problem: str, variant: str) -> tuple[float, str]:
+    os.environ.setdefault("MAX_JOBS", "2")  # two translation units per kernel
+    t0 = time.perf_counter()
+    try:
+        build(problem, variant, quiet=True)
+        return time.perf_counter() - t0, ""
+    except (KernelBuildError, UsageError) as e:
+        return time.perf_counter() - t0, str(e)
+
+
+class Kernel:
+    """A lazily built variant: attribute access returns its torch op, building on first use."""
+
+    def __init__(self, problem: str, variant: str = "default", experiments: bool = False):
+        if variant == "default":
+            variant = default_rung(problem)
+        r = rung(problem, variant)  # an unknown name: UsageError with the list of variants
+        cap = capability()
+        if cap is not None and not r.runs_on(cap):  # an explicit rung this GPU cannot run: one line, now
+            raise UsageError(r.why_not(cap))
+        self.problem, self.variant, self.experiments = problem, variant, experiments
+        self._built: Built | None = None
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._built is None:
+            self._built = build(self.problem, self.variant, experiments=self.experiments)
+        return getattr(self._built.ops, name)
+
+    def exports(self) -> list[str]:
+        """Names the variant's .cu exports, read from the source (nothing is built)."""
+        path = KERNELS / self.problem / f"{self.variant}.cu"
+        return [e.name for e in parse_exports(path.read_text(), str(path), self.experiments)]
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.problem}/{self.variant})"
+# ---------------------------------------------------------------------------------------------------------------
+# CPU-side compile check (CI): nvcc -c each .cu with the same flags, against the installed torch headers.
+
+def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] = ("sm_90a",)) -> tuple[bool, str]:
+    """nvcc -c for the given architectures ('sm_XY[a]' names) in one invocation (device passes in parallel), with
+    the shipped build's flags for each."""
+    from torch.utils.cpp_extension import include_paths
+    flags = build_flags(parse_arch(archs[0]))
+    gencodes = [arch_flag(parse_arch(a)) for a in archs]
+    cuda_flags = [f for f in flags["cuda_cflags"] if not f.startswith("-gencode")] + gencodes + ["--threads", "0"]
+    py_inc = sysconfig.get_paths()["include"]
+    incs = [f"-I{p}" for p in include_paths()] + [f"-I{py_inc}"] + [f"-I{p}" for p in flags["include_paths"]]
+    obj = out_dir / (path.parent.name + "__" + path.stem + ".o")
+    cmd = (["nvcc", "-c", str(path), "-o", str(obj), "-Xcompiler", "-fPIC", "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"]
+           + cuda_flags + incs)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return r.returncode == 0, (r.stdout + r.stderr)
+
+
+def binding_check(path: Path, out_dir: Path) -> tuple[bool, str]:
+    """g++ -fsyntax-only on the generated binding: the KP_EXPORT signature and the registration agree."""
+    from torch.utils.cpp_extension import include_paths
+    src = out_dir / (path.parent.name + "__" + path.stem + "_binding.cpp")
+    src.write_text(binding_source("kp_check", parse_exports(path.read_text(), str(path))))
+    cmd = ["g++", "-fsyntax-only", build_flags(None)["cflags"][1], str(src)] + [f"-I{p}" for p in include_paths()]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return r.returncode == 0, r.stdout + r.stderr
+

@@ -1,0 +1,646 @@
+"""The judge: one set of stages for the playground's own variants and for anybody's ModelNew, against any
+KernelBench-format reference (a file with ``Model``, ``get_inputs()``, ``get_init_inputs()``; the built-in problems
+under models/ are such files with optional extras: declared ``CASES``, ``traffic``, ``BOUND``, ``PRECISIONS``).
+
+This process owns the inputs, the fp32 and float64 references, every comparison and the verdict. The models being
+judged live in a *runner*: for a candidate file, a spawned worker process that imports it (so it cannot patch the
+comparisons; the worker fingerprints the torch/time namespaces and reports any change); for the playground's own
+variants, the same Worker class called in this process. Either way the same commands run in the same order.
+
+Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: <reason>``):
+ 1. construct: ``ModelNew(*get_init_inputs())`` after the reference's seed; the reference's state_dict is loaded
+    into it (by name, or in order where names differ but shapes line up).
+ 2. parity, one stateful sequence of calls on benchmark-shape inputs: ``trials`` calls on fresh inputs, with the
+    weights changed between them the ways training does (an optimizer step on random gradients, a
+    ``load_state_dict`` of new values, an in-place edit), then derived inputs (negated, x100, shifted) where the
+    float64 reference stays finite; then every declared case on a fresh model. Per call: the allocator's cached
+    free memory is NaN-filled, the candidate runs on its own copy, its inputs are compared bit for bit afterwards,
+    every output element is compared with the float64 reference (relL2 overall and worst row within
+    max(4 x PyTorch's own error in the chosen precision, 1e-6); NaN/Inf positions must match), then buffers
+    (BatchNorm running statistics) are compared with the reference's.
+ 3. escape: one call inside a profiler window bounded by marker kernels; any GPU work outside it, or a host clock
+    that sees more than the events, rejects.
+ 4. own kernel: the profiled call must run a kernel from a shared object the row loaded (its load_inline build or
+    the playground's kernel cache), unless ``allow_torch`` (the row is then labelled pure PyTorch).
+ 5. timing: eager, torch.compile and every row interleaved (kp.timing.bench_interleaved), every call on freshly
+    generated inputs, after one more weight change; two timed calls per row (the first, and one drawn at random)
+    are checked against the reference outside the timed region, after a device-wide synchronize.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from kp.build import progress
+from kp.errors import Rejected, UsageError
+from kp.layers import PRECISIONS, set_precision
+from kp.numerics import budget_from, clone_layout, rel_error, same_values
+from kp.reference import (UPDATES, Reference, _as_list, apply_update, describe, make_update, rename_update,
+                          state_map, timed_call_seed, trial_seeds)
+from kp.registry import problem_module, runnable_variants
+from kp.timing import copy_bandwidth, gemm_rates
+from kp.worker import (WARMUP, LocalRunner, ProcessRunner, escape_threshold_ms, host_clock_excess_ms, kernel_base_name,
+                       window_violations)
+
+MIN_TRIALS = 3
+# Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
+# [0, 1) fails one of them (e.g. a softmax without the max subtraction overflows at x100).
+DERIVED = {"negated": lambda x: -x, "scaled x100": lambda x: x * 100, "shifted -3": lambda x: x - 3}
+FLOAT64_ON_DEVICE_MAX = 512 << 20  # problems up to this footprint get their float64 reference on the GPU; larger
+#                                     ones on the host (a full float64 copy would not fit ~3x the footprint)
+MEMORY_FACTOR = 3  # the judge's peak GPU memory target: this many times the problem's inputs + outputs + weights
+CPU_BENCH_MAX = 256 << 20  # on --device cpu, benchmark-shape calls run only when inputs + outputs are this small
+
+# ---------------------------------------------------------------------------------------------------------------
+# The judge.
+
+def budget_reason(label: str, err, budget) -> str:
+    if err.nonfinite_mismatch:
+        return (f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference "
+                f"(elements never written read as NaN)")
+    return (f"{label}: relL2 {err.rel_l2:.2e} (worst row {err.worst_row:.2e}) over budget {budget.rel_l2:.2e} "
+            f"({budget.worst_row:.2e})")
+
+
+def memory_need(fp: dict, models: int) -> int:
+    """GPU bytes the judge plans for: MEMORY_FACTOR x the problem's inputs, outputs and weights (the model's copy of
+    the inputs, its output, PyTorch's output, the timing pool, the references' weights), plus one copy of the
+    weights for each judged model beyond the first (every row is alive while rows are timed side by side)."""
+    return MEMORY_FACTOR * (fp["inputs"] + fp["outputs"] + fp["weights"]) + max(models - 1, 0) * fp["weights"]
+
+
+def check_memory(name: str, fp: dict, models: int, free: int) -> None:
+    """One line before any work when the judge would not fit."""
+    need = memory_need(fp, models)
+    fbytes = fp["inputs"] + fp["outputs"] + fp["weights"]
+    if need > free:
+        raise UsageError(f"{name} needs about {need / 2**30:.1f} GiB of GPU memory ({MEMORY_FACTOR} x "
+                         f"{fbytes / 2**30:.1f} GiB of inputs, outputs and weights"
+                         + (f", and the weights of {models} models" if models > 1 and fp["weights"] else "")
+                         + f"); {free / 2**30:.1f} GiB are free")
+
+
+@dataclasses.dataclass
+class Row:
+    label: str
+    runner: object
+    peer: bool = False  # somebody else's code (e.g. a Triton GEMM): measured and shown, a failure is not ours
+    opts: dict = dataclasses.field(default_factory=dict)
+    accepted: bool = True
+    reason: str = ""
+    checks: dict = dataclasses.field(default_factory=dict)
+    names: dict | None = None  # reference state_dict key -> this row's key
+    pure_torch: bool = False
+    path: str | None = None  # the candidate file
+    own_kernels: dict | None = None
+    kernels: list | None = None
+    escape: dict | None = None
+
+    def reject(self, reason: str) -> None:
+        if self.accepted:
+            self.accepted, self.reason = False, reason
+
+
+class _Refs:
+    """The fp32 and float64 reference models, carrying state (BatchNorm running statistics) across calls like the
+    judged models, with the same weight changes applied."""
+
+    def __init__(self, ref: Reference, init, seed: int, device: str, f64_device: str):
+        self.r32 = ref.model(init, seed, device)
+        self.r64 = copy.deepcopy(self.r32).double().to(f64_device)
+        self.f64_device = f64_device
+
+    def state(self) -> dict:
+        return self.r32.state_dict()
+
+    def keys(self) -> list[tuple[str, tuple]]:
+        return [(k, tuple(v.shape)) for k, v in self.r32.state_dict().items()]
+
+    def update(self, update: dict) -> None:
+        apply_update(self.r32, update)
+        with torch.no_grad():
+            for (_, p32), (_, p64) in zip(self.r32.named_parameters(), self.r64.named_parameters()):
+                p64.copy_(p32)
+
+    def expected(self, pristine: list, precision: str) -> Expected:
+        set_precision(precision)
+        with torch.no_grad():
+            r32 = self.r32(*[clone_layout(x) for x in pristine])
+            r64 = self.r64(*[x.to(self.f64_device, torch.float64) if isinstance(x, torch.Tensor)
+                             and x.is_floating_point() else
+                             (x.to(self.f64_device) if isinstance(x, torch.Tensor) else x) for x in pristine])
+        set_precision("fp32")
+        if self.f64_device == "cpu" and torch.cuda.is_available():  # pinned: each chunk of the comparison crosses
+            r64 = tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64)) \
+                if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
+        return Expected.of(r32, r64)
+
+
+@dataclasses.dataclass
+class Expected:
+    """What a call must return: per output element the float64 reference and the budget from PyTorch's own fp32
+    error on the same inputs (or, for a non-tensor element, the value itself)."""
+    is_tuple: bool
+    specs: list  # per element: (shape, dtype, device) of PyTorch's fp32 output, or the non-tensor value
+    r64: list
+    errs: list  # per element: (PyTorch's own Err, budget Err), None for a non-tensor element
+
+    @classmethod
+    def of(cls, r32, r64) -> "Expected":
+        r32l, r64l = _as_list(r32), _as_list(r64)
+        specs, errs = [], []
+        for a, b in zip(r32l, r64l):
+            if isinstance(a, torch.Tensor):
+                e = rel_error(a, b)
+                specs.append((tuple(a.shape), a.dtype, a.device))
+                errs.append((e, budget_from(e)))
+            else:
+                specs.append(a)
+                errs.append(None)
+        return cls(isinstance(r32, (tuple, list)), specs, r64l, errs)
+
+    def finite(self) -> bool:
+        return all(bool(torch.isfinite(t).all()) for t in self.r64 if isinstance(t, torch.Tensor)
+                   and t.is_floating_point())
+
+
+def judge_output(label: str, out, out_type: str, exp: Expected) -> dict:
+    """Every element of the output against the float64 reference, within its budget; raises Rejected."""
+    n = len(exp.specs)
+    if exp.is_tuple != isinstance(out, tuple) or (exp.is_tuple and len(out) != n):
+        want = f"a tuple of {n}" if exp.is_tuple else "one torch.Tensor"
+        raise Rejected(f"{label}: output is {out_type}, expected {want}")
+    outs = list(out) if exp.is_tuple else [out]
+    worst = {"rel_l2": 0.0, "worst_row": 0.0, "torch_rel_l2": 0.0, "budget": 0.0}
+    for i, (o, spec, b, errs) in enumerate(zip(outs, exp.specs, exp.r64, exp.errs)):
+        where = label if not exp.is_tuple else f"{label}: output[{i}]"
+        if errs is None:
+            if o != spec:
+                raise Rejected(f"{where}: {o!r}, the reference gives {spec!r}")
+            continue
+        shape, dtype, device = spec
+        if type(o) is not torch.Tensor or tuple(o.shape) != shape or o.dtype != dtype or o.device != device:
+            raise Rejected(f"{where}: output is {o if isinstance(o, str) else describe(o)}, expected "
+                           f"torch.Tensor {shape} {dtype} {device}")
+        e = rel_error(o, b)
+        e_ref, budget = errs
+        if not e.within(budget):
+            raise Rejected(budget_reason(where, e, budget))
+        worst = {"rel_l2": max(worst["rel_l2"], e.rel_l2), "worst_row": max(worst["worst_row"], e.worst_row),
+                 "torch_rel_l2": max(worst["torch_rel_l2"], e_ref.rel_l2),
+                 "budget": max(worst["budget"], budget.rel_l2)}
+    return worst
+
+
+def _out_bytes_hint(pristine: list) -> int:
+    """NaN-filled headroom the worker keeps in its allocator: twice the largest input plus 64 MiB (a larger
+    request just gets fresh memory, which the allocator does not zero either)."""
+    sizes = [x.numel() * x.element_size() for x in pristine if isinstance(x, torch.Tensor)]
+    return 2 * max(sizes, default=0) + (64 << 20)
+
+
+def _release():
+    """Hand cached GPU memory back: a spawned worker shares the device and needs room for its own."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def row_specs(ref: Reference, variant_list: list[str]) -> list[tuple[str, str, dict, bool]]:
+    """(label, variant, ModelNew options, peer) of every row of a built-in problem: each variant as is, plus each
+    variant under each of the problem's ROW_OPTIONS (e.g. matmul_sum_max_mean_lse's cache=False)."""
+    out = [(v, v, {}, False) for v in variant_list]
+    for tag, opts in getattr(ref.module, "ROW_OPTIONS", {}).items():
+        opts = dict(opts)
+        only = opts.pop("variants", None)  # an option that applies to some rungs only (e.g. a cuBLAS mode)
+        peer = bool(opts.pop("peer", False))
+        out += [(f"{v}[{tag}]", v, dict(opts), peer) for v in variant_list if only is None or v in only]
+    return out
+
+
+def default_variants(problem: str, include_records: bool = False) -> list[str]:
+    """The rows of a built-in problem's table: the rungs of its ladder that run on this GPU (and the records with
+    include_records: --variant all), plus "auto" where the model picks a rung per call."""
+    vs = runnable_variants(problem, include_records)
+    return vs + (["auto"] if getattr(problem_module(problem), "DEFAULT_VARIANT", None) == "auto" else [])
+
+
+class Judge:
+    def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
+                 precision: str = "fp32", device: str | None = None, bench: bool = True,
+                 compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
+                 budget_s: float = 20.0, log=progress):
+        if precision not in PRECISIONS:
+            raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if trials < MIN_TRIALS:
+            raise UsageError(f"at least {MIN_TRIALS} trials, got {trials}")
+        if device is None:
+            if not torch.cuda.is_available():
+                raise UsageError("no CUDA device visible: use a GPU machine (or --device cpu for the host-side "
+                                 "parity checks of a pure-torch candidate)")
+            device = "cuda"
+        if device not in ("cuda", "cpu"):
+            raise UsageError(f"device must be cuda or cpu, got {device!r}")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise UsageError("no CUDA device visible")
+        self.ref, self.precision, self.device, self.trials = ref, precision, device, trials
+        self.bench, self.compile_baseline, self.allow_torch = bench, compile_baseline, allow_torch
+        self.reps = (min_reps, max_reps, budget_s) if bench else (3, 3, 5.0)
+        self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+        self.log = log
+        self.rows: list[Row] = []
+        self.runners: list = []
+        self.timed_refs: dict[int, tuple] = {}
+        self.fp = ref.footprint(device)
+        fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
+        self.f64_device = device if fbytes <= FLOAT64_ON_DEVICE_MAX else "cpu"
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+    # -- rows ---------------------------------------------------------------------------------------------------
+    def add_candidate(self, path: str | Path) -> Row:
+        path = Path(path)
+        if not path.is_file():
+            raise UsageError(f"candidate file {str(path)!r} does not exist")
+        runner = ProcessRunner(self.ref.spec, self.device, self.precision, self._interim)
+        self.runners.append(runner)
+        row = Row("candidate", runner, path=str(path))
+        self.rows.append(row)
+        return row
+
+    def add_variants(self, rows: list[tuple[str, str, dict, bool]]) -> list[Row]:
+        if not rows:
+            return []
+        mod = self.ref.module
+        factories = {}
+        for label, v, opts, _ in rows:
+            o = {**opts, **({"precision": self.precision} if self.precision != "fp32" else {})}
+            factories[label] = lambda *init, v=v, o=o: mod.ModelNew(*init, variant=v, **o)
+        runner = LocalRunner(self.ref.spec, self.device, self.precision, self._interim, factories)
+        self.runners.append(runner)
+        out = [Row(label, runner, peer=peer, opts=opts) for label, _, opts, peer in rows]
+        self.rows += out
+        return out
+
+    def live(self) -> list[Row]:
+        return [r for r in self.rows if r.accepted]
+
+    def _each(self, stage_fn):
+        """Run stage_fn(row) for every live row; a Rejected rejects that row only."""
+        for row in self.live():
+            if not row.accepted:  # rejected by an earlier row's stage (a timed-call check)
+                continue
+            try:
+                stage_fn(row)
+            except Rejected as e:
+                row.reject(str(e))
+                self.log(f"{self.ref.name}: {row.label} rejected: {e}")
+
+    # -- stages -------------------------------------------------------------------------------------------------
+    def _build(self, row: Row, refs: _Refs, init, seed: int, stage: str = "construct", state=None) -> None:
+        """Construct the row's model after the seed and load the reference's state (its state now, or `state`)."""
+        keys = row.runner.call(stage, "build", row.label, init, seed)["keys"]
+        ref_keys = refs.keys()
+        names = state_map(ref_keys, [(k, tuple(s)) for k, s in keys]) if ref_keys else {}
+        if names is None:
+            ref_names = {k for k, _ in ref_keys}
+            cand = {k for k, _ in keys}
+            raise Rejected(f"{stage}: the state_dict does not match the reference's (missing "
+                           f"{sorted(ref_names - cand)[:3]}, unexpected {sorted(cand - ref_names)[:3]}): weights can "
+                           f"be neither loaded nor changed alike")
+        row.names = names
+        if names:
+            state = {names[k]: v for k, v in (refs.state() if state is None else state).items()}
+            row.runner.call(stage, "update", row.label, {"kind": "load_state_dict", "state": state})
+
+    def _check_call(self, row: Row, label: str, pristine: list, exp: Expected) -> dict:
+        cand_inputs = [clone_layout(x) for x in pristine]
+        reply = row.runner.call(label, "forward", row.label, cand_inputs, _out_bytes_hint(pristine))
+        if self.precision == "fp32" and reply["tf32_after"]:
+            raise Rejected(f"{label}: the model switched TF32 on in fp32 mode")
+        for i, (a, b) in enumerate(zip(cand_inputs, pristine)):
+            if isinstance(b, torch.Tensor) and not same_values(a, b):
+                raise Rejected(f"{label}: input {i} was modified")
+        res = judge_output(label, reply["out"], reply["type"], exp)
+        del reply, cand_inputs
+        _release()
+        return res
+
+    def _check_buffers(self, row: Row, label: str, refs: _Refs) -> None:
+        b32 = dict(refs.r32.named_buffers())
+        if not b32:
+            return
+        cand = row.runner.call(label, "buffers", row.label)["buffers"]
+        b64 = dict(refs.r64.named_buffers())
+        for k, v in b32.items():
+            ck = (row.names or {}).get(k, k)
+            if ck not in cand:
+                raise Rejected(f"{label}: the model has no buffer {k!r} (the reference's training-mode state "
+                               f"cannot be checked)")
+            c = cand[ck]
+            if not v.is_floating_point():
+                if not torch.equal(c.cpu(), v.cpu()):
+                    raise Rejected(f"{label}: buffer {k} is {c.tolist()}, the reference's {v.tolist()}")
+                continue
+            if c.shape != v.shape:
+                raise Rejected(f"{label}: buffer {k} has shape {tuple(c.shape)}, the reference's {tuple(v.shape)}")
+            e_ref, e = rel_error(v, b64[k]), rel_error(c.to(v.device), b64[k])
+            budget = budget_from(e_ref)
+            if not e.within(budget):
+                raise Rejected(f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget "
+                               f"{budget.rel_l2:.2e})")
+
+    def _sequence(self) -> list[tuple[str, int, str | None, str | None]]:
+        """(label, input seed, weight change before the call, derived-input transform) of the stateful parity
+        calls on benchmark-shape inputs."""
+        seeds = trial_seeds(self.seed, self.trials + len(DERIVED))
+        calls = []
+        for i in range(self.trials):
+            upd = UPDATES[(i - 1) % len(UPDATES)] if i else None
+            calls.append((f"trial {i + 1} (seed {seeds[i]}{', after an ' + upd if upd else ''})", seeds[i], upd,
+                          None))
+        for j, name in enumerate(DERIVED):
+            s = seeds[self.trials + j]
+            calls.append((f"inputs {name} (seed {s})", s, None, name))
+        return calls
+
+    def _parity_bench(self, init) -> None:
+        refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device)
+        self._each(lambda row: self._build(row, refs, init, self.seed))
+        base_finite = None
+        passed_before = {}
+        for label, s, upd, derive in self._sequence():
+            if not self.live():
+                return
+            if upd:
+                self._each_update(refs, upd, s)
+            pristine = self.ref.inputs(s, self.device)
+            if derive and not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in pristine):
+                self.skipped.append(f"{label}: no floating-point input to derive from")
+                continue
+            if derive:
+                pristine = [DERIVED[derive](x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                            for x in pristine]
+            exp = refs.expected(pristine, self.precision)
+            finite = exp.finite()
+            if base_finite is None:
+                base_finite = finite
+            if derive and base_finite and not finite:
+                self.skipped.append(f"{label}: the float64 reference is not finite there")
+                self.log(f"{self.ref.name}: skipped {self.skipped[-1]}")
+                continue
+
+            def one(row):
+                try:
+                    row.checks[label] = self._check_call(row, label, pristine, exp)
+                except Rejected as e:
+                    if upd and passed_before.get(row.label):
+                        raise Rejected(f"{e}; it passed before the weights changed ({upd}): a value derived from "
+                                       f"the weights is not recomputed (stale weight cache)") from None
+                    raise
+                passed_before[row.label] = True
+                self._check_buffers(row, f"buffers after {label}", refs)
+
+            self._each(one)
+            del pristine, exp
+            _release()
+
+    def _each_update(self, refs: _Refs, kind: str, seed: int) -> None:
+        upd = make_update(kind, refs.r32, seed)
+        refs.update(upd)
+        self._each(lambda row: row.runner.call(f"weights ({kind})", "update", row.label,
+                                               rename_update(upd, row.names)))
+
+    def _parity_cases(self) -> None:
+        seeds = [self.seed] if self.device == "cuda" else trial_seeds(self.seed, MIN_TRIALS)
+        for name in self.ref.cases:
+            for s in seeds:
+                if not self.live():
+                    return
+                c_init, c_inputs = self.ref.case(name, s, self.device)
+                c_refs = _Refs(self.ref, c_init, s, self.device, self.device)
+                label = f"case {name} (seed {s})"
+                state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
+                exp = c_refs.expected(c_inputs, self.precision)
+
+                def one(row):
+                    self._build(row, c_refs, c_init, s, stage=label, state=state0)
+                    row.checks[label] = self._check_call(row, label, c_inputs, exp)
+                    self._check_buffers(row, f"buffers after {label}", c_refs)
+                    row.runner.call(label, "drop", row.label)
+
+                self._each(one)
+                del c_refs, c_inputs, exp
+
+    def _interim(self, msg: dict) -> None:
+        """A timed call's output, handed over by a worker outside the timed region: checked here."""
+        row = next((r for r in self.rows if r.label == msg["label"] and r.accepted), None)
+        if row is None:
+            return
+        seed = msg["seed"]
+        pristine, exp = self.timed_refs[seed]
+        label = f"timed call (rep {msg['rep']}, inputs seed {seed})"
+        try:
+            for i, (a, b) in enumerate(zip(msg["inputs"], pristine)):
+                if isinstance(b, torch.Tensor) and not same_values(a, b):
+                    raise Rejected(f"{label}: input {i} was modified")
+            row.checks[label] = judge_output(label, msg["out"], msg["type"], exp)
+        except Rejected as e:
+            row.reject(str(e))
+        del msg
+        _release()
+
+    def _rebuild(self, init) -> None:
+        """The declared cases built models of their own shapes: back to the benchmark's, with the current weights."""
+        self._each(lambda row: self._build(row, self.refs, init, self.seed, stage="escape"))
+
+    def _timing(self) -> dict:
+        refs = self.refs
+        seed0 = (self.seed + 1000) % 2**32
+        min_reps = self.reps[0]
+        # no rows (a reference timed alone): nothing to check, so no references to compute
+        check_reps = sorted({0, random.SystemRandom().randrange(1, max(2, min_reps))}) if self.live() else []
+        self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
+        for rep in check_reps:
+            s = timed_call_seed(seed0, WARMUP + 2 * rep + 1)  # warm-up calls, then (preceding, timed) pairs
+            pristine = self.ref.inputs(s, self.device)
+            exp = refs.expected(pristine, self.precision)
+            # large problems keep the pristine inputs on the host, with their float64 reference
+            self.timed_refs[s] = ([x.to(self.f64_device) if isinstance(x, torch.Tensor) else x for x in pristine],
+                                  exp)
+            del pristine, exp
+        _release()
+        result = {}
+        timed = [(runner, [r for r in self.live() if r.runner is runner]) for runner in self.runners]
+        timed = [(runner, rows) for runner, rows in timed if rows or not self.rows]  # no rows: baselines alone
+        for runner, rows in timed:
+            try:
+                t = runner.call("timing", "time", [r.label for r in rows], seed0, 2, *self.reps, check_reps)
+            except Rejected as e:
+                for r in rows:
+                    r.reject(str(e))
+                continue
+            result.setdefault("timing", {}).update(t["timing"])
+            result.setdefault("rungs", {}).update(t["rungs"])
+            result.setdefault("calls", {}).update(t["calls"])
+        self.timed_refs.clear()
+        return result
+
+    def _escape(self, row: Row) -> dict:
+        e = row.runner.call("escape", "escape", row.label, (self.seed + 2000) % 2**32)
+        ev_ms = sorted(s[1] for s in e["samples"])[len(e["samples"]) // 2]
+        excess = host_clock_excess_ms(e["samples"])
+        bad, window = window_violations(e["events"], e["marker"])
+        info = {"host_excess_ms": excess, "threshold_ms": escape_threshold_ms(ev_ms), "event_ms": ev_ms,
+                "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
+                "outside_window": [(x["name"][:80], x["stream"]) for x in bad]}
+        row.escape = info
+        if window is None:
+            raise Rejected("escape: the profiler saw no marker kernels (is the profiler working here?)")
+        if bad:
+            x = bad[0]
+            where = "after" if x["ts"] + x["dur"] > window[1] else "before"
+            raise Rejected(f"escape: GPU work outside the timed window ({len(bad)} activities, e.g. "
+                           f"{kernel_base_name(x['name'])[:60]} on stream {x['stream']} ending {where} the window): "
+                           f"work escaped the timed stream")
+        if excess > escape_threshold_ms(ev_ms):
+            raise Rejected(f"escape: the host clock saw {excess:.3f} ms more than the CUDA events per call "
+                           f"(events {ev_ms:.3f} ms): work escaped the timed stream")
+        row.own_kernels = e["own"]
+        row.kernels = sorted({x["name"][:120] for x in e["events"] if x["name"] != e["marker"]})
+        if not e["own"]:
+            if self.allow_torch or row.peer:
+                row.pure_torch = not row.peer
+            else:
+                raise Rejected(f"own kernel: no kernel from the row's own build ran (kernels seen: "
+                               f"{', '.join(kernel_base_name(k) for k in row.kernels[:4]) or 'none'}); "
+                               f"--allow-torch judges a pure-PyTorch rewrite")
+        return info
+
+    def ceilings(self, traffic: dict) -> dict:
+        """The ceilings measured now: device copy bandwidth for bytes, and the GEMM rates of the chosen precision
+        for FLOPs when the reference does any; the bound from arithmetic intensity unless the file declares it."""
+        bw = copy_bandwidth()
+        out = {"bandwidth": bw, "flops_rate": None, "rates": {}}
+        if traffic.get("flops"):
+            out["rates"] = gemm_rates(precision=self.precision)
+            out["flops_rate"] = max(out["rates"].values())
+        bound = self.ref.bound
+        if bound is None:
+            t_bytes = traffic["bytes"] / bw
+            t_flops = traffic["flops"] / out["flops_rate"] if out["flops_rate"] else 0.0
+            bound = "compute" if t_flops > t_bytes else "memory"
+        out["bound"] = bound
+        return out
+
+    # -- the whole run ------------------------------------------------------------------------------------------
+    def run_cases(self) -> list[Row]:
+        """The declared cases alone (small shapes, e.g. under compute-sanitizer); returns the rows."""
+        self.skipped = []
+        try:
+            self._parity_cases()
+        finally:
+            for runner in self.runners:
+                runner.close()
+        return self.rows
+
+    def run(self) -> dict:
+        gpu = self.device == "cuda"
+        seeds = [s for _, s, _, _ in self._sequence()]
+        self.log(f"{self.ref.name}: seed {self.seed} (calls {', '.join(map(str, seeds))}; replay with --seed "
+                 f"{self.seed})")
+        self.skipped = []
+        rec = {"reference": self.ref.name, "ref_spec": list(self.ref.spec), "seed": self.seed,
+               "trial_seeds": seeds[:self.trials], "precision": self.precision, "device":
+               torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": self.fp,
+               "shape": self.fp["shapes"],
+               "rows": {}, "skipped": self.skipped}
+        init = self.ref.init()
+        try:
+            if gpu:
+                check_memory(self.ref.name, self.fp, len(self.rows), torch.cuda.mem_get_info()[0])
+            refs0 = self.ref.model(init, self.seed, self.device)
+            state = refs0.state_dict()
+            if gpu and self.bench:
+                self.log(f"{self.ref.name}: building the eager{' and torch.compile' if self.compile_baseline else ''}"
+                         f" baselines")
+                for runner in self.runners:
+                    runner.call("baselines", "baselines", init, self.seed, state, self.compile_baseline,
+                                self.seed)
+            del refs0, state
+            for row in self.rows:
+                if row.runner.isolated:
+                    try:
+                        if not row.runner.call("import", "load", str(Path(row.path).resolve()))["has_model_new"]:
+                            row.reject("import: the file defines no class ModelNew")
+                    except Rejected as e:
+                        row.reject(str(e))
+            t0 = time.perf_counter()
+            bench_parity = gpu or self.fp["inputs"] + self.fp["outputs"] <= CPU_BENCH_MAX
+            if bench_parity:
+                self._parity_bench(init)
+            else:
+                rec["notes"] = (f"the benchmark shape ({(self.fp['inputs'] + self.fp['outputs']) / 2**20:,.0f} MiB)"
+                                f" was not run on the CPU; declared cases only")
+            self._parity_cases()
+            self.log(f"{self.ref.name}: parity done in {time.perf_counter() - t0:.0f} s "
+                     f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
+            if gpu:
+                t0 = time.perf_counter()
+                self._rebuild(init)
+                self._each(self._escape)  # first: work that escapes the timer would also race the timing loop
+                timed = self._timing()
+                self.log(f"{self.ref.name}: escape checks and timing done in {time.perf_counter() - t0:.0f} s")
+                rec.update(timed)
+                x = self.ref.inputs(self.seed, self.device)
+                rec["traffic"] = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
+                rec["traffic"]["eager"] = rec["traffic"]["torch.compile"] = self.ref.traffic(x, init, self.fp)
+                del x
+                _release()
+                peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
+                for runner in self.runners:
+                    if runner.isolated:
+                        try:
+                            peaks.append(runner.call("memory", "memory")["peak"])
+                        except Rejected:
+                            pass
+                rec["peak_gpu_bytes"] = sum(peaks)
+                rec["memory_need"] = memory_need(self.fp, len(self.rows))
+                if self.bench and rec.get("timing"):
+                    rec.update(self.ceilings(rec["traffic"]["eager"]))
+        finally:
+            for runner in self.runners:
+                runner.close()
+        for row in self.rows:
+            rec["rows"][row.label] = {
+                "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
+                "pure_torch": row.pure_torch, "own_kernels": row.own_kernels,
+                "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts}
+        rec["ok"] = all(r.accepted or r.peer for r in self.rows)
+        rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
+        return rec
+
+
+def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants: list[str] | None = None,
+             **kw) -> dict:
+    """Judge a candidate file and/or the playground's variants against a reference (a Reference, or a built-in
+    problem id). Returns the record; rec['rows'][label]['accepted'] and ['reason'] carry the verdicts."""
+    if isinstance(ref, str):
+        ref = Reference.load(("problem", ref))
+    j = Judge(ref, **kw)
+    if variants:
+        if ref.problem is None:
+            raise UsageError("variants belong to built-in problems; --ref files are judged with --candidate")
+        j.add_variants(row_specs(ref, variants))
+    if candidate is not None:
+        j.add_candidate(candidate)
+    if not j.rows:  # the reference alone: eager vs torch.compile vs the ceilings
+        j.runners.append(LocalRunner(ref.spec, j.device, j.precision, j._interim, {}))
+    return j.run()
+
+

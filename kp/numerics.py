@@ -1,0 +1,113 @@
+"""Numerics: relative L2 error against a float64 reference (overall and per row), bitwise equality through views,
+the error budget, and layout-keeping copies of inputs."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+# ---------------------------------------------------------------------------------------------------------------
+# Numerics.
+
+@dataclasses.dataclass
+class Err:
+    rel_l2: float  # ||out - ref|| / ||ref|| over elements where both are finite
+    worst_row: float  # max over rows of the same (row ops); equals rel_l2 for non-row outputs
+    nonfinite_mismatch: int  # positions where NaN/±Inf patterns differ
+
+    def within(self, budget: "Err") -> bool:
+        return (self.nonfinite_mismatch == 0 and self.rel_l2 <= budget.rel_l2
+                and self.worst_row <= budget.worst_row)
+
+
+CHUNK_ELEMS = 1 << 25  # elements per step of the error measure (256 MiB in float64): large outputs never need a
+#                         full float64 copy on the device
+
+
+def as_rows(t: torch.Tensor) -> torch.Tensor:
+    """The rows the worst-row error is taken over: slices along the last dimension (a 1-D or 0-D tensor is one)."""
+    if t.dim() <= 1:
+        return t.reshape(1, -1)
+    return t.reshape(-1, t.shape[-1])
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK_ELEMS) -> Err:
+    """Relative L2 error of `out` against a float64 `ref` (which may live on the host while `out` is on the GPU).
+    Non-finite values must match exactly (NaN where the reference has NaN, the same infinities); they are then
+    excluded from the L2 norms. Worked in blocks of rows and columns moved to out's device, so the peak extra memory
+    is a few chunks, not a float64 copy of the output."""
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"shapes differ: {tuple(out.shape)} vs {tuple(ref.shape)}")
+    if out.numel() == 0:
+        return Err(0.0, 0.0, 0)
+    o2, r2 = as_rows(out.detach()), as_rows(ref.detach())
+    dev = out.device
+    rows, cols = o2.shape
+    cstep = max(1, min(cols, chunk))
+    rstep = max(1, chunk // cstep)
+    num2 = torch.zeros((), dtype=torch.float64, device=dev)
+    den2 = torch.zeros((), dtype=torch.float64, device=dev)
+    mism = torch.zeros((), dtype=torch.int64, device=dev)
+    worst = torch.zeros((), dtype=torch.float64, device=dev)
+    for r0 in range(0, rows, rstep):
+        rn = torch.zeros(min(rstep, rows - r0), dtype=torch.float64, device=dev)
+        rd = torch.zeros_like(rn)
+        for c0 in range(0, cols, cstep):
+            o = o2[r0:r0 + rstep, c0:c0 + cstep].to(dev, torch.float64)
+            r = r2[r0:r0 + rstep, c0:c0 + cstep].to(dev, torch.float64)
+            nan_o, nan_r = torch.isnan(o), torch.isnan(r)
+            inf_o, inf_r = torch.isinf(o), torch.isinf(r)
+            mism += ((nan_o != nan_r) | (inf_o != inf_r) | (inf_r & (o != r))).sum()
+            fin = torch.isfinite(r) & torch.isfinite(o)
+            d = torch.where(fin, o - r, 0.0)
+            rr = torch.where(fin, r, 0.0)
+            rn += (d * d).sum(1)
+            rd += (rr * rr).sum(1)
+        num2 += rn.sum()
+        den2 += rd.sum()
+        per_row = torch.where(rd > 0, (rn / torch.where(rd > 0, rd, 1.0)).sqrt(), rn.sqrt())
+        worst = torch.maximum(worst, per_row.max())
+    num, den = float(num2.sqrt()), float(den2.sqrt())
+    rl2 = num / den if den > 0 else num
+    return Err(rl2, float(worst) if rows > 1 else rl2, int(mism))
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor, chunk: int = CHUNK_ELEMS) -> bool:
+    """Bitwise-equal values through the views (NaN equals NaN, the sign of zero counts; what lies outside the views
+    is not compared). `b` may live on another device than `a`; compared in chunks on a's device."""
+    if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+        return False
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    for i in range(0, fa.numel(), chunk):
+        x, y = fa[i:i + chunk], fb[i:i + chunk].to(a.device)
+        if a.is_floating_point():
+            if not bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all()):
+                return False
+            if not bool((torch.signbit(x) == torch.signbit(y)).all()):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
+ABS_FLOOR = 1e-6  # measured on an H200: PyTorch-fp32's own relL2 can be ~1e-9 on fresh modules, so a pure multiple is
+#                   meaningless there; 1e-6 is ~1/10 of a single-ulp-everywhere error in fp32 (1.2e-7 * ~8).
+REF_MULTIPLE = 4.0  # candidates may be up to 4x PyTorch-fp32's own error on the same inputs
+
+
+def budget_from(ref_err: Err) -> Err:
+    return Err(max(REF_MULTIPLE * ref_err.rel_l2, ABS_FLOOR), max(REF_MULTIPLE * ref_err.worst_row, ABS_FLOOR), 0)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Inputs.
+
+def clone_layout(x):
+    """A copy that keeps shape, strides and storage offset (plain .clone() drops the offset)."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    n = x.untyped_storage().nbytes() // x.element_size()
+    buf = torch.empty(n, dtype=x.dtype, device=x.device)
+    view = buf.as_strided(x.shape, x.stride(), x.storage_offset())
+    view.copy_(x)
+    return view
+

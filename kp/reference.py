@@ -1,0 +1,194 @@
+"""The reference: any KernelBench-format file (``Model``, ``get_inputs()``, ``get_init_inputs()``) or a built-in
+problem, with its inputs under a seed, its declared cases and its footprint (FLOPs and the byte floor)."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+from kp.build import require_gpu
+from kp.errors import UsageError, first_line
+from kp.registry import problem_module
+
+# The changes made to the weights between parity calls, in this order (cycled when there are more trials).
+UPDATES = ("optimizer step", "load_state_dict", "in-place edit")
+UPDATE_SIZE = 0.01  # each change moves a parameter by ~1% of its mean magnitude: far above any rounding budget
+
+# ---------------------------------------------------------------------------------------------------------------
+# The reference.
+
+class Reference:
+    """A KernelBench-format reference: a built-in problem module or any file with Model, get_inputs and
+    get_init_inputs. Optional extras: CASES, traffic, BOUND, PRECISIONS, ModelNew/variants (built-in problems)."""
+
+    def __init__(self, module, name: str, spec: tuple[str, str]):
+        missing = [k for k in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, k)]
+        if missing:
+            raise UsageError(f"{spec[1]} is not a KernelBench-format reference: it defines no {', '.join(missing)}")
+        self.module, self.name, self.spec = module, name, spec
+        self.cases = dict(getattr(module, "CASES", {}))
+        self.precisions = tuple(getattr(module, "PRECISIONS", ("fp32",)))
+        self.bound = getattr(module, "BOUND", None)
+        self.problem = spec[1] if spec[0] == "problem" else None
+
+    @classmethod
+    def load(cls, spec: tuple[str, str]) -> "Reference":
+        kind, what = spec
+        if kind == "problem":
+            return cls(problem_module(what), what, spec)
+        path = Path(what).resolve()
+        if not path.is_file():
+            raise UsageError(f"reference file {what!r} does not exist")
+        name = f"kp_ref_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+        sp = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(sp)
+        sys.modules[name] = module
+        try:
+            sp.loader.exec_module(module)
+        except Exception as e:
+            raise UsageError(f"reference file {what}: import failed: {type(e).__name__}: {first_line(e)}") from None
+        return cls(module, path.stem, ("file", str(path)))
+
+    def init(self) -> list:
+        return list(self.module.get_init_inputs())
+
+    def inputs(self, seed: int, device) -> list:
+        """get_inputs() under the seed, drawn straight on the device (KernelBench files draw from the global
+        generator; on a GPU this is far faster than drawing 6 GB on the host)."""
+        torch.manual_seed(seed)
+        with torch.device(device):
+            xs = self.module.get_inputs()
+        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
+
+    def case(self, name: str, seed: int, device) -> tuple[list, list]:
+        g = torch.Generator().manual_seed(seed)
+        return self.cases[name](g, device)
+
+    def model(self, init, seed: int, device) -> torch.nn.Module:
+        torch.manual_seed(seed)
+        return self.module.Model(*init).to(device)
+
+    def footprint(self, device: str) -> dict:
+        """Bytes of the benchmark inputs, outputs and weights, and the reference's FLOPs (torch's FlopCounterMode),
+        from a run on the meta device (nothing allocated); from one real call on `device` when the model cannot
+        run on meta (an op without a meta kernel, a data-dependent shape)."""
+        from torch.utils.flop_counter import FlopCounterMode
+        try:
+            return self._footprint("meta", FlopCounterMode)
+        except Exception:
+            return self._footprint(device, FlopCounterMode)
+
+    def _footprint(self, device: str, counter_cls) -> dict:
+        with torch.device(device):
+            torch.manual_seed(0)
+            xs = self.module.get_inputs()
+            m = self.module.Model(*self.init())
+            counter = counter_cls(display=False)
+            with counter, torch.no_grad():
+                out = m(*xs)
+        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
+        return {"shapes": ", ".join("x".join(map(str, t.shape)) for t in xs if isinstance(t, torch.Tensor)),
+                "inputs": nbytes(xs), "outputs": nbytes(_as_list(out)),
+                "weights": nbytes(list(m.parameters()) + list(m.buffers())),
+                "flops": int(counter.get_total_flops())}
+
+    def traffic(self, inputs, init, fp: dict, opts: dict | None = None) -> dict:
+        """Fewest bytes and FLOPs of one call: the file's own `traffic` when it has one, else the unique bytes of
+        inputs, outputs and weights and the FLOPs counted on the reference."""
+        if hasattr(self.module, "traffic"):
+            return self.module.traffic(*inputs, init=init, **(opts or {}))
+        return {"bytes": fp["inputs"] + fp["outputs"] + fp["weights"], "flops": fp["flops"]}
+
+
+def _as_list(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pure helpers (no GPU, unit-tested in CI).
+
+def trial_seeds(seed: int, n: int) -> list[int]:
+    """Call i draws its inputs from seed + i: `--seed S` replays every call of a run that printed S."""
+    return [(seed + i) % 2**32 for i in range(n)]
+
+
+def timed_call_seed(seed0: int, n: int) -> int:
+    """Inputs of a row's n-th call in the timing stage (warm-up, preceding and timed calls all count)."""
+    return (seed0 + n) % 2**32
+
+
+def describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"{type(x).__name__} {tuple(x.shape)} {x.dtype} {x.device}"
+    if isinstance(x, (tuple, list)):
+        return f"{type(x).__name__} of {len(x)}"
+    return type(x).__name__
+
+
+def state_map(ref_keys: list[tuple[str, tuple]], cand_keys: list[tuple[str, tuple]]) -> dict[str, str] | None:
+    """Reference state_dict key -> candidate key: by name when the names agree, else in order when the shapes line
+    up one for one (a renamed attribute); None when neither holds."""
+    if {k: s for k, s in ref_keys} == {k: s for k, s in cand_keys}:
+        return {k: k for k, _ in ref_keys}
+    if len(ref_keys) == len(cand_keys) and all(a[1] == b[1] for a, b in zip(ref_keys, cand_keys)):
+        return {a[0]: b[0] for a, b in zip(ref_keys, cand_keys)}
+    return None
+
+
+def make_update(kind: str, model: torch.nn.Module, seed: int) -> dict:
+    """A change of the floating-point parameters, the way training makes one, as data both sides apply alike."""
+    g = torch.Generator().manual_seed(seed)
+    params = [(k, p) for k, p in model.named_parameters() if p.is_floating_point() and p.numel()]
+    if not params:
+        return {}
+
+    def noise(p):
+        scale = float(p.detach().abs().mean()) or 1.0
+        return (torch.randn(p.shape, generator=g, dtype=torch.float32) * scale).to(p.device, p.dtype)
+
+    if kind == "optimizer step":  # SGD, lr UPDATE_SIZE, on random gradients of each parameter's scale
+        return {"kind": kind, "lr": UPDATE_SIZE, "grads": {k: noise(p) for k, p in params}}
+    if kind == "load_state_dict":  # new values for every parameter, loaded with load_state_dict(strict=False)
+        return {"kind": kind, "state": {k: p.detach() + UPDATE_SIZE * noise(p) for k, p in params}}
+    k, p = max(params, key=lambda kp: kp[1].numel())  # in place, under no_grad, on the largest parameter
+    return {"kind": kind, "name": k, "delta": UPDATE_SIZE * noise(p)}
+
+
+def rename_update(update: dict, names: dict[str, str]) -> dict:
+    out = dict(update)
+    if "grads" in update:
+        out["grads"] = {names[k]: v for k, v in update["grads"].items()}
+    if "state" in update:
+        out["state"] = {names[k]: v for k, v in update["state"].items()}
+    if "name" in update:
+        out["name"] = names[update["name"]]
+    return out
+
+
+def apply_update(model: torch.nn.Module, update: dict) -> None:
+    """What the reference and every judged model do with an update (the same code on both sides)."""
+    if not update:
+        return
+    if update["kind"] == "optimizer step":
+        ps = [model.get_parameter(k) for k in update["grads"]]
+        for p, grad in zip(ps, update["grads"].values()):
+            p.grad = grad.clone()
+        torch.optim.SGD(ps, lr=update["lr"]).step()
+        for p in ps:
+            p.grad = None
+    elif update["kind"] == "load_state_dict":
+        model.load_state_dict(update["state"], strict=False)
+    else:
+        with torch.no_grad():
+            model.get_parameter(update["name"]).add_(update["delta"])
+
+
+def problem_inputs(problem: str, device="cuda", seed: int = 0) -> list:
+    """A built-in problem's get_inputs() drawn straight on `device` (a notebook's way in: the 6 GB softmax input is
+    never built on the host). Without a GPU: one UsageError line saying what is missing, before anything is drawn."""
+    if str(device).startswith("cuda"):
+        require_gpu()
+    return Reference.load(("problem", problem)).inputs(seed, device)

@@ -1,0 +1,158 @@
+"""The registry: the filesystem is the list. A problem exists because ``models/<id>.py`` exists; its rungs (variants)
+are the ``kernels/<id>/*.cu`` files, and each rung's header says what it needs:
+
+    // Requires: sm_80     runs on compute capability 8.0 and newer (built for the GPU it runs on)
+    // Requires: sm_90a    Hopper-only features (clusters, TMA, wgmma, programmatic launch): compute capability 9.0
+    // Record: <why>       kept as a record of a design that lost; run only when asked (--variant all)
+
+A rung without a Requires line is taken to need sm_90a (the safe reading). ``KP_CAPABILITY=8.0`` makes this process
+behave as on a GPU of that capability (rung choice, build target with PTX the real GPU can JIT): the way to exercise
+the non-Hopper path on a Hopper machine.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import os
+import re
+from pathlib import Path
+
+from kp.errors import UsageError
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "kernels"
+MODELS = ROOT / "models"
+PROBES = ROOT / "tools" / "probes"
+# The architectures CI compiles each portable rung for (Ampere, Ada, Hopper); Hopper-only rungs get sm_90a only.
+CI_ARCHS = ("sm_80", "sm_89", "sm_90a")
+
+_REQUIRES_RE = re.compile(r"^//\s*Requires:\s*sm_(\d)(\d)(a?)\b", re.M)
+_RECORD_RE = re.compile(r"^//\s*Record:\s*(.+)$", re.M)
+
+
+def problems() -> list[str]:
+    return sorted(p.stem for p in MODELS.glob("*.py") if not p.stem.startswith("_"))
+
+
+def variants(problem: str) -> list[str]:
+    """Every rung file of a problem (records included)."""
+    return sorted(p.stem for p in (KERNELS / problem).glob("*.cu"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Rung:
+    problem: str
+    name: str
+    path: Path
+    min_capability: tuple[int, int]
+    arch_specific: bool  # an 'a' target: that exact capability only
+    record: str | None  # why it is kept, for a rung that lost; None for a rung of the ladder
+
+    @property
+    def requires(self) -> str:
+        major, minor = self.min_capability
+        return f"sm_{major}{minor}{'a' if self.arch_specific else ''}"
+
+    def runs_on(self, cap: tuple[int, int] | None) -> bool:
+        """Whether this rung runs on a GPU of capability `cap` (None: no GPU, nothing runs; callers that only need
+        to know what exists use variants())."""
+        if cap is None:
+            return False
+        return cap == self.min_capability if self.arch_specific else cap >= self.min_capability
+
+    def claimed_archs(self) -> list[str]:
+        """The targets CI compiles this rung for."""
+        if self.arch_specific:
+            return [self.requires]
+        return [a for a in CI_ARCHS if (int(a[3]), int(a[4])) >= self.min_capability]
+
+    def why_not(self, cap: tuple[int, int] | None) -> str:
+        have = "no CUDA GPU" if cap is None else f"this GPU has compute capability {cap[0]}.{cap[1]}"
+        need = (f"compute capability {self.min_capability[0]}.{self.min_capability[1]} exactly" if self.arch_specific
+                else f"compute capability {self.min_capability[0]}.{self.min_capability[1]} or newer")
+        return f"{self.problem}/{self.name} needs {self.requires} ({need}); {have}"
+
+
+def read_rung(path: Path, problem: str | None = None) -> Rung:
+    head = "\n".join(Path(path).read_text().splitlines()[:120])
+    m = _REQUIRES_RE.search(head)
+    cap, specific = ((int(m.group(1)), int(m.group(2))), bool(m.group(3))) if m else ((9, 0), True)
+    rec = _RECORD_RE.search(head)
+    return Rung(problem or Path(path).parent.name, Path(path).stem, Path(path), cap, specific,
+                rec.group(1).strip() if rec else None)
+
+
+def rung(problem: str, name: str) -> Rung:
+    path = KERNELS / problem / f"{name}.cu"
+    if not path.is_file():
+        raise UsageError(f"no variant {name!r} for {problem!r}; variants: {', '.join(variants(problem))}")
+    return read_rung(path, problem)
+
+
+@functools.lru_cache(maxsize=None)
+def capability() -> tuple[int, int] | None:
+    """The compute capability rungs are chosen and built for: KP_CAPABILITY (e.g. "8.0") when set, else the current
+    GPU's; None without a CUDA GPU."""
+    forced = os.environ.get("KP_CAPABILITY")
+    if forced:
+        m = re.fullmatch(r"\s*(\d+)\.(\d)\s*", forced)
+        if not m:
+            raise UsageError(f"KP_CAPABILITY must look like 8.0 or 9.0, got {forced!r}")
+        return int(m.group(1)), int(m.group(2))
+    import torch
+    return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+
+
+def runnable_variants(problem: str, include_records: bool = False) -> list[str]:
+    """The rungs that run on this GPU: the ladder (the path to the default), and with include_records the rungs
+    kept as records too."""
+    cap = capability()
+    out = []
+    for v in variants(problem):
+        r = rung(problem, v)
+        if r.runs_on(cap) and (include_records or r.record is None):
+            out.append(v)
+    return out
+
+
+def runs_here(problem: str, variant: str) -> bool:
+    """Whether a rung runs on this GPU (False without one)."""
+    return rung(problem, variant).runs_on(capability())
+
+
+def first_runnable(problem: str, preferred: list[str]) -> str:
+    """The first rung of `preferred` that runs on this GPU (the last one when there is no GPU, so a CPU-only
+    process can still construct a model)."""
+    cap = capability()
+    for v in preferred:
+        if rung(problem, v).runs_on(cap):
+            return v
+    return preferred[-1]
+
+
+def default_rung(problem: str) -> str:
+    """The rung a plain ``ModelNew()`` runs: the model's DEFAULT_VARIANT, which is a rung name, or a tuple of rung
+    names in order of preference (the first that runs on this GPU), or "auto" (the model picks per call)."""
+    d = getattr(problem_module(problem), "DEFAULT_VARIANT", None)
+    if isinstance(d, (tuple, list)):
+        return first_runnable(problem, list(d))
+    if d is None:
+        raise UsageError(f"models/{problem}.py declares no DEFAULT_VARIANT")
+    return d
+
+
+def kernel_sources() -> list[Path]:
+    """Every .cu of every problem, and the measurement probes (CI compiles each of them)."""
+    return sorted(KERNELS.glob("*/*.cu")) + sorted(PROBES.glob("*.cu"))
+
+
+def problem_module(problem: str):
+    if problem not in problems():
+        raise UsageError(f"unknown problem {problem!r}; problems: {', '.join(problems())}")
+    return importlib.import_module(f"models.{problem}")
+
+
+def required_exports(problem: str) -> tuple[str, ...]:
+    """The KP_EXPORT names every rung of a problem must provide: the model's EXPORTS."""
+    return tuple(getattr(problem_module(problem), "EXPORTS", ()))

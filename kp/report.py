@@ -1,0 +1,86 @@
+"""The report: one table and one verdict line for the playground's variants and for candidates."""
+from __future__ import annotations
+
+from kp.worker import kernel_base_name
+
+def verdict(rec: dict, label: str = "candidate") -> str:
+    r = rec["rows"][label]
+    if not r["accepted"]:
+        return f"rejected: {r['reason']}"
+    notes = []
+    if rec.get("stages_not_run"):
+        notes.append(f"parity only on {rec['device']}: {', '.join(rec['stages_not_run'])} checks need a GPU and "
+                     f"were not run")
+    if r.get("pure_torch"):
+        notes.append("pure PyTorch: no kernel of its own ran (--allow-torch)")
+    return "accepted" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The report: one table for the playground's variants and for candidates.
+
+def format_record(rec: dict) -> str:
+    gpu_peak = rec.get("peak_gpu_bytes")
+    head = (f"{rec['reference']} [{rec.get('shape', '')}] seed {rec['seed']} on {rec['device']}, torch {rec['torch']}"
+            + (f", precision {rec['precision']} (budget from PyTorch in that mode)"
+               if rec["precision"] != "fp32" else ""))
+    lines = [head]
+    if gpu_peak is not None:
+        fp = rec["footprint"]
+        lines.append(f"peak GPU memory {gpu_peak / 2**30:.1f} GiB (inputs + outputs {(fp['inputs'] + fp['outputs']) / 2**30:.2f}"
+                     f" GiB, weights {fp['weights'] / 2**30:.2f} GiB, {len(rec['rows'])} judged model(s); planned "
+                     f"{rec['memory_need'] / 2**30:.1f} GiB)")
+    if "bandwidth" in rec:
+        c = f"ceilings measured now: device copy {rec['bandwidth'] / 1e9:,.0f} GB/s"
+        if rec.get("flops_rate"):
+            c += ", best of cuBLAS " + ", ".join(f"{k} {v / 1e12:.1f}" for k, v in rec["rates"].items()) + " TFLOP/s"
+        lines.append(c + f"; bound: {rec['bound']}")
+    for s in rec.get("skipped", []):
+        lines.append(f"  skipped {s}")
+    if rec.get("notes"):
+        lines.append(f"  note: {rec['notes']}")
+    timing = rec.get("timing", {})
+    compute = rec.get("bound") == "compute"
+    unit, scale, what = ("TFLOP/s", 1e12, "flops") if compute else ("GB/s", 1e9, "bytes")
+    names = list(dict.fromkeys([k for k in ("eager", "torch.compile") if k in timing] + list(rec["rows"])))
+    label_of = lambda k: f"{k}->{rec['rungs'][k]}" if rec.get("rungs", {}).get(k, k) != k else k
+    w = max([16] + [len(label_of(k)) for k in names])
+    lines.append(f"{'':{w}} {'median ms':>9} {'IQR ms':>7} {unit:>8} {'%roof':>6} {'vs eager':>8} {'vs comp':>7} "
+                 f"{'host us':>7} {'relL2':>8} {'worst row':>9}  verdict")
+    torch_err = max([c.get("torch_rel_l2", 0.0) for r in rec["rows"].values() for c in r["checks"].values()],
+                    default=None)
+    for k in names:
+        t = timing.get(k)
+        cols = f"{label_of(k):{w}}"
+        if t and "bandwidth" in rec:
+            tr = rec["traffic"].get(k, rec["traffic"]["eager"])
+            secs = t["median_ms"] * 1e-3
+            floor = max(tr["bytes"] / rec["bandwidth"], tr["flops"] / rec["flops_rate"] if rec.get("flops_rate")
+                        else 0.0)
+            ve = timing["eager"]["median_ms"] / t["median_ms"] if "eager" in timing else float("nan")
+            vc = (f"{timing['torch.compile']['median_ms'] / t['median_ms']:.2f}x" if "torch.compile" in timing
+                  else "-")
+            cols += (f" {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {tr[what] / secs / scale:8,.0f} "
+                     f"{100 * floor / secs:5.1f}% {ve:7.2f}x {vc:>7} {t['host_us']:7.0f}")
+        else:
+            cols += " " * 62
+        r = rec["rows"].get(k)
+        if r:
+            errs = list(r["checks"].values())
+            e = max((c["rel_l2"] for c in errs), default=float("nan"))
+            wr = max((c["worst_row"] for c in errs), default=float("nan"))
+            v = ("accepted" + (" (pure PyTorch)" if r["pure_torch"] else "")) if r["accepted"] else \
+                (f"rejected{' (peer, not gated)' if r['peer'] else ''}: {r['reason']}")
+            cols += f" {e:8.1e} {wr:9.1e}  {v}"
+        elif k == "eager" and torch_err is not None:
+            cols += f" {torch_err:8.1e} {'':9}  (PyTorch fp32's own error, worst call)"
+        lines.append(cols)
+    for k, r in rec["rows"].items():
+        if r.get("own_kernels"):
+            lines.append(f"  {k}: own kernels " + "; ".join(f"{kernel_base_name(n)} ({lib})" for n, lib in
+                                                           list(r["own_kernels"].items())[:4]))
+    n_checks = {k: len(r["checks"]) for k, r in rec["rows"].items()}
+    if n_checks:
+        lines.append(f"  parity: {max(n_checks.values())} checked calls per row (trials with weight changes, derived "
+                     f"inputs, declared cases, timed calls)")
+    return "\n".join(lines)

@@ -1,0 +1,498 @@
+"""The worker: holds the judged models and runs the judge's commands on them, in a spawned process for a candidate
+file or in the judge's own process for the playground's variants."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+import types
+from pathlib import Path
+
+import torch
+
+from kp.build import cache_root
+from kp.errors import Rejected, first_line
+from kp.reference import Reference, apply_update, describe, timed_call_seed
+from kp.registry import ROOT
+from kp.layers import set_precision
+from kp.timing import L2Flusher, bench_interleaved
+
+REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
+WARMUP = 3  # untimed calls of each row before timing (the judge derives the inputs of checked timed calls from it)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Worker: holds the judged models; runs in a spawned process for a candidate file, in this process for variants.
+
+def kernel_base_name(name: str) -> str:
+    """'void kp::softmax_kernel<8>(float const*, ...)' -> 'softmax_kernel' (what a symbol table contains)."""
+    s = name.strip().replace("(anonymous namespace)", "anon")
+    for prefix in ("void ", "__global__ "):
+        if s.startswith(prefix):
+            s = s[len(prefix):]
+    depth, cut = 0, len(s)
+    for i, ch in enumerate(s):  # first '(' or '<' outside template brackets ends the qualified name
+        if ch in "(<" and depth == 0:
+            cut = i
+            break
+    s = s[:cut]
+    return s.split("::")[-1].strip()
+
+
+def window_violations(events: list[dict], marker: str) -> tuple[list[dict], tuple[float, float] | None]:
+    """GPU activities outside the window between the first and the last `marker` kernel (trace microseconds).
+    Returns (violations, window); window None when the markers are missing (that itself is a failure)."""
+    marks = [e for e in events if e["name"] == marker]
+    if len(marks) < 2:
+        return [], None
+    lo = marks[0]["ts"] + marks[0]["dur"]
+    hi = marks[-1]["ts"]
+    inside = [e for e in events if e is not marks[0] and e is not marks[-1]]
+    bad = [e for e in inside if e["ts"] < lo - 1.0 or e["ts"] + e["dur"] > hi + 1.0]  # 1 us: trace rounding
+    return bad, (lo, hi)
+
+
+def host_clock_excess_ms(samples: list[tuple[float, float, float]]) -> float:
+    """samples: (wall ms from before the start event to after a device-wide synchronize, event ms, enqueue ms).
+    Work on the timed stream finishes within max(enqueue, event) plus a synchronize's latency; the median excess
+    beyond that is time the events did not see."""
+    ex = sorted(w - max(ev, enq) for w, ev, enq in samples)
+    return ex[len(ex) // 2] if ex else 0.0
+
+
+def escape_threshold_ms(event_ms: float) -> float:
+    """Excess over which the host clock says work escaped: 0.2 ms (synchronize + Python latency seen on an H200 is
+    tens of us) plus 20% of the call."""
+    return 0.2 + 0.2 * event_ms
+
+
+def _namespaces():
+    import time as time_mod
+    import torch.nn.functional as F
+    return {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
+            "torch._C.TensorBase": torch._C.TensorBase, "torch.nn.Module": torch.nn.Module,
+            "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
+            "torch.profiler": torch.profiler, "torch.special": torch.special, "torch.linalg": torch.linalg,
+            "torch.optim.SGD": torch.optim.SGD, "time": time_mod,
+            # the playground's own modules a candidate could patch (the façade and everything behind it)
+            **{name: mod for name, mod in list(sys.modules.items())
+               if mod is not None and (name == "harness" or name == "kp" or name.startswith("kp."))}}
+
+
+def namespace_fingerprint() -> dict[str, object]:
+    """Every callable the judge, the timer and the baselines can reach by attribute lookup, by identity."""
+    snap = {}
+    for ns_name, ns in _namespaces().items():
+        for k, v in list(vars(ns).items()):
+            if callable(v) and not isinstance(v, types.ModuleType):
+                snap[f"{ns_name}.{k}"] = v
+    return snap
+
+
+def fingerprint_changes(before: dict[str, object]) -> list[str]:
+    now = namespace_fingerprint()
+    return sorted(k for k, v in before.items() if now.get(k) is not v)
+
+
+def nan_fill_cached_free(reserve_bytes: int) -> None:
+    """Fill the caching allocator's free blocks (and at least reserve_bytes of them) with 0xFF bytes = NaN, so
+    memory a model allocates and never writes reads as NaN instead of stale, plausible values."""
+    if not torch.cuda.is_available():
+        return
+    held = []
+    if reserve_bytes > 0:
+        held.append(torch.empty(reserve_bytes, dtype=torch.uint8, device="cuda"))
+    small = 1 << 20  # requests up to 1 MiB come from the small pool
+    last_free = None
+    for _ in range(512):
+        free = [(b["size"], seg.get("segment_type", "large")) for seg in torch.cuda.memory_snapshot()
+                for b in seg["blocks"] if b["state"] == "inactive"]
+        total = sum(s for s, _ in free)
+        if not free or total == last_free:
+            break
+        last_free = total
+        size, kind = max(free)
+        held.append(torch.empty(min(size, small) if kind == "small" else size, dtype=torch.uint8, device="cuda"))
+    for t in held:
+        t.fill_(0xFF)
+    del held
+
+
+def _loaded_objects() -> set[str]:
+    try:
+        with open("/proc/self/maps") as f:
+            return {ln.split(None, 5)[5].strip() for ln in f if ln.count(" ") >= 5 and ".so" in ln}
+    except OSError:
+        return set()
+
+
+def _system_prefixes() -> list[str]:
+    import site
+    from torch.utils.cpp_extension import CUDA_HOME
+    pre = [os.path.dirname(torch.__file__), sys.prefix, sys.base_prefix, "/usr/lib", "/lib", "/usr/local/lib",
+           "/usr/local/nvidia", "/usr/local/cuda"]
+    pre += site.getsitepackages() + [site.getusersitepackages()]
+    if CUDA_HOME:
+        pre.append(CUDA_HOME)
+    return [p for p in pre if p]
+
+
+def export_output(out):
+    """What leaves the worker: plain tensors and Python numbers, element by element for a tuple; anything else
+    as its description (the judge rejects it)."""
+    if type(out) is torch.Tensor or isinstance(out, (int, float, bool)):
+        return out
+    if isinstance(out, (tuple, list)):
+        return tuple(export_output(o) for o in out)
+    return describe(out)
+
+
+class Worker:
+    """Models under judgement ("rows", by label), the eager/torch.compile baselines, and the commands the judge
+    sends. `interim` is how a timed call's output reaches the judge for checking (a pipe round trip from a spawned
+    worker, a plain call in-process)."""
+
+    def __init__(self, ref_spec, device: str, precision: str, factories: dict | None = None, conn=None):
+        self.ref = Reference.load(ref_spec)
+        self.device, self.precision, self.conn = device, precision, conn
+        self.factories = dict(factories or {})
+        self.models: dict[str, object] = {}
+        self.baselines = {}
+        self.fingerprint = None
+        self.objects_before = _loaded_objects()
+        self.interim = self._interim_pipe
+
+    def loop(self):
+        while True:
+            try:
+                msg = self.conn.recv()
+            except EOFError:
+                return
+            cmd, args = msg[0], msg[1:]
+            if cmd == "quit":
+                self.conn.send({"ok": True})
+                return
+            try:
+                reply = getattr(self, "cmd_" + cmd)(*args)
+                reply["ok"] = True
+            except Exception as e:  # the candidate's failure is data for the judge, not a crash of the worker
+                reply = {"ok": False, "error": f"{type(e).__name__}: {first_line(e)}",
+                         "traceback": traceback.format_exc(limit=8)}
+            if self.fingerprint is not None:
+                reply["patched"] = fingerprint_changes(self.fingerprint)
+            self.conn.send(reply)
+            if not reply["ok"] and self.device == "cuda" and _cuda_broken():
+                return  # a sticky CUDA error: this context is gone; the judge sees the pipe close
+
+    def _interim_pipe(self, msg: dict) -> None:
+        self.conn.send({"interim": True, **msg})
+        self.conn.recv()
+
+    # -- setup --------------------------------------------------------------------------------------------------
+    def cmd_baselines(self, init, seed, state, compile_baseline: bool, example_seed: int):
+        """Eager and torch.compile references for the timing table, built and run once before any judged model
+        exists (the fingerprint is taken after their first calls, so their own lazy setup is not a change)."""
+        eager = self.ref.model(init, seed, self.device)
+        eager.load_state_dict(state)
+        self.baselines = {"eager": eager}
+        if compile_baseline:  # shares eager's weights: one copy of them on the device
+            self.baselines["torch.compile"] = torch.compile(eager)
+        x = self.ref.inputs(example_seed, self.device)
+        set_precision(self.precision)
+        with torch.no_grad():
+            for m in self.baselines.values():
+                m(*x)
+        torch.cuda.synchronize()
+        return {}
+
+    def cmd_load(self, path: str):
+        # Everything the judge's own stages import or initialise happens before the snapshot: importing
+        # torch._dynamo (the profiler does) rebinds torch.manual_seed, which is torch's doing, not the candidate's.
+        import torch._dynamo  # noqa: F401
+        from torch.profiler import ProfilerActivity, profile
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch wraps SGD.step on first use
+        if self.device == "cuda":
+            L2Flusher()
+            e = torch.cuda.Event(enable_timing=True)
+            with profile(activities=[ProfilerActivity.CUDA]):
+                e.record()
+                torch.cuda._sleep(10)
+                torch.cuda.synchronize()
+        self.fingerprint = namespace_fingerprint()
+        self.objects_before = _loaded_objects()
+        p = Path(path).resolve()
+        sys.path.insert(0, str(p.parent))
+        spec = importlib.util.spec_from_file_location("kp_candidate", p)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["kp_candidate"] = module
+        spec.loader.exec_module(module)
+        if not isinstance(getattr(module, "ModelNew", None), type):
+            return {"has_model_new": False}
+        self.factories["candidate"] = module.ModelNew
+        return {"has_model_new": True}
+
+    def cmd_build(self, label: str, init, seed: int):
+        self.models.pop(label, None)
+        torch.manual_seed(seed)
+        m = self.factories[label](*init)
+        m = m.to(self.device) if isinstance(m, torch.nn.Module) else m
+        self.models[label] = m
+        keys = ([(k, tuple(v.shape)) for k, v in m.state_dict().items()] if isinstance(m, torch.nn.Module) else [])
+        return {"keys": keys}
+
+    def cmd_update(self, label: str, update: dict):
+        apply_update(self.models[label], update)
+        return {}
+
+    def cmd_drop(self, label: str):
+        self.models.pop(label, None)
+        return {}
+
+    # -- parity -------------------------------------------------------------------------------------------------
+    def cmd_forward(self, label: str, inputs, reserve_bytes: int):
+        if self.device == "cuda":
+            torch.cuda.ipc_collect()
+            nan_fill_cached_free(reserve_bytes)
+        set_precision(self.precision)
+        with torch.no_grad():
+            out = self.models[label](*inputs)
+        if self.device == "cuda":
+            torch.cuda.synchronize()  # device-wide: side-stream work finishes before the output leaves
+        return {"out": export_output(out), "type": describe(out),
+                "tf32_after": torch.backends.cuda.matmul.allow_tf32}
+
+    def cmd_buffers(self, label: str):
+        m = self.models[label]
+        if not isinstance(m, torch.nn.Module):
+            return {"buffers": {}}
+        return {"buffers": {k: v.detach().clone() for k, v in m.state_dict().items()}}
+
+    # -- timing -------------------------------------------------------------------------------------------------
+    def cmd_time(self, labels: list[str], seed0: int, pool_size: int, min_reps: int, max_reps: int,
+                 budget_s: float, check_reps: list[int]):
+        """Baselines and rows interleaved; every call gets freshly generated inputs (a pool refilled from a new
+        seed before each call, outside the timed region); the timed calls of `check_reps` are handed to the judge
+        through `interim` before the next call (outside the timed region) and dropped."""
+        dev = self.device
+        fns_models = {**self.baselines, **{k: self.models[k] for k in labels}}
+        pool = [self.ref.inputs(seed0, dev) for _ in range(pool_size)]
+        st = {"n": {k: 0 for k in fns_models}, "slot": 0, "calls": 0, "kept": None, "check": None}
+        rungs = {k: m.rung(*pool[0]) for k, m in fns_models.items() if hasattr(m, "rung")}
+
+        def hand_over():
+            if st["kept"] is not None:
+                label, rep, seed, out, slot = st["kept"]
+                st["kept"] = None
+                torch.cuda.synchronize()  # device-wide, as for parity: work a row left elsewhere is the escape
+                #                           check's to catch, with its own reason
+                self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out),
+                              "type": describe(out), "inputs": pool[slot]})
+
+        def before(name, rep):
+            hand_over()
+            slot = st["calls"] % pool_size
+            s = timed_call_seed(seed0, st["n"][name])
+            for dst, src in zip(pool[slot], self.ref.inputs(s, dev)):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+            st["n"][name] += 1
+            st["calls"] += 1
+            st["slot"] = slot
+            st["check"] = (name, rep, s, slot) if name in labels and rep in check_reps else None
+
+        def call(name, m):
+            def f():
+                out = m(*pool[st["slot"]])
+                if st["check"] is not None:
+                    st["kept"] = (*st["check"][:3], out, st["check"][3])
+                    st["check"] = None
+            return f
+
+        fns = {k: call(k, m) for k, m in fns_models.items()}
+        set_precision(self.precision)
+        with torch.no_grad():
+            times = bench_interleaved(fns, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
+                                              warmup=WARMUP, before=before)
+            hand_over()
+        torch.cuda.synchronize()
+        return {"timing": {k: dataclasses.asdict(t) for k, t in times.items()}, "calls": dict(st["n"]),
+                "rungs": rungs}
+
+    # -- escape + own kernel --------------------------------------------------------------------------------------
+    def cmd_escape(self, label: str, seed: int):
+        from torch.profiler import ProfilerActivity, profile
+        x = self.ref.inputs(seed, self.device)
+        model = self.models[label]
+        f = lambda: model(*x)
+        flush = L2Flusher()
+        set_precision(self.precision)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        samples = []
+        with torch.no_grad():
+            f()
+            torch.cuda.synchronize()
+            for _ in range(5):
+                flush()
+                torch.cuda.synchronize()
+                h0 = time.perf_counter()
+                start.record()
+                e0 = time.perf_counter()
+                f()
+                e1 = time.perf_counter()
+                stop.record()
+                torch.cuda.synchronize()
+                h1 = time.perf_counter()
+                samples.append(((h1 - h0) * 1e3, start.elapsed_time(stop), (e1 - e0) * 1e3))
+            marker = None  # the marker kernel's name, from a profile of the marker alone
+            with profile(activities=[ProfilerActivity.CUDA]) as p0:
+                torch.cuda._sleep(1000)
+                torch.cuda.synchronize()
+            evs = _gpu_events(p0)
+            if evs:
+                marker = evs[0]["name"]
+            flush()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                torch.cuda._sleep(20000)
+                f()
+                torch.cuda._sleep(20000)
+                torch.cuda.synchronize()
+                time.sleep(0.05)  # work a thread defers by up to 50 ms still lands in the trace
+                torch.cuda.synchronize()
+        events = _gpu_events(prof)
+        cache = str(cache_root())
+        libs = sorted(p for p in _loaded_objects()
+                      if p.startswith(cache) or (p not in self.objects_before
+                                                 and not any(p.startswith(pre) for pre in _system_prefixes())))
+        own, blobs = {}, {}
+        for p in libs:
+            try:
+                blobs[p] = Path(p).read_bytes()
+            except OSError:
+                pass
+        for e in events:
+            if e["kind"] != "kernel" or e["name"] == marker:
+                continue
+            base = kernel_base_name(e["name"]).encode()
+            hit = next((p for p, b in blobs.items() if base and base in b), None)
+            if hit:
+                own.setdefault(e["name"], os.path.basename(hit))
+        return {"samples": samples, "events": events, "marker": marker, "own": own}
+
+    def cmd_memory(self):
+        return {"peak": torch.cuda.max_memory_reserved() if torch.cuda.is_available() else 0}
+
+
+def _gpu_events(prof) -> list[dict]:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)
+    kinds = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+    out = []
+    for e in trace.get("traceEvents", []):
+        k = kinds.get(str(e.get("cat", "")).lower())
+        if k and e.get("ph") == "X":
+            args = e.get("args", {})
+            out.append({"name": e.get("name", ""), "kind": k, "ts": float(e["ts"]), "dur": float(e.get("dur", 0)),
+                        "stream": args.get("stream")})
+    out.sort(key=lambda e: e["ts"])
+    return out
+
+
+def _cuda_broken() -> bool:
+    try:
+        torch.cuda.synchronize()
+        return False
+    except Exception:
+        return True
+
+
+def worker_main(conn, ref_spec, device: str, precision: str, root: str):
+    import warnings
+    warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+    sys.path.insert(0, root)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    Worker(ref_spec, device, precision, conn=conn).loop()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Runners: the same commands, in a spawned process or in this one.
+
+class ProcessRunner:
+    """A spawned worker and the request/reply protocol; a dead worker or a timeout becomes a rejection."""
+    isolated = True
+
+    def __init__(self, ref_spec, device: str, precision: str, on_interim):
+        import torch.multiprocessing as tmp
+        ctx = tmp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT)),
+                                daemon=True)
+        self.proc.start()
+        child.close()
+        self.on_interim = on_interim
+
+    def call(self, stage: str, *msg, timeout: float = REPLY_TIMEOUT_S) -> dict:
+        try:
+            self.conn.send(msg)
+            while True:
+                deadline = time.monotonic() + timeout
+                while not self.conn.poll(1.0):
+                    if not self.proc.is_alive():
+                        raise Rejected(f"{stage}: the candidate's process died (exit code {self.proc.exitcode})")
+                    if time.monotonic() > deadline:
+                        raise Rejected(f"{stage}: no answer within {timeout:.0f} s")
+                reply = self.conn.recv()
+                if not reply.get("interim"):
+                    break
+                self.on_interim(reply)
+                self.conn.send(("ack",))
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self.proc.join(5)
+            raise Rejected(f"{stage}: the candidate's process died (exit code {self.proc.exitcode})") from None
+        if reply.get("patched"):
+            raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "
+                           f"(judge, timer and baselines depend on them)")
+        if not reply.get("ok"):
+            raise Rejected(f"{stage}: raised {reply.get('error')}")
+        return reply
+
+    def close(self):
+        try:
+            if self.proc.is_alive():
+                self.conn.send(("quit",))
+                self.proc.join(10)
+        except (OSError, EOFError, BrokenPipeError):
+            pass
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+
+
+class LocalRunner:
+    """The Worker in this process: for the playground's own variants (trusted code, same stages)."""
+    isolated = False
+
+    def __init__(self, ref_spec, device: str, precision: str, on_interim, factories: dict):
+        self.worker = Worker(ref_spec, device, precision, factories=factories)
+        self.worker.interim = on_interim
+
+    def call(self, stage: str, cmd: str, *args, **_) -> dict:
+        try:
+            return getattr(self.worker, "cmd_" + cmd)(*args)
+        except Rejected:
+            raise
+        except Exception as e:
+            raise Rejected(f"{stage}: raised {type(e).__name__}: {first_line(e)}") from None
+
+    def close(self):
+        self.worker.models.clear()
+        self.worker.baselines.clear()
+
+

@@ -32,7 +32,7 @@
 //   flagged by the split; split_gemm_fallback recomputes every output in a flagged row/column as a float64 dot
 //   product of the original fp32 values (IEEE NaN/Inf propagation as in the reference), after the GEMM. It costs one
 //   tiny launch (every CTA finds no flag and returns) when nothing is flagged.
-// Measured: H200, 1024x8192x8192 (scripts/split_gemm_check.py, 2026-11-22, L2 flushed, interleaved): this kernel
+// Measured: H200, 1024x8192x8192 (bench/matmul_gelu_softmax/split_gemm_check.py, 2026-11-22, L2 flushed, interleaved): this kernel
 //   0.570 ms for 3 products (723 TFLOP/s of fp16 work; cuBLAS HGEMM ~800 at 8192^3), 1 product 0.292 ms; the x
 //   split 24 us; split3 end to end 0.593 ms at relL2 2.4e-7 vs cuBLAS SGEMM 2.696 ms at 1.6e-6, DGEMM 2.243 ms.
 // Not done (would help): a fused epilogue (bias/GELU or BN partials straight from the registers: saves one 32 MiB

@@ -8,7 +8,7 @@
 //   here it is read once and written once, in place (row_epilogue.cuh).
 // Why the GEMM is cuBLAS DGEMM: the GEMM is 97% of the time. At 1024x8192x8192 the fp32 SGEMM (SIMT, ~51 TFLOP/s)
 //   takes 2.66 ms; the float64 DGEMM runs on Hopper's FP64 tensor cores at ~63 TFLOP/s (2.19 ms) and, rounded once,
-//   is ~60x more accurate (scripts/lse_ab.py). A tensor-core split-precision GEMM is the next rung (2_split_wgmma).
+//   is ~60x more accurate (bench/matmul_sum_max_mean_lse/ab.py). A tensor-core split-precision GEMM is the next rung (2_split_wgmma).
 // Ownership / launch: one 256-thread CTA per row; the row's GELU values live in shared memory (32 KiB at 8192 cols).
 // Bytes (epilogue): 4*B*N read + 4*B*N written (64 MiB at 1024x8192: ~16 us at copy speed; eager's three
 //   epilogue kernels ~45 us). Bound: the GEMM is compute-bound; this epilogue memory/SFU-bound.

@@ -10,7 +10,7 @@
 //   - gemv_rows (cached path): GR rows per CTA share each v load (v is float64: one row per CTA read 64 KiB of v
 //     from L2 per 32 KiB of x), v read as double2, loads unrolled.
 //   Tile and unroll choices are template parameters; `tune_forward` / `tune_gemv` run the alternatives for the A/B
-//   in scripts/lse_ab.py, the KP_EXPORTs used by ModelNew run the chosen ones (TC/XU/GR/GU below).
+//   in bench/matmul_sum_max_mean_lse/ab.py, the KP_EXPORTs used by ModelNew run the chosen ones (TC/XU/GR/GU below).
 // Ownership and launch:
 //   colsum_gemv<TC, XU>: CTA t owns columns [t*TC, (t+1)*TC) of W and x; 512 threads = (TC/4 float4 columns) x RG
 //     row groups; it sums its columns over all O rows of W, writes v[tile], then dots the same columns of every
@@ -24,7 +24,7 @@
 //   x.size(1) == W.size(1); b 1-D of W.size(0) (or empty); float64 scratch. float4 paths need 16-byte alignment,
 //   other layouts take scalar loads.
 // Numerics: as 1_colsum_gemv: every sum in float64, one rounding to fp32 at the end (relL2 ~3e-8).
-// Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, GPU time with the L2 read-flushed (scripts/lse_ab.py, two
+// Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, GPU time with the L2 read-flushed (bench/matmul_sum_max_mean_lse/ab.py, two
 //   runs agreeing within 2%): uncached 82.4 us (3,667 GB/s of the 288 MiB minimum; 1_colsum_gemv 99.3 us; torch's own
 //   W.sum() reading 256 MiB took 70.2 us = 3,823 GB/s), cached GEMV 9.5 us (3,531 GB/s; 1's 15.0 us). Through
 //   ModelNew in run.py: cached 0.011 ms (255x eager 2.757 ms), uncached 0.087 ms before the L2::256B/CU16 choice.
@@ -41,7 +41,7 @@ using lse::launch_gemv;
 
 constexpr int FT = 512;           // colsum_gemv threads
 constexpr int TC_MIN = 32;        // smallest tile any configuration uses: the caller sizes `partial` by it
-constexpr int TC = 64, XU = 8;    // chosen colsum_gemv tile and x-phase unroll (scripts/lse_ab.py)
+constexpr int TC = 64, XU = 8;    // chosen colsum_gemv tile and x-phase unroll (bench/matmul_sum_max_mean_lse/ab.py)
 constexpr int HINT = 1, CU = 16;  // chosen W load (L2::256B fills, no L1) and W-loop unroll
 constexpr int GR = 2, GU = 2;     // chosen gemv_rows rows per CTA and float4 per row in flight
 
@@ -190,7 +190,7 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
 }
 
 #if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
-// A/B hooks (scripts/lse_ab.py): the same kernels with other tile/unroll choices.
+// A/B hooks (bench/matmul_sum_max_mean_lse/ab.py): the same kernels with other tile/unroll choices.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                             const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,
                             const at::TensorBase& out, int64_t cfg) {

@@ -5,7 +5,7 @@
 // of why; ModelNew's default stays 2_inflight. See "Measured" for where the time goes.
 //
 // What changed from 2_inflight: 2 gave each CTA a 64-column tile of W, i.e. 256-byte pieces of every row 32 KiB
-//   apart. scripts/bw_probe.py measured that pattern at 4.2 TB/s on the H200 while a plain streaming read of the
+//   apart. tools/bw_probe.py measured that pattern at 4.2 TB/s on the H200 while a plain streaming read of the
 //   same 288 MiB ran at 4.7 TB/s (63.9 us): the 70 us target is a read-speed problem, not a compute one. Here
 //   CTA p reads rows [p*O/G, (p+1)*O/G) of W whole, front to back (each warp load is 512 contiguous bytes, each
 //   CTA streams one contiguous 2 MiB band), and the column sums become a cross-CTA reduction that one grid-wide
@@ -30,7 +30,7 @@
 //   G*B + I doubles (more lets NB reach G); cooperative launch support. float4/TMA paths need I % 4 == 0 and
 //   16-byte aligned W, x and x rows; other layouts take scalar loads (same phases, no prefetch).
 // Numerics: every sum in float64 in a fixed order (deterministic), one rounding to fp32 at the end (relL2 ~3e-8).
-// Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, scripts/lse_ab.py (GPU time, L2 read-flushed, one run):
+// Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, bench/matmul_sum_max_mean_lse/ab.py (GPU time, L2 read-flushed, one run):
 //   2_inflight 82.3 us; 3_rowband bands 101.0, interleaved rows (ILV) 105.5, bands without the x prefetch 92.6.
 //   Per-phase globaltimer trace (median over CTAs, us): with prefetch W 72.2 | grid.sync 4.8 | v 1.5 | x dots 12.5 |
 //   grid.sync 3.2; without W 59.0 (256 MiB at 4.55 TB/s: the contiguous bands do read faster than 2's tiles) |
@@ -288,7 +288,7 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
 }
 
 #if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
-// A/B hook (scripts/lse_ab.py): cfg 0 = contiguous bands, 1 = interleaved rows, 2 = bands without the x prefetch; trace: int64 (G x 8) globaltimer
+// A/B hook (bench/matmul_sum_max_mean_lse/ab.py): cfg 0 = contiguous bands, 1 = interleaved rows, 2 = bands without the x prefetch; trace: int64 (G x 8) globaltimer
 // stamps per CTA at the phase boundaries, or an empty tensor.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                             const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,

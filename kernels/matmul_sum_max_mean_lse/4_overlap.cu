@@ -26,7 +26,7 @@
 //   other layouts run 2_inflight's scalar loops.
 // Numerics: every product and sum in float64, partials added in a fixed order (deterministic), one rounding to
 //   fp32 at the end (relL2 2.5e-8 at the bench shape, as 2_inflight).
-// Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, GPU time, L2 read-flushed (scripts/lse_ab.py --no-gemm, one
+// Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, GPU time, L2 read-flushed (bench/matmul_sum_max_mean_lse/ab.py --no-gemm, one
 //   run, interleaved): 78.4 us = 3,850 GB/s of the 288 MiB minimum; 2_inflight 82.5 us; a plain read of W then x by
 //   the bw probe (two kernels) 69.8 us. Issue-4 target (<= 70 us uncached) NOT met: on this machine the plain read
 //   alone takes 69.8 us. Per-phase trace (us, median CTA): W + x prefetch 60.5 (4.85 TB/s), column sum + wait for x
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(256) finish(const double* __restrict__ partial
   finish_rows(partial, tiles, B, out, bsum_out, (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5), (int64_t)gridDim.x * 8);
 }
 
-constexpr double PF = 0.5;                   // chosen prefetch point (scripts/lse_ab.py)
+constexpr double PF = 0.5;                   // chosen prefetch point (bench/matmul_sum_max_mean_lse/ab.py)
 constexpr bool COOP_CHOSEN = false, DBL_CHOSEN = true, DYN_CHOSEN = false;
 
 // pf: where the x prefetch is issued, as a fraction of the W rows (0 = before the first W load). COOP is taken only
@@ -407,7 +407,7 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
 }
 
 #if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
-// A/B hook (scripts/lse_ab.py): pf = where the x prefetch is issued (fraction of the W rows); cfg: 0 fp32 lane sums,
+// A/B hook (bench/matmul_sum_max_mean_lse/ab.py): pf = where the x prefetch is issued (fraction of the W rows); cfg: 0 fp32 lane sums,
 // 1 float64 + grid barrier, 2 float64, 3 float64 + dynamic W chunks, 4 = 3 + grid barrier, 5 fp32 + dynamic; trace: int64 (tiles x 8) globaltimer stamps per CTA at the phase boundaries, or an empty tensor.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                             const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,

@@ -38,7 +38,7 @@
 //   by a running CTA, and a CTA only waits in a dot unit, whose prefetched next ticket is a dot unit too, so the
 //   W units and item 0 never sit behind a wait. No co-residency assumption.
 // Measured: H200, 1024x8192 @ 8192x8192, 2026-11-22, GPU time, L2 read-flushed, interleaved with 4_overlap in the
-//   same process (python3 scripts/lse_queue_ab.py, two machines): SLOWER than 4_overlap, so not the default; kept
+//   same process (python -m bench.matmul_sum_max_mean_lse.queue_ab, two machines): SLOWER than 4_overlap, so not the default; kept
 //   as the measured record of the design. Chosen configuration (TC 512, every dot unit after every W unit,
 //   256-row W units): 95.9 / 96.0 us = 3,150 GB/s of the 288 MiB minimum vs 4_overlap 79.0 / 79.5 us; a one-kernel
 //   plain read of the same 288 MiB 70.2-70.7 us. Others (us): TC 256 99.3, TC 128 115.6, TC 256 with 2 CTAs/SM and
@@ -376,7 +376,7 @@ KP_EXPORT void gemv_bias(const at::TensorBase& x, const at::TensorBase& v, const
 }
 
 #if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
-// A/B hook (scripts/lse_queue_ab.py): cfg picks (TC, CU, CTAs per SM, dot lag, rows per W unit); trace: int64 of >= 2 x items (start/end
+// A/B hook (bench/matmul_sum_max_mean_lse/queue_ab.py): cfg picks (TC, CU, CTAs per SM, dot lag, rows per W unit); trace: int64 of >= 2 x items (start/end
 // globaltimer of every item), or empty.
 KP_EXPORT void tune_forward(const at::TensorBase& w, const at::TensorBase& b, const at::TensorBase& x,
                             const at::TensorBase& partial, const at::TensorBase& v, const at::TensorBase& bsum,

@@ -20,7 +20,7 @@
 //   values then a tree. NaN/+inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~5e-8.
 // Measured: H200 sweep at ~6.4 GB (GPU time, L2 read-flushed), 2026-11-22: 1024 cols 4,217 GB/s (98% of copy 4,287;
 //   torch.compile 4,262), 4096 cols 4,175 (compile 3,435), 16384 cols 4,210 (compile 3,681).
-//   A/B at 1572864x1024 (scripts/softmax_sweep.py --regrow-ab, one run, ms): copy_ 3.024, compile 3.029; warp per
+//   A/B at 1572864x1024 (bench/softmax/sweep.py --regrow-ab, one run, ms): copy_ 3.024, compile 3.029; warp per
 //   row V8: 256 thr 3.066, 128 thr 3.066, 512 thr 3.083, 256 thr + __ldcs/__stcs 3.072, 128 thr + hints 3.193;
 //   more warps per row: V1 W8 256 thr 3.364, V2 W4 256 thr 3.111, V4 W2 256 thr 3.100, V2 W4 128 thr 3.029 (shipped).
 #include "../common/kp.cuh"
@@ -183,7 +183,7 @@ KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y)
 }
 
 #if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
-// A/B hook (scripts/softmax_sweep.py --regrow-ab): the one-warp-per-row float4 path (cols 128..1024, aligned) with
+// A/B hook (bench/softmax/sweep.py --regrow-ab): the one-warp-per-row float4 path (cols 128..1024, aligned) with
 // cfg 0 = 256 threads (shipped), 1 = 128 threads, 2 = 128 threads + streaming hints, 3 = 256 threads + hints,
 // 4 = 512 threads; 5..8 more warps per row, fewer float4 per lane (V, W, threads): 5 = (1, 8, 256) (Inductor's
 // shape: a row per 8-warp CTA, one float4 per thread), 6 = (2, 4, 256), 7 = (4, 2, 256), 8 = (2, 4, 128).

@@ -19,7 +19,7 @@
 //   draws two rows ahead and hands to its peers with the (m, s) exchange. The first version gave cluster c rows
 //   c, c+G, c+2G, ... (static); the clusters then drift apart over ~273 rows each and the rows being read spread
 //   over more and more of the 6.4 GB. With tickets a cluster that finishes early takes the next unclaimed row, so
-//   the 15 rows in flight stay neighbours. The persistent-copy probe shows the same effect (scripts/bw_probe.py,
+//   the 15 rows in flight stay neighbours. The persistent-copy probe shows the same effect (tools/bw_probe.py,
 //   same run: static grid stride 3,887 GB/s on 120 SMs, ticketed 4,011; 3,907 vs 4,086 on 132), and here it took
 //   the kernel from 87.5% to 94.8% of copy_. The ticket counter (8 bytes from torch's caching allocator) is zeroed
 //   by a cudaMemsetAsync on the same stream before the launch.
@@ -41,50 +41,10 @@
 //   longer than 16 x 49152 floats take a block-per-row online kernel (2 reads; ModelNew routes them elsewhere).
 // Numerics: e = expf(x - m_cta), one scale per CTA (expf(m_cta - M) / S), partials merged in rank order with the
 //   -inf-safe online merge; NaN or +inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~1.5e-7.
-// Measured: H200, 4096x393216, `python3 run.py --problem softmax` (2026-11-22, GPU time, L2 flushed,
-//   interleaved; ceiling 4,250 GB/s = device copy measured in the same run): 3.172 ms, 4,062 GB/s, 95.6% of copy,
-//   1.94x eager (6.155), 1.49x torch.compile (4.726), relL2 7.7e-8. Start stagger A/B (`softmax_sweep.py
-//   --stagger-ab`, `copy_` of the same tensor interleaved): 3.178 vs 3.191 ms unstaggered (95.1% vs 94.7% of
-//   copy_, a slower machine); an earlier run of the same A/B 3.164-3.166 vs 3.183 (95.7% vs 95.1%); 60 rows 57.8 vs
-//   68.8 us, 15 rows (one per cluster) 19.8 vs 19.9 us.
-//   Tried and not kept (same kind of A/B, one run each; shipped 3.163-3.183 ms there):
-//   - interleaved ownership: rank r holds 8 KiB slabs r, r+8, r+16, ... of the row, so a cluster reads and writes
-//     each row front to back together: 3.396 ms (88.6%); st.global.cs (evict-first) output stores: 3.234 (93.1%);
-//     both: 3.320. These builds carried 12-36 bytes of spills (`__stcs` itself: 256 bytes, from its "memory"
-//     clobber), which the next line shows is not free, so the figures mix two effects.
-//   - 2, 3, 8 or 12 prefetch chunks (NCHUNK) instead of 4 (40 bytes of spills each): 3.297, 3.303,
-//     3.320, 3.373 ms (89.8-91.8%); 6 chunks (no spills) 3.185-3.190 vs 3.174-3.183. With 193 KiB of shared
-//     memory the L1 keeps ~28 KiB, so 40 spilled bytes x 512 threads per row plausibly go out to L2: a 40-byte
-//     spill cost ~3.5%.
-//   Earlier: H200, 4096x393216, ticket order, no stagger (`python3 scripts/softmax_sweep.py --order-ab`, four runs
-//   on three machines, 2026-11-22, GPU time, L2 read-flushed, same process): 3.167-3.174 ms, 4,059-4,069 GB/s,
-//   94.6-94.9% of copy_ (4,287-4,289 GB/s), 1.49-1.50x torch.compile (4.737-4.742), 1.94-1.96x eager; the static
-//   order in the same runs 3.427-3.436 ms (87.5-87.7%).
-//   Tried and not kept: 256-thread CTAs with half a slice, two per SM, 16-CTA clusters (3.485-3.551
-//   ms); ex2.approx instead of expf, and st.global.cs stores, both of which push this 128-register kernel into
-//   180-270 bytes of spills (not measured); a rung that holds nothing and re-reads its slice from L2 after the
-//   exchange (short-lived 16- or 8-CTA clusters, L2 evict-first/last hints: 4.67-5.38 ms, i.e. the second read
-//   was not served by L2, or short-lived clusters do not keep HBM busy; 3_cluster, short-lived too, 4.1-4.4 ms);
-//   tickets drawn three rows ahead plus a cp.async.bulk.prefetch.L2 of the row after
-//   next at the start of each row (4.42 ms, 68% of copy_, two runs: the prefetched 22 MiB does not survive in L2
-//   until its bulk load a row period later, so it is read twice).
-//   Tried and not kept (`softmax_sweep.py --order-ab`, same runs; this kernel 3.171-3.186 ms there):
-//   - every SM, no cluster (the 12 SMs that no 8-CTA cluster reaches): a cooperative persistent grid whose row
-//     slices exchange (m, s) through L2 records and an arrival counter. With per-slice row tickets the slice owners
-//     drew rows in different orders and waited on each other: 10.6 ms (9 slices, 132 CTAs), 4.39 (8, 128). With
-//     static groups of s CTAs (a virtual cluster; the leader's ticket rides in its record): s=8 on 128 SMs 3.208 ms
-//     (93.7% of copy_), s=10/130 3.868, s=11/132 3.937, s=12/132 3.538, s=16/128 4.066. 132 SMs need slices
-//     smaller than 192 KiB, and the per-row L2 exchange then costs more than the 12 SMs give.
-//   - an L2 evict-first policy on the bulk loads (createpolicy + .L2::cache_hint): 3.331 ms (90.8%), slower.
-//   - 2, 8 or 12 prefetch chunks instead of 4: each gives 40 bytes of spills at 128 registers (measured
-//     above).
-//   Tried and not kept (`softmax_sweep.py --order-ab`, two runs; this kernel 3.167 / 3.166 ms = 94.9%
-//   of copy_ there): loner CTAs on the 12 spare SMs, on a forked pool stream joined before return, taking rows
-//   from the clusters' ticket and doing each alone in two reads (online (m, s), then the output pass): 3.299 ms;
-//   with the first read marked L2 evict_last and the second evict_first (createpolicy + .L2::cache_hint), so the
-//   second read can hit L2: 3.241 ms. The loners' rows did not pay for the DRAM time they took from the clusters
-//   (how much of their second read hit L2 was not measured). Code kept out of the tree (gitignored
-//   scratch/6_regcluster_loners.cu).
+// Measured: H200, 4096x393216, `python run.py --problem softmax` (2026-11-22, GPU time, L2 flushed, interleaved;
+//   ceiling 4,260 GB/s = device copy measured in the same run): 3.172 ms, 4,062 GB/s, 95.4% of copy, 1.92x eager
+//   (6.083), 1.49x torch.compile (4.721), relL2 1.1e-7. What was tried around this design and not kept, with its
+//   numbers: docs/softmax.md, "6_regcluster: what was tried".
 #include <cooperative_groups.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -347,7 +307,7 @@ void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool tick
   }
   if (cl <= 0) {
     // The smallest cluster that holds the row, except that 5..7 round up to 8 and 9..15 to 16. Fuller slices mean
-    // less padding computed per byte moved and more clusters: 3 instead of 4 moved 2-10% more (`softmax_sweep.py
+    // less padding computed per byte moved and more clusters: 3 instead of 4 moved 2-10% more (`bench/softmax/sweep.py
     // --cl-ab`: 98308, 131072, 147456 columns). 6 instead of 8 won 3.6% at 196612 columns but lost 8% at
     // 262144 (how 6-CTA clusters pack into the GPCs), and 5 and 7 spill 24-32 bytes (a spill costs ~3.5% here).
     cl = (cols + SLICE - 1) / SLICE;

@@ -9,7 +9,7 @@
 
 Nothing under kp/ imports this file.
 """
-from kp.build import (Built, Export, Kernel, arch_flag, binding_check, binding_source, build, build_all, build_flags,
+from kp.build import (Built, Export, Kernel, arch_flag, binding_check, binding_check_many, binding_source, build, build_all, build_flags,
                       build_path, parse_arch, require_gpu, strip_experiments,
                       cache_key, cache_root, compile_check, local_headers, parse_exports, progress,
                       summarize_build_error)
@@ -24,7 +24,7 @@ from kp.registry import (KERNELS, MODELS, PROBES, ROOT, capability, kernel_sourc
 from kp.timing import HOLD_CYCLES, L2Flusher, Timing, bench_interleaved, copy_bandwidth, gemm_rates, summarize
 
 __all__ = [
-    "Built", "Export", "Kernel", "arch_flag", "parse_arch", "require_gpu", "strip_experiments", "binding_check", "binding_source", "build", "build_all", "build_flags", "build_path",
+    "Built", "Export", "Kernel", "arch_flag", "parse_arch", "require_gpu", "strip_experiments", "binding_check", "binding_check_many", "binding_source", "build", "build_all", "build_flags", "build_path",
     "cache_key", "cache_root", "compile_check", "local_headers", "parse_exports", "progress",
     "summarize_build_error", "KernelBuildError", "UsageError", "GEMM_MODES", "PRECISIONS", "DerivedCache",
     "LinearGemm", "check_input", "ieee_fp32", "mm_fp32", "set_precision", "tf32_matmul", "ABS_FLOOR",

@@ -1,6 +1,9 @@
 """Every .cu compiles with nvcc for every architecture it claims (its `// Requires:` line: a portable rung for
 sm_80, sm_89 and sm_90a, a Hopper-only one for sm_90a), and its generated binding type-checks with g++. No GPU."""
+import functools
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +22,25 @@ def test_nvcc_compiles_for_claimed_archs(path, tmp_path):
     assert ok, f"{' '.join(archs)}:\n{log[-4000:]}"
 
 
+@functools.lru_cache(maxsize=None)
+def _bindings():
+    """Every source's generated binding through g++ once per test process (the torch headers parsed once)."""
+    return harness.binding_check_many(SOURCES, Path(tempfile.mkdtemp(prefix="kp_bindings_")))
+
+
 @pytest.mark.parametrize("path", SOURCES, ids=IDS)
-def test_binding_compiles(path, tmp_path):
-    ok, log = harness.binding_check(path, tmp_path)
+def test_binding_compiles(path):
+    ok, log = _bindings()[path]
     assert ok, log[-4000:]
+
+
+def test_binding_check_names_the_bad_source(tmp_path):
+    good, bad = tmp_path / "1_good.cu", tmp_path / "2_bad.cu"
+    good.write_text("KP_EXPORT void f(const at::TensorBase& x, int64_t n) {}\n")
+    bad.write_text("KP_EXPORT void g(const at::TensorBase& x, bool b) {}\n")
+    (tmp_path / "out").mkdir()
+    res = harness.binding_check_many([good, bad], tmp_path / "out")
+    assert res[good][0] and res[bad][0]
+    bad.write_text("KP_EXPORT void g(const at::TensorBase& x, float* p) {}\n")
+    res = harness.binding_check_many([good, bad], tmp_path / "out")
+    assert res[good][0] and not res[bad][0] and "unsupported parameter" in res[bad][1]

@@ -169,3 +169,6 @@ if __name__ == "__main__":
     except harness.KernelBuildError as e:
         print(f"build error: {e}", file=sys.stderr)
         sys.exit(1)
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        sys.stderr.close()
+        sys.exit(0)

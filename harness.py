@@ -9,27 +9,30 @@
 
 Nothing under kp/ imports this file.
 """
-from kp.build import (Built, Export, Kernel, arch_flag, binding_check, binding_check_many, binding_source, build, build_all, build_flags,
-                      build_path, parse_arch, require_gpu, strip_experiments,
-                      cache_key, cache_root, compile_check, local_headers, parse_exports, progress,
-                      summarize_build_error)
+from kp.build import (Built, Export, Kernel, arch_flag, binding_check_many, binding_source, build, build_all,
+                      build_flags, build_path, cache_key, cache_root, compile_check, local_headers, parse_arch,
+                      parse_exports, progress, require_gpu, strip_experiments, summarize_build_error)
 from kp.errors import KernelBuildError, UsageError
 from kp.layers import (GEMM_MODES, PRECISIONS, DerivedCache, LinearGemm, check_input, ieee_fp32, mm_fp32,
                        set_precision, tf32_matmul)
 from kp.numerics import ABS_FLOOR, REF_MULTIPLE, Err, budget_from, clone_layout, rel_error, same_values
 from kp.reference import problem_inputs as inputs
-from kp.registry import (KERNELS, MODELS, PROBES, ROOT, capability, kernel_sources, problem_module, problems,
-                         default_rung, first_runnable, read_rung, runs_here, required_exports, rung, runnable_variants,
-                         variants)
+from kp.registry import (KERNELS, MODELS, PROBES, ROOT, capability, default_rung, first_runnable, kernel_sources,
+                         picks_per_call, problem_module, problems, read_rung, required_exports, rung, runnable_variants,
+                         runs_here, variants)
 from kp.timing import HOLD_CYCLES, L2Flusher, Timing, bench_interleaved, copy_bandwidth, gemm_rates, summarize
 
 __all__ = [
-    "Built", "Export", "Kernel", "arch_flag", "parse_arch", "require_gpu", "strip_experiments", "binding_check", "binding_check_many", "binding_source", "build", "build_all", "build_flags", "build_path",
-    "cache_key", "cache_root", "compile_check", "local_headers", "parse_exports", "progress",
-    "summarize_build_error", "KernelBuildError", "UsageError", "GEMM_MODES", "PRECISIONS", "DerivedCache",
-    "LinearGemm", "check_input", "ieee_fp32", "mm_fp32", "set_precision", "tf32_matmul", "ABS_FLOOR",
-    "REF_MULTIPLE", "Err", "budget_from", "clone_layout", "rel_error", "same_values", "KERNELS", "MODELS", "PROBES",
-    "ROOT", "capability", "kernel_sources", "problem_module", "problems", "default_rung", "first_runnable", "read_rung", "runs_here",
-    "required_exports", "rung", "runnable_variants", "variants",
-    "inputs", "HOLD_CYCLES", "L2Flusher", "Timing", "bench_interleaved", "copy_bandwidth", "gemm_rates", "summarize",
+    "Built", "Export", "Kernel", "arch_flag", "binding_check_many", "binding_source", "build", "build_all",
+    "build_flags", "build_path", "cache_key", "cache_root", "compile_check", "local_headers", "parse_arch",
+    "parse_exports", "progress", "require_gpu", "strip_experiments", "summarize_build_error",
+    "KernelBuildError", "UsageError",
+    "GEMM_MODES", "PRECISIONS", "DerivedCache", "LinearGemm", "check_input", "ieee_fp32", "mm_fp32", "set_precision",
+    "tf32_matmul",
+    "ABS_FLOOR", "REF_MULTIPLE", "Err", "budget_from", "clone_layout", "rel_error", "same_values",
+    "inputs",
+    "KERNELS", "MODELS", "PROBES", "ROOT", "capability", "default_rung", "first_runnable", "kernel_sources",
+    "picks_per_call", "problem_module", "problems", "read_rung", "required_exports", "rung", "runnable_variants",
+    "runs_here", "variants",
+    "HOLD_CYCLES", "L2Flusher", "Timing", "bench_interleaved", "copy_bandwidth", "gemm_rates", "summarize",
 ]

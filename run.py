@@ -87,7 +87,7 @@ def expand_variants(problem: str, asked: list[str] | None) -> list[str]:
     for v in asked:
         if v == "all":
             out += judge.default_variants(problem, include_records=True)
-        elif v == "auto" and getattr(harness.problem_module(problem), "DEFAULT_VARIANT", None) == "auto":
+        elif v == "auto" and harness.picks_per_call(problem):
             out.append(v)
         else:
             r = harness.rung(problem, v)  # unknown: the list of variants

@@ -415,18 +415,9 @@ def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] 
     return r.returncode == 0, (r.stdout + r.stderr)
 
 
-def binding_check(path: Path, out_dir: Path) -> tuple[bool, str]:
-    """g++ -fsyntax-only on the generated binding: the KP_EXPORT signature and the registration agree."""
-    from torch.utils.cpp_extension import include_paths
-    src = out_dir / (path.parent.name + "__" + path.stem + "_binding.cpp")
-    src.write_text(binding_source("kp_check", parse_exports(path.read_text(), str(path))))
-    cmd = ["g++", "-fsyntax-only", build_flags(None)["cflags"][1], str(src)] + [f"-I{p}" for p in include_paths()]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    return r.returncode == 0, r.stdout + r.stderr
-
-
 def binding_check_many(paths: list[Path], out_dir: Path) -> dict[Path, tuple[bool, str]]:
-    """binding_check for many sources in one g++ run (the torch headers are parsed once): each generated binding
+    """g++ -fsyntax-only on the generated bindings (the KP_EXPORT signatures and their registrations agree), for
+    many sources in one g++ run (the torch headers are parsed once): each generated binding
     goes into its own header, inside its own namespace, and a compiler message is charged to the header it names."""
     from torch.utils.cpp_extension import include_paths
     out: dict[Path, tuple[bool, str]] = {}

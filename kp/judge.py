@@ -43,7 +43,7 @@ from kp.layers import PRECISIONS, set_precision
 from kp.numerics import budget_from, clone_layout, rel_error, same_values
 from kp.reference import (UPDATES, Reference, _as_list, apply_update, describe, make_update, rename_update,
                           state_map, timed_call_seed, trial_seeds)
-from kp.registry import problem_module, runnable_variants
+from kp.registry import picks_per_call, runnable_variants
 from kp.timing import copy_bandwidth, gemm_rates
 from kp.worker import (WARMUP, LocalRunner, ProcessRunner, escape_threshold_ms, host_clock_excess_ms, kernel_base_name,
                        window_violations)
@@ -227,7 +227,7 @@ def default_variants(problem: str, include_records: bool = False) -> list[str]:
     """The rows of a built-in problem's table: the rungs of its ladder that run on this GPU (and the records with
     include_records: --variant all), plus "auto" where the model picks a rung per call."""
     vs = runnable_variants(problem, include_records)
-    return vs + (["auto"] if getattr(problem_module(problem), "DEFAULT_VARIANT", None) == "auto" else [])
+    return vs + (["auto"] if picks_per_call(problem) else [])
 
 
 class Judge:

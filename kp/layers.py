@@ -116,9 +116,9 @@ class LinearGemm:
     of the weight: cached in a DerivedCache (recomputed after any in-place edit, optimizer step, load_state_dict,
     .to(), or a replaced Parameter); x is split per call. precision="tf32" keeps one product (TF32-like error).
     "fp64": cuBLAS DGEMM on float64 copies (FP64 tensor cores on Hopper), rounded to fp32 once at the end. On the
-    H200 (bench/matmul_sum_max_mean_lse/ab.py) the 1024x8192x8192 DGEMM took 2.185 ms against 2.660 ms for the fp32 SIMT SGEMM, with
-    relL2 2.5e-8 against 1.6e-6: faster and ~60x closer to the float64 reference. Costs: x converted per call
-    (~25 us), y rounded (~25 us), W^T cached in float64 (2x the weight's memory).
+    H200 (bench/matmul_sum_max_mean_lse/ab.py) the 1024x8192x8192 DGEMM took 2.185 ms against 2.660 ms for the fp32
+    SIMT SGEMM, with relL2 2.5e-8 against 1.6e-6: faster and ~60x closer to the float64 reference. Costs: x converted
+    per call (~25 us), y rounded (~25 us), W^T cached in float64 (2x the weight's memory).
     "fp32": cuBLAS SGEMM with TF32 off on W^T as a view: the same TN kernel, hence the same rounding, as the
     reference's F.linear. (A cached contiguous W^T made cuBLAS pick its NN kernel, 2% faster at the bench shape but
     rounding differently: on a small large-magnitude case its worst softmax row was 5.2x PyTorch's own error.)

@@ -142,6 +142,11 @@ def default_rung(problem: str) -> str:
     return d
 
 
+def picks_per_call(problem: str) -> bool:
+    """Whether the model's default is "auto": its ModelNew picks a rung per call (a row of its own in the table)."""
+    return getattr(problem_module(problem), "DEFAULT_VARIANT", None) == "auto"
+
+
 def kernel_sources() -> list[Path]:
     """Every .cu of every problem, and the measurement probes (CI compiles each of them)."""
     return sorted(KERNELS.glob("*/*.cu")) + sorted(PROBES.glob("*.cu"))

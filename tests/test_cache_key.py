@@ -56,7 +56,8 @@ def test_flags_arch_and_versions_change_key(tree, monkeypatch):
     assert harness.cache_key(tree / "p" / "1_a.cu", (8, 0)) != a0
     assert harness.cache_key(tree / "p" / "1_a.cu", (9, 0), experiments=True) != a0  # the bench scripts' build
     orig = harness.build_flags
-    monkeypatch.setattr(kp.build, "build_flags", lambda cap, exp=False: {**orig(cap), "cflags": orig(cap)["cflags"] + ["-g"]})
+    monkeypatch.setattr(kp.build, "build_flags",
+                        lambda cap, exp=False: {**orig(cap), "cflags": orig(cap)["cflags"] + ["-g"]})
     assert keys(tree)[0] != a0
     monkeypatch.setattr(kp.build, "build_flags", orig)
     monkeypatch.setattr(kp.build.torch, "__version__", "9.9.9")

@@ -12,7 +12,6 @@ import torch
 
 import harness
 import kp.registry
-from kp import judge
 from conftest import gpu
 
 def _variants(p):

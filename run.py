@@ -161,14 +161,21 @@ def main(argv=None) -> int:
     return status
 
 
-if __name__ == "__main__":
+def cli(argv=None) -> int:
+    """main() as the command line sees it: a usage error or a build error is one message on stderr and an exit
+    code, never a traceback."""
     try:
-        sys.exit(main())
+        return main(argv)
     except harness.UsageError as e:
-        sys.exit(fail_usage(str(e)))
+        return fail_usage(str(e))
     except harness.KernelBuildError as e:
         print(f"build error: {e}", file=sys.stderr)
-        sys.exit(1)
+        return 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(cli())
     except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
         sys.stderr.close()
         sys.exit(0)

@@ -3,7 +3,7 @@ KernelBench-format reference (a file with ``Model``, ``get_inputs()``, ``get_ini
 under models/ are such files with optional extras: declared ``CASES``, ``traffic``, ``BOUND``, ``PRECISIONS``).
 
 This process owns the inputs, the fp32 and float64 references, every comparison and the verdict. The models being
-judged live in a *runner*: for a candidate file, a spawned worker process that imports it (so it cannot patch the
+judged live in a *runner*: for a candidate file, a worker process of its own that imports it (so it cannot patch the
 comparisons; the worker fingerprints the torch/time namespaces and reports any change); for the playground's own
 variants, the same Worker class called in this process. Either way the same commands run in the same order.
 
@@ -206,7 +206,7 @@ def _out_bytes_hint(pristine: list) -> int:
 
 
 def _release():
-    """Hand cached GPU memory back: a spawned worker shares the device and needs room for its own."""
+    """Hand cached GPU memory back: a candidate's worker shares the device and needs room for its own."""
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -256,6 +256,7 @@ class Judge:
         self.rows: list[Row] = []
         self.runners: list = []
         self.timed_refs: dict[int, tuple] = {}
+        self.input_buffers: dict[int, torch.Tensor] = {}
         self.fp = ref.footprint(device)
         fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
         self.f64_device = device if fbytes <= FLOAT64_ON_DEVICE_MAX else "cpu"
@@ -318,8 +319,38 @@ class Judge:
             state = {names[k]: v for k, v in (refs.state() if state is None else state).items()}
             row.runner.call(stage, "update", row.label, {"kind": "load_state_dict", "state": state})
 
+    def _candidate_inputs(self, pristine: list) -> list:
+        """The candidate's copy of the inputs. Successive calls whose inputs have one layout get one buffer,
+        refilled (and the worker keeps the previous call's inputs mapped, so they arrive at the same address): a
+        model that keys a cache on data_ptr() meets new values at an address it has seen and is caught at its
+        second call, not whenever the allocator happens to hand an address back."""
+        out = []
+        for i, x in enumerate(pristine):
+            if not isinstance(x, torch.Tensor):
+                out.append(x)
+                continue
+            buf = self.input_buffers.get(i)
+            if buf is None or (buf.dtype, buf.device, buf.shape, buf.stride(), buf.storage_offset(),
+                               buf.untyped_storage().nbytes()) != (x.dtype, x.device, x.shape, x.stride(),
+                                                                   x.storage_offset(), x.untyped_storage().nbytes()):
+                buf = self.input_buffers[i] = clone_layout(x)
+            else:
+                buf.copy_(x)
+            out.append(buf)
+        return out
+
+    def _drop_input_buffers(self) -> None:
+        """End of a parity stage: the buffers and the workers' mappings of them go (the timing stage needs room)."""
+        self.input_buffers.clear()
+        for runner in self.runners:
+            try:
+                runner.call("release", "release_inputs")
+            except Rejected:
+                pass  # a dead worker holds nothing
+        _release()
+
     def _check_call(self, row: Row, label: str, pristine: list, exp: Expected) -> dict:
-        cand_inputs = [clone_layout(x) for x in pristine]
+        cand_inputs = self._candidate_inputs(pristine)
         reply = row.runner.call(label, "forward", row.label, cand_inputs, _out_bytes_hint(pristine))
         if self.precision == "fp32" and reply["tf32_after"]:
             raise Rejected(f"{label}: the model switched TF32 on in fp32 mode")
@@ -377,8 +408,9 @@ class Judge:
         for label, s, upd, derive in self._sequence():
             if not self.live():
                 return
-            if upd:
-                self._each_update(refs, upd, s)
+            changed = upd and self._each_update(refs, upd, s)
+            if upd and not changed:  # nothing to change: the call is a plain one and says so
+                label = label.replace(f", after an {upd}", "")
             pristine = self.ref.inputs(s, self.device)
             if derive and not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in pristine):
                 self.skipped.append(f"{label}: no floating-point input to derive from")
@@ -399,7 +431,7 @@ class Judge:
                 try:
                     row.checks[label] = self._check_call(row, label, pristine, exp)
                 except Rejected as e:
-                    if upd and passed_before.get(row.label):
+                    if changed and passed_before.get(row.label):
                         raise Rejected(f"{e}; it passed before the weights changed ({upd}): a value derived from "
                                        f"the weights is not recomputed (stale weight cache)") from None
                     raise
@@ -410,11 +442,15 @@ class Judge:
             del pristine, exp
             _release()
 
-    def _each_update(self, refs: _Refs, kind: str, seed: int) -> None:
+    def _each_update(self, refs: _Refs, kind: str, seed: int) -> bool:
+        """Change the weights alike on every side; False when the model has none to change."""
         upd = make_update(kind, refs.r32, seed)
+        if not upd:
+            return False
         refs.update(upd)
         self._each(lambda row: row.runner.call(f"weights ({kind})", "update", row.label,
                                                rename_update(upd, row.names)))
+        return True
 
     def _parity_cases(self) -> None:
         seeds = [self.seed] if self.device == "cuda" else trial_seeds(self.seed, MIN_TRIALS)
@@ -584,10 +620,12 @@ class Judge:
             bench_parity = gpu or self.fp["inputs"] + self.fp["outputs"] <= CPU_BENCH_MAX
             if bench_parity:
                 self._parity_bench(init)
+                self._drop_input_buffers()
             else:
                 rec["notes"] = (f"the benchmark shape ({(self.fp['inputs'] + self.fp['outputs']) / 2**20:,.0f} MiB)"
                                 f" was not run on the CPU; declared cases only")
             self._parity_cases()
+            self._drop_input_buffers()
             self.log(f"{self.ref.name}: parity done in {time.perf_counter() - t0:.0f} s "
                      f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
             if gpu:

@@ -1,4 +1,4 @@
-"""The worker: holds the judged models and runs the judge's commands on them, in a spawned process for a candidate
+"""The worker: holds the judged models and runs the judge's commands on them, in a process of its own for a candidate
 file or in the judge's own process for the playground's variants."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compi
 WARMUP = 3  # untimed calls of each row before timing (the judge derives the inputs of checked timed calls from it)
 
 # ---------------------------------------------------------------------------------------------------------------
-# Worker: holds the judged models; runs in a spawned process for a candidate file, in this process for variants.
+# Worker: holds the judged models; runs in a process of its own for a candidate file, in this process for variants.
 
 def kernel_base_name(name: str) -> str:
     """'void kp::softmax_kernel<8>(float const*, ...)' -> 'softmax_kernel' (what a symbol table contains)."""
@@ -153,13 +153,14 @@ def export_output(out):
 
 class Worker:
     """Models under judgement ("rows", by label), the eager/torch.compile baselines, and the commands the judge
-    sends. `interim` is how a timed call's output reaches the judge for checking (a pipe round trip from a spawned
+    sends. `interim` is how a timed call's output reaches the judge for checking (a pipe round trip from a candidate's
     worker, a plain call in-process)."""
 
     def __init__(self, ref_spec, device: str, precision: str, factories: dict | None = None, conn=None):
         self.ref = Reference.load(ref_spec)
         self.device, self.precision, self.conn = device, precision, conn
         self.factories = dict(factories or {})
+        self.held_inputs = None
         self.models: dict[str, object] = {}
         self.baselines = {}
         self.fingerprint = None
@@ -254,6 +255,8 @@ class Worker:
 
     # -- parity -------------------------------------------------------------------------------------------------
     def cmd_forward(self, label: str, inputs, reserve_bytes: int):
+        # Held until the next call's inputs have arrived: a buffer the judge refills then maps to the same address.
+        self.held_inputs = inputs
         if self.device == "cuda":
             torch.cuda.ipc_collect()
             nan_fill_cached_free(reserve_bytes)
@@ -264,6 +267,10 @@ class Worker:
             torch.cuda.synchronize()  # device-wide: side-stream work finishes before the output leaves
         return {"out": export_output(out), "type": describe(out),
                 "tf32_after": torch.backends.cuda.matmul.allow_tf32}
+
+    def cmd_release_inputs(self):
+        self.held_inputs = None
+        return {}
 
     def cmd_buffers(self, label: str):
         m = self.models[label]
@@ -413,28 +420,57 @@ def _cuda_broken() -> bool:
         return True
 
 
-def worker_main(conn, ref_spec, device: str, precision: str, root: str):
+def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dict, cwd: str):
     import warnings
     warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
-    sys.path.insert(0, root)
+    # A forkserver child has the environment and directory of the server's start; the judge's are the ones that
+    # count (CUDA_VISIBLE_DEVICES, KP_CAPABILITY, the candidate's relative paths). CUDA reads them at its first
+    # use, which happens here, after the fork.
+    os.environ.clear()
+    os.environ.update(env)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    os.chdir(cwd)
+    sys.path.insert(0, root)
     Worker(ref_spec, device, precision, conn=conn).loop()
 
 
+# Imported once by the forkserver, so that a candidate's process starts as a fork of an interpreter that has them
+# (about 3 s of imports per candidate otherwise). The server never touches CUDA, so its children may.
+PRELOAD = ["kp.worker", "torch._dynamo", "torch.profiler"]
+
+
+def _context():
+    """forkserver where the platform has it (Linux, macOS): each candidate gets a fresh process, forked from a
+    server that has imported torch and the judge but has run no candidate and initialised no GPU; else spawn."""
+    import multiprocessing as mp
+    import torch.multiprocessing as tmp
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = tmp.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
+        return ctx
+    return tmp.get_context("spawn")
+
+
 # ---------------------------------------------------------------------------------------------------------------
-# Runners: the same commands, in a spawned process or in this one.
+# Runners: the same commands, in a process of their own or in this one.
 
 class ProcessRunner:
-    """A spawned worker and the request/reply protocol; a dead worker or a timeout becomes a rejection."""
+    """A worker in a fresh process and the request/reply protocol; a dead worker or a timeout becomes a rejection."""
     isolated = True
 
     def __init__(self, ref_spec, device: str, precision: str, on_interim):
-        import torch.multiprocessing as tmp
-        ctx = tmp.get_context("spawn")
+        ctx = _context()
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT)),
-                                daemon=True)
-        self.proc.start()
+        self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT),
+                                                          dict(os.environ), os.getcwd()), daemon=True)
+        # The worker needs nothing from __main__: multiprocessing would otherwise re-run the caller's script in
+        # the child (a script without a __main__ guard would judge again) or fail where there is none (stdin).
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            self.proc.start()
+        finally:
+            sys.modules["__main__"] = main
         child.close()
         self.on_interim = on_interim
 

@@ -1,21 +1,16 @@
-"""run.py's usage errors and exit codes (no GPU needed)."""
-import os
+"""run.py's usage errors and exit codes (no GPU needed): `python run.py --list` as a script, the rest through the
+same command-line entry in this process."""
 import subprocess
 import sys
 
 import harness
-from conftest import HAS_GPU, gpu
+from conftest import HAS_GPU, gpu, run_script
 
 import pytest
 
 
-def run(*args, env=None):
-    return subprocess.run([sys.executable, "run.py", *args], cwd=harness.ROOT, capture_output=True, text=True,
-                          env=None if env is None else {**os.environ, **env})
-
-
 def test_list():
-    r = run("--list")
+    r = run_script("--list")
     assert r.returncode == 0
     for p in harness.problems():
         assert sum(line.startswith(p + ":") for line in r.stdout.splitlines()) == 1
@@ -23,31 +18,37 @@ def test_list():
     assert "auto (default" in r.stdout and "2_split_wgmma (sm_90a, default)" in r.stdout
 
 
-def test_unknown_problem_lists_problems_exit_2():
-    r = run("--problem", "nope")
+def test_unknown_problem_lists_problems_exit_2(cli):
+    r = cli("--problem", "nope")
     assert r.returncode == 2
     assert "unknown problem 'nope'" in r.stderr and "softmax" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_unknown_variant_exit_2():
-    r = run("--problem", "softmax", "--variant", "9_nope")
+def test_unknown_variant_exit_2(cli):
+    r = cli("--problem", "softmax", "--variant", "9_nope")
     assert r.returncode == 2 and "2_online" in r.stderr
 
 
-def test_no_problem_exit_2():
-    r = run()
+def test_no_problem_exit_2(cli):
+    r = cli()
     assert r.returncode == 2 and "--problem" in r.stderr
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
-def test_no_cuda_is_one_line_exit_2():
-    r = run("--problem", "softmax")
+def test_no_cuda_is_one_line_exit_2(cli):
+    r = cli("--problem", "softmax")
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "no CUDA device" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_rung_this_gpu_cannot_run_is_one_line_exit_2():
-    r = run("--problem", "softmax", "--variant", "6_regcluster", env={"KP_CAPABILITY": "8.0"})
+def test_rung_this_gpu_cannot_run_is_one_line_exit_2(cli, monkeypatch):
+    monkeypatch.setenv("KP_CAPABILITY", "8.0")
+    harness.capability.cache_clear()
+    try:
+        r = cli("--problem", "softmax", "--variant", "6_regcluster")
+    finally:
+        monkeypatch.delenv("KP_CAPABILITY")
+        harness.capability.cache_clear()
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert "softmax/6_regcluster needs sm_90a" in r.stderr and "8.0" in r.stderr
 
@@ -65,6 +66,6 @@ def test_notebook_inputs_without_gpu_is_one_line():
 def test_non_hopper_default_path(problem):
     """As on a GPU of compute capability 8.0 (KP_CAPABILITY; the real GPU JITs the sm_80 PTX): the ladder is the
     portable rungs, every row is accepted."""
-    r = run("--problem", problem, "--no-bench", "--no-compile", env={"KP_CAPABILITY": "8.0"})
+    r = run_script("--problem", problem, "--no-bench", "--no-compile", env={"KP_CAPABILITY": "8.0"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "sm_90a" not in r.stdout

@@ -5,8 +5,6 @@ import ast
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ import torch
 
 import harness
 from kp import judge, worker
-from conftest import HAS_GPU, gpu
+from conftest import HAS_GPU, gpu, run_script as run
 
 WRONG = sorted((harness.ROOT / "tests" / "wrong").glob("*.py"))
 CASES_DIR = harness.ROOT / "tests" / "judge_cases"
@@ -30,9 +28,6 @@ def meta(path: Path) -> dict:
     return out
 
 
-def run(*args, timeout=1200):
-    return subprocess.run([sys.executable, str(harness.ROOT / "run.py"), *map(str, args)], cwd=harness.ROOT,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 # Every (reference folder, candidate file) pair of tests/judge_cases.
@@ -244,12 +239,12 @@ def test_one_precision_path_for_ceilings(monkeypatch):
     assert j.ceilings({"bytes": 1e9, "flops": 0})["bound"] == "memory"
 
 
-def test_reference_file_without_the_contract_is_a_usage_error(tmp_path):
+def test_reference_file_without_the_contract_is_a_usage_error(tmp_path, cli):
     f = tmp_path / "not_kb.py"
     f.write_text("import torch\n\ndef get_inputs():\n    return [torch.rand(3)]\n")
     with pytest.raises(harness.UsageError, match="defines no Model, get_init_inputs"):
         judge.Reference.load(("file", str(f)))
-    r = run("--ref", f, "--candidate", CASES_DIR / "relu" / "torch_rewrite.py", "--device", "cpu")
+    r = cli("--ref", f, "--candidate", CASES_DIR / "relu" / "torch_rewrite.py", "--device", "cpu")
     assert r.returncode == 2 and "Traceback" not in r.stderr and "defines no Model" in r.stderr
 
 
@@ -310,11 +305,11 @@ def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
 
 @pytest.mark.parametrize("folder,cand", [p for p in PAIRS if "cpu" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]],
                          ids=lambda x: str(x))
-def test_judge_case_on_cpu(tmp_path, folder, cand):
+def test_judge_case_on_cpu(tmp_path, cli, folder, cand):
     """run.py --ref FILE --candidate FILE --device cpu, both files outside the repo."""
     d = outside_repo(tmp_path, folder)
     m = meta(d / cand)
-    r = run("--ref", d / "ref.py", "--candidate", d / cand, "--device", "cpu", "--seed", "11", *m["FLAGS"])
+    r = cli("--ref", d / "ref.py", "--candidate", d / cand, "--device", "cpu", "--seed", "11", *m["FLAGS"])
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr
     if m["EXPECT"] is None:
         assert r.returncode == 0 and last.startswith("accepted (parity only on cpu"), r.stdout + r.stderr
@@ -323,27 +318,27 @@ def test_judge_case_on_cpu(tmp_path, folder, cand):
         assert re.search(m["EXPECT"], last), last
 
 
-def test_cli_candidate_usage_errors(tmp_path):
-    assert run("--problem", "softmax", "--candidate", tmp_path / "missing.py", "--device", "cpu").returncode == 2
+def test_cli_candidate_usage_errors(tmp_path, cli):
+    assert cli("--problem", "softmax", "--candidate", tmp_path / "missing.py", "--device", "cpu").returncode == 2
     f = harness.ROOT / "tests" / "wrong" / "zeros.py"
     for extra in (["--trials", "2"], ["--precision", "bf17"], ["--variant", "2_online"], ["--device", "tpu"]):
-        r = run("--problem", "softmax", "--candidate", f, *extra, *(["--device", "cpu"] if extra[0] != "--device"
+        r = cli("--problem", "softmax", "--candidate", f, *extra, *(["--device", "cpu"] if extra[0] != "--device"
                                                                       else []))
         assert r.returncode == 2 and "Traceback" not in r.stderr, (extra, r.stderr)
-    r = run("--problem", "softmax", "--ref", CASES_DIR / "relu" / "ref.py")
+    r = cli("--problem", "softmax", "--ref", CASES_DIR / "relu" / "ref.py")
     assert r.returncode == 2 and "not allowed with" in r.stderr
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
-def test_cli_without_gpu_is_usage_error():
+def test_cli_without_gpu_is_usage_error(cli):
     for args in (("--problem", "softmax", "--candidate", harness.ROOT / "tests" / "wrong" / "zeros.py"),
                  ("--ref", CASES_DIR / "relu" / "ref.py")):
-        r = run(*args)
+        r = cli(*args)
         assert r.returncode == 2 and "--device cpu" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_cli_candidate_cpu_verdicts_and_seed_replay(tmp_path):
-    r = run("--problem", "softmax", "--candidate", harness.ROOT / "tests" / "wrong" / "zeros.py",
+def test_cli_candidate_cpu_verdicts_and_seed_replay(tmp_path, cli):
+    r = cli("--problem", "softmax", "--candidate", harness.ROOT / "tests" / "wrong" / "zeros.py",
             "--device", "cpu", "--seed", "77", "--json", tmp_path / "rec.json")
     assert r.returncode == 1, r.stderr
     assert r.stdout.strip().splitlines()[-1].startswith("rejected: case ")
@@ -352,7 +347,7 @@ def test_cli_candidate_cpu_verdicts_and_seed_replay(tmp_path):
     assert rec["trial_seeds"] == [77, 78, 79] and rec["rows"]["candidate"]["accepted"] is False
     outside = tmp_path / "my_softmax.py"  # a candidate outside the repo
     outside.write_text((harness.ROOT / "tests" / "wrong" / "torch_only.py").read_text())
-    r = run("--problem", "softmax", "--candidate", outside, "--device", "cpu", "--seed", "77", "--json",
+    r = cli("--problem", "softmax", "--candidate", outside, "--device", "cpu", "--seed", "77", "--json",
             tmp_path / "ok.json")
     assert r.returncode == 0, r.stdout + r.stderr
     v = r.stdout.strip().splitlines()[-1]  # an honest torch candidate on the CPU: says which checks were not run

@@ -1,6 +1,6 @@
 """Caches results by the input's data_ptr: a repeated call on the same buffer returns the stored output without
-computing. The checker's calls get new contents in reused buffers (parity trials reuse the allocator's block;
-timed calls refill a pool before every call), so the stale output is caught."""
+computing. The judge's calls get new contents in reused buffers (successive parity calls of one layout share one
+refilled buffer; timed calls refill a pool before every call), so the stale output is caught at the second call."""
 import torch
 import torch.nn as nn
 

@@ -12,6 +12,13 @@ the kernels timed side by side against the ceilings measured in the same run.
   python run.py --list                                 problems, their variants and what each needs
   python run.py --build                                build every kernel in parallel (first use does this lazily)
 
+Many at once (one job = one reference and one candidate, or a problem's ladder; one job per GPU at a time):
+  python run.py --ref ref.py --candidate cands/*.py --gpus all --out results.jsonl
+  python run.py --problem all --gpus all               every built-in problem, spread over the GPUs
+  python run.py --jobs jobs.csv --gpus 0,1 --out results.jsonl    CSV header: reference,candidate
+  python run.py --jobs jobs.csv --ray auto --out results.jsonl     the same jobs as Ray tasks (pip install ray)
+  Each finished job is one line of --out at once; re-running skips the jobs already there (same file contents).
+
 Exit codes: 0 ok, 1 a row or the candidate rejected, 2 usage error (unknown problem/variant, no CUDA device, too
 little GPU memory).
 """
@@ -29,13 +36,23 @@ def parse_args(argv):
     src.add_argument("--problem", action="append", help="built-in problem id (repeatable)")
     src.add_argument("--ref", metavar="FILE", help="a KernelBench-format reference file (Model, get_inputs, "
                                                    "get_init_inputs)")
-    ap.add_argument("--candidate", metavar="FILE", help="judge this ModelNew file (in its own process)")
+    src.add_argument("--jobs", metavar="CSV", help="(reference, candidate) pairs to judge, one per line")
+    ap.add_argument("--candidate", metavar="FILE", nargs="+", help="judge this ModelNew file (in its own process); "
+                                                                   "several: one job each")
     ap.add_argument("--variant", action="append", help="variant(s) of a built-in problem (default: the ladder that "
                                                        "runs on this GPU, and auto where the model has one; 'all' "
                                                        "adds the records)")
     ap.add_argument("--list", action="store_true", help="list problems and variants")
     ap.add_argument("--build", action="store_true", help="build kernels in parallel and exit")
-    ap.add_argument("--jobs", type=int, default=None, help="parallel builds for --build")
+    ap.add_argument("--build-jobs", type=int, default=None, help="parallel builds for --build")
+    ap.add_argument("--gpus", metavar="SPEC", help="judge jobs on these GPUs of this host, one job per GPU at a "
+                                                   "time: all, 0,1 or a count")
+    ap.add_argument("--ray", metavar="ADDRESS", help="judge jobs as Ray tasks of one GPU each: auto (a running "
+                                                     "cluster), an address, or local (start one here)")
+    ap.add_argument("--out", metavar="JSONL", help="append each finished job's record here; a re-run skips the "
+                                                   "jobs already recorded")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds a job may take before its process is "
+                                                                "killed and it is rejected (default 600)")
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: from the OS, printed)")
     ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
@@ -104,6 +121,9 @@ def main(argv=None) -> int:
         return 0
     if args.precision not in harness.PRECISIONS:
         return fail_usage(f"--precision must be one of {', '.join(harness.PRECISIONS)}, got {args.precision!r}")
+    if args.problem and "all" in args.problem:
+        args.problem = harness.problems()
+    batch = bool(args.jobs or args.gpus or args.ray or args.out or (args.candidate and len(args.candidate) > 1))
     for p in args.problem or []:
         if p not in harness.problems():
             return fail_usage(f"unknown problem {p!r}; problems: {', '.join(harness.problems())}")
@@ -111,15 +131,20 @@ def main(argv=None) -> int:
         if not args.candidate and args.precision not in modes:
             return fail_usage(f"{p} has no {args.precision!r} mode; it runs in {', '.join(modes)}")
         expand_variants(p, args.variant)
-    if not args.problem and not args.ref and not args.build:
-        return fail_usage("give --problem ID or --ref FILE (or --list / --build); problems: "
+    if not args.problem and not args.ref and not args.build and not args.jobs:
+        return fail_usage("give --problem ID or --ref FILE (or --jobs CSV, --list, --build); problems: "
                           + ", ".join(harness.problems()))
-    if args.candidate and (args.variant or args.build or (args.problem and len(args.problem) != 1)):
-        return fail_usage("--candidate takes one --problem or --ref, and no --variant/--build")
+    if args.candidate and (args.variant or args.build or args.jobs or (args.problem and len(args.problem) != 1)):
+        return fail_usage("--candidate takes one --problem or --ref, and no --variant/--build/--jobs")
+    if batch and (args.variant or args.build or args.json):
+        return fail_usage("many jobs (--gpus/--ray/--out/--jobs or several candidates) take no --variant, --build "
+                          "or --json: each job's full record goes to --out")
+    if args.gpus and args.ray:
+        return fail_usage("--gpus (this host) or --ray (a cluster), not both")
     if args.ref and (args.variant or args.build):
         return fail_usage("--variant and --build belong to built-in problems, not to --ref files")
     import torch
-    if args.device is None and not torch.cuda.is_available():
+    if args.device is None and not torch.cuda.is_available() and not args.ray:
         return fail_usage("no CUDA device visible (torch.cuda.is_available() is False): the kernels need an "
                           "NVIDIA GPU; --device cpu runs the parity checks of a pure-torch candidate")
     if args.build:
@@ -127,7 +152,7 @@ def main(argv=None) -> int:
         items = [(p, v) for p in probs for v in expand_variants(p, args.variant or ["all"])
                  if v in harness.variants(p)]
         t0 = time.perf_counter()
-        res = harness.build_all(args.jobs, items)
+        res = harness.build_all(args.build_jobs, items)
         bad = [r for r in res if r[3]]
         for p, v, _, err in bad:
             print(err, file=sys.stderr)
@@ -137,6 +162,8 @@ def main(argv=None) -> int:
     from kp import judge, report
     opts = dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
                 bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch)
+    if batch:
+        return run_batch(args, opts)
     refs = [judge.Reference.load(("file", args.ref))] if args.ref else \
         [judge.Reference.load(("problem", p)) for p in args.problem]
     records, status = [], 0
@@ -149,7 +176,7 @@ def main(argv=None) -> int:
                 errs = [r for r in harness.build_all(items=files) if r[3]]
                 if errs:
                     raise harness.KernelBuildError("\n".join(r[3] for r in errs))
-        rec = judge.evaluate(ref, args.candidate, variants, **opts)
+        rec = judge.evaluate(ref, args.candidate[0] if args.candidate else None, variants, **opts)
         records.append(rec)
         print(report.format_record(rec), flush=True)
         if args.candidate:
@@ -159,6 +186,37 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(records[0] if len(records) == 1 else records, f, indent=2, default=str)
     return status
+
+
+def run_batch(args, opts: dict) -> int:
+    """Many jobs: on the GPUs of this host (--gpus), on a Ray cluster (--ray), or one after another here."""
+    from pathlib import Path
+    from kp import batch
+    if args.jobs:
+        jobs = batch.read_job_file(args.jobs, opts)
+    else:
+        refs = [("file", args.ref)] if args.ref else [("problem", p) for p in args.problem]
+        for c in args.candidate or []:
+            if not Path(c).is_file():
+                raise harness.UsageError(f"candidate file {c!r} does not exist")
+        jobs = [batch.make_job(r, c, opts) for r in refs for c in (args.candidate or [None])]
+    out = Path(args.out) if args.out else None
+    timeout = args.timeout or batch.DEFAULT_TIMEOUT_S
+    log_dir = out.with_name(out.name + ".logs") if out else None
+    if args.ray:
+        results = batch.run_ray(jobs, args.ray, out, timeout)
+    else:
+        gpus = [None] if args.device == "cpu" else batch.gpu_list(args.gpus or "1")
+        results = batch.run_local(jobs, gpus, out, timeout, log_dir=log_dir)
+    if out is not None:  # the table covers every job asked for, those recorded by an earlier run too
+        keys = {j.key() for j in jobs}
+        lines = [d for d in batch.read_results(out) if d["key"] in keys]
+    else:
+        lines = results
+    print(batch.format_table(lines))
+    if out is not None:
+        print(f"records: {out}" + (f"; the judges' own output: {log_dir}/" if log_dir and log_dir.exists() else ""))
+    return 0 if lines and all(d["ok"] for d in lines) else 1
 
 
 def cli(argv=None) -> int:

@@ -6,6 +6,7 @@ import dataclasses
 import importlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -454,6 +455,16 @@ def _context():
 # ---------------------------------------------------------------------------------------------------------------
 # Runners: the same commands, in a process of their own or in this one.
 
+def exit_status(exitcode: int | None) -> str:
+    """'signal 11, SIGSEGV' for a process a signal killed, else 'exit code N'."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"signal {-exitcode}, {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
 class ProcessRunner:
     """A worker in a fresh process and the request/reply protocol; a dead worker or a timeout becomes a rejection."""
     isolated = True
@@ -481,7 +492,7 @@ class ProcessRunner:
                 deadline = time.monotonic() + timeout
                 while not self.conn.poll(1.0):
                     if not self.proc.is_alive():
-                        raise Rejected(f"{stage}: the candidate's process died (exit code {self.proc.exitcode})")
+                        raise Rejected(f"{stage}: the candidate's process died ({exit_status(self.proc.exitcode)})")
                     if time.monotonic() > deadline:
                         raise Rejected(f"{stage}: no answer within {timeout:.0f} s")
                 reply = self.conn.recv()
@@ -491,7 +502,7 @@ class ProcessRunner:
                 self.conn.send(("ack",))
         except (EOFError, BrokenPipeError, ConnectionResetError):
             self.proc.join(5)
-            raise Rejected(f"{stage}: the candidate's process died (exit code {self.proc.exitcode})") from None
+            raise Rejected(f"{stage}: the candidate's process died ({exit_status(self.proc.exitcode)})") from None
         if reply.get("patched"):
             raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "
                            f"(judge, timer and baselines depend on them)")

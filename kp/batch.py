@@ -1,0 +1,471 @@
+"""Many judgements at once. A *job* is one reference with one candidate (judged exactly as `run.py --candidate`
+judges it) or a built-in problem's own ladder (as `run.py --problem` runs it). Jobs run in slot processes, one per
+GPU of this host (pinned with CUDA_VISIBLE_DEVICES, one job at a time, so no two timings share a GPU), or as Ray tasks
+that each ask for one GPU. A slot is its own process group: a job that hangs past its time limit, or whose process
+dies, is recorded with that reason, the group is killed (the candidate's worker with it) and a fresh slot takes the
+GPU. Each finished job is appended to a JSON-lines file at once; a re-run skips the jobs recorded there for the same
+file contents and options.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from pathlib import Path
+
+from kp.errors import UsageError, first_line
+from kp.worker import exit_status
+from kp.registry import KERNELS, MODELS, ROOT
+
+DEFAULT_TIMEOUT_S = 600  # per job: a cold build of every kernel it uses, parity and timing fit well inside
+STARTUP_S = 120  # a slot's own start (imports) before its first job; not charged to the job
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    ref: tuple[str, str]  # ("file", absolute path) or ("problem", id)
+    candidate: str | None  # absolute path; None: the problem's own ladder
+    opts: tuple  # sorted (name, value) pairs of judge options (seed, trials, precision, device, bench, ...)
+
+    @property
+    def name(self) -> str:
+        ref = Path(self.ref[1]).stem if self.ref[0] == "file" else self.ref[1]
+        return f"{ref}: {Path(self.candidate).name}" if self.candidate else f"{ref} (ladder)"
+
+    def key(self) -> str:
+        """sha256 over what decides the verdict: the reference's and candidate's contents (a built-in problem's
+        model and kernel sources), the options. Files are read now, so an edited file is a new job."""
+        h = hashlib.sha256()
+        if self.ref[0] == "file":
+            h.update(b"ref-file:" + Path(self.ref[1]).read_bytes())
+        else:
+            h.update(b"problem:" + self.ref[1].encode())
+            for f in [MODELS / f"{self.ref[1]}.py", *sorted((KERNELS / self.ref[1]).glob("*.cu*"))]:
+                h.update(f.name.encode() + b":" + f.read_bytes())
+        if self.candidate:
+            h.update(b"candidate:" + Path(self.candidate).read_bytes())
+        h.update(json.dumps(self.opts).encode())
+        return h.hexdigest()[:24]
+
+    def as_dict(self) -> dict:
+        return {"ref": list(self.ref), "candidate": self.candidate, "opts": dict(self.opts)}
+
+
+def make_job(ref: tuple[str, str], candidate: str | Path | None, opts: dict) -> Job:
+    ref = (ref[0], str(Path(ref[1]).resolve())) if ref[0] == "file" else ref
+    return Job(ref, str(Path(candidate).resolve()) if candidate else None, tuple(sorted(opts.items())))
+
+
+def read_job_file(path: str | Path, opts: dict) -> list[Job]:
+    """A CSV with a header: `reference,candidate`. A reference is a file or a built-in problem id; an empty
+    candidate judges the problem's own ladder. Relative paths are relative to the CSV file."""
+    from kp.registry import problems
+    path = Path(path)
+    base = path.resolve().parent
+    jobs = []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for i, row in enumerate(rows, start=2):
+        ref, cand = (row.get("reference") or "").strip(), (row.get("candidate") or "").strip()
+        if not ref:
+            raise UsageError(f"{path}:{i}: no reference (the header must be: reference,candidate)")
+        spec = ("problem", ref) if ref in problems() else ("file", str(base / ref))
+        if spec[0] == "file" and not Path(spec[1]).is_file():
+            raise UsageError(f"{path}:{i}: {ref!r} is neither a file nor a built-in problem")
+        if cand and not (base / cand).is_file():
+            raise UsageError(f"{path}:{i}: candidate {cand!r} does not exist")
+        if not cand and spec[0] == "file":
+            raise UsageError(f"{path}:{i}: a reference file needs a candidate")
+        jobs.append(make_job(spec, base / cand if cand else None, opts))
+    return jobs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The job function: the same in a slot of this host and in a Ray task.
+
+def run_job(job: Job) -> dict:
+    """Judge one job in this process; returns its result (verdict line, ok, the judge's full record)."""
+    from kp import judge, report
+    from kp.build import build_all
+    from kp.errors import KernelBuildError
+    log: list[str] = []
+    t0 = time.perf_counter()
+    opts = dict(job.opts)
+    try:
+        ref = judge.Reference.load(job.ref)
+        variants = None
+        if job.candidate is None:
+            variants = judge.default_variants(ref.problem)
+            files = [(ref.problem, v) for v in variants if v != "auto"]
+            if opts.get("device", "cuda") != "cpu":
+                errs = [r[3] for r in build_all(items=files) if r[3]]
+                if errs:
+                    raise KernelBuildError("\n".join(errs))
+        rec = judge.evaluate(ref, job.candidate, variants, log=log.append, **opts)
+        line = report.verdict(rec) if job.candidate else \
+            ("ok" if rec["ok"] else "rejected: " + "; ".join(f"{k}: {r['reason']}" for k, r in rec["rows"].items()
+                                                               if not r["accepted"] and not r["peer"]))
+        out = {"ok": bool(rec["ok"]), "verdict": line, "record": rec, "table": report.format_record(rec)}
+    except (UsageError, KernelBuildError) as e:
+        out = {"ok": False, "verdict": f"error: {first_line(e)}", "record": None}
+    except Exception as e:  # a bug of the judge's own, not the candidate's: said as such
+        out = {"ok": False, "verdict": f"error: the judge raised {type(e).__name__}: {first_line(e)}",
+               "record": None, "traceback": traceback.format_exc()}
+    out.update(log=log, elapsed_s=round(time.perf_counter() - t0, 1))
+    return out
+
+
+def _slot_main(conn, gpu: str | None, log_path: str | None) -> None:
+    """A slot: its own process group (so the judge, its forkserver and the candidate's worker die together), pinned
+    to one GPU before CUDA starts; runs the jobs it is sent, one at a time."""
+    os.setsid()
+    parent = os.getppid()
+
+    def orphaned():  # the batch was killed: so is this slot's group, the candidate hanging in it included
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os.killpg(0, signal.SIGKILL)
+    import threading
+    threading.Thread(target=orphaned, daemon=True).start()
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    if log_path:  # the candidate's and the judge's own output go to the slot's log, not over the progress line
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        conn.send({"started": True})  # the job's clock starts now, not while the slot was starting up
+        print(f"=== {job.name}", flush=True)
+        res = run_job(job)
+        try:
+            import torch
+            res["gpu_name"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        except Exception:
+            res["gpu_name"] = "?"
+        conn.send(res)
+
+
+class Slot:
+    """One slot process and the job it runs; `poll` turns its answer, its death or its time running out into a
+    result, and a fresh process replaces a dead or killed one."""
+
+    def __init__(self, gpu: str | None, log_path: str | None):
+        self.gpu, self.log_path = gpu, log_path
+        self.job: Job | None = None
+        self.t0 = 0.0
+        self._start()
+
+    def _start(self) -> None:
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        # not a daemon: the judge in it starts the candidate's worker. A slot whose parent is gone ends at the
+        # closed pipe.
+        self.proc = ctx.Process(target=_slot_main, args=(child, self.gpu, self.log_path))
+        main = sys.modules["__main__"]  # the slot needs nothing from the caller's script (see worker.ProcessRunner)
+        import types
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            self.proc.start()
+        finally:
+            sys.modules["__main__"] = main
+        child.close()
+
+    def submit(self, job: Job) -> None:
+        self.job, self.t0, self.started = job, time.monotonic(), False
+        self.conn.send(job)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.kill()
+        self.proc.join(10)
+
+    def poll(self, timeout_s: float) -> dict | None:
+        """The finished job's result, or None while it runs."""
+        if self.job is None:
+            return None
+        res = None
+        try:
+            while res is None and self.conn.poll(0):
+                res = self.conn.recv()
+                if res.get("started"):
+                    self.t0, self.started, res = time.monotonic(), True, None
+        except (EOFError, OSError):
+            pass
+        if res is None and not self.proc.is_alive():
+            self.proc.join(1)
+            res = {"ok": False, "verdict": f"rejected: the judge's process died ({exit_status(self.proc.exitcode)})",
+                   "record": None}
+            self.kill()
+            self._start()
+        elif res is None and time.monotonic() - self.t0 > timeout_s + (0 if self.started else STARTUP_S):
+            self.kill()
+            res = {"ok": False, "verdict": f"rejected: timeout after {timeout_s:.0f} s", "record": None}
+            self._start()
+        if res is None:
+            return None
+        res.setdefault("elapsed_s", round(time.monotonic() - self.t0, 1))
+        self.job = None
+        return res
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+            self.proc.join(10)
+        except (OSError, BrokenPipeError):
+            pass
+        if self.proc.is_alive():
+            self.kill()
+
+
+def isolated_job(job: Job, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: str | None = None) -> dict:
+    """One job in a fresh slot with the same time limit and death handling: what a Ray task runs."""
+    slot = Slot(gpu, None)
+    try:
+        slot.submit(job)
+        while True:
+            res = slot.poll(timeout_s)
+            if res is not None:
+                return res
+            time.sleep(0.2)
+    finally:
+        slot.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Results that survive: one JSON line per finished job.
+
+def read_results(out: Path) -> list[dict]:
+    """The result lines of a JSON-lines file, the latest per job (a torn last line, from a run killed mid-write,
+    is ignored)."""
+    by_key = {}
+    if out.exists():
+        for line in out.read_text().splitlines():
+            try:
+                d = json.loads(line)
+                by_key[d["key"]] = d
+            except (ValueError, KeyError, TypeError):
+                continue
+    return list(by_key.values())
+
+
+def recorded_keys(out: Path) -> set[str]:
+    return {d["key"] for d in read_results(out)}
+
+
+def append_result(out: Path, line: dict) -> None:
+    with open(out, "a") as f:
+        f.write(json.dumps(line, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def summary(res: dict) -> dict:
+    """Times of the judged row against the baselines, for the final table."""
+    rec = res.get("record") or {}
+    timing = rec.get("timing") or {}
+    rows = rec.get("rows") or {}
+    label = "candidate" if "candidate" in rows else min(
+        (k for k, r in rows.items() if r["accepted"] and k in timing), default=None,
+        key=lambda k: timing[k]["median_ms"])
+    t = timing.get(label) if label else None
+    out = {"row": None if label == "candidate" else label, "ms": t["median_ms"] if t else None}
+    for base in ("eager", "torch.compile"):
+        b = timing.get(base)
+        out[f"vs_{base}"] = b["median_ms"] / t["median_ms"] if b and t else None
+    return out
+
+
+def format_table(lines: list[dict]) -> str:
+    """Accepted first, fastest against eager first; rejected after, with their reasons."""
+    def sort_key(d):
+        s = d.get("summary") or {}
+        return (not d["ok"], -(s.get("vs_eager") or 0.0), d["job"]["name"])
+    rows = sorted(lines, key=sort_key)
+    w = max([20] + [len(d["job"]["name"]) for d in rows])
+    g = max([4] + [len(str(d.get("gpu", "-"))) for d in rows])
+    out = [f"{'job':{w}} {'gpu':>{g}} {'row':>16} {'ms':>8} {'vs eager':>8} {'vs comp':>7} {'s':>5}  verdict"]
+    for d in rows:
+        s = d.get("summary") or {}
+        ms = f"{s['ms']:8.3f}" if s.get("ms") else f"{'-':>8}"
+        ve = f"{s['vs_eager']:7.2f}x" if s.get("vs_eager") else f"{'-':>8}"
+        vc = f"{s['vs_torch.compile']:6.2f}x" if s.get("vs_torch.compile") else f"{'-':>7}"
+        out.append(f"{d['job']['name']:{w}} {str(d.get('gpu', '-')):>{g}} {str(s.get('row') or '-')[-16:]:>16} {ms} "
+                   f"{ve} {vc} {d.get('elapsed_s', 0):5.0f}  {d['verdict']}")
+    n_ok = sum(d["ok"] for d in lines)
+    out.append(f"{n_ok} accepted, {len(lines) - n_ok} rejected")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Backends: the slots of this host, or a Ray cluster.
+
+def gpu_list(spec: str) -> list[str]:
+    """'all' -> every visible GPU; '0,1' -> those; a number N -> the first N."""
+    import torch
+    n = torch.cuda.device_count()
+    if spec == "all":
+        ids = [str(i) for i in range(n)]
+    elif spec.isdigit() and "," not in spec and int(spec) > 0 and spec != "0":
+        ids = [str(i) for i in range(int(spec))]
+    else:
+        ids = [s.strip() for s in spec.split(",") if s.strip()]
+    if not ids:
+        raise UsageError("--gpus: no GPU visible")
+    bad = [i for i in ids if not i.isdigit() or int(i) >= n]
+    if bad:
+        raise UsageError(f"--gpus: no GPU {', '.join(bad)} here ({n} visible)")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:  # indices are of the visible devices; slots pin the real ones
+        real = [v.strip() for v in visible.split(",")]
+        ids = [real[int(i)] for i in ids]
+    return ids
+
+
+class Progress:
+    """A progress bar (tqdm) with accepted/rejected counts and what each slot is doing."""
+
+    def __init__(self, total: int, enabled: bool = True):
+        from tqdm import tqdm
+        # a bar on a terminal; elsewhere (a log, a pipe) only the one line per finished job
+        self.bar = tqdm(total=total, unit="job", disable=None if enabled else True, dynamic_ncols=True,
+                        file=sys.stderr)
+        self.ok = self.bad = 0
+        self.activity: dict[str, str] = {}
+
+    def set(self, where: str, what: str) -> None:
+        self.activity[where] = what
+        self._post()
+
+    def done(self, ok: bool, line: str) -> None:
+        self.ok += ok
+        self.bad += not ok
+        self.bar.write(line, file=sys.stderr)
+        self.bar.update(1)
+        self._post()
+
+    def _post(self) -> None:
+        act = " ".join(f"[{k}: {v}]" for k, v in self.activity.items())
+        self.bar.set_postfix_str(f"accepted {self.ok} rejected {self.bad} {act}", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results: list, progress: Progress) -> None:
+    line = {"key": key, "job": {"name": job.name, **job.as_dict()}, "gpu": where, "ok": res["ok"],
+            "verdict": res["verdict"], "elapsed_s": res.get("elapsed_s"), "gpu_name": res.get("gpu_name"),
+            "summary": summary(res), "log": res.get("log", []), "record": res.get("record")}
+    if res.get("traceback"):
+        line["traceback"] = res["traceback"]
+    if out is not None:
+        append_result(out, line)
+    results.append(line)
+    progress.done(res["ok"], f"{where:>4}  {job.name}: {res['verdict']}")
+
+
+def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S,
+              progress: bool = True, log_dir: Path | None = None) -> list[dict]:
+    """Every job on the slots of this host, one per entry of `gpus` (None: a CPU slot). Returns the result lines
+    of this run (jobs already in `out` are skipped)."""
+    todo, results = _todo(jobs, out)
+    bar = Progress(len(todo), progress)
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    slots = [Slot(g, str(log_dir / f"slot{i}.log") if log_dir else None) for i, g in enumerate(gpus)]
+    names = [f"gpu{g}" if g is not None else f"cpu{i}" for i, g in enumerate(gpus)]
+    queue = deque(todo)
+    try:
+        while queue or any(s.job for s in slots):
+            for s, name in zip(slots, names):
+                if s.job is None and queue:
+                    job, key = queue.popleft()
+                    s.key = key
+                    s.submit(job)
+                    bar.set(name, job.name)
+            time.sleep(0.2)
+            for s, name in zip(slots, names):
+                job, key = s.job, getattr(s, "key", None)
+                res = s.poll(timeout_s)
+                if res is not None:
+                    _record(out, job, key, res, name, results, bar)
+                    bar.set(name, "idle")
+    finally:
+        for s in slots:
+            s.close()
+        bar.close()
+    return results
+
+
+def run_ray(jobs: list[Job], address: str, out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S,
+            progress: bool = True) -> list[dict]:
+    """Every job as a Ray task asking for one GPU (one CPU for --device cpu jobs); each task runs the job in a fresh
+    slot with the same time limit and death handling. Ray does the scheduling across hosts."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--ray needs Ray: pip install ray") from None
+    todo, results = _todo(jobs, out)
+    if not todo:
+        return results
+    ray.init(address=None if address == "local" else address, ignore_reinit_error=True, include_dashboard=False,
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    bar = Progress(len(todo), progress)
+    pending = {}
+    for job, key in todo:
+        cpu = dict(job.opts).get("device") == "cpu"
+        task = ray.remote(num_gpus=0 if cpu else 1, num_cpus=1, max_retries=0)(_ray_task)
+        pending[task.remote(job, timeout_s)] = (job, key)
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in done:
+                job, key = pending.pop(ref)
+                try:
+                    res, where = ray.get(ref)
+                except Exception as e:  # the task's own process died (the job's slot would have said why)
+                    res, where = {"ok": False, "verdict": f"rejected: ray task failed: {type(e).__name__}: "
+                                                          f"{first_line(e)}", "record": None}, "ray"
+                _record(out, job, key, res, where, results, bar)
+    finally:
+        bar.close()
+    return results
+
+
+def _ray_task(job: Job, timeout_s: float):
+    import socket
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")  # what Ray gave this task
+    where = f"{socket.gethostname()}:{gpus}" if gpus else socket.gethostname()
+    return isolated_job(job, timeout_s, gpus or None), where
+
+
+def _todo(jobs: list[Job], out: Path | None) -> tuple[list[tuple[Job, str]], list[dict]]:
+    done = recorded_keys(out) if out is not None else set()
+    todo, seen = [], set()
+    for job in jobs:
+        key = job.key()
+        if key in done or key in seen:
+            continue
+        seen.add(key)
+        todo.append((job, key))
+    if out is not None and len(todo) < len(jobs):
+        print(f"[kp] {out}: {len(jobs) - len(todo)} of {len(jobs)} jobs already recorded, {len(todo)} to run",
+              file=sys.stderr, flush=True)
+    return todo, []

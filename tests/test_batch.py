@@ -1,0 +1,120 @@
+"""Many jobs at once (run.py --candidate A B ..., --jobs CSV, --gpus, --ray, --out): every verdict as a single run
+gives it, a crash and a hang cost only their own job, results survive a killed run, and a re-run finishes only what
+is missing. On the CPU (--device cpu jobs); the GPU path is the same code with one slot per GPU."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from kp import batch
+
+CASES = ROOT / "tests" / "batch"
+CANDS = sorted(p for p in CASES.glob("*.py") if p.name != "ref.py")
+
+
+def expect(path: Path):
+    m = re.search(r'^EXPECT = (None|r"(.*)")$', path.read_text(), re.M)
+    return None if m.group(1) == "None" else m.group(2)
+
+
+def lines(out: Path) -> list[dict]:
+    return [json.loads(x) for x in out.read_text().splitlines()]
+
+
+def check_verdicts(recs: list[dict]) -> None:
+    for d in recs:
+        want = expect(Path(d["job"]["candidate"]))
+        if want is None:
+            assert d["ok"] and d["verdict"].startswith("accepted"), d["verdict"]
+        else:
+            assert not d["ok"] and re.search(want, d["verdict"]), (d["job"]["name"], d["verdict"])
+
+
+def test_many_candidates_crash_and_hang_cost_only_their_job(tmp_path, cli):
+    out = tmp_path / "results.jsonl"
+    r = cli("--ref", CASES / "ref.py", "--candidate", *CANDS, "--device", "cpu", "--allow-torch", "--timeout", "10",
+            "--out", out)
+    assert r.returncode == 1, r.stdout + r.stderr
+    recs = lines(out)
+    assert sorted(Path(d["job"]["candidate"]).name for d in recs) == sorted(p.name for p in CANDS)
+    check_verdicts(recs)
+    assert len({d["key"] for d in recs}) == len(CANDS)
+    table = r.stdout.strip().splitlines()
+    n_ok = sum(expect(p) is None for p in CANDS)
+    assert f"{n_ok} accepted, {len(CANDS) - n_ok} rejected" in table
+    assert table[1].split()[1] == "good.py"  # accepted first, then the rejected with their reasons
+    # the same command again: everything is recorded, nothing runs, the table is the same
+    r2 = cli("--ref", CASES / "ref.py", "--candidate", *CANDS, "--device", "cpu", "--allow-torch", "--out", out)
+    assert len(lines(out)) == len(CANDS) and f"{len(CANDS)} of {len(CANDS)} jobs already recorded" in r2.stderr
+
+
+def test_killed_run_resumes_with_only_the_missing_jobs(tmp_path):
+    """Kill the whole run while the hanging job is in flight; the re-run judges that job alone."""
+    out = tmp_path / "results.jsonl"
+    args = [sys.executable, str(ROOT / "run.py"), "--ref", str(CASES / "ref.py"), "--device", "cpu", "--allow-torch",
+            "--out", str(out), "--candidate"] + [str(CASES / n) for n in ("good.py", "wrong.py", "hang.py")]
+    p = subprocess.Popen(args + ["--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and len(out.read_text().splitlines()) >= 2):
+        time.sleep(0.5)
+    os.kill(p.pid, signal.SIGKILL)  # the run, not its slots: they notice and end themselves
+    p.wait()
+    first = lines(out)
+    assert len(first) == 2 and {Path(d["job"]["candidate"]).name for d in first} == {"good.py", "wrong.py"}
+    r = subprocess.run(args + ["--timeout", "5"], capture_output=True, text=True, timeout=300)
+    assert "2 of 3 jobs already recorded, 1 to run" in r.stderr, r.stderr
+    recs = lines(out)
+    assert len(recs) == 3 and recs[:2] == first and Path(recs[2]["job"]["candidate"]).name == "hang.py"
+    check_verdicts(recs)
+
+
+def test_job_file(tmp_path):
+    (tmp_path / "cands").mkdir()
+    (tmp_path / "cands" / "a.py").write_text((CASES / "good.py").read_text())
+    (tmp_path / "ref.py").write_text((CASES / "ref.py").read_text())
+    f = tmp_path / "jobs.csv"
+    f.write_text("reference,candidate\nref.py,cands/a.py\nsoftmax,\nsoftmax,cands/a.py\n")
+    jobs = batch.read_job_file(f, {"device": "cpu"})
+    assert [j.name for j in jobs] == ["ref: a.py", "softmax (ladder)", "softmax: a.py"]
+    assert jobs[0].ref == ("file", str(tmp_path / "ref.py")) and jobs[2].ref == ("problem", "softmax")
+    k = jobs[0].key()
+    assert k == batch.read_job_file(f, {"device": "cpu"})[0].key()  # same contents, same key
+    (tmp_path / "cands" / "a.py").write_text((CASES / "good.py").read_text() + "\n# edited\n")
+    assert batch.read_job_file(f, {"device": "cpu"})[0].key() != k  # an edited file is a new job
+    assert batch.read_job_file(f, {"device": "cpu", "seed": 3})[1].key() != jobs[1].key()
+    for bad, msg in (("reference,candidate\nnope.py,cands/a.py\n", "neither a file nor a built-in problem"),
+                     ("reference,candidate\nref.py,\n", "needs a candidate"),
+                     ("reference,candidate\nref.py,cands/missing.py\n", "does not exist"),
+                     ("ref,cand\nref.py,cands/a.py\n", "header must be")):
+        f.write_text(bad)
+        with pytest.raises(batch.UsageError, match=msg):
+            batch.read_job_file(f, {})
+
+
+def test_torn_last_line_is_ignored(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text(json.dumps({"key": "a", "ok": True}) + "\n" + '{"key": "b", "o')
+    assert batch.recorded_keys(out) == {"a"}
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("ray"), reason="needs ray (pip install ray)")
+def test_ray_backend_same_verdicts(tmp_path, cli):
+    """The same jobs as Ray tasks on a local Ray cluster: same verdicts, same records, the same resume."""
+    out = tmp_path / "ray.jsonl"
+    r = cli("--ref", CASES / "ref.py", "--candidate", *CANDS, "--device", "cpu", "--allow-torch", "--timeout", "15",
+            "--ray", "local", "--out", out)
+    assert r.returncode == 1, r.stdout + r.stderr
+    recs = lines(out)
+    assert len(recs) == len(CANDS)
+    check_verdicts(recs)
+    r2 = cli("--ref", CASES / "ref.py", "--candidate", *CANDS, "--device", "cpu", "--allow-torch", "--ray", "local",
+             "--out", out)
+    assert f"{len(CANDS)} of {len(CANDS)} jobs already recorded" in r2.stderr and len(lines(out)) == len(CANDS)

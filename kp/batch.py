@@ -339,11 +339,31 @@ def gpu_list(spec: str) -> list[str]:
     return ids
 
 
+class _NoBar:
+    def __init__(self, **_):
+        pass
+
+    def write(self, line, file=None):
+        print(line, file=file or sys.stderr, flush=True)
+
+    def update(self, n):
+        pass
+
+    def set_postfix_str(self, s, refresh=False):
+        pass
+
+    def close(self):
+        pass
+
+
 class Progress:
     """A progress bar (tqdm) with accepted/rejected counts and what each slot is doing."""
 
     def __init__(self, total: int, enabled: bool = True):
-        from tqdm import tqdm
+        try:
+            from tqdm import tqdm
+        except ImportError:  # in requirements.txt; without it, the one line per finished job only
+            enabled, tqdm = False, _NoBar
         # a bar on a terminal; elsewhere (a log, a pipe) only the one line per finished job
         self.bar = tqdm(total=total, unit="job", disable=None if enabled else True, dynamic_ncols=True,
                         file=sys.stderr)

@@ -122,6 +122,20 @@ def run_job(job: Job) -> dict:
     return out
 
 
+def _warm_up() -> None:
+    """What every job needs and no job should pay for: the judge's imports, the candidates' forkserver (started
+    before CUDA is, so its children may use the GPU) and this slot's CUDA context."""
+    import importlib
+    import multiprocessing.forkserver as forkserver
+    import torch
+    from kp.worker import _context
+    importlib.import_module("kp.judge")
+    if _context().get_start_method() == "forkserver":
+        forkserver.ensure_running()
+    if torch.cuda.is_available():
+        torch.cuda.init()
+
+
 def _slot_main(conn, gpu: str | None, log_path: str | None) -> None:
     """A slot: its own process group (so the judge, its forkserver and the candidate's worker die together), pinned
     to one GPU before CUDA starts; runs the jobs it is sent, one at a time."""
@@ -141,6 +155,7 @@ def _slot_main(conn, gpu: str | None, log_path: str | None) -> None:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
+    _warm_up()
     while True:
         try:
             job = conn.recv()

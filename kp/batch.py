@@ -21,7 +21,7 @@ from collections import deque
 from pathlib import Path
 
 from kp.errors import UsageError, first_line
-from kp.worker import exit_status
+from kp.worker import exit_status, start_without_main
 from kp.registry import KERNELS, MODELS, ROOT
 
 DEFAULT_TIMEOUT_S = 600  # per job: a cold build of every kernel it uses, parity and timing fit well inside
@@ -191,13 +191,7 @@ class Slot:
         # not a daemon: the judge in it starts the candidate's worker. A slot whose parent is gone ends at the
         # closed pipe.
         self.proc = ctx.Process(target=_slot_main, args=(child, self.gpu, self.log_path))
-        main = sys.modules["__main__"]  # the slot needs nothing from the caller's script (see worker.ProcessRunner)
-        import types
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            self.proc.start()
-        finally:
-            sys.modules["__main__"] = main
+        start_without_main(self.proc)
         child.close()
 
     def submit(self, job: Job) -> None:
@@ -463,11 +457,8 @@ def run_ray(jobs: list[Job], address: str, out: Path | None, timeout_s: float = 
     ray.init(address=None if address == "local" else address, ignore_reinit_error=True, include_dashboard=False,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     bar = Progress(len(todo), progress)
-    pending = {}
-    for job, key in todo:
-        cpu = dict(job.opts).get("device") == "cpu"
-        task = ray.remote(num_gpus=0 if cpu else 1, num_cpus=1, max_retries=0)(_ray_task)
-        pending[task.remote(job, timeout_s)] = (job, key)
+    tasks = {cpu: ray.remote(num_gpus=0 if cpu else 1, num_cpus=1, max_retries=0)(_ray_task) for cpu in (False, True)}
+    pending = {tasks[dict(job.opts).get("device") == "cpu"].remote(job, timeout_s): (job, key) for job, key in todo}
     try:
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)

@@ -342,7 +342,7 @@ class Judge:
     def _drop_input_buffers(self) -> None:
         """End of a parity stage: the buffers and the workers' mappings of them go (the timing stage needs room)."""
         self.input_buffers.clear()
-        for runner in self.runners:
+        for runner in {id(r.runner): r.runner for r in self.live()}.values():  # a rejected row's may hang
             try:
                 runner.call("release", "release_inputs")
             except Rejected:

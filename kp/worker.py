@@ -455,6 +455,18 @@ def _context():
 # ---------------------------------------------------------------------------------------------------------------
 # Runners: the same commands, in a process of their own or in this one.
 
+def start_without_main(proc) -> None:
+    """Start a multiprocessing Process whose target needs nothing from __main__: multiprocessing would otherwise
+    re-run the caller's script in the child (a script without a __main__ guard would judge again) or fail where
+    there is none (a script read from stdin)."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        proc.start()
+    finally:
+        sys.modules["__main__"] = main
+
+
 def exit_status(exitcode: int | None) -> str:
     """'signal 11, SIGSEGV' for a process a signal killed, else 'exit code N'."""
     if exitcode is not None and exitcode < 0:
@@ -474,14 +486,7 @@ class ProcessRunner:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT),
                                                           dict(os.environ), os.getcwd()), daemon=True)
-        # The worker needs nothing from __main__: multiprocessing would otherwise re-run the caller's script in
-        # the child (a script without a __main__ guard would judge again) or fail where there is none (stdin).
-        main = sys.modules["__main__"]
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            self.proc.start()
-        finally:
-            sys.modules["__main__"] = main
+        start_without_main(self.proc)
         child.close()
         self.on_interim = on_interim
 

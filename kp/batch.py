@@ -401,6 +401,7 @@ class Progress:
 def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results: list, progress: Progress) -> None:
     line = {"key": key, "job": {"name": job.name, **job.as_dict()}, "gpu": where, "ok": res["ok"],
             "verdict": res["verdict"], "elapsed_s": res.get("elapsed_s"), "gpu_name": res.get("gpu_name"),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "summary": summary(res), "log": res.get("log", []), "record": res.get("record")}
     if res.get("traceback"):
         line["traceback"] = res["traceback"]

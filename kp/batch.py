@@ -68,6 +68,8 @@ def read_job_file(path: str | Path, opts: dict) -> list[Job]:
     candidate judges the problem's own ladder. Relative paths are relative to the CSV file."""
     from kp.registry import problems
     path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"job file {str(path)!r} does not exist")
     base = path.resolve().parent
     jobs = []
     with open(path, newline="") as f:

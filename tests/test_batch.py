@@ -76,7 +76,7 @@ def test_killed_run_resumes_with_only_the_missing_jobs(tmp_path):
     check_verdicts(recs)
 
 
-def test_job_file(tmp_path):
+def test_job_file(tmp_path, cli):
     (tmp_path / "cands").mkdir()
     (tmp_path / "cands" / "a.py").write_text((CASES / "good.py").read_text())
     (tmp_path / "ref.py").write_text((CASES / "ref.py").read_text())
@@ -97,6 +97,8 @@ def test_job_file(tmp_path):
         f.write_text(bad)
         with pytest.raises(batch.UsageError, match=msg):
             batch.read_job_file(f, {})
+    r = cli("--jobs", tmp_path / "missing.csv", "--device", "cpu")
+    assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_torn_last_line_is_ignored(tmp_path):

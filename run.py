@@ -160,6 +160,7 @@ def main(argv=None) -> int:
         return 1 if bad else 0
 
     from kp import judge, report
+    from kp.build import prebuild
     opts = dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
                 bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch)
     if batch:
@@ -171,11 +172,8 @@ def main(argv=None) -> int:
         variants = None
         if ref.problem and not args.candidate:
             variants = expand_variants(ref.problem, args.variant)
-            files = [(ref.problem, v) for v in variants if v in harness.variants(ref.problem)]
-            if len(files) > 1 and (args.device or "cuda") == "cuda":
-                errs = [r for r in harness.build_all(items=files) if r[3]]
-                if errs:
-                    raise harness.KernelBuildError("\n".join(r[3] for r in errs))
+            if (args.device or "cuda") == "cuda":
+                prebuild(ref.problem, variants)
         rec = judge.evaluate(ref, args.candidate[0] if args.candidate else None, variants, **opts)
         records.append(rec)
         print(report.format_record(rec), flush=True)

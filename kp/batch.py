@@ -22,7 +22,8 @@ from pathlib import Path
 
 from kp.errors import UsageError, first_line
 from kp.worker import exit_status, start_without_main
-from kp.registry import KERNELS, MODELS, ROOT
+from kp.build import local_headers
+from kp.registry import KERNELS, MODELS, ROOT, problems
 
 DEFAULT_TIMEOUT_S = 600  # per job: a cold build of every kernel it uses, parity and timing fit well inside
 STARTUP_S = 120  # a slot's own start (imports) before its first job; not charged to the job
@@ -41,14 +42,16 @@ class Job:
 
     def key(self) -> str:
         """sha256 over what decides the verdict: the reference's and candidate's contents (a built-in problem's
-        model and kernel sources), the options. Files are read now, so an edited file is a new job."""
+        model, kernel sources and the headers they include), the options. Files are read now, so an edited file is a new job."""
         h = hashlib.sha256()
         if self.ref[0] == "file":
             h.update(b"ref-file:" + Path(self.ref[1]).read_bytes())
         else:
             h.update(b"problem:" + self.ref[1].encode())
-            for f in [MODELS / f"{self.ref[1]}.py", *sorted((KERNELS / self.ref[1]).glob("*.cu*"))]:
-                h.update(f.name.encode() + b":" + f.read_bytes())
+            sources = sorted((KERNELS / self.ref[1]).glob("*.cu"))
+            headers = sorted({hdr for src in sources for hdr in local_headers(src)})
+            for f in [MODELS / f"{self.ref[1]}.py", *sources, *headers]:
+                h.update(str(f.relative_to(ROOT)).encode() + b":" + f.read_bytes())
         if self.candidate:
             h.update(b"candidate:" + Path(self.candidate).read_bytes())
         h.update(json.dumps(self.opts).encode())
@@ -66,7 +69,6 @@ def make_job(ref: tuple[str, str], candidate: str | Path | None, opts: dict) -> 
 def read_job_file(path: str | Path, opts: dict) -> list[Job]:
     """A CSV with a header: `reference,candidate`. A reference is a file or a built-in problem id; an empty
     candidate judges the problem's own ladder. Relative paths are relative to the CSV file."""
-    from kp.registry import problems
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"job file {str(path)!r} does not exist")
@@ -95,7 +97,7 @@ def read_job_file(path: str | Path, opts: dict) -> list[Job]:
 def run_job(job: Job) -> dict:
     """Judge one job in this process; returns its result (verdict line, ok, the judge's full record)."""
     from kp import judge, report
-    from kp.build import build_all
+    from kp.build import prebuild
     from kp.errors import KernelBuildError
     log: list[str] = []
     t0 = time.perf_counter()
@@ -105,11 +107,8 @@ def run_job(job: Job) -> dict:
         variants = None
         if job.candidate is None:
             variants = judge.default_variants(ref.problem)
-            files = [(ref.problem, v) for v in variants if v != "auto"]
-            if opts.get("device", "cuda") != "cpu":
-                errs = [r[3] for r in build_all(items=files) if r[3]]
-                if errs:
-                    raise KernelBuildError("\n".join(errs))
+            if opts.get("device") != "cpu":
+                prebuild(ref.problem, variants)
         rec = judge.evaluate(ref, job.candidate, variants, log=log.append, **opts)
         line = report.verdict(rec) if job.candidate else \
             ("ok" if rec["ok"] else "rejected: " + "; ".join(f"{k}: {r['reason']}" for k, r in rec["rows"].items()
@@ -183,7 +182,8 @@ class Slot:
     def __init__(self, gpu: str | None, log_path: str | None):
         self.gpu, self.log_path = gpu, log_path
         self.job: Job | None = None
-        self.t0 = 0.0
+        self.key: str | None = None
+        self.t0, self.started = 0.0, False
         self._start()
 
     def _start(self) -> None:
@@ -196,8 +196,8 @@ class Slot:
         start_without_main(self.proc)
         child.close()
 
-    def submit(self, job: Job) -> None:
-        self.job, self.t0, self.started = job, time.monotonic(), False
+    def submit(self, job: Job, key: str | None = None) -> None:
+        self.job, self.key, self.t0, self.started = job, key, time.monotonic(), False
         self.conn.send(job)
 
     def kill(self) -> None:
@@ -429,12 +429,11 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
             for s, name in zip(slots, names):
                 if s.job is None and queue:
                     job, key = queue.popleft()
-                    s.key = key
-                    s.submit(job)
+                    s.submit(job, key)
                     bar.set(name, job.name)
             time.sleep(0.2)
             for s, name in zip(slots, names):
-                job, key = s.job, getattr(s, "key", None)
+                job, key = s.job, s.key
                 res = s.poll(timeout_s)
                 if res is not None:
                     _record(out, job, key, res, name, results, bar)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from kp.errors import KernelBuildError, UsageError
-from kp.registry import KERNELS, ROOT, capability, default_rung, problems, rung, runnable_variants
+from kp.registry import KERNELS, ROOT, capability, default_rung, problems, rung, runnable_variants, variants
 
 KEY_VERSION = "kp-cache-1"  # bump when the build recipe below changes in a way the key would not see
 
@@ -352,6 +352,16 @@ def build_all(jobs: int | None = None, items: list[tuple[str, str]] | None = Non
             progress(f"{p}/{v}: " + (f"ok ({secs:.1f} s)" if not err else "FAILED"))
             results.append((p, v, secs, err))
     return sorted(results)
+
+
+def prebuild(problem: str, rows: list[str]) -> None:
+    """Build the rung files among a problem's rows in parallel before they are judged (first use would build them
+    one after another); a failure raises KernelBuildError naming every rung that failed."""
+    files = [(problem, v) for v in rows if v in variants(problem)]
+    if len(files) > 1:
+        errs = [r[3] for r in build_all(items=files) if r[3]]
+        if errs:
+            raise KernelBuildError("\n".join(errs))
 
 
 def _build_worker(problem: str, variant: str) -> tuple[float, str]:

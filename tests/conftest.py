@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 HAS_GPU = torch.cuda.is_available()
 
@@ -16,9 +17,6 @@ def gpu(test):
     the device is shared (two judges of the 12 GiB softmax problem do not fit an 80 GB card together), while the
     CPU tests spread over the other workers."""
     return pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")(pytest.mark.xdist_group("gpu")(test))
-
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_script(*args, env=None, timeout=1200):

@@ -57,6 +57,8 @@ def parse_args(argv):
     ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
+    ap.add_argument("--no-sandbox", action="store_true", help="run candidates without the sandbox (bubblewrap "
+                    "namespaces and limits; on by default where bwrap works)")
     ap.add_argument("--allow-torch", action="store_true", help="accept a candidate that runs no kernel of its own "
                                                                "(a pure-PyTorch rewrite); the row says so")
     ap.add_argument("--json", metavar="PATH", help="write the full record as JSON")
@@ -162,7 +164,8 @@ def main(argv=None) -> int:
     from kp import judge, report
     from kp.build import prebuild
     opts = dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
-                bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch)
+                bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
+                sandbox=not args.no_sandbox)
     if batch:
         return run_batch(args, opts)
     refs = [judge.Reference.load(("file", args.ref))] if args.ref else \

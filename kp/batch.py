@@ -123,6 +123,10 @@ def run_job(job: Job) -> dict:
     return out
 
 
+def _noop() -> None:
+    pass
+
+
 def _warm_up() -> None:
     """What every job needs and no job should pay for: the judge's imports, the candidates' forkserver (started
     before CUDA is, so its children may use the GPU) and this slot's CUDA context."""
@@ -131,8 +135,14 @@ def _warm_up() -> None:
     import torch
     from kp.worker import _context
     importlib.import_module("kp.judge")
-    if _context().get_start_method() == "forkserver":
+    ctx = _context()
+    if ctx.get_start_method() == "forkserver":
         forkserver.ensure_running()
+        # The server imports torch and the judge before it forks anything: a first child waits for that, here
+        # rather than inside the first job's time limit and elapsed time.
+        p = ctx.Process(target=_noop)
+        start_without_main(p)
+        p.join()
     if torch.cuda.is_available():
         torch.cuda.init()
 

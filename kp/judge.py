@@ -234,7 +234,7 @@ class Judge:
     def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
-                 budget_s: float = 20.0, log=progress):
+                 budget_s: float = 20.0, sandbox: bool = True, log=progress):
         if precision not in PRECISIONS:
             raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if trials < MIN_TRIALS:
@@ -251,6 +251,7 @@ class Judge:
         self.ref, self.precision, self.device, self.trials = ref, precision, device, trials
         self.bench, self.compile_baseline, self.allow_torch = bench, compile_baseline, allow_torch
         self.reps = (min_reps, max_reps, budget_s) if bench else (3, 3, 5.0)
+        self.sandbox = sandbox
         self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self.log = log
         self.rows: list[Row] = []
@@ -268,11 +269,25 @@ class Judge:
         path = Path(path)
         if not path.is_file():
             raise UsageError(f"candidate file {str(path)!r} does not exist")
-        runner = ProcessRunner(self.ref.spec, self.device, self.precision, self._interim)
+        boxed, self.box_note = self._box()
+        if boxed:
+            self.log(f"candidate {path.name}: in a sandbox ({self.box_note})")
+        runner = ProcessRunner(self.ref.spec, self.device, self.precision, self._interim, sandbox=boxed,
+                               read_only=[str(path.resolve().parent)])
         self.runners.append(runner)
         row = Row("candidate", runner, path=str(path))
         self.rows.append(row)
         return row
+
+    def _box(self) -> tuple[bool, str]:
+        """Whether the candidate's worker runs in a sandbox, and what the record says about it."""
+        if not self.sandbox:
+            return False, "unsandboxed (--no-sandbox)"
+        from kp import sandbox
+        b, why = sandbox.status()
+        if b is None:
+            return False, f"unsandboxed: {why}"
+        return True, f"bwrap; process limit by {sandbox.process_limit()}"
 
     def add_variants(self, rows: list[tuple[str, str, dict, bool]]) -> list[Row]:
         if not rows:
@@ -596,6 +611,8 @@ class Judge:
                torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": self.fp,
                "shape": self.fp["shapes"],
                "rows": {}, "skipped": self.skipped}
+        if getattr(self, "box_note", None):
+            rec["sandbox"] = self.box_note
         init = self.ref.init()
         try:
             if gpu:

@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -481,14 +482,19 @@ class ProcessRunner:
     """A worker in a fresh process and the request/reply protocol; a dead worker or a timeout becomes a rejection."""
     isolated = True
 
-    def __init__(self, ref_spec, device: str, precision: str, on_interim):
+    def __init__(self, ref_spec, device: str, precision: str, on_interim, sandbox: bool = False,
+                 read_only: list[str] = ()):
+        """sandbox: run the worker in a box (kp.sandbox) that can read read_only and the judge's own files."""
+        self.on_interim = on_interim
+        if sandbox:
+            self.conn, self.proc = _start_boxed(ref_spec, device, precision, list(read_only))
+            return
         ctx = _context()
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT),
                                                           dict(os.environ), os.getcwd()), daemon=True)
         start_without_main(self.proc)
         child.close()
-        self.on_interim = on_interim
 
     def call(self, stage: str, *msg, timeout: float = REPLY_TIMEOUT_S) -> dict:
         try:
@@ -525,6 +531,70 @@ class ProcessRunner:
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(5)
+        getattr(self.proc, "cleanup", lambda: None)()
+
+
+class _BoxProcess:
+    """A boxed worker's process, with the part of multiprocessing.Process's interface the runner uses."""
+
+    def __init__(self, popen, cgroup):
+        self.popen, self.cgroup = popen, cgroup
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        rc = self.popen.poll()
+        if rc is not None and rc > 128:  # bwrap passes a signal's death on as 128 + its number
+            try:
+                return -signal.Signals(rc - 128).value
+            except ValueError:
+                pass
+        return rc
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self) -> None:
+        try:
+            self.popen.kill()  # bwrap; the box's pid namespace, and all in it, dies with it
+        except OSError:
+            pass
+
+    def cleanup(self) -> None:
+        self.popen.wait()
+        self.cgroup.remove()
+
+
+def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str]):
+    import multiprocessing
+    import socket
+    from multiprocessing.connection import Connection
+    from multiprocessing import util
+    from kp import sandbox
+    limits = sandbox.Limits()
+    shared = util.get_temp_dir()  # this process's multiprocessing folder (kp.boxed says why the box shares it)
+    ro = [str(ROOT), *read_only]
+    if ref_spec[0] == "file":
+        ro.append(str(Path(ref_spec[1]).resolve().parent))
+    if cache_root().is_dir():
+        ro.append(str(cache_root()))
+    env = sandbox.box_env(dict(os.environ), str(ROOT))
+    cwd = os.getcwd() if sandbox.visible(os.getcwd(), ro) else "/tmp"  # relative paths work where they can
+    ours, theirs = socket.socketpair()
+    inside = [sys.executable, "-m", "kp.boxed", str(theirs.fileno()), json.dumps(limits.rlimits()), shared]
+    argv = sandbox.command(inside, read_only=ro, writable=[shared], cwd=cwd, env=env, limits=limits)
+    cgroup = sandbox.PidsCgroup(limits.nproc if os.geteuid() == 0 else 0)  # RLIMIT_NPROC binds all but root
+    popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL)
+    theirs.close()
+    conn = Connection(ours.detach())
+    conn.send_bytes(bytes(multiprocessing.current_process().authkey))
+    conn.send((ref_spec, device, precision, str(ROOT), env, cwd))
+    return conn, _BoxProcess(popen, cgroup)
 
 
 class LocalRunner:

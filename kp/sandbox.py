@@ -1,0 +1,236 @@
+"""The box a candidate's worker runs in: bubblewrap (`bwrap`) namespaces around a fresh interpreter.
+
+Inside the box the candidate sees, read-only, the system (/usr, /etc, /opt, /sys), the interpreter and its
+packages, the CUDA toolkit, the project, the reference and the candidate's own folder, and the playground's kernel
+cache; it writes only to a private /tmp (a size-capped tmpfs that also holds its own `load_inline` builds and
+caches), to /dev/shm and to the judge's multiprocessing folder (tensors cross the box's wall through shared
+memory, handed-over file descriptors and CUDA IPC). It gets the GPU device
+nodes, its own pid, network (loopback only, down), IPC and host-name namespaces, a scrubbed environment, and limits
+on processes, open files and host memory (set by `kp.boxed` before anything else runs). The judge kills the box at
+its time limits; every process in it dies with it (pid namespace).
+
+Why these choices:
+- The uid stays the judge's: CUDA refuses to map memory exported by a process of another user, and the judge and
+  the worker exchange inputs and outputs that way in both directions.
+- A process limit (RLIMIT_NPROC) binds every user except root. When the judge runs as root, a `pids` cgroup
+  bounds the box instead where the judge may create one; where neither is possible the record says so.
+- Host memory is bounded with RLIMIT_DATA, not RLIMIT_AS: CUDA reserves far more address space than it uses.
+
+`KP_BWRAP` names the bwrap binary when it is not on PATH; `KP_SANDBOX_MEM_GB` sets the host-memory limit.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import os
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+GiB = 1 << 30
+
+# Environment a candidate keeps: how to find the GPU, the compilers and the playground's own settings.
+KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH",
+            "LD_LIBRARY_PATH", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "PYTHONHASHSEED", "MAX_JOBS")
+KEEP_PREFIXES = ("KP_", "NVIDIA_")
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    nproc: int = 2048  # processes and threads: torch's pools and a parallel nvcc build stay far below
+    nofile: int = 4096
+    host_mem: int = 0  # bytes of RLIMIT_DATA; 0: KP_SANDBOX_MEM_GB, else half the host's memory (16 GiB at least)
+    tmp: int = 16 * GiB  # the private /tmp
+
+    def data_bytes(self) -> int:
+        if self.host_mem:
+            return self.host_mem
+        if os.environ.get("KP_SANDBOX_MEM_GB"):
+            return int(float(os.environ["KP_SANDBOX_MEM_GB"]) * GiB)
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return max(16 * GiB, total // 2)
+
+    def rlimits(self) -> dict[str, int]:
+        return {"RLIMIT_NPROC": self.nproc, "RLIMIT_NOFILE": self.nofile, "RLIMIT_DATA": self.data_bytes(),
+                "RLIMIT_CORE": 0}
+
+
+def bwrap_path() -> str | None:
+    return os.environ.get("KP_BWRAP") or shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=None)
+def status() -> tuple[str | None, str]:
+    """(bwrap's path, "") where a box can be made on this machine, else (None, why not)."""
+    if not sys.platform.startswith("linux"):
+        return None, f"the sandbox needs Linux namespaces (this is {sys.platform})"
+    b = bwrap_path()
+    if not b:
+        return None, "no bwrap found (install bubblewrap, or set KP_BWRAP to its binary)"
+    try:
+        r = subprocess.run([b, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent",
+                            "true"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{b} does not run: {e}"
+    if r.returncode:
+        err = (r.stderr.strip().splitlines() or ["exit code %d" % r.returncode])[-1]
+        return None, f"{b} cannot make namespaces here: {err}"
+    return b, ""
+
+
+def _covered(p: str, binds: list[str]) -> bool:
+    return any(p == b or p.startswith(b.rstrip("/") + "/") for b in binds)
+
+
+def _ro_paths(extra: list[str]) -> list[str]:
+    """What the box reads: system folders, the interpreter and its packages, the CUDA toolkit, sys.path and the
+    given paths; each once (a path under another is covered by it), none under /tmp's tmpfs unless given."""
+    cand = ["/usr", "/etc", "/opt", "/sys"]
+    cand += [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    try:
+        cand += site.getsitepackages() + [site.getusersitepackages()]
+    except AttributeError:  # a virtualenv's old site.py
+        pass
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME
+        if CUDA_HOME:
+            cand.append(os.path.realpath(CUDA_HOME))
+    except Exception:
+        pass
+    for tool in ("ninja", "nvcc", "gcc", "c++"):
+        w = shutil.which(tool)
+        if w:
+            cand.append(os.path.dirname(os.path.realpath(w)))
+    cand += [p for p in sys.path if p and os.path.isdir(p)]
+    cand += extra
+    out: list[str] = []
+    for p in sorted({os.path.realpath(p) for p in cand if p and os.path.exists(p)}, key=len):
+        if p != "/" and not _covered(p, out):
+            out.append(p)
+    return out
+
+
+def visible(path: str, read_only: list[str]) -> bool:
+    """Whether the box sees path (read-only) when it is given read_only."""
+    return _covered(os.path.realpath(path), _ro_paths(read_only))
+
+
+def _parents(p: str) -> list[str]:
+    out, a = [], os.path.dirname(p)
+    while a not in ("/", ""):
+        out.insert(0, a)
+        a = os.path.dirname(a)
+    return out
+
+
+def command(argv: list[str], *, read_only: list[str], writable: list[str] = (), cwd: str, env: dict,
+            limits: Limits) -> list[str]:
+    """The bwrap command line that runs argv in a box (see the module's docstring)."""
+    b, why = status()
+    if b is None:
+        raise RuntimeError(why)
+    args = [b, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "kp-box"]
+    if os.geteuid() != 0:
+        args += ["--unshare-user", "--disable-userns"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--dev-bind", "/dev/shm", "/dev/shm"]
+    for d in sorted(glob.glob("/dev/nvidia*")):
+        args += ["--dev-bind", d, d]
+    for link in ("/lib", "/lib64", "/lib32", "/bin", "/sbin"):
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            args += ["--ro-bind", link, link]
+    args += ["--perms", "1777", "--size", str(limits.tmp), "--tmpfs", "/tmp"]
+    made: set[str] = set()
+    for p in _ro_paths(read_only):
+        for a in _parents(p):
+            if a not in made and not os.path.islink(a) and a not in ("/lib", "/lib64", "/bin", "/sbin"):
+                made.add(a)
+                args += ["--perms", "0755", "--dir", a]  # bwrap would make them 0700
+        args += ["--ro-bind", p, p]
+    for p in writable:
+        args += ["--bind", p, p]
+    args += ["--chdir", cwd, "--clearenv"]
+    for k, v in env.items():
+        args += ["--setenv", k, v]
+    return args + ["--"] + argv
+
+
+def box_env(env: dict, root: str) -> dict:
+    """The judge's environment scrubbed to what a candidate needs; home, caches and builds go to the private /tmp."""
+    out = {k: v for k, v in env.items() if k in KEEP_ENV or k.startswith(KEEP_PREFIXES)}
+    out.update(HOME="/tmp/home", TMPDIR="/tmp", XDG_CACHE_HOME="/tmp/cache", PYTHONPATH=root,
+               TORCH_EXTENSIONS_DIR="/tmp/torch_extensions", TRITON_CACHE_DIR="/tmp/triton",
+               TORCHINDUCTOR_CACHE_DIR="/tmp/inductor", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A pids cgroup for root, whom RLIMIT_NPROC does not bind.
+
+def _pids_cgroup_parent() -> Path | None:
+    """A cgroup folder under which this process may make a child with a pids limit, or None."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for ln in lines:  # cgroup v1: a pids hierarchy
+        _, ctrl, path = ln.split(":", 2)
+        if "pids" in ctrl.split(","):
+            p = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+            if (p / "cgroup.procs").exists() and os.access(p, os.W_OK):
+                return p
+    for ln in lines:  # cgroup v2: a parent whose children get the pids controller
+        if ln.startswith("0::"):
+            own = Path("/sys/fs/cgroup") / ln[3:].lstrip("/")
+            for p in (own, own.parent):
+                try:
+                    if "pids" in (p / "cgroup.subtree_control").read_text().split() and os.access(p, os.W_OK):
+                        return p
+                except OSError:
+                    continue
+    return None
+
+
+class PidsCgroup:
+    """A cgroup that caps the box's process count (max_pids 0: none); `enter()` runs in the box's first process
+    before exec."""
+
+    def __init__(self, max_pids: int):
+        self.path = None
+        parent = _pids_cgroup_parent() if max_pids > 0 else None
+        if parent is None:
+            return
+        p = parent / f"kp-box-{os.getpid()}-{id(self):x}"
+        try:
+            p.mkdir()
+            (p / "pids.max").write_text(str(max_pids))
+            self.path = p
+        except OSError:
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+
+    def enter(self) -> None:
+        if self.path is not None:
+            with open(self.path / "cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+
+    def remove(self) -> None:
+        if self.path is not None:
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass
+
+
+def process_limit() -> str:
+    """How the box's process count is bounded for this user: 'rlimit', 'cgroup' or 'none'."""
+    if os.geteuid() != 0:
+        return "rlimit"
+    return "cgroup" if _pids_cgroup_parent() is not None else "none"

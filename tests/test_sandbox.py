@@ -1,0 +1,140 @@
+"""The sandbox a candidate's worker runs in: each attempt of tests/box/ to leave it fails inside it, the judge
+rejects the candidate with what it tried, and the playground's kernel cache is intact afterwards. Without the box
+the same attempts succeed (where that is safe to show). On the CPU (--device cpu); on the GPU where there is one."""
+import os
+import re
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import HAS_GPU, ROOT, gpu, run_script
+from kp import sandbox
+
+BOX = ROOT / "tests" / "box"
+REF = ROOT / "tests" / "judge_cases" / "relu" / "ref.py"
+CASES = sorted(p.stem for p in BOX.glob("*.py"))
+HOG_GB = "4"  # the host-memory limit the hog meets: far above what a CPU worker needs (about 1.5 GiB)
+
+needs_box = pytest.mark.skipif(sandbox.status()[0] is None, reason=f"no sandbox here: {sandbox.status()[1]}")
+
+
+def expect(name: str) -> str:
+    return re.search(r'^EXPECT = r"(.*)"$', (BOX / f"{name}.py").read_text(), re.M).group(1)
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that records whether anyone connected."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connected = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        try:
+            conn, _ = self.sock.accept()
+            self.connected = True
+            conn.close()
+        except OSError:
+            pass
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def outside(tmp_path, monkeypatch):
+    """A private kernel cache with one library in it, a secret file and a listener, all outside the box; after
+    the test, the cache must hold exactly what it held before."""
+    cache = tmp_path / "cache"
+    so = cache / "kp_probe_0" / "kp_probe_0.so"
+    so.parent.mkdir(parents=True)
+    so.write_bytes(b"\x7fELF" + os.urandom(4096))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("outside the box")
+    lis = Listener()
+    lis.cache = cache
+    lis.before = {p: p.read_bytes() for p in cache.rglob("*") if p.is_file()}
+    monkeypatch.setenv("KP_CACHE_DIR", str(cache))
+    monkeypatch.setenv("KP_PROBE_SECRET", str(secret))
+    monkeypatch.setenv("KP_PROBE_PORT", str(lis.port))
+    monkeypatch.setenv("KP_SANDBOX_MEM_GB", HOG_GB)
+    yield lis
+    lis.close()
+    after = {p: p.read_bytes() for p in cache.rglob("*") if p.is_file()}
+    assert after == lis.before, "the kernel cache changed"
+
+
+@needs_box
+@pytest.mark.parametrize("name", CASES)
+def test_attempt_fails_inside_the_box(name, outside, cli):
+    r = cli("--ref", REF, "--candidate", BOX / f"{name}.py", "--device", "cpu", "--allow-torch")
+    verdict = r.stdout.strip().splitlines()[-1]
+    assert r.returncode == 1 and verdict.startswith("rejected") and re.search(expect(name), verdict), verdict
+    assert not outside.connected
+
+
+@pytest.mark.parametrize("name", ["reads_outside", "connects_out", "writes_cache"])
+def test_attempt_succeeds_without_the_box(name, outside, cli):
+    """The attempts are real: unboxed, the candidate gets what it went for (its own test-made targets)."""
+    r = cli("--ref", REF, "--candidate", BOX / f"{name}.py", "--device", "cpu", "--allow-torch", "--no-sandbox")
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert "unsandboxed" not in r.stdout  # asked for: not flagged as missing
+    if name == "connects_out":
+        assert outside.connected
+        outside.connected = False
+    if name == "writes_cache":  # the test's own private cache: truncated and marked; put back for the fixture
+        assert (outside.cache / "left_by_a_candidate").exists()
+        assert all(so.stat().st_size == 0 for so in outside.cache.rglob("*.so"))
+        (outside.cache / "left_by_a_candidate").unlink()
+        for p, b in outside.before.items():
+            p.write_bytes(b)
+
+
+def test_verdict_says_when_no_sandbox_was_available(cli, monkeypatch):
+    monkeypatch.delenv("KP_BWRAP", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    sandbox.status.cache_clear()
+    try:
+        r = cli("--ref", REF, "--candidate", ROOT / "tests" / "batch" / "good.py", "--device", "cpu",
+                "--allow-torch")
+    finally:
+        sandbox.status.cache_clear()
+    assert r.returncode == 0
+    assert "ran unsandboxed: no bwrap found" in r.stdout.strip().splitlines()[-1]
+
+
+@needs_box
+def test_box_scrubs_the_environment_and_hides_home(tmp_path, monkeypatch):
+    """What a boxed process sees: no secrets from the environment, the project read-only, a private /tmp."""
+    import subprocess
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak")
+    env = sandbox.box_env(dict(os.environ), str(ROOT))
+    code = ("import os, pathlib; print(sorted(k for k in os.environ if 'SECRET' in k)); "
+            f"p = pathlib.Path({str(ROOT)!r}) / 'x'\n"
+            "try:\n p.write_text('x'); print('project writable')\nexcept OSError as e: print('project', e.strerror)\n"
+            "pathlib.Path('/tmp/mine').write_text('ok'); print('tmp ok')")
+    argv = sandbox.command([sys.executable, "-c", code], read_only=[str(ROOT)], cwd="/tmp", env=env,
+                           limits=sandbox.Limits())
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout.splitlines()
+    assert out == ["[]", "project Read-only file system", "tmp ok"], out
+    assert not (tmp_path / "mine").exists()
+
+
+@gpu
+@needs_box
+@pytest.mark.parametrize("name", CASES)
+def test_attempt_fails_inside_the_box_on_gpu(name, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("outside the box")
+    lis = Listener()
+    env = {"KP_PROBE_SECRET": str(secret), "KP_PROBE_PORT": str(lis.port), "KP_SANDBOX_MEM_GB": "16"}
+    r = run_script("--ref", REF, "--candidate", BOX / f"{name}.py", "--allow-torch", "--no-bench", env=env)
+    lis.close()
+    verdict = r.stdout.strip().splitlines()[-1]
+    assert r.returncode == 1 and re.search(expect(name), verdict), r.stdout[-3000:] + r.stderr[-3000:]
+    assert not lis.connected

@@ -8,6 +8,7 @@ import dataclasses
 import fcntl
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from kp.errors import KernelBuildError, UsageError
+from kp.errors import KernelBuildError, UsageError, first_line
 from kp.registry import KERNELS, ROOT, capability, default_rung, problems, rung, runnable_variants, variants
 
 KEY_VERSION = "kp-cache-1"  # bump when the build recipe below changes in a way the key would not see
@@ -297,44 +298,105 @@ def build_path(path: Path, problem: str = "probe", variant: str | None = None, q
     exports = parse_exports(path.read_text(), _rel(path), experiments)
     bdir = cache_root() / module
     so = bdir / f"{module}.so"
-    done = bdir / "kp_complete"
     built_now = False
     with _flock(cache_root() / "locks" / f"{module}.lock"):
-        if not (done.exists() and so.exists()):
-            built_now = True
-            if not quiet:
-                progress(f"building {problem}/{variant} (first use of this source; a cold build takes ~10-30 s)")
-            shutil.rmtree(bdir, ignore_errors=True)  # also clears torch's own `lock` left by a killed build
-            bdir.mkdir(parents=True)
-            flags = build_flags(cap, experiments)
-            from torch.utils.cpp_extension import load_inline
+        state = verify_entry(bdir, so, key)
+        if state == "ok":
             try:
-                load_inline(
-                    name=module,
-                    # Include by absolute path so compiler messages name the real file and line.
-                    cpp_sources=[binding_source(module, exports)],
-                    cuda_sources=[f'#include "{path}"\n'],
-                    extra_cflags=flags["cflags"],
-                    extra_cuda_cflags=flags["cuda_cflags"],
-                    extra_include_paths=flags["include_paths"],
-                    build_directory=str(bdir),
-                    is_python_module=False,
-                    no_implicit_headers=True,
-                    verbose=False,
-                )
-            except RuntimeError as e:
-                log = str(e)
-                (bdir / "build_error.log").write_text(log)
-                raise KernelBuildError(f"{problem}/{variant} failed to compile:\n{summarize_build_error(log)}\n"
-                                       f"(full log: {bdir / 'build_error.log'})") from None
-            done.write_text(key)
-        else:
-            torch.ops.load_library(str(so))
+                torch.ops.load_library(str(so))
+            except OSError as e:
+                state = f"does not load ({first_line(e)})"
+        if state != "ok":
+            built_now = True
+            if state != "missing":
+                progress(f"cached {so.name} {state}: rebuilding it")
+            elif not quiet:
+                progress(f"building {problem}/{variant} (first use of this source; a cold build takes ~10-30 s)")
+            _build_and_publish(path, module, key, bdir, build_flags(cap, experiments), exports, problem, variant)
     b = Built(problem, variant, module, so, exports, built_now, time.perf_counter() - t0)
     _LOADED[module] = b
     if built_now and not quiet:
         progress(f"built {problem}/{variant} in {b.seconds:.1f} s")
     return b
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_entry(bdir: Path, so: Path, key: str) -> str:
+    """'ok' when the cached library is the one that was built for this key (its sha256 as recorded when it was
+    published), 'missing' when there is none, else what is wrong with it (the caller rebuilds)."""
+    done = bdir / "kp_complete"
+    if not done.exists():
+        return "missing"
+    try:
+        rec = json.loads(done.read_text())
+        want = rec["sha256"], rec["bytes"], rec["key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "has no checksum (written by an older playground, or damaged)"
+    if want[2] != key:
+        return "belongs to another source"
+    try:
+        size = so.stat().st_size
+    except OSError:
+        return "is missing its library"
+    if size != want[1]:
+        return f"is {size:,} bytes, {want[1]:,} when built (truncated or altered)"
+    if sha256_file(so) != want[0]:
+        return "does not match its checksum (altered)"
+    return "ok"
+
+
+def publish_entry(tmp: Path, bdir: Path, so_name: str, key: str) -> None:
+    """Record the library's checksum, then move the finished folder into place in one rename: a reader sees the
+    old entry or the whole new one, never a half-written library."""
+    so = tmp / so_name
+    (tmp / "kp_complete").write_text(json.dumps({"key": key, "sha256": sha256_file(so), "bytes": so.stat().st_size}))
+    _replace_dir(tmp, bdir)
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    if dst.exists():
+        old = dst.with_name(f".old-{dst.name}-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(dst, old)
+        shutil.rmtree(old, ignore_errors=True)
+    os.rename(src, dst)
+
+
+def _build_and_publish(path: Path, module: str, key: str, bdir: Path, flags: dict, exports, problem: str,
+                       variant: str) -> None:
+    """Build in a private folder beside the entry (same filesystem, so the publishing rename is atomic)."""
+    tmp = bdir.with_name(f".build-{module}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    from torch.utils.cpp_extension import load_inline
+    try:
+        load_inline(
+            name=module,
+            # Include by absolute path so compiler messages name the real file and line.
+            cpp_sources=[binding_source(module, exports)],
+            cuda_sources=[f'#include "{path}"\n'],
+            extra_cflags=flags["cflags"],
+            extra_cuda_cflags=flags["cuda_cflags"],
+            extra_include_paths=flags["include_paths"],
+            build_directory=str(tmp),
+            is_python_module=False,
+            no_implicit_headers=True,
+            verbose=False,
+        )
+    except RuntimeError as e:
+        log = str(e)
+        (tmp / "build_error.log").write_text(log)
+        _replace_dir(tmp, bdir)  # no kp_complete: the next use builds again; the log stays where it is said to be
+        raise KernelBuildError(f"{problem}/{variant} failed to compile:\n{summarize_build_error(log)}\n"
+                               f"(full log: {bdir / 'build_error.log'})") from None
+    publish_entry(tmp, bdir, f"{module}.so", key)
 
 
 def build_all(jobs: int | None = None, items: list[tuple[str, str]] | None = None) -> list[tuple[str, str, float, str]]:

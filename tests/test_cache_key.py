@@ -92,3 +92,49 @@ def test_build_error_summary_names_file_and_line():
     assert s == 'kernels/softmax/2_online.cu:42: error: identifier "oops" is undefined'
     gcc = "main.cpp:7:3: error: 'x' was not declared in this scope\n"
     assert harness.summarize_build_error(gcc) == "main.cpp:7: error: 'x' was not declared in this scope"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A cache entry is loaded only if its library is the one that was built: its sha256 is recorded when the finished
+# build folder is moved into place, and checked at every load.
+
+def _entry(tmp_path, data=b"\x7fELF" + b"x" * 5000):
+    tmp = tmp_path / ".build-kp_m"
+    tmp.mkdir()
+    (tmp / "kp_m.so").write_bytes(data)
+    bdir = tmp_path / "kp_m"
+    kp.build.publish_entry(tmp, bdir, "kp_m.so", "KEY")
+    return bdir, bdir / "kp_m.so"
+
+
+def test_published_entry_verifies(tmp_path):
+    bdir, so = _entry(tmp_path)
+    assert not (tmp_path / ".build-kp_m").exists()  # moved, not copied
+    assert kp.build.verify_entry(bdir, so, "KEY") == "ok"
+    assert kp.build.verify_entry(tmp_path / "none", so, "KEY") == "missing"
+    assert kp.build.verify_entry(bdir, so, "OTHER") == "belongs to another source"
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda so: so.write_bytes(b""), "truncated or altered"),
+    (lambda so: so.write_bytes(so.read_bytes()[:100]), "truncated or altered"),
+    (lambda so: so.write_bytes(so.read_bytes()[:-1] + b"y"), "does not match its checksum"),
+    (lambda so: so.unlink(), "is missing its library"),
+    (lambda so: (so.parent / "kp_complete").write_text("KEY"), "has no checksum"),
+])
+def test_damaged_entry_is_named_not_loaded(tmp_path, damage, says):
+    bdir, so = _entry(tmp_path)
+    damage(so)
+    assert says in kp.build.verify_entry(bdir, so, "KEY")
+
+
+def test_republish_replaces_whole_entry(tmp_path):
+    bdir, so = _entry(tmp_path)
+    (bdir / "stale.o").write_text("old")
+    tmp = tmp_path / ".build-kp_m"
+    tmp.mkdir()
+    (tmp / "kp_m.so").write_bytes(b"new library")
+    kp.build.publish_entry(tmp, bdir, "kp_m.so", "KEY")
+    assert not (bdir / "stale.o").exists() and so.read_bytes() == b"new library"
+    assert kp.build.verify_entry(bdir, so, "KEY") == "ok"
+    assert [p.name for p in tmp_path.iterdir()] == ["kp_m"]

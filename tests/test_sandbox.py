@@ -132,9 +132,40 @@ def test_attempt_fails_inside_the_box_on_gpu(name, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("outside the box")
     lis = Listener()
-    env = {"KP_PROBE_SECRET": str(secret), "KP_PROBE_PORT": str(lis.port), "KP_SANDBOX_MEM_GB": "16"}
+    (tmp_path / "cache").mkdir()
+    env = {"KP_PROBE_SECRET": str(secret), "KP_PROBE_PORT": str(lis.port), "KP_SANDBOX_MEM_GB": "16",
+           "KP_CACHE_DIR": str(tmp_path / "cache")}
     r = run_script("--ref", REF, "--candidate", BOX / f"{name}.py", "--allow-torch", "--no-bench", env=env)
     lis.close()
     verdict = r.stdout.strip().splitlines()[-1]
     assert r.returncode == 1 and re.search(expect(name), verdict), r.stdout[-3000:] + r.stderr[-3000:]
     assert not lis.connected
+
+
+def _load(cache: Path, problem: str = "softmax", variant: str = "1_rowblock"):
+    """Build or load one playground kernel in a fresh process; (built now?, library path, stderr)."""
+    import subprocess
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from kp.build import build; "
+            f"b = build({problem!r}, {variant!r}); print(b.built_now, b.so_path)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "KP_CACHE_DIR": str(cache)})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    built, so = r.stdout.split()
+    return built == "True", Path(so), r.stderr
+
+
+@gpu
+@needs_box
+def test_cache_survives_a_boxed_writer_and_a_truncated_library_is_rebuilt(tmp_path):
+    cache = tmp_path / "cache"
+    built, so, _ = _load(cache)
+    assert built
+    r = run_script("--ref", REF, "--candidate", BOX / "writes_cache.py", "--allow-torch", "--no-bench",
+                   env={"KP_CACHE_DIR": str(cache)})
+    assert r.returncode == 1 and re.search(expect("writes_cache"), r.stdout), r.stdout[-2000:]
+    assert not (cache / "left_by_a_candidate").exists()
+    assert _load(cache)[0] is False  # intact: loaded, checksum and all
+    so.write_bytes(so.read_bytes()[:4096])  # a killed copy, a full disk, or a candidate run without the box
+    built, _, err = _load(cache)
+    assert built and "truncated or altered): rebuilding it" in err, err
+    assert _load(cache)[0] is False

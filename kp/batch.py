@@ -127,16 +127,24 @@ def _noop() -> None:
     pass
 
 
-def _warm_up() -> None:
-    """What every job needs and no job should pay for: the judge's imports, the candidates' forkserver (started
-    before CUDA is, so its children may use the GPU) and this slot's CUDA context."""
+def _forks_workers(jobs: list[Job]) -> bool:
+    """Whether any job judges a candidate outside the sandbox, in a worker forked from the forkserver (a boxed
+    candidate gets a fresh interpreter; a ladder job judges in the slot itself)."""
+    from kp import sandbox
+    return any(j.candidate and not (dict(j.opts).get("sandbox", True) and sandbox.status()[0]) for j in jobs)
+
+
+def _warm_up(forkserver_too: bool) -> None:
+    """What every job needs and no job should pay for: the judge's imports, the candidates' forkserver where some
+    job forks its worker from it (started before CUDA is, so its children may use the GPU) and this slot's CUDA
+    context."""
     import importlib
     import multiprocessing.forkserver as forkserver
     import torch
     from kp.worker import _context
     importlib.import_module("kp.judge")
     ctx = _context()
-    if ctx.get_start_method() == "forkserver":
+    if forkserver_too and ctx.get_start_method() == "forkserver":
         forkserver.ensure_running()
         # The server imports torch and the judge before it forks anything: a first child waits for that, here
         # rather than inside the first job's time limit and elapsed time.
@@ -147,7 +155,7 @@ def _warm_up() -> None:
         torch.cuda.init()
 
 
-def _slot_main(conn, gpu: str | None, log_path: str | None) -> None:
+def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool) -> None:
     """A slot: its own process group (so the judge, its forkserver and the candidate's worker die together), pinned
     to one GPU before CUDA starts; runs the jobs it is sent, one at a time."""
     os.setsid()
@@ -166,7 +174,7 @@ def _slot_main(conn, gpu: str | None, log_path: str | None) -> None:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
-    _warm_up()
+    _warm_up(forkserver_too)
     while True:
         try:
             job = conn.recv()
@@ -189,8 +197,8 @@ class Slot:
     """One slot process and the job it runs; `poll` turns its answer, its death or its time running out into a
     result, and a fresh process replaces a dead or killed one."""
 
-    def __init__(self, gpu: str | None, log_path: str | None):
-        self.gpu, self.log_path = gpu, log_path
+    def __init__(self, gpu: str | None, log_path: str | None, forkserver_too: bool = True):
+        self.gpu, self.log_path, self.forkserver_too = gpu, log_path, forkserver_too
         self.job: Job | None = None
         self.key: str | None = None
         self.t0, self.started = 0.0, False
@@ -202,7 +210,7 @@ class Slot:
         self.conn, child = ctx.Pipe()
         # not a daemon: the judge in it starts the candidate's worker. A slot whose parent is gone ends at the
         # closed pipe.
-        self.proc = ctx.Process(target=_slot_main, args=(child, self.gpu, self.log_path))
+        self.proc = ctx.Process(target=_slot_main, args=(child, self.gpu, self.log_path, self.forkserver_too))
         start_without_main(self.proc)
         child.close()
 
@@ -258,7 +266,7 @@ class Slot:
 
 def isolated_job(job: Job, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: str | None = None) -> dict:
     """One job in a fresh slot with the same time limit and death handling: what a Ray task runs."""
-    slot = Slot(gpu, None)
+    slot = Slot(gpu, None, _forks_workers([job]))
     try:
         slot.submit(job)
         while True:
@@ -431,7 +439,8 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     bar = Progress(len(todo), progress)
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-    slots = [Slot(g, str(log_dir / f"slot{i}.log") if log_dir else None) for i, g in enumerate(gpus)]
+    forks = _forks_workers([job for job, _ in todo])
+    slots = [Slot(g, str(log_dir / f"slot{i}.log") if log_dir else None, forks) for i, g in enumerate(gpus)]
     names = [f"gpu{g}" if g is not None else f"cpu{i}" for i, g in enumerate(gpus)]
     queue = deque(todo)
     try:

@@ -251,7 +251,7 @@ class Judge:
         self.ref, self.precision, self.device, self.trials = ref, precision, device, trials
         self.bench, self.compile_baseline, self.allow_torch = bench, compile_baseline, allow_torch
         self.reps = (min_reps, max_reps, budget_s) if bench else (3, 3, 5.0)
-        self.sandbox = sandbox
+        self.sandbox, self.box_note = sandbox, None  # box_note: what the record says once a candidate is added
         self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self.log = log
         self.rows: list[Row] = []
@@ -611,7 +611,7 @@ class Judge:
                torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": self.fp,
                "shape": self.fp["shapes"],
                "rows": {}, "skipped": self.skipped}
-        if getattr(self, "box_note", None):
+        if self.box_note:
             rec["sandbox"] = self.box_note
         init = self.ref.init()
         try:

@@ -5,17 +5,18 @@ from kp.worker import kernel_base_name
 
 def verdict(rec: dict, label: str = "candidate") -> str:
     r = rec["rows"][label]
+    box = rec.get("sandbox", "")
+    unboxed = f"ran {box}" if box.startswith("unsandboxed: ") else None  # asked for, not available: always said
     if not r["accepted"]:
-        unboxed = rec.get("sandbox", "").startswith("unsandboxed: ")
-        return f"rejected: {r['reason']}" + (f" (ran {rec['sandbox']})" if unboxed else "")
+        return f"rejected: {r['reason']}" + (f" ({unboxed})" if unboxed else "")
     notes = []
     if rec.get("stages_not_run"):
         notes.append(f"parity only on {rec['device']}: {', '.join(rec['stages_not_run'])} checks need a GPU and "
                      f"were not run")
     if r.get("pure_torch"):
         notes.append("pure PyTorch: no kernel of its own ran (--allow-torch)")
-    if rec.get("sandbox", "").startswith("unsandboxed: "):  # asked for, not available: said on every verdict
-        notes.append(f"ran {rec['sandbox']}")
+    if unboxed:
+        notes.append(unboxed)
     return "accepted" + (f" ({'; '.join(notes)})" if notes else "")
 
 

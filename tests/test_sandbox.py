@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HAS_GPU, ROOT, gpu, run_script
+from conftest import ROOT, gpu, run_script
 from kp import sandbox
 
 BOX = ROOT / "tests" / "box"
@@ -122,15 +122,16 @@ def test_box_scrubs_the_environment_and_hides_home(tmp_path, monkeypatch):
     import subprocess
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak")
     env = sandbox.box_env(dict(os.environ), str(ROOT))
+    mine = f"kp-box-probe-{os.getpid()}-{tmp_path.name}"
     code = ("import os, pathlib; print(sorted(k for k in os.environ if 'SECRET' in k)); "
             f"p = pathlib.Path({str(ROOT)!r}) / 'x'\n"
             "try:\n p.write_text('x'); print('project writable')\nexcept OSError as e: print('project', e.strerror)\n"
-            "pathlib.Path('/tmp/mine').write_text('ok'); print('tmp ok')")
+            f"pathlib.Path('/tmp/{mine}').write_text('ok'); print('tmp ok')")
     argv = sandbox.command([sys.executable, "-c", code], read_only=[str(ROOT)], cwd="/tmp", env=env,
                            limits=sandbox.Limits())
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout.splitlines()
     assert out == ["[]", "project Read-only file system", "tmp ok"], out
-    assert not (tmp_path / "mine").exists()
+    assert not Path("/tmp", mine).exists()  # written to the box's own /tmp, not the host's
 
 
 @gpu

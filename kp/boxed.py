@@ -1,15 +1,61 @@
-"""Entry point of a candidate's worker inside the box (`python -m kp.boxed FD LIMITS`): lower the limits before
-anything else runs, take the judge's key for shared tensors, then serve the judge over the inherited socket."""
+"""Entry point of a candidate's worker inside the box (`python -m kp.boxed FD SETTINGS DIR`): confine this process
+before anything else runs (pid_max of the box's pid namespace for root, every capability dropped, rlimits), take the
+judge's key for shared tensors, then serve the judge over the inherited socket."""
+import ctypes
 import json
 import multiprocessing
+import os
 import resource
 import sys
 
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+CAP_VERSION_3 = 0x20080522
+CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb", "CapBnd")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def capabilities() -> dict[str, int]:
+    with open("/proc/self/status") as f:
+        return {k: int(v, 16) for k, v in (ln.split(":") for ln in f) if k in CAPS}
+
+
+def drop_capabilities() -> None:
+    """Empty the bounding, inheritable, permitted, effective and ambient sets; no way back through execve."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if capabilities().get("CapBnd"):  # needs CAP_SETPCAP, which the box leaves root for this
+        for cap in range(64):
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    data = (_CapData * 2)()
+    libc.capset(ctypes.byref(_CapHeader(CAP_VERSION_3, 0)), data)
+    left = {k: v for k, v in capabilities().items() if v and (k != "CapBnd" or os.geteuid() == 0)}
+    if left:  # a non-root user's bounding set grants nothing; root's would come back with the next execve
+        sys.exit(f"kp.boxed: capabilities left after dropping them: {left}; refusing to run the candidate")
+
+
+def confine(settings: dict) -> None:
+    pid_max = settings.pop("pid_max", None)
+    if pid_max:  # this namespace's own (kp.sandbox only asks for it on kernels that keep one per namespace)
+        with open("/proc/sys/kernel/pid_max", "w") as f:
+            f.write(str(pid_max))
+        with open("/proc/sys/kernel/pid_max") as f:
+            if int(f.read()) != pid_max:
+                sys.exit("kp.boxed: the box's pid_max did not take; refusing to run the candidate")
+    drop_capabilities()
+    for name, value in settings.items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+
 
 def main() -> None:
-    fd, limits, shared = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
-    for name, value in limits.items():
-        resource.setrlimit(getattr(resource, name), (value, value))
+    fd, settings, shared = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+    confine(settings)
     from multiprocessing.connection import Connection
     conn = Connection(fd)
     # A CPU tensor crosses the wall as a file descriptor handed over a socket of the sender's multiprocessing

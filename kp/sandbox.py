@@ -12,8 +12,12 @@ its time limits; every process in it dies with it (pid namespace).
 Why these choices:
 - The uid stays the judge's: CUDA refuses to map memory exported by a process of another user, and the judge and
   the worker exchange inputs and outputs that way in both directions.
-- A process limit (RLIMIT_NPROC) binds every user except root. When the judge runs as root, a `pids` cgroup
-  bounds the box instead where the judge may create one; where neither is possible the record says so.
+- A process limit (RLIMIT_NPROC) binds every user except root. For root the box's own pid namespace gets a
+  `pid_max` (kernels from 6.14 keep one per namespace), else a `pids` cgroup where the judge may create one; where
+  neither is possible the record says so.
+- Root keeps its capabilities in a box without a user namespace, and with them could remount the read-only binds
+  writable: the box is started with every capability dropped but the two `kp.boxed` needs to set `pid_max`, and
+  `kp.boxed` drops those (and the bounding set) before anything else runs, refusing to go on if any is left.
 - Host memory is bounded with RLIMIT_DATA, not RLIMIT_AS: CUDA reserves far more address space than it uses.
 
 `KP_BWRAP` names the bwrap binary when it is not on PATH; `KP_SANDBOX_MEM_GB` sets the host-memory limit.
@@ -24,6 +28,7 @@ import dataclasses
 import functools
 import glob
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -53,9 +58,13 @@ class Limits:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         return max(16 * GiB, total // 2)
 
-    def rlimits(self) -> dict[str, int]:
-        return {"RLIMIT_NPROC": self.nproc, "RLIMIT_NOFILE": self.nofile, "RLIMIT_DATA": self.data_bytes(),
-                "RLIMIT_CORE": 0}
+    def settings(self) -> dict[str, int]:
+        """What `kp.boxed` sets before anything else runs: rlimits, and the namespace's pid_max for root."""
+        out = {"RLIMIT_NPROC": self.nproc, "RLIMIT_NOFILE": self.nofile, "RLIMIT_DATA": self.data_bytes(),
+               "RLIMIT_CORE": 0}
+        if process_limit() == "pid_max":
+            out["pid_max"] = max(self.nproc + 1, PID_MAX_MIN)  # pids 1..pid_max-1, the box's init among them
+        return out
 
 
 def bwrap_path() -> str | None:
@@ -136,6 +145,10 @@ def command(argv: list[str], *, read_only: list[str], writable: list[str] = (), 
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "kp-box"]
     if os.geteuid() != 0:
         args += ["--unshare-user", "--disable-userns"]
+    else:  # root keeps capabilities unless told; kp.boxed drops the two it is left after setting pid_max
+        args += ["--cap-drop", "ALL"]
+        if process_limit() == "pid_max":
+            args += ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
     args += ["--proc", "/proc", "--dev", "/dev", "--dev-bind", "/dev/shm", "/dev/shm"]
     for d in sorted(glob.glob("/dev/nvidia*")):
         args += ["--dev-bind", d, d]
@@ -229,8 +242,20 @@ class PidsCgroup:
                 pass
 
 
+PER_NS_PID_MAX = (6, 14)  # the first kernel whose pid namespaces each have their own pid_max
+PID_MAX_MIN = 301  # the kernel refuses a smaller pid_max
+
+
+def kernel_version() -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", os.uname().release) if hasattr(os, "uname") else None
+    return (int(m[1]), int(m[2])) if m else (0, 0)
+
+
 def process_limit() -> str:
-    """How the box's process count is bounded for this user: 'rlimit', 'cgroup' or 'none'."""
+    """How the box's process count is bounded for this user: 'rlimit', 'pid_max', 'cgroup' or 'none'.
+    Writing pid_max on an older kernel would change the host's, so the kernel's version decides."""
     if os.geteuid() != 0:
         return "rlimit"
+    if sys.platform.startswith("linux") and kernel_version() >= PER_NS_PID_MAX:
+        return "pid_max"
     return "cgroup" if _pids_cgroup_parent() is not None else "none"

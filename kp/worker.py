@@ -586,9 +586,9 @@ def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str]):
     env = sandbox.box_env(dict(os.environ), str(ROOT))
     cwd = os.getcwd() if sandbox.visible(os.getcwd(), ro) else "/tmp"  # relative paths work where they can
     ours, theirs = socket.socketpair()
-    inside = [sys.executable, "-m", "kp.boxed", str(theirs.fileno()), json.dumps(limits.rlimits()), shared]
+    inside = [sys.executable, "-m", "kp.boxed", str(theirs.fileno()), json.dumps(limits.settings()), shared]
     argv = sandbox.command(inside, read_only=ro, writable=[shared], cwd=cwd, env=env, limits=limits)
-    cgroup = sandbox.PidsCgroup(limits.nproc if os.geteuid() == 0 else 0)  # RLIMIT_NPROC binds all but root
+    cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
     popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL)
     theirs.close()
     conn = Connection(ours.detach())

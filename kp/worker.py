@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from kp.build import cache_root
+from kp.build import cache_root, shared_cache
 from kp.errors import Rejected, first_line
 from kp.reference import Reference, apply_update, describe, timed_call_seed
 from kp.registry import ROOT
@@ -373,9 +373,9 @@ class Worker:
                 time.sleep(0.05)  # work a thread defers by up to 50 ms still lands in the trace
                 torch.cuda.synchronize()
         events = _gpu_events(prof)
-        cache = str(cache_root())
+        caches = tuple(str(c) for c in (cache_root(), shared_cache()) if c)
         libs = sorted(p for p in _loaded_objects()
-                      if p.startswith(cache) or (p not in self.objects_before
+                      if p.startswith(caches) or (p not in self.objects_before
                                                  and not any(p.startswith(pre) for pre in _system_prefixes())))
         own, blobs = {}, {}
         for p in libs:
@@ -581,9 +581,12 @@ def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str]):
     ro = [str(ROOT), *read_only]
     if ref_spec[0] == "file":
         ro.append(str(Path(ref_spec[1]).resolve().parent))
-    if cache_root().is_dir():
-        ro.append(str(cache_root()))
     env = sandbox.box_env(dict(os.environ), str(ROOT))
+    env["KP_CACHE_DIR"] = "/tmp/kp_cache"  # what the candidate builds, privately
+    env.pop("KP_CACHE_SHARED", None)
+    if cache_root().is_dir():  # the playground's kernels as built and verified here, read-only
+        ro.append(str(cache_root().resolve()))
+        env["KP_CACHE_SHARED"] = str(cache_root().resolve())
     cwd = os.getcwd() if sandbox.visible(os.getcwd(), ro) else "/tmp"  # relative paths work where they can
     ours, theirs = socket.socketpair()
     inside = [sys.executable, "-m", "kp.boxed", str(theirs.fileno()), json.dumps(limits.settings()), shared]

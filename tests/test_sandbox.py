@@ -1,6 +1,7 @@
 """The sandbox a candidate's worker runs in: each attempt of tests/box/ to leave it fails inside it, the judge
 rejects the candidate with what it tried, and the playground's kernel cache is intact afterwards. Without the box
 the same attempts succeed (where that is safe to show). On the CPU (--device cpu); on the GPU where there is one."""
+import json
 import os
 import re
 import socket
@@ -113,6 +114,7 @@ def test_verdict_says_when_no_sandbox_was_available(cli, monkeypatch):
     finally:
         sandbox.status.cache_clear()
     assert r.returncode == 0
+    assert "[kp] building" not in r.stderr, r.stderr[-3000:]  # each loaded from the judge's cache, none rebuilt
     assert "ran unsandboxed: no bwrap found" in r.stdout.strip().splitlines()[-1]
 
 
@@ -179,3 +181,35 @@ def test_cache_survives_a_boxed_writer_and_a_truncated_library_is_rebuilt(tmp_pa
     built, _, err = _load(cache)
     assert built and "truncated or altered): rebuilding it" in err, err
     assert _load(cache)[0] is False
+
+
+def _shipped(problem: str) -> list[str]:
+    """Every rung of a built-in problem that runs on this GPU, records included, and auto where the model has it."""
+    from kp import registry
+    return registry.runnable_variants(problem, include_records=True) + (
+        ["auto"] if registry.picks_per_call(problem) else [])
+
+
+@gpu
+@needs_box
+@pytest.mark.parametrize("problem", [p.stem for p in sorted((ROOT / "models").glob("[!_]*.py"))])
+def test_every_shipped_variant_is_accepted_in_the_box(problem, tmp_path):
+    """The playground's own kernels judged as boxed candidates: each loads from the (read-only) kernel cache and
+    passes every check from inside the box."""
+    files = []
+    for v in _shipped(problem):
+        f = tmp_path / f"{problem}__{v}.py"
+        f.write_text(f"import models.{problem} as m\n\n\nclass ModelNew(m.ModelNew):\n"
+                     f"    def __init__(self, *init):\n        super().__init__(*init, variant={v!r})\n")
+        files.append(f)
+    build = run_script("--problem", problem, "--build")  # the box reads the cache; it cannot add to it
+    assert build.returncode == 0, build.stderr[-3000:]
+    out = tmp_path / "out.jsonl"
+    r = run_script("--problem", problem, "--candidate", *files, "--no-bench", "--no-compile", "--out", out)
+    recs = {Path(d["job"]["candidate"]).name: d for d in map(json.loads, out.read_text().splitlines())}
+    assert sorted(recs) == sorted(f.name for f in files), r.stdout[-3000:] + r.stderr[-3000:]
+    for name, d in recs.items():
+        assert d["ok"] and d["verdict"].startswith("accepted"), (name, d["verdict"])
+        assert "unsandboxed" not in d["verdict"], (name, d["verdict"])
+    assert r.returncode == 0
+    assert "[kp] building" not in r.stderr, r.stderr[-3000:]  # each loaded from the judge's cache, none rebuilt

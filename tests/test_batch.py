@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, gpu, run_script
 from kp import batch
 
 CASES = ROOT / "tests" / "batch"
@@ -120,3 +120,21 @@ def test_ray_backend_same_verdicts(tmp_path, cli):
     r2 = cli("--ref", CASES / "ref.py", "--candidate", *CANDS, "--device", "cpu", "--allow-torch", "--ray", "local",
              "--out", out)
     assert f"{len(CANDS)} of {len(CANDS)} jobs already recorded" in r2.stderr and len(lines(out)) == len(CANDS)
+
+
+@gpu
+def test_sixteen_own_kernel_candidates_over_every_gpu(tmp_path):
+    """tests/batch/lse: eight right and eight wrong candidates (a hang and a crash among them), boxed, one job per
+    GPU at a time: every verdict as its file expects, each job once, on the GPUs there are."""
+    import torch
+    cands = sorted((CASES / "lse").glob("*.py"))
+    out = tmp_path / "results.jsonl"
+    build = run_script("--problem", "matmul_sum_max_mean_lse", "--build")
+    assert build.returncode == 0, build.stderr[-3000:]
+    r = run_script("--problem", "matmul_sum_max_mean_lse", "--candidate", *cands, "--gpus", "all", "--no-bench",
+                   "--timeout", "45", "--out", out)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    recs = lines(out)
+    assert sorted(Path(d["job"]["candidate"]).name for d in recs) == sorted(p.name for p in cands)
+    check_verdicts(recs)
+    assert {d["gpu"] for d in recs} == {f"gpu{i}" for i in range(torch.cuda.device_count())}

@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import harness
 
@@ -62,6 +63,8 @@ def parse_args(argv):
     ap.add_argument("--allow-torch", action="store_true", help="accept a candidate that runs no kernel of its own "
                                                                "(a pure-PyTorch rewrite); the row says so")
     ap.add_argument("--json", metavar="PATH", help="write the full record as JSON")
+    ap.add_argument("--plot", metavar="PNG", help="draw the timing table as a roofline picture (needs "
+                                                  "matplotlib); several problems: one file each, named -PROBLEM")
     ap.add_argument("--precision", default="fp32", help="fp32 (default; TF32 off) or tf32 (opt-in: budget from "
                                                         "PyTorch with TF32 on, baselines timed with it on, the "
                                                         "TF32 GEMM ceiling)")
@@ -143,6 +146,11 @@ def main(argv=None) -> int:
                           "or --json: each job's full record goes to --out")
     if args.gpus and args.ray:
         return fail_usage("--gpus (this host) or --ray (a cluster), not both")
+    if args.plot and batch:
+        return fail_usage("--plot draws one run's table; many jobs write their records to --out")
+    if args.plot:
+        from kp import plot
+        plot.require()
     if args.ref and (args.variant or args.build):
         return fail_usage("--variant and --build belong to built-in problems, not to --ref files")
     import torch
@@ -183,6 +191,12 @@ def main(argv=None) -> int:
         if args.candidate:
             print(report.verdict(rec), flush=True)
         status = max(status, 0 if rec["ok"] else 1)
+        if args.plot:
+            from kp import plot
+            path = Path(args.plot)
+            if len(refs) > 1:
+                path = path.with_name(f"{path.stem}-{ref.name}{path.suffix}")
+            print(f"roofline picture: {plot.roofline(rec, path)}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records[0] if len(records) == 1 else records, f, indent=2, default=str)

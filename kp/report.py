@@ -23,6 +23,30 @@ def verdict(rec: dict, label: str = "candidate") -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # The report: one table for the playground's variants and for candidates.
 
+def row_names(rec: dict) -> list[str]:
+    """The table's rows in order: the baselines, then the judged rows."""
+    timing = rec.get("timing", {})
+    return list(dict.fromkeys([k for k in ("eager", "torch.compile") if k in timing] + list(rec["rows"])))
+
+
+def row_label(rec: dict, label: str) -> str:
+    """A row's name in the table: with the rung it ran where it picks one per call (auto->6_regcluster)."""
+    return f"{label}->{rec['rungs'][label]}" if rec.get("rungs", {}).get(label, label) != label else label
+
+
+def row_traffic(rec: dict, label: str) -> dict:
+    """The bytes and flops a row's call must move and do at least (a row without its own declared traffic has the
+    reference's)."""
+    return rec["traffic"].get(label, rec["traffic"]["eager"])
+
+
+def row_floor_s(rec: dict, label: str) -> float:
+    """The fastest a row's call could be at the ceilings measured in the run: its bytes at the copy rate or its
+    flops at the best GEMM rate, whichever takes longer (the table's %roof is this over the median)."""
+    tr = row_traffic(rec, label)
+    return max(tr["bytes"] / rec["bandwidth"], tr["flops"] / rec["flops_rate"] if rec.get("flops_rate") else 0.0)
+
+
 def format_record(rec: dict) -> str:
     gpu_peak = rec.get("peak_gpu_bytes")
     head = (f"{rec['reference']} [{rec.get('shape', '')}] seed {rec['seed']} on {rec['device']}, torch {rec['torch']}"
@@ -46,8 +70,8 @@ def format_record(rec: dict) -> str:
     timing = rec.get("timing", {})
     compute = rec.get("bound") == "compute"
     unit, scale, what = ("TFLOP/s", 1e12, "flops") if compute else ("GB/s", 1e9, "bytes")
-    names = list(dict.fromkeys([k for k in ("eager", "torch.compile") if k in timing] + list(rec["rows"])))
-    label_of = lambda k: f"{k}->{rec['rungs'][k]}" if rec.get("rungs", {}).get(k, k) != k else k
+    names = row_names(rec)
+    label_of = lambda k: row_label(rec, k)
     w = max([16] + [len(label_of(k)) for k in names])
     lines.append(f"{'':{w}} {'median ms':>9} {'IQR ms':>7} {unit:>8} {'%roof':>6} {'vs eager':>8} {'vs comp':>7} "
                  f"{'host us':>7} {'relL2':>8} {'worst row':>9}  verdict")
@@ -57,10 +81,7 @@ def format_record(rec: dict) -> str:
         t = timing.get(k)
         cols = f"{label_of(k):{w}}"
         if t and "bandwidth" in rec:
-            tr = rec["traffic"].get(k, rec["traffic"]["eager"])
-            secs = t["median_ms"] * 1e-3
-            floor = max(tr["bytes"] / rec["bandwidth"], tr["flops"] / rec["flops_rate"] if rec.get("flops_rate")
-                        else 0.0)
+            tr, secs, floor = row_traffic(rec, k), t["median_ms"] * 1e-3, row_floor_s(rec, k)
             ve = timing["eager"]["median_ms"] / t["median_ms"] if "eager" in timing else float("nan")
             vc = (f"{timing['torch.compile']['median_ms'] / t['median_ms']:.2f}x" if "torch.compile" in timing
                   else "-")

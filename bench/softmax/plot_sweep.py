@@ -9,7 +9,8 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 ap = argparse.ArgumentParser()
 ap.add_argument("--readme", default=str(ROOT / "docs" / "softmax.md"))
 ap.add_argument("--out", default=str(ROOT / "docs" / "softmax_sweep.png"))
@@ -34,25 +35,8 @@ def col(name):
     return [float(r[head.index(name)].replace(",", "")) for r in rows]
 
 
-import matplotlib
+from kp.plot import bandwidth_curve
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-cols = col("cols")
-fig, ax = plt.subplots(figsize=(7, 4))
-for name, style in (("eager", "o-"), ("compile", "s-"), ("auto", "D-")):
-    ax.plot(cols, col(name), style, label={"auto": "ours (ModelNew auto)"}.get(name, "torch " + name))
-if ceiling:
-    ax.axhline(ceiling, color="gray", ls="--", label=f"device copy {ceiling:,.0f} GB/s")
-ax.set_xscale("log", base=2)
-ax.set_xlabel("columns (rows chosen for ~6.4 GB of input)")
-ax.set_ylabel("GB/s (one read + one write)")
-ax.set_title("fp32 softmax on H200")
-ax.set_ylim(0, (ceiling or max(col("auto"))) * 1.1)
-ax.grid(alpha=0.3)
-ax.legend(loc="lower left")
-Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-fig.tight_layout()
-fig.savefig(args.out, dpi=120)
-print("wrote", args.out)
+series = {{"auto": "ours (ModelNew auto)"}.get(n, "torch " + n): col(n) for n in ("eager", "compile", "auto")}
+print("wrote", bandwidth_curve(col("cols"), series, ceiling, args.out,
+                               xlabel="columns (rows chosen for ~6.4 GB of input)", title="fp32 softmax on H200"))

@@ -1,0 +1,130 @@
+"""Pictures of measured numbers: the roofline of a judge's timing table (`run.py --plot PATH`) and a bandwidth
+curve over a sweep (bench/softmax/plot_sweep.py). Both draw the ceilings measured in the same run as lines, so a
+point's distance to its line is what is left to win.
+
+matplotlib is optional (it is not in requirements.txt): `require()` fails in one line, before a run, when it is
+missing.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from kp.errors import UsageError
+from kp.report import row_floor_s, row_label, row_names, row_traffic
+
+COLORS = {"baseline": "0.45", "accepted": "tab:green", "rejected": "tab:red", "variant": "tab:blue"}
+
+
+def require() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib, which is not installed (pip install matplotlib); the judge "
+                         "itself does not") from None
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def points(rec: dict) -> list[dict]:
+    """One point per timed row of a record: label, kind (baseline / accepted / rejected), bytes and flops per
+    second at the median time, arithmetic intensity (flops per byte of the row's minimum traffic), and the share of
+    the ceiling (the table's %roof)."""
+    timing = rec.get("timing", {})
+    if "bandwidth" not in rec:
+        return []
+    out = []
+    for k in row_names(rec):
+        t = timing.get(k)
+        if not t:
+            continue
+        tr, secs = row_traffic(rec, k), t["median_ms"] * 1e-3
+        row = rec["rows"].get(k)
+        kind = "baseline" if row is None else ("accepted" if row["accepted"] else "rejected")
+        out.append({"label": row_label(rec, k), "kind": kind, "ms": t["median_ms"],
+                    "bytes_per_s": tr["bytes"] / secs, "flops_per_s": tr["flops"] / secs,
+                    "intensity": tr["flops"] / tr["bytes"] if tr["bytes"] else math.inf,
+                    "roof": row_floor_s(rec, k) / secs})
+    return out
+
+
+def _title(rec: dict) -> str:
+    gpu = rec.get("gpu_name") or rec.get("device", "")
+    return f"{rec['reference']} [{rec.get('shape', '')}] on {gpu}, {rec.get('precision', 'fp32')}"
+
+
+def roofline(rec: dict, path: str | Path) -> Path:
+    """Write a PNG of the record's timing table. A problem with flops (a GEMM) gets a roofline: each row at its
+    arithmetic intensity and achieved FLOP/s, under the copy-bandwidth slope and the measured GEMM rates. A problem
+    of bytes alone (flops 0: softmax, an elementwise op) gets each row's achieved GB/s against the copy ceiling."""
+    pts = points(rec)
+    if not pts:
+        raise UsageError("nothing to plot: the record has no timing table (run without --no-bench, on a GPU)")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    bw = rec["bandwidth"]
+    with_flops = [p for p in pts if p["flops_per_s"] > 0 and math.isfinite(p["intensity"])]
+    if with_flops and rec.get("flops_rate"):
+        lo = min(p["intensity"] for p in with_flops) / 8
+        hi = max(p["intensity"] for p in with_flops) * 8
+        xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+        for i, (name, rate) in enumerate(sorted(rec.get("rates", {}).items(), key=lambda kv: -kv[1])):
+            ax.plot(xs, [min(bw * x, rate) / 1e12 for x in xs], ls="--", color=f"{0.2 + 0.2 * i:.1f}",
+                    label=f"ceiling: cuBLAS {name} {rate / 1e12:,.1f} TFLOP/s, device copy {bw / 1e9:,.0f} GB/s")
+        for p in with_flops:
+            ax.scatter(p["intensity"], p["flops_per_s"] / 1e12, color=COLORS[p["kind"]], zorder=3)
+            ax.annotate(f"{p['label']} ({100 * p['roof']:.0f}%)", (p["intensity"], p["flops_per_s"] / 1e12),
+                        textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (flops per byte of the minimum traffic)")
+        ax.set_ylabel("TFLOP/s (the problem's flops over the median time)")
+        ax.legend(loc="lower right", fontsize=8)
+    else:
+        ys = list(range(len(pts)))[::-1]
+        ax.barh(ys, [p["bytes_per_s"] / 1e9 for p in pts], color=[COLORS[p["kind"]] for p in pts])
+        for y, p in zip(ys, pts):
+            ax.annotate(f" {p['ms']:.3f} ms, {100 * p['roof']:.1f}%", (p["bytes_per_s"] / 1e9, y), va="center",
+                        fontsize=8)
+        ax.set_yticks(ys, [p["label"] for p in pts], fontsize=8)
+        ax.axvline(bw / 1e9, color="0.3", ls="--", label=f"ceiling: device copy {bw / 1e9:,.0f} GB/s")
+        ax.set_xlim(0, bw / 1e9 * 1.3)
+        ax.set_xlabel("GB/s (the problem's minimum bytes over the median time)")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(_title(rec), fontsize=10)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def bandwidth_curve(xs: list[float], series: dict[str, list[float]], ceiling: float | None, path: str | Path, *,
+                    xlabel: str, title: str) -> Path:
+    """GB/s of each series over a sweep (log2 x), with the copy ceiling as a line."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (name, ys), style in zip(series.items(), ("o-", "s-", "D-", "^-", "v-")):
+        ax.plot(xs, ys, style, label=name)
+    if ceiling:
+        ax.axhline(ceiling, color="gray", ls="--", label=f"device copy {ceiling:,.0f} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("GB/s (one read + one write)")
+    ax.set_title(title)
+    ax.set_ylim(0, (ceiling or max(max(v) for v in series.values())) * 1.1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left")
+    return _save(fig, path)
+
+
+def _save(fig, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return path

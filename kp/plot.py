@@ -13,7 +13,7 @@ from pathlib import Path
 from kp.errors import UsageError
 from kp.report import row_floor_s, row_label, row_names, row_traffic
 
-COLORS = {"baseline": "0.45", "accepted": "tab:green", "rejected": "tab:red", "variant": "tab:blue"}
+COLORS = {"baseline": "0.45", "accepted": "tab:green", "rejected": "tab:red"}
 
 
 def require() -> None:
@@ -54,8 +54,7 @@ def points(rec: dict) -> list[dict]:
 
 
 def _title(rec: dict) -> str:
-    gpu = rec.get("gpu_name") or rec.get("device", "")
-    return f"{rec['reference']} [{rec.get('shape', '')}] on {gpu}, {rec.get('precision', 'fp32')}"
+    return f"{rec['reference']} [{rec.get('shape', '')}] on {rec.get('device', '')}, {rec.get('precision', 'fp32')}"
 
 
 def roofline(rec: dict, path: str | Path) -> Path:

@@ -2,21 +2,14 @@
 capabilities in the box could undo every read-only bind this way."""
 import ctypes
 import os
-import pwd
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+from tests.box.writes_cache import cache
+
 EXPECT = r"Operation not permitted"
 MS_BIND, MS_REMOUNT = 4096, 32
-
-
-def cache() -> Path:
-    """The judge's kernel cache: named to the box as KP_CACHE_SHARED, else where the judge keeps it."""
-    home = pwd.getpwuid(os.getuid()).pw_dir  # the real home: the box's HOME is not it
-    return Path(os.environ.get("KP_CACHE_SHARED") or os.environ.get("KP_CACHE_DIR")
-                or Path(home) / ".cache" / "kernel_playground")
 
 
 class ModelNew(nn.Module):

@@ -234,7 +234,7 @@ class Judge:
     def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
-                 budget_s: float = 20.0, sandbox: bool = True, log=progress):
+                 budget_s: float = 20.0, sandbox: bool = True, profile: bool = False, log=progress):
         if precision not in PRECISIONS:
             raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if trials < MIN_TRIALS:
@@ -252,6 +252,7 @@ class Judge:
         self.bench, self.compile_baseline, self.allow_torch = bench, compile_baseline, allow_torch
         self.reps = (min_reps, max_reps, budget_s) if bench else (3, 3, 5.0)
         self.sandbox, self.box_note = sandbox, None  # box_note: what the record says once a candidate is added
+        self.profile = profile
         self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self.log = log
         self.rows: list[Row] = []
@@ -542,6 +543,21 @@ class Judge:
         self.timed_refs.clear()
         return result
 
+    def _profile(self) -> dict:
+        """One call of each baseline and live row under the profiler, in the process that holds it (a candidate's
+        own worker); a failure here is logged, never a verdict."""
+        out = {}
+        for runner in self.runners:
+            rows = [r for r in self.live() if r.runner is runner]
+            if self.rows and not rows:
+                continue
+            try:
+                out.update(runner.call("profile", "profile", [r.label for r in rows],
+                                       (self.seed + 3000) % 2**32)["profile"])
+            except Rejected as e:
+                self.log(f"{self.ref.name}: no profile: {e}")
+        return out
+
     def _escape(self, row: Row) -> dict:
         e = row.runner.call("escape", "escape", row.label, (self.seed + 2000) % 2**32)
         ev_ms = sorted(s[1] for s in e["samples"])[len(e["samples"]) // 2]
@@ -668,6 +684,8 @@ class Judge:
                 rec["memory_need"] = memory_need(self.fp, len(self.rows))
                 if self.bench and rec.get("timing"):
                     rec.update(self.ceilings(rec["traffic"]["eager"]))
+            if self.profile:
+                rec["profile"] = self._profile()
         finally:
             for runner in self.runners:
                 runner.close()

@@ -104,6 +104,9 @@ def format_record(rec: dict) -> str:
         if r.get("own_kernels"):
             lines.append(f"  {k}: own kernels " + "; ".join(f"{kernel_base_name(n)} ({lib})" for n, lib in
                                                            list(r["own_kernels"].items())[:4]))
+    if rec.get("profile"):
+        from kp.profile import format_profile
+        lines += format_profile(rec["profile"])
     n_checks = {k: len(r["checks"]) for k, r in rec["rows"].items()}
     if n_checks:
         lines.append(f"  parity: {max(n_checks.values())} checked calls per row (trials with weight changes, derived "

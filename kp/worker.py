@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 import types
@@ -22,6 +21,7 @@ from kp.errors import Rejected, first_line
 from kp.reference import Reference, apply_update, describe, timed_call_seed
 from kp.registry import ROOT
 from kp.layers import set_precision
+from kp.profile import cpu_ops, gpu_events, summarize
 from kp.timing import L2Flusher, bench_interleaved
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
@@ -360,7 +360,7 @@ class Worker:
             with profile(activities=[ProfilerActivity.CUDA]) as p0:
                 torch.cuda._sleep(1000)
                 torch.cuda.synchronize()
-            evs = _gpu_events(p0)
+            evs = gpu_events(p0)
             if evs:
                 marker = evs[0]["name"]
             flush()
@@ -372,7 +372,7 @@ class Worker:
                 torch.cuda.synchronize()
                 time.sleep(0.05)  # work a thread defers by up to 50 ms still lands in the trace
                 torch.cuda.synchronize()
-        events = _gpu_events(prof)
+        events = gpu_events(prof)
         caches = tuple(str(c) for c in (cache_root(), shared_cache()) if c)
         libs = sorted(p for p in _loaded_objects()
                       if p.startswith(caches) or (p not in self.objects_before
@@ -392,26 +392,30 @@ class Worker:
                 own.setdefault(e["name"], os.path.basename(hit))
         return {"samples": samples, "events": events, "marker": marker, "own": own}
 
+    def cmd_profile(self, labels: list[str], seed: int):
+        """One call of each baseline and row under PyTorch's profiler, after a warm call (and on the GPU an L2
+        flush): its kernels (on the CPU: operators) grouped by name."""
+        from torch.profiler import ProfilerActivity, profile
+        x = self.ref.inputs(seed, self.device)
+        gpu = self.device == "cuda"
+        flush = L2Flusher() if gpu else None
+        set_precision(self.precision)
+        out = {}
+        with torch.no_grad():
+            for label, model in {**getattr(self, "baselines", {}), **{k: self.models[k] for k in labels}}.items():
+                model(*x)
+                if gpu:
+                    flush()
+                    torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA if gpu else ProfilerActivity.CPU]) as prof:
+                    model(*x)
+                    if gpu:
+                        torch.cuda.synchronize()
+                out[label] = summarize(gpu_events(prof) if gpu else cpu_ops(prof))
+        return {"profile": out}
+
     def cmd_memory(self):
         return {"peak": torch.cuda.max_memory_reserved() if torch.cuda.is_available() else 0}
-
-
-def _gpu_events(prof) -> list[dict]:
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "trace.json")
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            trace = json.load(f)
-    kinds = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-    out = []
-    for e in trace.get("traceEvents", []):
-        k = kinds.get(str(e.get("cat", "")).lower())
-        if k and e.get("ph") == "X":
-            args = e.get("args", {})
-            out.append({"name": e.get("name", ""), "kind": k, "ts": float(e["ts"]), "dur": float(e.get("dur", 0)),
-                        "stream": args.get("stream")})
-    out.sort(key=lambda e: e["ts"])
-    return out
 
 
 def _cuda_broken() -> bool:

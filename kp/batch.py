@@ -175,6 +175,8 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         os.dup2(fd, 1)
         os.dup2(fd, 2)
     _warm_up(forkserver_too)
+    import torch
+    gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     while True:
         try:
             job = conn.recv()
@@ -182,14 +184,12 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
             return
         if job is None:
             return
-        conn.send({"started": True})  # the job's clock starts now, not while the slot was starting up
+        # the job's clock starts now, not while the slot was starting up; the GPU's name stays with a job the slot
+        # does not finish (killed at its time limit, or dead)
+        conn.send({"started": True, "gpu_name": gpu_name})
         print(f"=== {job.name}", flush=True)
         res = run_job(job)
-        try:
-            import torch
-            res["gpu_name"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-        except Exception:
-            res["gpu_name"] = "?"
+        res["gpu_name"] = gpu_name
         conn.send(res)
 
 
@@ -201,7 +201,7 @@ class Slot:
         self.gpu, self.log_path, self.forkserver_too = gpu, log_path, forkserver_too
         self.job: Job | None = None
         self.key: str | None = None
-        self.t0, self.started = 0.0, False
+        self.t0, self.started, self.gpu_name = 0.0, False, None
         self._start()
 
     def _start(self) -> None:
@@ -235,7 +235,7 @@ class Slot:
             while res is None and self.conn.poll(0):
                 res = self.conn.recv()
                 if res.get("started"):
-                    self.t0, self.started, res = time.monotonic(), True, None
+                    self.t0, self.started, self.gpu_name, res = time.monotonic(), True, res["gpu_name"], None
         except (EOFError, OSError):
             pass
         if res is None and not self.proc.is_alive():
@@ -251,6 +251,7 @@ class Slot:
         if res is None:
             return None
         res.setdefault("elapsed_s", round(time.monotonic() - self.t0, 1))
+        res.setdefault("gpu_name", self.gpu_name)
         self.job = None
         return res
 

@@ -45,6 +45,7 @@ def test_many_candidates_crash_and_hang_cost_only_their_job(tmp_path, cli):
     recs = lines(out)
     assert sorted(Path(d["job"]["candidate"]).name for d in recs) == sorted(p.name for p in CANDS)
     check_verdicts(recs)
+    assert all(d["gpu_name"] for d in recs)  # the hang's too: the slot named its device when the job started
     assert len({d["key"] for d in recs}) == len(CANDS)
     table = r.stdout.strip().splitlines()
     n_ok = sum(expect(p) is None for p in CANDS)

@@ -253,9 +253,27 @@ def kernel_version() -> tuple[int, int]:
 
 def process_limit() -> str:
     """How the box's process count is bounded for this user: 'rlimit', 'pid_max', 'cgroup' or 'none'.
-    Writing pid_max on an older kernel would change the host's, so the kernel's version decides."""
+    Writing pid_max on an older kernel would change the host's, so the kernel's version decides whether it is tried;
+    a container that forbids it falls through to the cgroup."""
     if os.geteuid() != 0:
         return "rlimit"
-    if sys.platform.startswith("linux") and kernel_version() >= PER_NS_PID_MAX:
+    if _pid_max_settable():
         return "pid_max"
     return "cgroup" if _pids_cgroup_parent() is not None else "none"
+
+
+@functools.lru_cache(maxsize=None)
+def _pid_max_settable() -> bool:
+    """Whether a box of root's can set its own pid namespace's pid_max here (tried once, in a box of its own)."""
+    b = status()[0]
+    if b is None or not sys.platform.startswith("linux") or kernel_version() < PER_NS_PID_MAX:
+        return False
+    want = str(max(Limits().nproc + 1, PID_MAX_MIN))
+    try:
+        r = subprocess.run([b, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid",
+                            "--die-with-parent", "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "sh", "-c",
+                            f"echo {want} > /proc/sys/kernel/pid_max && cat /proc/sys/kernel/pid_max"],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and r.stdout.strip() == want

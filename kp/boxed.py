@@ -30,7 +30,7 @@ def drop_capabilities() -> None:
     """Empty the bounding, inheritable, permitted, effective and ambient sets; no way back through execve."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    if capabilities().get("CapBnd"):  # needs CAP_SETPCAP, which the box leaves root for this
+    if os.geteuid() == 0 and capabilities().get("CapBnd"):  # needs CAP_SETPCAP, which the box leaves root for this
         for cap in range(64):
             libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     data = (_CapData * 2)()

@@ -63,8 +63,12 @@ class Limits:
         out = {"RLIMIT_NPROC": self.nproc, "RLIMIT_NOFILE": self.nofile, "RLIMIT_DATA": self.data_bytes(),
                "RLIMIT_CORE": 0}
         if process_limit() == "pid_max":
-            out["pid_max"] = max(self.nproc + 1, PID_MAX_MIN)  # pids 1..pid_max-1, the box's init among them
+            out["pid_max"] = self.pid_max()
         return out
+
+    def pid_max(self) -> int:
+        """The box's pid_max when it bounds root's processes: pids 1..pid_max-1, the box's init among them."""
+        return max(self.nproc + 1, PID_MAX_MIN)
 
 
 def bwrap_path() -> str | None:
@@ -268,7 +272,7 @@ def _pid_max_settable() -> bool:
     b = status()[0]
     if b is None or not sys.platform.startswith("linux") or kernel_version() < PER_NS_PID_MAX:
         return False
-    want = str(max(Limits().nproc + 1, PID_MAX_MIN))
+    want = str(Limits().pid_max())
     try:
         r = subprocess.run([b, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid",
                             "--die-with-parent", "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "sh", "-c",

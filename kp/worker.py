@@ -195,6 +195,10 @@ class Worker:
         self.conn.send({"interim": True, **msg})
         self.conn.recv()
 
+    def _with_baselines(self, labels: list[str]) -> dict:
+        """The baselines, then the rows of `labels`: what the timer and the profiler run, in the table's order."""
+        return {**self.baselines, **{k: self.models[k] for k in labels}}
+
     # -- setup --------------------------------------------------------------------------------------------------
     def cmd_baselines(self, init, seed, state, compile_baseline: bool, example_seed: int):
         """Eager and torch.compile references for the timing table, built and run once before any judged model
@@ -287,7 +291,7 @@ class Worker:
         seed before each call, outside the timed region); the timed calls of `check_reps` are handed to the judge
         through `interim` before the next call (outside the timed region) and dropped."""
         dev = self.device
-        fns_models = {**self.baselines, **{k: self.models[k] for k in labels}}
+        fns_models = self._with_baselines(labels)
         pool = [self.ref.inputs(seed0, dev) for _ in range(pool_size)]
         st = {"n": {k: 0 for k in fns_models}, "slot": 0, "calls": 0, "kept": None, "check": None}
         rungs = {k: m.rung(*pool[0]) for k, m in fns_models.items() if hasattr(m, "rung")}
@@ -402,7 +406,7 @@ class Worker:
         set_precision(self.precision)
         out = {}
         with torch.no_grad():
-            for label, model in {**getattr(self, "baselines", {}), **{k: self.models[k] for k in labels}}.items():
+            for label, model in self._with_baselines(labels).items():
                 model(*x)
                 if gpu:
                     flush()
@@ -590,7 +594,7 @@ def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str]):
     env.pop("KP_CACHE_SHARED", None)
     if cache_root().is_dir():  # the playground's kernels as built and verified here, read-only
         ro.append(str(cache_root().resolve()))
-        env["KP_CACHE_SHARED"] = str(cache_root().resolve())
+        env["KP_CACHE_SHARED"] = ro[-1]
     cwd = os.getcwd() if sandbox.visible(os.getcwd(), ro) else "/tmp"  # relative paths work where they can
     ours, theirs = socket.socketpair()
     inside = [sys.executable, "-m", "kp.boxed", str(theirs.fileno()), json.dumps(limits.settings()), shared]

@@ -274,7 +274,7 @@ class Judge:
         if boxed:
             self.log(f"candidate {path.name}: in a sandbox ({self.box_note})")
         runner = ProcessRunner(self.ref.spec, self.device, self.precision, self._interim, sandbox=boxed,
-                               read_only=[str(path.resolve().parent)])
+                               read_only=[str(path.resolve().parent), str(path.resolve())])
         self.runners.append(runner)
         row = Row("candidate", runner, path=str(path))
         self.rows.append(row)

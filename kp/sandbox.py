@@ -98,9 +98,15 @@ def _covered(p: str, binds: list[str]) -> bool:
     return any(p == b or p.startswith(b.rstrip("/") + "/") for b in binds)
 
 
+PRIVATE = ("/tmp", "/dev", "/proc")  # the box's own: a read-only bind over them would hide its /tmp, devices, pids
+
+
 def _ro_paths(extra: list[str]) -> list[str]:
     """What the box reads: system folders, the interpreter and its packages, the CUDA toolkit, sys.path and the
-    given paths; each once (a path under another is covered by it), none under /tmp's tmpfs unless given."""
+    given paths; each once (a path under another is covered by it), none under /tmp's tmpfs unless given. A given
+    folder that is or holds one of the box's own places (a candidate saved straight in /tmp: its folder is /tmp)
+    is left out, or the box's private /tmp would be the host's, read-only; the files given with it are bound
+    one by one."""
     cand = ["/usr", "/etc", "/opt", "/sys"]
     cand += [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
     try:
@@ -118,7 +124,7 @@ def _ro_paths(extra: list[str]) -> list[str]:
         if w:
             cand.append(os.path.dirname(os.path.realpath(w)))
     cand += [p for p in sys.path if p and os.path.isdir(p)]
-    cand += extra
+    cand += [p for p in extra if not any(_covered(q, [os.path.realpath(p)]) for q in PRIVATE)]
     out: list[str] = []
     for p in sorted({os.path.realpath(p) for p in cand if p and os.path.exists(p)}, key=len):
         if p != "/" and not _covered(p, out):
@@ -162,7 +168,7 @@ def command(argv: list[str], *, read_only: list[str], writable: list[str] = (), 
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
     args += ["--perms", "1777", "--size", str(limits.tmp), "--tmpfs", "/tmp"]
-    made: set[str] = set()
+    made: set[str] = {"/tmp"}
     for p in _ro_paths(read_only):
         for a in _parents(p):
             if a not in made and not os.path.islink(a) and a not in ("/lib", "/lib64", "/bin", "/sbin"):

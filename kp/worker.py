@@ -588,7 +588,7 @@ def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str]):
     shared = util.get_temp_dir()  # this process's multiprocessing folder (kp.boxed says why the box shares it)
     ro = [str(ROOT), *read_only]
     if ref_spec[0] == "file":
-        ro.append(str(Path(ref_spec[1]).resolve().parent))
+        ro += [str(Path(ref_spec[1]).resolve().parent), str(Path(ref_spec[1]).resolve())]
     env = sandbox.box_env(dict(os.environ), str(ROOT))
     env["KP_CACHE_DIR"] = "/tmp/kp_cache"  # what the candidate builds, privately
     env.pop("KP_CACHE_SHARED", None)

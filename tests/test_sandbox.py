@@ -120,6 +120,24 @@ def test_verdict_says_when_no_sandbox_was_available(cli, monkeypatch):
 
 
 @needs_box
+def test_files_saved_straight_in_tmp_are_judged_in_the_box(cli):
+    """A reference and a candidate whose folder is /tmp itself: binding that folder read-only would hide the box's
+    private /tmp (torch writes its caches there); the two files are bound instead."""
+    mine = Path("/tmp", f"kp-straight-{os.getpid()}")
+    ref, cand = mine.with_name(mine.name + "-ref.py"), mine.with_name(mine.name + "-cand.py")
+    ref.write_text(REF.read_text())
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
+    try:
+        r = cli("--ref", ref, "--candidate", cand, "--device", "cpu", "--allow-torch")
+    finally:
+        ref.unlink()
+        cand.unlink()
+    verdict = r.stdout.strip().splitlines()[-1]
+    assert r.returncode == 0 and verdict.startswith("accepted") and "unsandboxed" not in verdict, \
+        r.stdout[-2000:] + r.stderr[-2000:]
+
+
+@needs_box
 def test_box_scrubs_the_environment_and_hides_home(tmp_path, monkeypatch):
     """What a boxed process sees: no secrets from the environment, the project read-only, a private /tmp."""
     import subprocess

@@ -211,14 +211,18 @@ def _release():
         torch.cuda.empty_cache()
 
 
-def row_specs(ref: Reference, variant_list: list[str]) -> list[tuple[str, str, dict, bool]]:
+def row_specs(ref: Reference, variant_list: list[str],
+              precision: str = "fp32") -> list[tuple[str, str, dict, bool]]:
     """(label, variant, ModelNew options, peer) of every row of a built-in problem: each variant as is, plus each
-    variant under each of the problem's ROW_OPTIONS (e.g. matmul_sum_max_mean_lse's cache=False)."""
+    variant under each of the problem's ROW_OPTIONS (e.g. matmul_sum_max_mean_lse's cache=False) that applies to
+    the precision judged."""
     out = [(v, v, {}, False) for v in variant_list]
     for tag, opts in getattr(ref.module, "ROW_OPTIONS", {}).items():
         opts = dict(opts)
         only = opts.pop("variants", None)  # an option that applies to some rungs only (e.g. a cuBLAS mode)
         peer = bool(opts.pop("peer", False))
+        if precision not in opts.pop("precisions", (precision,)):
+            continue
         out += [(f"{v}[{tag}]", v, dict(opts), peer) for v in variant_list if only is None or v in only]
     return out
 
@@ -709,7 +713,7 @@ def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants
     if variants:
         if ref.problem is None:
             raise UsageError("variants belong to built-in problems; --ref files are judged with --candidate")
-        j.add_variants(row_specs(ref, variants))
+        j.add_variants(row_specs(ref, variants, j.precision))
     if candidate is not None:
         j.add_candidate(candidate)
     if not j.rows:  # the reference alone: eager vs torch.compile vs the ceilings

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
@@ -93,7 +94,7 @@ def mm_fp32(x: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
         return torch.mm(x, wt)
 
 
-GEMM_MODES = ("auto", "fp64", "fp32", "split", "triton")
+GEMM_MODES = ("auto", "fp64", "fp32", "split", "split_wgmma", "triton")
 PRECISIONS = ("fp32", "tf32")
 
 
@@ -114,7 +115,11 @@ class LinearGemm:
     "split" (the default where the rung's .cu exports split_gemm, i.e. 2_split_wgmma): fp16 tensor cores, three
     products of the per-row power-of-two-scaled hi/lo split (kernels/common/split_gemm.cuh). W's split is a property
     of the weight: cached in a DerivedCache (recomputed after any in-place edit, optimizer step, load_state_dict,
-    .to(), or a replaced Parameter); x is split per call. precision="tf32" keeps one product (TF32-like error).
+    .to(), or a replaced Parameter); x is split per call. precision="tf32" keeps one product (TF32-like error),
+    x_hi W_hi^T: a plain fp16 GEMM, which cuBLAS (fp16 in, fp32 accumulate and out: torch.mm's out_dtype) runs faster
+    than the split kernel does with one product (H100, 1024x8192x8192: 0.178 ms; the split kernel ~0.29 ms), then
+    the rung's split_unscale undoes the scales and recomputes flagged rows. "split_wgmma": the split kernel for the
+    one product too (where torch.mm has no out_dtype, "split" falls back to it).
     "fp64": cuBLAS DGEMM on float64 copies (FP64 tensor cores on Hopper), rounded to fp32 once at the end. On the
     H200 (bench/matmul_sum_max_mean_lse/ab.py) the 1024x8192x8192 DGEMM took 2.185 ms against 2.660 ms for the fp32
     SIMT SGEMM, with relL2 2.5e-8 against 1.6e-6: faster and ~60x closer to the float64 reference. Costs: x converted
@@ -135,13 +140,14 @@ class LinearGemm:
         has_split = kernel is not None and "split_gemm" in kernel.exports()
         if mode == "auto":  # the rung's own GEMM; cuBLAS: DGEMM at fp32 accuracy, TF32 in the tf32 mode
             mode = "split" if has_split else ("fp32" if precision == "tf32" else "fp64")
-        if mode == "split" and not has_split:
-            raise UsageError(f"gemm='split' needs a rung that exports split_gemm; {kernel!r} does not")
+        if mode in ("split", "split_wgmma") and not has_split:
+            raise UsageError(f"gemm={mode!r} needs a rung that exports split_gemm; {kernel!r} does not")
         self.mode, self.precision, self.k = mode, precision, kernel
         if mode == "fp64":
             self.wt = DerivedCache(lambda w: w.t().contiguous().double())
-        elif mode == "split":
+        elif mode in ("split", "split_wgmma"):
             self.wsplit = DerivedCache(self._split)
+        self.hgemm = mode == "split" and "split_unscale" in kernel.exports() and _mm_out_dtype()
 
     def _split(self, t: torch.Tensor, with_lo: bool = True):
         r, k = t.shape
@@ -163,10 +169,16 @@ class LinearGemm:
         return 1 if self.precision == "tf32" and 2 * m * n * k >= self.TF32_MIN_FLOPS else 3
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        if self.mode == "split":
-            y = torch.empty(x.size(0), w.size(0), dtype=torch.float32, device=x.device)
+        if self.mode in ("split", "split_wgmma"):
             n = self.nprod(x.size(0), w.size(0), x.size(1))
-            self.k.split_gemm(*self._split(x, n == 3), *self.wsplit(w), x, w, y, n)  # W's split keeps lo: cached
+            xh, xl, xi, xf = self._split(x, n == 3)
+            wh, wl, wi, wf = self.wsplit(w)  # W's split keeps lo: cached for either precision
+            if n == 1 and self.hgemm:
+                y = torch.mm(xh, wh.t(), out_dtype=torch.float32)
+                self.k.split_unscale(xi, xf, wi, wf, x, w, y)
+                return y
+            y = torch.empty(x.size(0), w.size(0), dtype=torch.float32, device=x.device)
+            self.k.split_gemm(xh, xl, xi, xf, wh, wl, wi, wf, x, w, y, n)
             return y
         if self.mode == "fp64":
             return torch.mm(x.double(), self.wt(w)).float()
@@ -177,6 +189,16 @@ class LinearGemm:
             with tf32_matmul():
                 return torch.mm(x, w.t())
         return mm_fp32(x, w.t())
+
+
+@functools.lru_cache(maxsize=None)
+def _mm_out_dtype() -> bool:
+    """Whether this torch's CUDA mm takes out_dtype (fp16 in, float32 out)."""
+    try:
+        a = torch.ones(8, 8, dtype=torch.float16, device="cuda")
+        return torch.mm(a, a, out_dtype=torch.float32).dtype == torch.float32
+    except Exception:  # TypeError (no out_dtype), RuntimeError / AssertionError (no CUDA, no kernel)
+        return False
 
 
 def set_precision(precision: str) -> None:

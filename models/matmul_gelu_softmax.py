@@ -9,9 +9,12 @@ BOUND = "compute"
 DEFAULT_VARIANT = ("2_split_wgmma", "1_cublas_fused_epilogue")  # the first of these that runs on this GPU
 EXPORTS = ("bias_gelu_softmax",)  # every rung KP_EXPORTs these (split_gemm: optional)
 PRECISIONS = ("fp32", "tf32")  # run.py --precision tf32: the opt-in reduced-precision mode
-# Extra rows of the run.py table (harness.LinearGemm): rung 1 with cuBLAS SGEMM instead of its DGEMM, and, where
+# Extra rows of the run.py table (harness.LinearGemm): rung 1 with cuBLAS SGEMM instead of its DGEMM, in the tf32
+# mode rung 2 with its own kernel for the one product, and, where
 # Triton is installed, the peer row: Triton's tf32x3 GEMM (tf32 in the tf32 mode) followed by the same epilogue.
-ROW_OPTIONS = {"gemm=fp32": {"gemm": "fp32", "variants": ("1_cublas_fused_epilogue",)}}
+ROW_OPTIONS = {"gemm=fp32": {"gemm": "fp32", "variants": ("1_cublas_fused_epilogue",)},
+               # tf32: the one product on the split kernel instead of cuBLAS's fp16 GEMM (harness.LinearGemm)
+               "gemm=split_wgmma": {"gemm": "split_wgmma", "variants": ("2_split_wgmma",), "precisions": ("tf32",)}}
 if triton_gemm.available():
     ROW_OPTIONS["gemm=triton"] = {"gemm": "triton", "variants": ("1_cublas_fused_epilogue",), "peer": True}
 

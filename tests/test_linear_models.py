@@ -354,8 +354,8 @@ def test_gpu_split_cache_invalidation(problem, change):
     assert _gemm_of(new).wsplit.misses == (1 if change == "inplace_bias" else 2)
 
 
-def _split_gemm(precision="fp32"):
-    return harness.LinearGemm("split", harness.Kernel("matmul_gelu_softmax", "2_split_wgmma"), precision)
+def _split_gemm(precision="fp32", mode="split"):
+    return harness.LinearGemm(mode, harness.Kernel("matmul_gelu_softmax", "2_split_wgmma"), precision)
 
 
 @gpu
@@ -378,9 +378,12 @@ def test_gpu_split_gemm_odd_shapes(m, n, k):
         harness.budget_from(harness.rel_error(rt, r64)))
     # ... and the one-product path, forced, stays at TF32's level: 11 significant bits per operand, relL2 ~2^-12
     # (PyTorch TF32 at the bench shape: 2.9e-4, measured on an H200); 1e-3 leaves room for the 11-bit rounding of both.
-    one = _split_gemm("tf32")
-    one.TF32_MIN_FLOPS = 0
-    assert harness.rel_error(one(x, w), r64).rel_l2 < 1e-3
+    # Both ways of doing that product: cuBLAS's fp16 GEMM + split_unscale (the default where torch.mm has
+    # out_dtype), and the split kernel itself.
+    for mode in ("split", "split_wgmma"):
+        one = _split_gemm("tf32", mode)
+        one.TF32_MIN_FLOPS = 0
+        assert harness.rel_error(one(x, w), r64).rel_l2 < 1e-3, mode
 
 
 @gpu
@@ -399,6 +402,12 @@ def test_gpu_split_gemm_special_values():
     assert torch.equal(torch.isnan(y), torch.isnan(ref)) and torch.equal(torch.isinf(y), torch.isinf(ref))
     fin = torch.isfinite(ref)
     assert harness.rel_error(y[fin], ref[fin]).rel_l2 < 1e-6
+    one = _split_gemm("tf32")  # the one-product path: cuBLAS's fp16 GEMM, then split_unscale's fallback
+    one.TF32_MIN_FLOPS = 0
+    assert one.hgemm, "torch.mm takes out_dtype on this torch: the cuBLAS one-product path should be in use"
+    y1 = one(x, w)
+    assert torch.equal(torch.isnan(y1), torch.isnan(ref)) and torch.equal(torch.isinf(y1), torch.isinf(ref))
+    assert harness.rel_error(y1[fin], ref[fin]).rel_l2 < 1e-3
     xs = torch.randn(300, 64, device="cuda").t()  # 64 x 300, column-major
     ws = torch.randn(96, 300, device="cuda")
     r = xs.double() @ ws.double().t()

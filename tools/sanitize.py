@@ -26,7 +26,8 @@ for p in harness.problems():
     if only and p not in only:
         continue
     j = judge.Judge(judge.Reference.load(("problem", p)), seed=0, bench=False)
-    j.add_variants(judge.row_specs(j.ref, args.variant or judge.default_variants(p, include_records=True)))
+    j.add_variants(judge.row_specs(j.ref, args.variant or judge.default_variants(p, include_records=True),
+                                   j.precision))
     for row in j.run_cases():
         print(f"{p}/{row.label}: {'ok' if row.accepted else 'FAIL ' + row.reason}", flush=True)
         if not row.accepted:

@@ -331,6 +331,34 @@ __global__ void __launch_bounds__(256) split_rows_vec_kernel(const float* __rest
   }
 }
 
+// y[m, n] *= inv_a[m] * inv_b[n] in place, in that order (as split_gemm_kernel's store: powers of two, exact but
+// for under/overflow): the unscaling after a GEMM of the scaled halves done elsewhere (cuBLAS's fp16 GEMM with fp32
+// output in the one-product mode). float4 over rows whose length is a multiple of 4; else one element per thread.
+__global__ void __launch_bounds__(256) unscale_kernel(float* __restrict__ y, const float* __restrict__ ia,
+                                                      const float* __restrict__ ib, int64_t M, int64_t N) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (N % 4 == 0) {
+    float4* y4 = reinterpret_cast<float4*>(y);
+    const int64_t n4 = N / 4;
+    for (int64_t i = first; i < M * n4; i += stride) {
+      const int64_t m = i / n4, n = 4 * (i - m * n4);
+      const float a = ia[m];
+      float4 v = y4[i];
+      v.x = v.x * a * ib[n];
+      v.y = v.y * a * ib[n + 1];
+      v.z = v.z * a * ib[n + 2];
+      v.w = v.w * a * ib[n + 3];
+      y4[i] = v;
+    }
+  } else {
+    for (int64_t i = first; i < M * N; i += stride) {
+      const int64_t m = i / N;
+      y[i] = y[i] * ia[m] * ib[i - m * N];
+    }
+  }
+}
+
 // Outputs of flagged rows of x / rows of W (output columns), as float64 dot products of the original values.
 __global__ void __launch_bounds__(256) split_gemm_fallback(const float* __restrict__ x, int64_t xs0, int64_t xs1,
                                                            const float* __restrict__ w, int64_t ws0, int64_t ws1,
@@ -482,6 +510,50 @@ inline void split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, c
                          static_cast<int>(M), static_cast<int>(N), Kp);
   int sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, x.get_device()));
+  split_gemm_fallback<<<2 * sms, 256, 0, stream()>>>(x.data_ptr<float>(), x.stride(0), x.stride(1),
+                                                     w.data_ptr<float>(), w.stride(0), w.stride(1),
+                                                     flag_a.data_ptr<uint8_t>(), flag_b.data_ptr<uint8_t>(),
+                                                     y.data_ptr<float>(), M, N, K);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The rest of a one-product GEMM done elsewhere on the hi halves (y = x_hi w_hi^T in scaled units, float32
+// [M, N]): unscale in place, then the float64 recompute of flagged rows/columns, as split_gemm does after its own
+// kernel.
+inline void split_unscale(const at::TensorBase& inv_a, const at::TensorBase& flag_a, const at::TensorBase& inv_b,
+                          const at::TensorBase& flag_b, const at::TensorBase& x, const at::TensorBase& w,
+                          const at::TensorBase& y) {
+  check_f32_cuda(x, "split_unscale (x)");
+  check_f32_cuda(w, "split_unscale (w)");
+  check_f32_cuda(y, "split_unscale (y)");
+  check_same_device(x, w, "split_unscale");
+  check_same_device(x, y, "split_unscale");
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && w.size(1) == x.size(1), "split_unscale: x [M, K] and w [N, K]");
+  const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
+  TORCH_CHECK(y.dim() == 2 && y.size(0) == M && y.size(1) == N && y.is_contiguous() &&
+                  reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
+              "split_unscale: y must be a contiguous 16-byte-aligned float32 [", num(M), ", ", num(N), "]");
+  for (const at::TensorBase* t : {&inv_a, &inv_b}) {
+    check_same_device(x, *t, "split_unscale");
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->dim() == 1 && t->is_contiguous(),
+                "split_unscale: inv_scale must be contiguous float32");
+  }
+  for (const at::TensorBase* t : {&flag_a, &flag_b}) {
+    check_same_device(x, *t, "split_unscale");
+    TORCH_CHECK(t->scalar_type() == at::kByte && t->dim() == 1 && t->is_contiguous(),
+                "split_unscale: flag must be contiguous uint8");
+  }
+  TORCH_CHECK(inv_a.size(0) == M && flag_a.size(0) == M && inv_b.size(0) == N && flag_b.size(0) == N,
+              "split_unscale: scales and flags must have M and N entries");
+  if (M == 0 || N == 0) return;
+  c10::cuda::CUDAGuard guard(x.device());
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, x.get_device()));
+  const int64_t work = N % 4 == 0 ? M * (N / 4) : M * N;
+  const int blocks = static_cast<int>(imin((work + 255) / 256, 8 * static_cast<int64_t>(sms)));
+  unscale_kernel<<<blocks, 256, 0, stream()>>>(y.data_ptr<float>(), inv_a.data_ptr<float>(),
+                                               inv_b.data_ptr<float>(), M, N);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   split_gemm_fallback<<<2 * sms, 256, 0, stream()>>>(x.data_ptr<float>(), x.stride(0), x.stride(1),
                                                      w.data_ptr<float>(), w.stride(0), w.stride(1),
                                                      flag_a.data_ptr<uint8_t>(), flag_b.data_ptr<uint8_t>(),

@@ -24,6 +24,12 @@ KP_EXPORT void split_rows(const at::TensorBase& src, const at::TensorBase& hi, c
   kp::sg::split_rows(src, hi, lo, inv_scale, flag);
 }
 
+KP_EXPORT void split_unscale(const at::TensorBase& inv_a, const at::TensorBase& flag_a,
+                             const at::TensorBase& inv_b, const at::TensorBase& flag_b, const at::TensorBase& x,
+                             const at::TensorBase& w, const at::TensorBase& y) {
+  kp::sg::split_unscale(inv_a, flag_a, inv_b, flag_b, x, w, y);
+}
+
 KP_EXPORT void split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, const at::TensorBase& inv_a,
                           const at::TensorBase& flag_a, const at::TensorBase& b_hi, const at::TensorBase& b_lo,
                           const at::TensorBase& inv_b, const at::TensorBase& flag_b, const at::TensorBase& x,

@@ -65,6 +65,9 @@ def parse_args(argv):
     ap.add_argument("--json", metavar="PATH", help="write the full record as JSON")
     ap.add_argument("--profile", action="store_true", help="one call of each row under PyTorch's profiler: its "
                                                            "kernels with count, GPU time and share of the call")
+    ap.add_argument("--ncu", action="store_true", help="one call of each row under Nsight Compute (ncu, when it "
+                                                       "exists): per kernel DRAM bytes, bandwidth, SM and tensor "
+                                                       "throughput, registers, local memory, occupancy")
     ap.add_argument("--plot", metavar="PNG", help="draw the timing table as a roofline picture (needs "
                                                   "matplotlib); several problems: one file each, named -PROBLEM")
     ap.add_argument("--precision", default="fp32", help="fp32 (default; TF32 off) or tf32 (opt-in: budget from "
@@ -175,7 +178,7 @@ def main(argv=None) -> int:
     from kp.build import prebuild
     opts = dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
                 bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
-                sandbox=not args.no_sandbox, profile=args.profile)
+                sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu)
     if batch:
         return run_batch(args, opts)
     refs = [judge.Reference.load(("file", args.ref))] if args.ref else \

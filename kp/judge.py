@@ -101,6 +101,7 @@ class Row:
     own_kernels: dict | None = None
     kernels: list | None = None
     escape: dict | None = None
+    variant: str | None = None  # the built-in rung a row runs (its label may carry options: "v[cache=False]")
 
     def reject(self, reason: str) -> None:
         if self.accepted:
@@ -238,7 +239,8 @@ class Judge:
     def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
-                 budget_s: float = 20.0, sandbox: bool = True, profile: bool = False, log=progress):
+                 budget_s: float = 20.0, sandbox: bool = True, profile: bool = False, ncu: bool = False,
+                 log=progress):
         if precision not in PRECISIONS:
             raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if trials < MIN_TRIALS:
@@ -256,7 +258,7 @@ class Judge:
         self.bench, self.compile_baseline, self.allow_torch = bench, compile_baseline, allow_torch
         self.reps = (min_reps, max_reps, budget_s) if bench else (3, 3, 5.0)
         self.sandbox, self.box_note = sandbox, None  # box_note: what the record says once a candidate is added
-        self.profile = profile
+        self.profile, self.ncu = profile, ncu
         self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self.log = log
         self.rows: list[Row] = []
@@ -304,7 +306,7 @@ class Judge:
             factories[label] = lambda *init, v=v, o=o: mod.ModelNew(*init, variant=v, **o)
         runner = LocalRunner(self.ref.spec, self.device, self.precision, self._interim, factories)
         self.runners.append(runner)
-        out = [Row(label, runner, peer=peer, opts=opts) for label, _, opts, peer in rows]
+        out = [Row(label, runner, peer=peer, opts=opts, variant=v) for label, v, opts, peer in rows]
         self.rows += out
         return out
 
@@ -562,6 +564,29 @@ class Judge:
                 self.log(f"{self.ref.name}: no profile: {e}")
         return out
 
+    def _ncu(self, init, rec: dict) -> dict:
+        """One call of each baseline and live row under Nsight Compute (kp.ncu), in a process of its own started
+        after the judge's rows are released; a boxed candidate is left out (kp.ncu says why)."""
+        from kp import ncu
+        from kp.report import row_traffic
+        rows, notes = [], []
+        for r in self.live():
+            if r.runner.isolated:
+                if getattr(r.runner, "sandboxed", False):
+                    notes.append(f"{r.label} not profiled: it runs in the sandbox, which ncu cannot reach into "
+                                 f"(--no-sandbox includes it)")
+                    continue
+                rows.append({"label": r.label, "candidate": str(Path(r.path).resolve())})
+            else:
+                rows.append({"label": r.label, "variant": r.variant, "opts": r.opts})
+        min_bytes = {k: row_traffic(rec, k)["bytes"] for k in ["eager", "torch.compile"] + [r["label"] for r in rows]
+                     } if rec.get("traffic") else {}
+        spec = {"ref_spec": list(self.ref.spec), "precision": self.precision, "init": init, "seed": self.seed,
+                "compile": self.compile_baseline, "rows": rows, "notes": notes}
+        self.log(f"{self.ref.name}: one call of each row under Nsight Compute")
+        _release()
+        return ncu.run(spec, min_bytes, rec.get("bandwidth"))
+
     def _escape(self, row: Row) -> dict:
         e = row.runner.call("escape", "escape", row.label, (self.seed + 2000) % 2**32)
         ev_ms = sorted(s[1] for s in e["samples"])[len(e["samples"]) // 2]
@@ -693,6 +718,8 @@ class Judge:
         finally:
             for runner in self.runners:
                 runner.close()
+        if self.ncu and gpu:
+            rec["ncu"] = self._ncu(init, rec)
         for row in self.rows:
             rec["rows"][row.label] = {
                 "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,

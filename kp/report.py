@@ -107,6 +107,9 @@ def format_record(rec: dict) -> str:
     if rec.get("profile"):
         from kp.profile import format_profile
         lines += format_profile(rec["profile"])
+    if rec.get("ncu"):
+        from kp.ncu import format_ncu
+        lines += format_ncu(rec["ncu"])
     n_checks = {k: len(r["checks"]) for k, r in rec["rows"].items()}
     if n_checks:
         lines.append(f"  parity: {max(n_checks.values())} checked calls per row (trials with weight changes, derived "

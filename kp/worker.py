@@ -32,7 +32,7 @@ WARMUP = 3  # untimed calls of each row before timing (the judge derives the inp
 
 def kernel_base_name(name: str) -> str:
     """'void kp::softmax_kernel<8>(float const*, ...)' -> 'softmax_kernel' (what a symbol table contains)."""
-    s = name.strip().replace("(anonymous namespace)", "anon")
+    s = name.strip().replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")  # profiler / ncu
     for prefix in ("void ", "__global__ "):
         if s.startswith(prefix):
             s = s[len(prefix):]
@@ -493,7 +493,7 @@ class ProcessRunner:
     def __init__(self, ref_spec, device: str, precision: str, on_interim, sandbox: bool = False,
                  read_only: list[str] = ()):
         """sandbox: run the worker in a box (kp.sandbox) that can read read_only and the judge's own files."""
-        self.on_interim = on_interim
+        self.on_interim, self.sandboxed = on_interim, sandbox
         if sandbox:
             self.conn, self.proc = _start_boxed(ref_spec, device, precision, list(read_only))
             return

@@ -77,13 +77,13 @@ def roofline(rec: dict, path: str | Path) -> Path:
                     label=f"ceiling: cuBLAS {name} {rate / 1e12:,.1f} TFLOP/s, device copy {bw / 1e9:,.0f} GB/s")
         for p in with_flops:
             ax.scatter(p["intensity"], p["flops_per_s"] / 1e12, color=COLORS[p["kind"]], zorder=3)
-            ax.annotate(f"{p['label']} ({100 * p['roof']:.0f}%)", (p["intensity"], p["flops_per_s"] / 1e12),
-                        textcoords="offset points", xytext=(5, 4), fontsize=8)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _labels(ax, [(p["intensity"], p["flops_per_s"] / 1e12, f"{p['label']} ({100 * p['roof']:.0f}%)")
+                     for p in with_flops])
         ax.set_xlabel("arithmetic intensity (flops per byte of the minimum traffic)")
         ax.set_ylabel("TFLOP/s (the problem's flops over the median time)")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8)  # below: clear of the labels
     else:
         ys = list(range(len(pts)))[::-1]
         ax.barh(ys, [p["bytes_per_s"] / 1e9 for p in pts], color=[COLORS[p["kind"]] for p in pts])
@@ -98,6 +98,22 @@ def roofline(rec: dict, path: str | Path) -> Path:
     ax.set_title(_title(rec), fontsize=10)
     ax.grid(alpha=0.3)
     return _save(fig, path)
+
+
+def _labels(ax, items: list[tuple[float, float, str]], gap: float = 0.045) -> None:
+    """Label points on a log-y axis, top to bottom, each at least `gap` of the axis' height (in log units) below
+    the one above: rows of one problem share an intensity, and close rates would print over each other. A label
+    moved off its point gets a thin line to it."""
+    lo, hi = (math.log10(v) for v in ax.get_ylim())
+    step, prev = gap * (hi - lo), math.inf
+    for x, y, text in sorted(items, key=lambda t: -t[1]):
+        ly = min(math.log10(y), prev - step)
+        prev = ly
+        moved = abs(ly - math.log10(y)) > 1e-9
+        ax.annotate(text, (x, y), xytext=(x * 1.15, 10 ** ly), fontsize=8, va="center",
+                    arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6} if moved else None)
+    if prev < lo + step:  # room for the lowest label
+        ax.set_ylim(10 ** (prev - step), 10 ** hi)
 
 
 def bandwidth_curve(xs: list[float], series: dict[str, list[float]], ceiling: float | None, path: str | Path, *,
@@ -127,3 +143,28 @@ def _save(fig, path) -> Path:
     import matplotlib.pyplot as plt
     plt.close(fig)
     return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kp.plot RECORD.json OUT.png`: the picture of a record saved with `run.py --json`, redrawn without
+    a GPU (the README's pictures are drawn this way from the records of their runs)."""
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(prog="python -m kp.plot", description=main.__doc__)
+    ap.add_argument("record", help="a record written by run.py --json (one problem's, or a list of them)")
+    ap.add_argument("png")
+    args = ap.parse_args(argv)
+    require()
+    with open(args.record) as f:
+        rec = json.load(f)
+    recs = rec if isinstance(rec, list) else [rec]
+    for r in recs:
+        path = Path(args.png)
+        if len(recs) > 1:
+            path = path.with_name(f"{path.stem}-{r['reference']}{path.suffix}")
+        print(roofline(r, path))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -68,3 +68,11 @@ def test_plot_takes_one_run(cli, tmp_path):
     r = cli("--ref", ROOT / "tests" / "batch" / "ref.py", "--candidate", ROOT / "tests" / "batch" / "good.py",
             "--device", "cpu", "--out", tmp_path / "o.jsonl", "--plot", tmp_path / "x.png")
     assert r.returncode == 2 and "--plot draws one run's table" in r.stderr
+
+
+def test_a_saved_record_is_redrawn_from_the_command_line(tmp_path):
+    """python -m kp.plot RECORD.json OUT.png: the picture of a run, drawn later on a machine without a GPU."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "again.png"
+    assert plot.main([str(ROOT / "tests" / "data" / "relu_record.json"), str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -13,7 +13,9 @@
 //   in the fp32 accumulator. The tensor core's accumulator truncates (measured on an H200: 1.9e-5 over K=8192 even with exact
 //   inputs), so each 64-wide k-block's partial (12 wgmma k16 steps) is added into a separate fp32 register
 //   accumulator ("promotion"); only 12 truncating adds ever touch a value before it is promoted.
-// Opt-in reduced precision (NPROD = 1): x_hi W_hi only, ~TF32's 11 bits (relL2 ~ PyTorch TF32's).
+// Opt-in reduced precision (NPROD = 1): x_hi W_hi only, ~TF32's 11 bits (relL2 ~ PyTorch TF32's). One product is a
+//   plain fp16 GEMM, which harness.LinearGemm hands to cuBLAS (fp16 in, fp32 out) followed by split_unscale here:
+//   this kernel at one product is L2-bound on its 128x128 tiles (0.29 ms vs cuBLAS's 0.18 at 1024x8192x8192).
 //
 // Kernel (split_gemm_kernel): C = A B^T, A = x split [M, Kp] fp16 x2, B = W split [N, Kp] fp16 x2, both K-major,
 //   Kp = K rounded up to 8 (TMA strides are 16-byte multiples; the pad is zero).
@@ -30,8 +32,8 @@
 // Bound: tensor-core (3 fp16 GEMMs = 412 GFLOP) and L2 bandwidth (at 1 ms: 4.3 TB/s).
 // Fallback: rows of x or of W that hold a NaN/Inf, or whose max is below 2^-100 (the scale would overflow), are
 //   flagged by the split; split_gemm_fallback recomputes every output in a flagged row/column as a float64 dot
-//   product of the original fp32 values (IEEE NaN/Inf propagation as in the reference), after the GEMM. It costs one
-//   tiny launch (every CTA finds no flag and returns) when nothing is flagged.
+//   product of the original fp32 values (IEEE NaN/Inf propagation as in the reference), after the GEMM. When nothing
+//   is flagged it costs one launch whose CTAs scan the flags and return (H200: 2-3 us; 14 us at a byte per load).
 // Measured: H200, 1024x8192x8192 (bench/matmul_gelu_softmax/split_gemm_check.py, 2026-11-22, L2 flushed, interleaved): this kernel
 //   0.570 ms for 3 products (723 TFLOP/s of fp16 work; cuBLAS HGEMM ~800 at 8192^3), 1 product 0.292 ms; the x
 //   split 24 us; split3 end to end 0.593 ms at relL2 2.4e-7 vs cuBLAS SGEMM 2.696 ms at 1.6e-6, DGEMM 2.243 ms.
@@ -365,9 +367,22 @@ __global__ void __launch_bounds__(256) split_gemm_fallback(const float* __restri
                                                            const uint8_t* __restrict__ fa,
                                                            const uint8_t* __restrict__ fb, float* __restrict__ y,
                                                            int64_t M, int64_t N, int64_t K) {
-  int any = 0;
-  for (int64_t i = threadIdx.x; i < M + N; i += blockDim.x) any |= (i < M ? fa[i] : fb[i - M]);
-  if (!__syncthreads_or(any)) return;
+  // Nothing flagged is the common case: every CTA scans the M + N flags and returns. 16 flags per load, all of a
+  // thread's loads issued before the first is used (a byte per load made this scan ~14 us of L2 round trips).
+  unsigned any = 0;
+  auto scan = [&](const uint8_t* f, int64_t n) {
+    const int64_t n16 = reinterpret_cast<uintptr_t>(f) % 16 == 0 ? n / 16 : 0;
+    const uint4* f4 = reinterpret_cast<const uint4*>(f);
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < n16; i += blockDim.x) {
+      const uint4 v = f4[i];
+      any |= v.x | v.y | v.z | v.w;
+    }
+    for (int64_t i = 16 * n16 + threadIdx.x; i < n; i += blockDim.x) any |= f[i];
+  };
+  scan(fa, M);
+  scan(fb, N);
+  if (!__syncthreads_or(any != 0)) return;
   const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   auto dot = [&](int64_t m, int64_t n) {

@@ -12,10 +12,12 @@
 // Ownership / launch / bytes / preconditions / numerics of the GEMM: see split_gemm.cuh. Preconditions (checked):
 //   x, W 2-D float32 CUDA on one device (any strides); the split buffers float16 [R, K rounded up to 8]
 //   contiguous; y contiguous float32 [M, N].
-// Opt-in precision="tf32" (nprod = 1): x_hi W_hi only, TF32-like error, judged against PyTorch with TF32 on.
-// Measured: H200, 1024x8192x8192 training mode, run.py 2026-11-22 (GPU time, L2 flushed): 0.645 ms (213 TFLOP/s
-//   useful, 80% of HGEMM/3), relL2 5.8e-7 vs PyTorch fp32's 4.2e-6; eager 2.797, compile 2.744 (4.34x), DGEMM rung
-//   2.298, Triton tf32x3 peer 1.920. tf32 mode: 0.358 ms vs eager-TF32 0.435, relL2 4.3e-4 (PyTorch-TF32 4.3e-4).
+// Opt-in precision="tf32" (nprod = 1): x_hi W_hi only, TF32-like error, judged against PyTorch with TF32 on; the one
+//   product runs as cuBLAS's fp16 GEMM with fp32 output (harness.LinearGemm), then split_unscale (unscale + the
+//   NaN/Inf recompute); gemm="split_wgmma" keeps it on split_gemm.
+// Measured: H200, 1024x8192x8192 training mode, run.py 2026-11-23 (GPU time, L2 flushed): 0.630 ms (218 TFLOP/s
+//   useful, 81% of HGEMM/3), eager 2.796, compile 2.737 (4.44x); split_gemm_kernel 0.558 of it. tf32 mode:
+//   0.262 ms vs eager-TF32 0.434, compile 0.379, this rung with split_gemm for the product 0.344.
 #include "epilogue.cuh"
 #include "../common/split_gemm.cuh"
 

@@ -12,11 +12,13 @@
 // Ownership / launch / bytes / preconditions / numerics of the GEMM: see split_gemm.cuh. Preconditions (checked):
 //   x, W 2-D float32 CUDA on one device (any strides); the split buffers float16 [R, K rounded up to 8]
 //   contiguous; y contiguous float32 [M, N].
-// Opt-in precision="tf32" (nprod = 1): x_hi W_hi only, TF32-like error, judged against PyTorch with TF32 on.
-// Measured: H200, 1024x8192x8192, run.py 2026-11-22 (GPU time, L2 flushed): 0.622 ms (221 TFLOP/s useful, 83% of
-//   HGEMM/3 = 266 TFLOP/s measured in the same run), relL2 9.8e-8 vs PyTorch fp32's 4.7e-7; eager 2.745, compile
-//   2.742 (4.41x), DGEMM rung 2.269, Triton tf32x3 peer 1.893. tf32 mode: 0.336 ms vs eager-TF32 0.390, relL2 6.0e-5
-//   vs PyTorch-TF32's 6.1e-5.
+// Opt-in precision="tf32" (nprod = 1): x_hi W_hi only, TF32-like error, judged against PyTorch with TF32 on; the one
+//   product runs as cuBLAS's fp16 GEMM with fp32 output (harness.LinearGemm), then split_unscale (unscale + the
+//   NaN/Inf recompute); gemm="split_wgmma" keeps it on split_gemm.
+// Measured: H200, 1024x8192x8192, run.py 2026-11-23 (GPU time, L2 flushed): 0.610 ms (225 TFLOP/s useful, 83.9% of
+//   HGEMM/3 measured in the same run), eager 2.746, compile 2.738 (4.50x); split_gemm_kernel 0.557 of it, tensor
+//   pipe busy 86% of its cycles (ncu). tf32 mode: 0.242 ms vs eager-TF32 0.387, compile 0.375, this rung with
+//   split_gemm for the product 0.322, cuBLAS TF32's GEMM alone 0.328.
 #include "epilogue.cuh"
 #include "../common/split_gemm.cuh"
 

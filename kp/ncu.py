@@ -7,8 +7,10 @@ named spin_kernel) before it. The marker splits ncu's kernel list into rows.
 
 ncu's own settings: `--clock-control none` (the GPU's clocks as the timing saw them) and its default cache control,
 which flushes the caches before every kernel: each kernel's DRAM bytes are those of a cold start, so a row of several
-kernels that pass data through L2 in a warm call is charged as if they did not. Each kernel is replayed once per
-counter pass; its time here is ncu's, not the timing table's.
+kernels that pass data through L2 in a warm call is charged as if they did not. Writes still held in L2 when a
+kernel ends are not DRAM bytes yet: an output smaller than L2 reads below 1.00x of the minimum (a 32 MiB ReLU on an
+H100's 50 MiB L2: 0.70x). Each kernel is replayed once per counter pass; its time here is ncu's, not the timing
+table's.
 
 Per kernel: DRAM bytes read and written, achieved DRAM bandwidth (read + write over its time) against the copy
 ceiling the run measured, SM and tensor-pipe throughput (% of peak, elapsed), registers per thread, local-memory

@@ -572,7 +572,7 @@ class Judge:
         rows, notes = [], []
         for r in self.live():
             if r.runner.isolated:
-                if getattr(r.runner, "sandboxed", False):
+                if r.runner.sandboxed:
                     notes.append(f"{r.label} not profiled: it runs in the sandbox, which ncu cannot reach into "
                                  f"(--no-sandbox includes it)")
                     continue

@@ -147,7 +147,9 @@ class LinearGemm:
             self.wt = DerivedCache(lambda w: w.t().contiguous().double())
         elif mode in ("split", "split_wgmma"):
             self.wsplit = DerivedCache(self._split)
-        self.hgemm = mode == "split" and "split_unscale" in kernel.exports() and _mm_out_dtype()
+        # the one-product mode's GEMM on cuBLAS (only the tf32 precision ever takes one product)
+        self.hgemm = (mode == "split" and precision == "tf32" and "split_unscale" in kernel.exports()
+                      and _mm_out_dtype())
 
     def _split(self, t: torch.Tensor, with_lo: bool = True):
         r, k = t.shape

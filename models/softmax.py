@@ -105,4 +105,7 @@ CASES = {
     # 132-SM GPU); and 3-CTA clusters with the TMA prefetch
     "many_cluster_rows": lambda g, d: ([], [torch.randn(31, 196612, generator=g).to(d)]),
     "three_cta_clusters": lambda g, d: ([], [torch.randn(5, 131072, generator=g).to(d)]),
+    # rows that are not a multiple of 4 floats (each starts in another phase mod 16 bytes: 6_regcluster's window
+    # path) in 8-CTA clusters, more rows than 2 x 15 resident clusters
+    "odd_cluster_rows": lambda g, d: ([], [torch.randn(31, 196613, generator=g).to(d)]),
 }

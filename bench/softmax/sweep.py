@@ -22,7 +22,41 @@ ap.add_argument("--stagger-ab", action="store_true", help="A/B 6_regcluster's st
                 "copy_, eager and compile, and on short runs (15, 60, 240 rows), then exit")
 ap.add_argument("--cl-ab", action="store_true", help="A/B 6_regcluster's cluster size rule (smallest that holds the "
                 "row vs smallest power of two) where they differ, next to copy_ and compile, then exit")
+ap.add_argument("--mode-ab", action="store_true", help="A/B 6_regcluster's row load paths (direct loads, bulk "
+                "copies of aligned slices, bulk copies of the aligned window around any slice) next to copy_ and "
+                "compile, at lengths that are and are not multiples of 4, then exit")
 args = ap.parse_args()
+
+if args.mode_ab:
+    k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)
+    names = {0: "direct", 1: "bulk", 2: "window"}
+    print("| cols | rows | copy_ GB/s | compile GB/s | direct GB/s | bulk GB/s | window GB/s | window % of copy_ |\n"
+          "|---|---|---|---|---|---|---|---|")
+    for cols in (131073, 262147, 98309, 196613, 393219, 131072, 393216):
+        rows = int(args.total_bytes // (cols * 4))
+        x = torch.rand(rows, cols, device="cuda")
+        y = torch.empty_like(x)
+        pick = slice(0, rows, max(1, rows // 40))
+        ref = torch.softmax(x[pick].double(), 1)
+        modes = [0, 2] + ([1] if cols % 4 == 0 else [])
+        for md in modes:
+            y.zero_()
+            k6.softmax_forward_mode(x, y, md)
+            e = harness.rel_error(y[pick], ref)
+            assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (cols, md, e)
+        torch._dynamo.reset()
+        compiled = torch.compile(Model(), dynamic=False)
+        fns = {"copy_": lambda: y.copy_(x), "compile": lambda: compiled(x)}
+        fns.update({names[md]: (lambda md=md: k6.softmax_forward_mode(x, y, md)) for md in modes})
+        with torch.no_grad():
+            t = harness.bench_interleaved(fns, min_reps=8, max_reps=20, budget_s=6)
+        g = {k: 2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9 for k, v in t.items()}
+        cell = lambda k: f"{g[k]:,.0f}" if k in g else "-"  # noqa: E731
+        print(f"| {cols} | {rows} | {cell('copy_')} | {cell('compile')} | {cell('direct')} | {cell('bulk')} | "
+              f"{cell('window')} | {100 * g['window'] / g['copy_']:.1f}% |", flush=True)
+        del x, y
+        torch.cuda.empty_cache()
+    sys.exit(0)
 
 if args.cl_ab:
     k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)

@@ -1,4 +1,5 @@
-// softmax / 6_regcluster -- the row lives in registers across a cluster; shared memory only prefetches the next row.
+// softmax / 6_regcluster -- the row lives in registers across a cluster; shared memory only prefetches the next row
+// (also for rows whose length is not a multiple of 4 floats: the aligned window around each slice, WINDOW below).
 // Requires: sm_90a (thread-block clusters, distributed shared memory and TMA)
 //
 // What changed from 4_persistent: 3_cluster and 4_persistent both stalled at ~4.0 ms (76% of copy) although their
@@ -36,15 +37,22 @@
 // Bytes: 4*R*N read + 4*R*N written, the floor (12.9 GB at 4096x393216); copy-speed floor 3.07 ms.
 // Bound: memory, provided the per-row compute (~1.6 us SFU, ~1 us ALU, 0.75 us to copy the prefetched slice out of
 //   shared memory) hides under the ~11 us that the row's traffic takes at the CTA's share of HBM bandwidth.
-// Preconditions (checked): 2-D float32 CUDA; unit-stride rows; y contiguous. TMA prefetch needs 16-byte aligned rows
-//   (x, y base, row stride, cols % 4); other layouts load straight into registers (same math, no prefetch). Rows
-//   longer than 16 x 49152 floats take a block-per-row online kernel (2 reads; ModelNew routes them elsewhere).
+// Preconditions (checked): 2-D float32 CUDA; unit-stride rows; y contiguous. The prefetch is a TMA bulk copy, which
+//   needs 16-byte aligned source and size. Aligned rows (x, y base, row stride, cols % 4) copy their slices (BULK).
+//   Rows of any other length, with y's rows in x's phase mod 16 bytes (a contiguous x: every row starts in another
+//   phase when cols % 4 != 0), copy the aligned window around each slice, up to 3 floats either side, inside the
+//   same 16-byte granules, hence inside the allocation, never past the tensor's last element; the edge float4s are
+//   masked in registers and stored lane by lane (WINDOW). Only other layouts (x and y rows in different phases) load
+//   straight into registers, with no prefetch (DIRECT). Rows longer than 16 x 49152 floats take a block-per-row
+//   online kernel (2 reads; ModelNew routes them elsewhere).
 // Numerics: e = expf(x - m_cta), one scale per CTA (expf(m_cta - M) / S), partials merged in rank order with the
 //   -inf-safe online merge; NaN or +inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~1.5e-7.
 // Measured: H200, 4096x393216, `python run.py --problem softmax` (2026-11-22, GPU time, L2 flushed, interleaved;
 //   ceiling 4,260 GB/s = device copy measured in the same run): 3.172 ms, 4,062 GB/s, 95.4% of copy, 1.92x eager
 //   (6.083), 1.49x torch.compile (4.721), relL2 1.1e-7. What was tried around this design and not kept, with its
-//   numbers: docs/softmax.md, "6_regcluster: what was tried".
+//   numbers: docs/softmax.md, "6_regcluster: what was tried". WINDOW (H200, 2026-11-23, `bench/softmax/sweep.py
+//   --mode-ab`, ~6.4 GB per shape, copy_ interleaved): 131073 columns 3,784 GB/s (88.2% of copy_) against 2,742 for
+//   the direct loads it replaced, 262147: 3,155 vs 2,288; at 131072 it is 3.5% behind BULK (3,830 vs 3,969).
 #include <cooperative_groups.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -85,6 +93,22 @@ __device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float*
         : "memory");
 }
 
+// WINDOW mode: a slice whose start is not 16-byte aligned is read as the aligned window around it. shift = how many
+// floats the window starts before the slice; the bulk copy takes `copied` floats (a multiple of 4: the window, cut
+// at the last aligned float4 that lies inside the tensor, so nothing past its end is read); window elements in
+// [copied, shift + n) come from global memory one by one (at most 3, in the tensor's last row).
+struct Window {
+  const float* w0;
+  int shift, copied;
+};
+__device__ __forceinline__ Window window_of(const float* xr, int n, const float* xend) {
+  const int shift = (int)((reinterpret_cast<uintptr_t>(xr) >> 2) & 3);
+  const float* w0 = xr - shift;
+  const int wl = (shift + n + 3) & ~3;
+  const int copied = w0 + wl <= xend ? wl : (int)((xend - w0) & ~(int64_t)3);
+  return {w0, shift, copied};
+}
+
 __device__ __forceinline__ float& comp(float4& v, int c) { return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w; }
 
 // Row order. Static (TICKET = false): cluster c takes rows c, c+G, c+2G, ... TICKET: rows 0..2G-1 go out statically
@@ -93,7 +117,12 @@ __device__ __forceinline__ float& comp(float4& v, int c) { return c == 0 ? v.x :
 // rows instead of drifting apart (the persistent-copy probe: 3,887 -> 4,011 GB/s on 120 SMs).
 // TRACE (A/B only): ticket[1 + 16*cta ..] = globaltimer at start, after the stores of
 // rows 0..5 and (ring, slot 7 + it % 6) of the last six rows are issued, at the end, and the rows this CTA did.
-template <int CL, bool TMA, bool TICKET, bool TRACE = false>
+// MODE: BULK prefetches the next row's slice with TMA bulk copies (16-byte aligned rows: x, y, row stride, cols % 4);
+// WINDOW the same for rows of any length, through the aligned window around each slice (x and y rows in the same
+// phase mod 16 bytes); DIRECT loads the slice straight into registers, no prefetch (any layout; the A/B baseline).
+enum Mode { DIRECT = 0, BULK = 1, WINDOW = 2 };
+
+template <int CL, int MODE, bool TICKET, bool TRACE = false>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_regcluster(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
                        int64_t chunk, unsigned long long* __restrict__ ticket, int64_t stagger) {
@@ -111,7 +140,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int n = (int)(kp::imin(cols, c0 + chunk) - c0);  // <= SLICE: 32-bit indices from here on (registers)
   const int t = threadIdx.x;
 
-  if (TMA) {
+  const float* xend = x + (rows - 1) * xs + cols;  // WINDOW: no bulk read goes past the tensor's last element
+  if (MODE != DIRECT) {
     if (t == 0) {
       for (int c = 0; c < NCHUNK; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[c])));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -121,8 +151,11 @@ __global__ void __launch_bounds__(THREADS, 1)
         const long long t0 = clock64();
         while (clock64() - t0 < first * stagger) {}
       }
-      if (first < rows)
-        for (int c = 0; c < NCHUNK; ++c) prefetch(buf, &bars[c], x + first * xs + c0, n, c);
+      if (first < rows) {
+        const float* xr0 = x + first * xs + c0;
+        const Window w = MODE == WINDOW ? window_of(xr0, n, xend) : Window{xr0, 0, n};
+        for (int c = 0; c < NCHUNK; ++c) prefetch(buf, &bars[c], w.w0, w.copied, c);
+      }
     }
     __syncthreads();
   }
@@ -138,8 +171,10 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (!TICKET) nrow = row + G;
     const float* xr = x + row * xs + c0;
     float* yr = y + row * cols + c0;
+    const Window cur = MODE == WINDOW ? window_of(xr, n, xend) : Window{xr, 0, n};
+    const int lo = cur.shift, hi = cur.shift + n;  // the slice inside its window
     // 1. This row's slice into registers (-inf where the slice ends).
-    if (TMA) {
+    if (MODE != DIRECT) {
       // Chunk by chunk, so the next row's chunk c is queued as soon as chunk c of this one is in registers: the
       // SM's loads never pause for a whole-slice copy.
       const float4* b4 = reinterpret_cast<const float4*>(buf);
@@ -149,10 +184,25 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int kk = 0; kk < KPC; ++kk) {
           const int k = c * KPC + kk, i = t + k * THREADS;
-          r[k] = 4 * i < n ? b4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+          const float4 ninf = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+          if (MODE == BULK) {
+            r[k] = 4 * i < n ? b4[i] : ninf;
+          } else {  // window element e = slice element e - lo; only edge float4s take the slow branch
+            r[k] = 4 * i < cur.copied ? b4[i] : ninf;
+            if (4 * i < lo || 4 * i + 4 > min(hi, cur.copied))
+#pragma unroll
+              for (int q = 0; q < 4; ++q) {
+                const int e = 4 * i + q;
+                comp(r[k], q) = e < lo || e >= hi ? -INFINITY : e < cur.copied ? comp(r[k], q) : cur.w0[e];
+              }
+          }
         }
         __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
-        if (t == 0 && nrow < rows) prefetch(buf, &bars[c], x + nrow * xs + c0, n, c);
+        if (t == 0 && nrow < rows) {
+          const float* xn = x + nrow * xs + c0;
+          const Window w = MODE == WINDOW ? window_of(xn, n, xend) : Window{xn, 0, n};
+          prefetch(buf, &bars[c], w.w0, w.copied, c);
+        }
       }
     } else {
 #pragma unroll
@@ -196,7 +246,22 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (!(S == S) || M == -INFINITY) f = NAN;  // NaN / +inf somewhere, or an all -inf row: a NaN row
     else f = m == -INFINITY ? 0.f : expf(m - M) / S;
     // 4. Out.
-    if (TMA) {
+    if (MODE == WINDOW) {  // y's row is in x's phase (checked by the launcher): the same window, aligned float4s
+      float* yw = yr - lo;
+      float4* y4 = reinterpret_cast<float4*>(yw);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int i = t + k * THREADS, e0 = 4 * i;
+        const float4 v = make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f);
+        if (e0 >= lo && e0 + 4 <= hi) {
+          y4[i] = v;
+        } else if (e0 < hi) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            if (e0 + q >= lo && e0 + q < hi) yw[e0 + q] = q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+        }
+      }
+    } else if (MODE == BULK) {
       float4* y4 = reinterpret_cast<float4*>(yr);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
@@ -235,14 +300,14 @@ __global__ void __launch_bounds__(1024) softmax_long(const float* __restrict__ x
 }
 
 // stagger < 0: the rule below. TRACE: trace is an int64 CUDA tensor (checked by the caller) that also holds the ticket.
-template <int CL, bool TMA, bool TRACE = false>
+template <int CL, int MODE, bool TRACE = false>
 void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket, int64_t stagger,
             const at::TensorBase* trace = nullptr) {
-  auto kern = softmax_regcluster<CL, TMA, true, TRACE>;  // a trace needs the ticket (checked by the caller)
+  auto kern = softmax_regcluster<CL, MODE, true, TRACE>;  // a trace needs the ticket (checked by the caller)
   if constexpr (!TRACE)
-    if (!ticket) kern = softmax_regcluster<CL, TMA, false>;
+    if (!ticket) kern = softmax_regcluster<CL, MODE, false>;
   const int64_t rows = x.size(0), cols = x.size(1);
-  const size_t smem = TMA ? (size_t)chunk * 4 : 0;
+  const size_t smem = MODE == BULK ? (size_t)chunk * 4 : MODE == WINDOW ? (size_t)(chunk + 4) * 4 : 0;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   if (CL > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   cudaLaunchConfig_t cfg = {};
@@ -285,11 +350,34 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
   C10_CUDA_CHECK(err);
 }
 
+template <int MODE>
+void launch_cl(int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket,
+               int64_t stagger, const at::TensorBase* trace) {
+  switch (cl) {
+    case 1: launch<1, MODE>(x, y, chunk, ticket, stagger); break;
+    case 2: launch<2, MODE>(x, y, chunk, ticket, stagger); break;
+    case 3: launch<3, MODE>(x, y, chunk, ticket, stagger); break;
+    case 4: launch<4, MODE>(x, y, chunk, ticket, stagger); break;
+    case 8:
+#if KP_EXPERIMENTS
+      if constexpr (MODE == BULK)
+        if (trace) {
+          launch<8, BULK, true>(x, y, chunk, ticket, stagger, trace);
+          break;
+        }
+#endif
+      launch<8, MODE>(x, y, chunk, ticket, stagger);
+      break;
+    default: launch<16, MODE>(x, y, chunk, ticket, stagger); break;
+  }
+}
+
 // The dispatcher behind the exports. cl = 0 picks the cluster size; 1, 2, 3, 4, 8 or 16 force it (A/B runs). Rows
 // too long for 16 slices ignore cl. ticket: the dynamic row order (see the kernel); false is the static order of the
-// earlier measurements. trace: see softmax_forward_ab.
+// earlier measurements. mode < 0: BULK where the rows allow it, else WINDOW, else DIRECT. trace: see
+// softmax_forward_ab.
 void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket, int64_t stagger,
-         const at::TensorBase* trace) {
+         const at::TensorBase* trace, int64_t mode = -1) {
   kp::check_row_softmax_args(x, y);
   if (trace)
     TORCH_CHECK(trace->is_cuda() && trace->scalar_type() == at::kLong && trace->is_contiguous(),
@@ -317,31 +405,18 @@ void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool tick
               "cluster size must be 1, 2, 3, 4, 8 or 16");
   const int64_t chunk = ((cols + cl - 1) / cl + 3) / 4 * 4;
   TORCH_CHECK(chunk <= SLICE, "a cluster of ", kp::num(cl), " CTAs is too small for rows of ", kp::num(cols));
-  const bool tma = (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) &&
-                   (reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0) && x.stride(0) % 4 == 0 && cols % 4 == 0;
-  TORCH_CHECK(!trace || (cl == 8 && tma && ticket), "trace: the ticketed 8-CTA TMA path only");
-  switch (cl * 2 + tma) {
-    case 2: launch<1, false>(x, y, chunk, ticket, stagger); break;
-    case 3: launch<1, true>(x, y, chunk, ticket, stagger); break;
-    case 4: launch<2, false>(x, y, chunk, ticket, stagger); break;
-    case 5: launch<2, true>(x, y, chunk, ticket, stagger); break;
-    case 6: launch<3, false>(x, y, chunk, ticket, stagger); break;
-    case 7: launch<3, true>(x, y, chunk, ticket, stagger); break;
-    case 8: launch<4, false>(x, y, chunk, ticket, stagger); break;
-    case 9: launch<4, true>(x, y, chunk, ticket, stagger); break;
-    case 16: launch<8, false>(x, y, chunk, ticket, stagger); break;
-    case 17:
-#if KP_EXPERIMENTS
-      if (trace) {
-        launch<8, true, true>(x, y, chunk, ticket, stagger, trace);
-        break;
-      }
-#endif
-      launch<8, true>(x, y, chunk, ticket, stagger);
-      break;
-    case 32: launch<16, false>(x, y, chunk, ticket, stagger); break;
-    default: launch<16, true>(x, y, chunk, ticket, stagger); break;
-  }
+  const uintptr_t xa = reinterpret_cast<uintptr_t>(x.data_ptr()), ya = reinterpret_cast<uintptr_t>(y.data_ptr());
+  const bool bulk = xa % 16 == 0 && ya % 16 == 0 && x.stride(0) % 4 == 0 && cols % 4 == 0;
+  // WINDOW: every row of y starts in the same phase (mod 16 bytes) as its row of x, so one aligned window serves
+  // both; its 4 extra floats must fit the slice's registers.
+  const bool window = (ya - xa) % 16 == 0 && (x.stride(0) - cols) % 4 == 0 && chunk + 4 <= SLICE;
+  if (mode < 0) mode = bulk ? BULK : window ? WINDOW : DIRECT;
+  TORCH_CHECK(mode != BULK || bulk, "the bulk-copy path needs 16-byte aligned rows");
+  TORCH_CHECK(mode != WINDOW || window, "the window path needs x and y rows in the same phase");
+  TORCH_CHECK(!trace || (cl == 8 && mode == BULK && ticket), "trace: the ticketed 8-CTA TMA path only");
+  if (mode == BULK) launch_cl<BULK>(cl, x, y, chunk, ticket, stagger, trace);
+  else if (mode == WINDOW) launch_cl<WINDOW>(cl, x, y, chunk, ticket, stagger, trace);
+  else launch_cl<DIRECT>(cl, x, y, chunk, ticket, stagger, trace);
 }
 
 }  // namespace
@@ -354,6 +429,13 @@ KP_EXPORT void softmax_forward_cluster(const at::TensorBase& x, const at::Tensor
 #endif  // KP_EXPERIMENTS
 
 KP_EXPORT void softmax_forward(const at::TensorBase& x, const at::TensorBase& y) { run(x, y, 0, true, -1, nullptr); }
+
+#if KP_EXPERIMENTS  // A/B: the row load path forced (0 direct, no prefetch; 1 bulk copies; 2 window), cluster by rule
+KP_EXPORT void softmax_forward_mode(const at::TensorBase& x, const at::TensorBase& y, int64_t mode) {
+  TORCH_CHECK(mode >= 0 && mode <= 2, "mode: 0 direct, 1 bulk, 2 window");
+  run(x, y, 0, true, -1, nullptr, mode);
+}
+#endif  // KP_EXPERIMENTS
 
 #if KP_EXPERIMENTS  // A/B hooks for the bench scripts; not in the shipped build
 // A/B: stagger in SM cycles per cluster index (-1: launch's rule); trace: int64[1 + 16 x CTAs] for the per-CTA stamps

@@ -8,14 +8,17 @@ BOUND = "memory"
 DEFAULT_VARIANT = "auto"  # ModelNew picks a rung per call (rung() below)
 EXPORTS = ("softmax_forward",)  # what every rung's .cu must KP_EXPORT
 # auto: rows of up to REGROW_MAX_COLS columns go to 5_regrow (the row in one CTA's registers), rows that fit a
-# cluster's registers (16 x 49152 floats) to 6_regcluster, longer ones to 4_persistent (shared memory, re-reading
-# what does not fit). From the H200 sweep (docs/softmax.md): at 16384 columns 5_regrow moved 4,210 GB/s vs 2,893 for
+# cluster's registers (16 x 49152 floats) to 6_regcluster, longer ones that fit a 16-CTA cluster's shared memory to
+# 4_persistent, and the rest to 2_online: 4_persistent re-reads what does not fit and then loses to 2_online's two
+# plain reads (H200, `bench/softmax/sweep.py`, GB/s: 917504 columns 4_persistent 3,164 vs 2_online 2,626; 1048576
+# 2,303 vs 2,644; 2097152 1,741 vs 2,631, where torch.compile moved 2,548). From the H200 sweep (docs/softmax.md): at 16384 columns 5_regrow moved 4,210 GB/s vs 2,893 for
 # 6_regcluster; at 65536 6_regcluster 3,930 vs 1,365 (5_regrow's fallback there is a 3-read kernel). Without
 # clusters (a GPU other than Hopper) rows longer than REGROW_MAX_COLS go to 2_online (one read for max and sum
 # together, one for the output).
 REGROW_MAX_COLS = 16384
 REGCLUSTER_MAX_COLS = 16 * 49152
-AUTO_HOPPER = ("5_regrow", "6_regcluster", "4_persistent")
+PERSISTENT_MAX_COLS = 16 * 57344  # 16 CTAs x 224 KiB: held on chip by 4_persistent on an H100/H200 (227 KiB opt-in)
+AUTO_HOPPER = ("5_regrow", "6_regcluster", "4_persistent", "2_online")
 AUTO_PORTABLE = ("5_regrow", "2_online")
 
 
@@ -53,7 +56,9 @@ class ModelNew(nn.Module):
             return "5_regrow"
         if not self.clusters:
             return "2_online"
-        return "6_regcluster" if cols <= REGCLUSTER_MAX_COLS else "4_persistent"
+        if cols <= REGCLUSTER_MAX_COLS:
+            return "6_regcluster"
+        return "4_persistent" if cols <= PERSISTENT_MAX_COLS else "2_online"
 
     def forward(self, x):
         if x.dim() == 2 and x.size(1) > 1 and x.stride(1) != 1:

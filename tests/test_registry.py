@@ -89,6 +89,25 @@ def test_rungs_declare_what_they_need(monkeypatch):
         harness.capability.cache_clear()
 
 
+def test_softmax_auto_routes_each_row_length_to_its_rung(monkeypatch):
+    """auto on Hopper (see models/softmax.py for the measurements behind each boundary): registers of one CTA, of a
+    cluster, a cluster's shared memory, then two plain reads."""
+    monkeypatch.setenv("KP_CAPABILITY", "9.0")
+    harness.capability.cache_clear()
+    try:
+        from models import softmax
+        m = softmax.ModelNew()
+        want = {softmax.REGROW_MAX_COLS: "5_regrow", softmax.REGROW_MAX_COLS + 1: "6_regcluster",
+                softmax.REGCLUSTER_MAX_COLS: "6_regcluster", softmax.REGCLUSTER_MAX_COLS + 1: "4_persistent",
+                softmax.PERSISTENT_MAX_COLS: "4_persistent", softmax.PERSISTENT_MAX_COLS + 1: "2_online",
+                1 << 21: "2_online"}
+        assert {c: m.rung(torch.empty(2, c, device="meta")) for c in want} == want
+        assert set(m.kernels) == set(softmax.AUTO_HOPPER)
+    finally:
+        monkeypatch.delenv("KP_CAPABILITY")
+        harness.capability.cache_clear()
+
+
 @pytest.mark.parametrize("cap", ["9.0", "8.0"])
 def test_default_rows_are_the_ladder_that_runs_here(cap, monkeypatch):
     """The table a user sees by default: the rungs that run on this GPU, without the records; --variant all adds

@@ -113,4 +113,6 @@ CASES = {
     # rows that are not a multiple of 4 floats (each starts in another phase mod 16 bytes: 6_regcluster's window
     # path) in 8-CTA clusters, more rows than 2 x 15 resident clusters
     "odd_cluster_rows": lambda g, d: ([], [torch.randn(31, 196613, generator=g).to(d)]),
+    # a row a few floats short of two full slices, not a multiple of 4: its window needs a 3-CTA cluster
+    "window_past_a_full_slice": lambda g, d: ([], [torch.randn(5, 98303, generator=g).to(d)]),
 }

@@ -393,6 +393,12 @@ void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool tick
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
+  const uintptr_t xa = reinterpret_cast<uintptr_t>(x.data_ptr()), ya = reinterpret_cast<uintptr_t>(y.data_ptr());
+  const bool bulk = xa % 16 == 0 && ya % 16 == 0 && x.stride(0) % 4 == 0 && cols % 4 == 0;
+  // WINDOW: every row of y starts in the same phase (mod 16 bytes) as its row of x, so one aligned window serves
+  // both; its 4 extra floats must fit the slice's registers.
+  const bool phase = (ya - xa) % 16 == 0 && (x.stride(0) - cols) % 4 == 0;
+  auto chunk_of = [&](int64_t c) { return ((cols + c - 1) / c + 3) / 4 * 4; };
   if (cl <= 0) {
     // The smallest cluster that holds the row, except that 5..7 round up to 8 and 9..15 to 16. Fuller slices mean
     // less padding computed per byte moved and more clusters: 3 instead of 4 moved 2-10% more (`bench/softmax/sweep.py
@@ -400,16 +406,14 @@ void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool tick
     // 262144 (how 6-CTA clusters pack into the GPCs), and 5 and 7 spill 24-32 bytes (a spill costs ~3.5% here).
     cl = (cols + SLICE - 1) / SLICE;
     cl = cl > 8 ? 16 : cl > 4 ? 8 : cl;
+    // A window one float4 wider than a full slice: the next cluster size (the window beats direct loads by far).
+    if (!bulk && phase && chunk_of(cl) + 4 > SLICE && cl < 16) cl = cl == 4 ? 8 : cl == 8 ? 16 : cl + 1;
   }
   TORCH_CHECK(cl == 1 || cl == 2 || cl == 3 || cl == 4 || cl == 8 || cl == 16,
               "cluster size must be 1, 2, 3, 4, 8 or 16");
-  const int64_t chunk = ((cols + cl - 1) / cl + 3) / 4 * 4;
+  const int64_t chunk = chunk_of(cl);
   TORCH_CHECK(chunk <= SLICE, "a cluster of ", kp::num(cl), " CTAs is too small for rows of ", kp::num(cols));
-  const uintptr_t xa = reinterpret_cast<uintptr_t>(x.data_ptr()), ya = reinterpret_cast<uintptr_t>(y.data_ptr());
-  const bool bulk = xa % 16 == 0 && ya % 16 == 0 && x.stride(0) % 4 == 0 && cols % 4 == 0;
-  // WINDOW: every row of y starts in the same phase (mod 16 bytes) as its row of x, so one aligned window serves
-  // both; its 4 extra floats must fit the slice's registers.
-  const bool window = (ya - xa) % 16 == 0 && (x.stride(0) - cols) % 4 == 0 && chunk + 4 <= SLICE;
+  const bool window = phase && chunk + 4 <= SLICE;
   if (mode < 0) mode = bulk ? BULK : window ? WINDOW : DIRECT;
   TORCH_CHECK(mode != BULK || bulk, "the bulk-copy path needs 16-byte aligned rows");
   TORCH_CHECK(mode != WINDOW || window, "the window path needs x and y rows in the same phase");

@@ -1,8 +1,8 @@
 """Plot the softmax bandwidth curve from the sweep table in docs/softmax.md (the measured numbers, not a re-run).
 
   python -m bench.softmax.plot_sweep [--readme docs/softmax.md] [--out docs/softmax_sweep.png]
-Needs matplotlib (not in requirements.txt: the plot is optional). The table is the first one whose header starts
-with '| cols | rows | eager'; its caption line above gives the copy ceiling ('copy ceiling N GB/s').
+Needs matplotlib (not in requirements.txt: the plot is optional). The table is the last (newest) one whose header
+starts with '| cols | rows | eager'; its caption above gives the copy ceiling ('copy ceiling N GB/s').
 """
 import argparse
 import re
@@ -17,7 +17,7 @@ ap.add_argument("--out", default=str(ROOT / "docs" / "softmax_sweep.png"))
 args = ap.parse_args()
 
 lines = Path(args.readme).read_text().splitlines()
-start = next((i for i, l in enumerate(lines) if l.startswith("| cols | rows | eager")), None)
+start = next((i for i, l in reversed(list(enumerate(lines))) if l.startswith("| cols | rows | eager")), None)
 if start is None:
     sys.exit("no sweep table ('| cols | rows | eager ...') in " + args.readme)
 head = [c.strip() for c in lines[start].strip("|").split("|")]

@@ -228,6 +228,13 @@ def row_specs(ref: Reference, variant_list: list[str],
     return out
 
 
+def variant_factory(mod, variant: str, opts: dict, precision: str):
+    """How a built-in row's model is made: the problem's ModelNew with the rung, the row's options and, outside
+    fp32, the precision judged (the judge's rows and the ncu process's are made alike)."""
+    o = {**opts, **({"precision": precision} if precision != "fp32" else {})}
+    return lambda *init: mod.ModelNew(*init, variant=variant, **o)
+
+
 def default_variants(problem: str, include_records: bool = False) -> list[str]:
     """The rows of a built-in problem's table: the rungs of its ladder that run on this GPU (and the records with
     include_records: --variant all), plus "auto" where the model picks a rung per call."""
@@ -299,11 +306,7 @@ class Judge:
     def add_variants(self, rows: list[tuple[str, str, dict, bool]]) -> list[Row]:
         if not rows:
             return []
-        mod = self.ref.module
-        factories = {}
-        for label, v, opts, _ in rows:
-            o = {**opts, **({"precision": self.precision} if self.precision != "fp32" else {})}
-            factories[label] = lambda *init, v=v, o=o: mod.ModelNew(*init, variant=v, **o)
+        factories = {label: variant_factory(self.ref.module, v, opts, self.precision) for label, v, opts, _ in rows}
         runner = LocalRunner(self.ref.spec, self.device, self.precision, self._interim, factories)
         self.runners.append(runner)
         out = [Row(label, runner, peer=peer, opts=opts, variant=v) for label, v, opts, peer in rows]

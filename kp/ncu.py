@@ -128,6 +128,10 @@ def summarize(per_row: dict[str, list[dict]], min_bytes: dict[str, float], copy_
     return out
 
 
+def _f(v, fmt: str) -> str:
+    return format(v, fmt) if v is not None else "-"
+
+
 def format_ncu(res: dict, width: int = 44) -> list[str]:
     """The table's ncu section."""
     from kp.worker import kernel_base_name
@@ -146,13 +150,12 @@ def format_ncu(res: dict, width: int = 44) -> list[str]:
             lines.append(f"    {'kernel':{width}s} {'ms':>7s} {'rd GB':>7s} {'wr GB':>7s} {'%copy':>6s} "
                          f"{'SM%':>5s} {'TC%':>5s} {'regs':>4s} {'local B':>8s} {'occ%':>5s}")
         for k in r["kernels"]:
-            def f(v, fmt):
-                return format(v, fmt) if v is not None else "-"
-            lines.append(f"    {kernel_base_name(k['name'])[:width]:{width}s} {f(k['time_ns'] and k['time_ns'] / 1e6, '7.3f')} "
-                         f"{f(k['dram_read'] and k['dram_read'] / 1e9, '7.3f')} "
-                         f"{f(k['dram_write'] and k['dram_write'] / 1e9, '7.3f')} {f(k['dram_pct'], '6.1f')} "
-                         f"{f(k['sm_pct'], '5.1f')} {f(k['tensor_pct'], '5.1f')} {f(k['regs'], '4.0f')} "
-                         f"{f(k['local_bytes'], '8.0f')} {f(k['occupancy_pct'], '5.1f')}")
+            lines.append(f"    {kernel_base_name(k['name'])[:width]:{width}s} "
+                         f"{_f(k['time_ns'] and k['time_ns'] / 1e6, '7.3f')} "
+                         f"{_f(k['dram_read'] and k['dram_read'] / 1e9, '7.3f')} "
+                         f"{_f(k['dram_write'] and k['dram_write'] / 1e9, '7.3f')} {_f(k['dram_pct'], '6.1f')} "
+                         f"{_f(k['sm_pct'], '5.1f')} {_f(k['tensor_pct'], '5.1f')} {_f(k['regs'], '4.0f')} "
+                         f"{_f(k['local_bytes'], '8.0f')} {_f(k['occupancy_pct'], '5.1f')}")
     return lines
 
 
@@ -199,6 +202,7 @@ def run(spec: dict, min_bytes: dict[str, float], copy_bw: float | None, timeout:
 def main(spec_file: str) -> None:
     """The profiled process: build the rows as the judge did, warm them, then one marked call of each."""
     import torch
+    from kp.judge import variant_factory
     from kp.worker import Worker
     with open(spec_file) as f:
         spec = json.load(f)
@@ -211,8 +215,7 @@ def main(spec_file: str) -> None:
                 continue
             w.factories[r["label"]] = w.factories.pop("candidate")
         else:
-            o = {**r["opts"], **({"precision": precision} if precision != "fp32" else {})}
-            w.factories[r["label"]] = lambda *i, v=r["variant"], o=o: mod.ModelNew(*i, variant=v, **o)
+            w.factories[r["label"]] = variant_factory(mod, r["variant"], r["opts"], precision)
     state = w.ref.model(init, seed, "cuda").state_dict()
     w.cmd_baselines(init, seed, state, spec["compile"], seed)
     labels = []

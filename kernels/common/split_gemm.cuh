@@ -402,6 +402,28 @@ __global__ void __launch_bounds__(256) split_gemm_fallback(const float* __restri
 
 // ---- host side ----
 
+// inv_scale / flag of the R rows of src (a 2-D tensor), as split_rows writes them.
+inline void check_scales(const at::TensorBase& src, const at::TensorBase& inv, const at::TensorBase& flag,
+                         const char* what) {
+  const int64_t R = src.size(0);
+  check_same_device(src, inv, what);
+  check_same_device(src, flag, what);
+  TORCH_CHECK(inv.scalar_type() == at::kFloat && inv.dim() == 1 && inv.size(0) == R && inv.is_contiguous(), what,
+              ": inv_scale must be a contiguous float32 [", num(R), "]");
+  TORCH_CHECK(flag.scalar_type() == at::kByte && flag.dim() == 1 && flag.size(0) == R && flag.is_contiguous(), what,
+              ": flag must be a contiguous uint8 [", num(R), "]");
+}
+
+// After the GEMM (split_gemm's own, or one done elsewhere): the float64 recompute of flagged rows and columns.
+inline void launch_fallback(const at::TensorBase& x, const at::TensorBase& w, const at::TensorBase& flag_a,
+                            const at::TensorBase& flag_b, const at::TensorBase& y, int sms) {
+  split_gemm_fallback<<<2 * sms, 256, 0, stream()>>>(x.data_ptr<float>(), x.stride(0), x.stride(1),
+                                                     w.data_ptr<float>(), w.stride(0), w.stride(1),
+                                                     flag_a.data_ptr<uint8_t>(), flag_b.data_ptr<uint8_t>(),
+                                                     y.data_ptr<float>(), x.size(0), w.size(0), x.size(1));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // lo may be empty: the tf32 mode (nprod = 1) neither writes nor reads it.
 inline void check_split(const at::TensorBase& src, const at::TensorBase& hi, const at::TensorBase& lo,
                         const at::TensorBase& inv, const at::TensorBase& flag, const char* what) {
@@ -415,12 +437,7 @@ inline void check_split(const at::TensorBase& src, const at::TensorBase& hi, con
                     t->is_contiguous(),
                 what, ": hi/lo must be contiguous float16 [", num(R), ", ", num(Kp), "] (K rounded up to 8)");
   }
-  check_same_device(src, inv, what);
-  check_same_device(src, flag, what);
-  TORCH_CHECK(inv.scalar_type() == at::kFloat && inv.dim() == 1 && inv.size(0) == R && inv.is_contiguous(), what,
-              ": inv_scale must be a contiguous float32 [", num(R), "]");
-  TORCH_CHECK(flag.scalar_type() == at::kByte && flag.dim() == 1 && flag.size(0) == R && flag.is_contiguous(), what,
-              ": flag must be a contiguous uint8 [", num(R), "]");
+  check_scales(src, inv, flag, what);
 }
 
 // hi/lo/inv_scale/flag of a 2-D float32 tensor (any strides) -- the split of x per call, of W once per weight.
@@ -525,11 +542,7 @@ inline void split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, c
                          static_cast<int>(M), static_cast<int>(N), Kp);
   int sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, x.get_device()));
-  split_gemm_fallback<<<2 * sms, 256, 0, stream()>>>(x.data_ptr<float>(), x.stride(0), x.stride(1),
-                                                     w.data_ptr<float>(), w.stride(0), w.stride(1),
-                                                     flag_a.data_ptr<uint8_t>(), flag_b.data_ptr<uint8_t>(),
-                                                     y.data_ptr<float>(), M, N, K);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_fallback(x, w, flag_a, flag_b, y, sms);
 }
 
 // The rest of a one-product GEMM done elsewhere on the hi halves (y = x_hi w_hi^T in scaled units, float32
@@ -544,22 +557,12 @@ inline void split_unscale(const at::TensorBase& inv_a, const at::TensorBase& fla
   check_same_device(x, w, "split_unscale");
   check_same_device(x, y, "split_unscale");
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && w.size(1) == x.size(1), "split_unscale: x [M, K] and w [N, K]");
-  const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
+  const int64_t M = x.size(0), N = w.size(0);
   TORCH_CHECK(y.dim() == 2 && y.size(0) == M && y.size(1) == N && y.is_contiguous() &&
                   reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
               "split_unscale: y must be a contiguous 16-byte-aligned float32 [", num(M), ", ", num(N), "]");
-  for (const at::TensorBase* t : {&inv_a, &inv_b}) {
-    check_same_device(x, *t, "split_unscale");
-    TORCH_CHECK(t->scalar_type() == at::kFloat && t->dim() == 1 && t->is_contiguous(),
-                "split_unscale: inv_scale must be contiguous float32");
-  }
-  for (const at::TensorBase* t : {&flag_a, &flag_b}) {
-    check_same_device(x, *t, "split_unscale");
-    TORCH_CHECK(t->scalar_type() == at::kByte && t->dim() == 1 && t->is_contiguous(),
-                "split_unscale: flag must be contiguous uint8");
-  }
-  TORCH_CHECK(inv_a.size(0) == M && flag_a.size(0) == M && inv_b.size(0) == N && flag_b.size(0) == N,
-              "split_unscale: scales and flags must have M and N entries");
+  check_scales(x, inv_a, flag_a, "split_unscale (x)");
+  check_scales(w, inv_b, flag_b, "split_unscale (w)");
   if (M == 0 || N == 0) return;
   c10::cuda::CUDAGuard guard(x.device());
   int sms = 0;
@@ -569,11 +572,7 @@ inline void split_unscale(const at::TensorBase& inv_a, const at::TensorBase& fla
   unscale_kernel<<<blocks, 256, 0, stream()>>>(y.data_ptr<float>(), inv_a.data_ptr<float>(),
                                                inv_b.data_ptr<float>(), M, N);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  split_gemm_fallback<<<2 * sms, 256, 0, stream()>>>(x.data_ptr<float>(), x.stride(0), x.stride(1),
-                                                     w.data_ptr<float>(), w.stride(0), w.stride(1),
-                                                     flag_a.data_ptr<uint8_t>(), flag_b.data_ptr<uint8_t>(),
-                                                     y.data_ptr<float>(), M, N, K);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_fallback(x, w, flag_a, flag_b, y, sms);
 }
 
 }  // namespace

@@ -122,6 +122,12 @@ __device__ __forceinline__ float& comp(float4& v, int c) { return c == 0 ? v.x :
 // phase mod 16 bytes); DIRECT loads the slice straight into registers, no prefetch (any layout; the A/B baseline).
 enum Mode { DIRECT = 0, BULK = 1, WINDOW = 2 };
 
+// What a CTA bulk-copies of the slice at xr: its window in WINDOW mode, the slice itself in BULK.
+template <int MODE>
+__device__ __forceinline__ Window slice_window(const float* xr, int n, const float* xend) {
+  return MODE == WINDOW ? window_of(xr, n, xend) : Window{xr, 0, n};
+}
+
 template <int CL, int MODE, bool TICKET, bool TRACE = false>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_regcluster(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
@@ -153,7 +159,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
       if (first < rows) {
         const float* xr0 = x + first * xs + c0;
-        const Window w = MODE == WINDOW ? window_of(xr0, n, xend) : Window{xr0, 0, n};
+        const Window w = slice_window<MODE>(xr0, n, xend);
         for (int c = 0; c < NCHUNK; ++c) prefetch(buf, &bars[c], w.w0, w.copied, c);
       }
     }
@@ -171,7 +177,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (!TICKET) nrow = row + G;
     const float* xr = x + row * xs + c0;
     float* yr = y + row * cols + c0;
-    const Window cur = MODE == WINDOW ? window_of(xr, n, xend) : Window{xr, 0, n};
+    const Window cur = slice_window<MODE>(xr, n, xend);
     const int lo = cur.shift, hi = cur.shift + n;  // the slice inside its window
     // 1. This row's slice into registers (-inf where the slice ends).
     if (MODE != DIRECT) {
@@ -200,7 +206,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
         if (t == 0 && nrow < rows) {
           const float* xn = x + nrow * xs + c0;
-          const Window w = MODE == WINDOW ? window_of(xn, n, xend) : Window{xn, 0, n};
+          const Window w = slice_window<MODE>(xn, n, xend);
           prefetch(buf, &bars[c], w.w0, w.copied, c);
         }
       }

@@ -8,7 +8,8 @@ BOUND = "memory"
 DEFAULT_VARIANT = "auto"  # ModelNew picks a rung per call (rung() below)
 EXPORTS = ("softmax_forward",)  # what every rung's .cu must KP_EXPORT
 # auto: rows of up to REGROW_MAX_COLS columns go to 5_regrow (the row in one CTA's registers), rows that fit a
-# cluster's registers (16 x 49152 floats) to 6_regcluster, longer ones that fit a 16-CTA cluster's shared memory to
+# 16-CTA cluster's registers and shared-memory tails (16 x (49152 + 4096) floats, less a window's 4 for rows that
+# are not a multiple of 4) to 6_regcluster, longer ones that fit a 16-CTA cluster's shared memory to
 # 4_persistent, and the rest to 2_online: 4_persistent re-reads what does not fit and then loses to 2_online's two
 # plain reads (H200, `bench/softmax/sweep.py`, GB/s: 917504 columns 4_persistent 3,164 vs 2_online 2,626; 1048576
 # 2,303 vs 2,644; 2097152 1,741 vs 2,631, where torch.compile moved 2,548). From the H200 sweep (docs/softmax.md): at 16384 columns 5_regrow moved 4,210 GB/s vs 2,893 for
@@ -16,7 +17,7 @@ EXPORTS = ("softmax_forward",)  # what every rung's .cu must KP_EXPORT
 # clusters (a GPU other than Hopper) rows longer than REGROW_MAX_COLS go to 2_online (one read for max and sum
 # together, one for the output).
 REGROW_MAX_COLS = 16384
-REGCLUSTER_MAX_COLS = 16 * 49152
+REGCLUSTER_MAX_COLS = 16 * (49152 + 4096 - 4)
 PERSISTENT_MAX_COLS = 16 * 57344  # 16 CTAs x 224 KiB: held on chip by 4_persistent on an H100/H200 (227 KiB opt-in)
 AUTO_HOPPER = ("5_regrow", "6_regcluster", "4_persistent", "2_online")
 AUTO_PORTABLE = ("5_regrow", "2_online")
@@ -106,13 +107,19 @@ CASES = {
     "long_rows": lambda g, d: ([], [torch.rand(6, 393216 + 5, generator=g).to(d)]),
     "very_long_rows": lambda g, d: ([], [torch.randn(2, 1 << 20, generator=g).to(d)]),
     "special_values": _special,
-    # odd columns in 8-CTA clusters, more rows than 2 x 15 resident clusters (6_regcluster's ticketed row order on a
-    # 132-SM GPU); and 3-CTA clusters with the TMA prefetch
-    "many_cluster_rows": lambda g, d: ([], [torch.randn(31, 196612, generator=g).to(d)]),
+    # 4-CTA clusters whose slices run past the registers into a shared-memory tail, more rows than 2 x 33 resident
+    # clusters (6_regcluster's ticketed row order on a 132-SM GPU); and 3-CTA clusters with the TMA prefetch
+    "many_cluster_rows": lambda g, d: ([], [torch.randn(70, 196612, generator=g).to(d)]),
     "three_cta_clusters": lambda g, d: ([], [torch.randn(5, 131072, generator=g).to(d)]),
     # rows that are not a multiple of 4 floats (each starts in another phase mod 16 bytes: 6_regcluster's window
-    # path) in 8-CTA clusters, more rows than 2 x 15 resident clusters
-    "odd_cluster_rows": lambda g, d: ([], [torch.randn(31, 196613, generator=g).to(d)]),
-    # a row a few floats short of two full slices, not a multiple of 4: its window needs a 3-CTA cluster
+    # path) in tailed 4-CTA clusters, more rows than 2 x 33 resident clusters; in 8-CTA clusters without a tail
+    "odd_cluster_rows": lambda g, d: ([], [torch.randn(70, 196613, generator=g).to(d)]),
+    "odd_eight_cta_rows": lambda g, d: ([], [torch.randn(5, 262147, generator=g).to(d)]),
+    # a row a few floats short of two full slices, not a multiple of 4: its window needs 3-CTA clusters (a window
+    # takes a tail only where that halves the cluster)
     "window_past_a_full_slice": lambda g, d: ([], [torch.randn(5, 98303, generator=g).to(d)]),
+    # tails in one-CTA "clusters" with more rows than 2 x 132 resident ones, and in 16-CTA clusters (rows that
+    # were too long for 16 register slices)
+    "tail_one_cta_rows": lambda g, d: ([], [torch.randn(300, 50000, generator=g).to(d)]),
+    "tail_sixteen_cta_rows": lambda g, d: ([], [torch.randn(3, 786440, generator=g).to(d)]),
 }

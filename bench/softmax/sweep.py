@@ -22,6 +22,9 @@ ap.add_argument("--stagger-ab", action="store_true", help="A/B 6_regcluster's st
                 "copy_, eager and compile, and on short runs (15, 60, 240 rows), then exit")
 ap.add_argument("--cl-ab", action="store_true", help="A/B 6_regcluster's cluster size rule (smallest that holds the "
                 "row vs smallest power of two) where they differ, next to copy_ and compile, then exit")
+ap.add_argument("--tail-ab", action="store_true", help="A/B 6_regcluster at lengths just past a multiple of its "
+                "register slice: the cluster the slices alone need vs a smaller one with a tail in shared memory, "
+                "next to copy_ and compile, then exit")
 ap.add_argument("--mode-ab", action="store_true", help="A/B 6_regcluster's row load paths (direct loads, bulk "
                 "copies of aligned slices, bulk copies of the aligned window around any slice) next to copy_ and "
                 "compile, at lengths that are and are not multiples of 4, then exit")
@@ -54,6 +57,45 @@ if args.mode_ab:
         cell = lambda k: f"{g[k]:,.0f}" if k in g else "-"  # noqa: E731
         print(f"| {cols} | {rows} | {cell('copy_')} | {cell('compile')} | {cell('direct')} | {cell('bulk')} | "
               f"{cell('window')} | {100 * g['window'] / g['copy_']:.1f}% |", flush=True)
+        del x, y
+        torch.cuda.empty_cache()
+    sys.exit(0)
+
+if args.tail_ab:
+    k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)
+    k4 = harness.Kernel("softmax", "4_persistent")
+    print("| cols | rows | cl without / with tail | copy_ GB/s | compile GB/s | without tail GB/s | with tail GB/s | "
+          "with tail % of copy_ |\n|---|---|---|---|---|---|---|---|")
+    for cols in (98308, 196612, 98309, 196613, 393220, 50000, 786440, 393216):
+        rows = int(args.total_bytes // (cols * 4))
+        x = torch.rand(rows, cols, device="cuda")
+        y = torch.empty_like(x)
+        pad = 0 if cols % 4 == 0 else 4
+
+        def smallest(cap):
+            return next((c for c in (1, 2, 3, 4, 8, 16) if (-(-cols // c) + 3) // 4 * 4 + pad <= cap), 0)
+
+        old, new = smallest(49152), smallest(49152 + 4096)
+        if pad and old and old < 2 * new:  # the kernel's rule: a window takes the tail only where it halves the cluster
+            new = old
+        # without a tail: the cluster the registers alone need, or (no cluster holds the row) 4_persistent
+        plain = (lambda: k6.softmax_forward_cluster(x, y, old, True)) if old else (lambda: k4.softmax_forward(x, y))
+        pick = slice(0, rows, max(1, rows // 40))
+        ref = torch.softmax(x[pick].double(), 1)
+        for f in (plain, lambda: k6.softmax_forward_cluster(x, y, 0, True)):
+            y.zero_()
+            f()
+            e = harness.rel_error(y[pick], ref)
+            assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (cols, e)
+        torch._dynamo.reset()
+        compiled = torch.compile(Model(), dynamic=False)
+        fns = {"copy_": lambda: y.copy_(x), "compile": lambda: compiled(x), "plain": plain,
+               "tail": lambda: k6.softmax_forward_cluster(x, y, 0, True)}
+        with torch.no_grad():
+            t = harness.bench_interleaved(fns, min_reps=8, max_reps=20, budget_s=6)
+        g = {k: 2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9 for k, v in t.items()}
+        print(f"| {cols} | {rows} | {old or '4_persistent'} / {new} | {g['copy_']:,.0f} | {g['compile']:,.0f} | "
+              f"{g['plain']:,.0f} | {g['tail']:,.0f} | {100 * g['tail'] / g['copy_']:.1f}% |", flush=True)
         del x, y
         torch.cuda.empty_cache()
     sys.exit(0)

@@ -1,5 +1,6 @@
 // softmax / 6_regcluster -- the row lives in registers across a cluster; shared memory only prefetches the next row
 // (also for rows whose length is not a multiple of 4 floats: the aligned window around each slice, WINDOW below).
+// A slice may run up to 4096 floats past the registers: that tail stays in shared memory (TAILED below).
 // Requires: sm_90a (thread-block clusters, distributed shared memory and TMA)
 //
 // What changed from 4_persistent: 3_cluster and 4_persistent both stalled at ~4.0 ms (76% of copy) although their
@@ -12,9 +13,16 @@
 //   the row. Shared memory holds the *next* row: its TMA bulk load is issued as soon as this row has been copied
 //   into registers, so one full row of loads is in flight during the whole compute, barrier and store of the
 //   current row.
-// Ownership / launch: persistent clusters of CL CTAs (CL = ceil(N/49152) rounded up to one of 1, 2, 3, 4, 8, 16;
-//   see softmax_forward_cluster; 8 at N = 393216); CTA rank r owns columns
-//   [r*chunk, (r+1)*chunk) of each row its cluster takes; thread t owns float4s t + 512k (k < 24).
+// What changed since (TAILED): a row just past a multiple of 49152 floats (e.g. 196612 = 4 x 49152 + 4) used to
+//   take the next cluster size up with part-empty slices: 8 CTAs of 24577 floats, 74% of copy_ on an H200, since
+//   a half-full slice keeps half the bytes in flight per SM. Now a slice may be up to 4096 floats longer than the
+//   registers hold; the extra float4s (2 per thread) stay in shared memory in one of two tail buffers after the
+//   prefetch ring, filled by the same bulk copies a row ahead, so such rows keep the smaller cluster (4 CTAs at
+//   196612) with full slices. Rows of 786433..851968 columns, too long for 16 register slices, now fit too.
+// Ownership / launch: persistent clusters of CL CTAs, CL = the smallest of 1, 2, 3, 4, 8, 16 whose slices fit 49152
+//   floats, or a smaller one whose slices fit 49152 + 4096 (see run(); 8 at N = 393216, 4 at 196612); CTA rank r
+//   owns columns [r*chunk, (r+1)*chunk) of each row its cluster takes; thread t owns float4s t + 512k (k < 24)
+//   in registers and, TAILED, float4s 12288 + t + 512q (q < 2) of the slice in shared memory.
 //   G = cudaOccupancyMaxActiveClusters (1 CTA/SM: 128 regs x 512 threads).
 //   Row order: cluster c takes rows c and c+G, then each further row from an atomic ticket that rank 0
 //   draws two rows ahead and hands to its peers with the (m, s) exchange. The first version gave cluster c rows
@@ -43,8 +51,9 @@
 //   phase when cols % 4 != 0), copy the aligned window around each slice, up to 3 floats either side, inside the
 //   same 16-byte granules, hence inside the allocation, never past the tensor's last element; the edge float4s are
 //   masked in registers and stored lane by lane (WINDOW). Only other layouts (x and y rows in different phases) load
-//   straight into registers, with no prefetch (DIRECT). Rows longer than 16 x 49152 floats take a block-per-row
-//   online kernel (2 reads; ModelNew routes them elsewhere).
+//   straight into registers, with no prefetch (DIRECT; no tail, it is staged by the bulk copies). Rows longer than
+//   16 x (49152 + 4096) floats (16 x 49152 for DIRECT) take a block-per-row online kernel (2 reads; ModelNew routes
+//   them elsewhere). Shared memory: the ring (the slice, up to 192 KiB) + 4 floats of window, or, TAILED, 224 KiB.
 // Numerics: e = expf(x - m_cta), one scale per CTA (expf(m_cta - M) / S), partials merged in rank order with the
 //   -inf-safe online merge; NaN or +inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~1.5e-7.
 // Measured: H200, 4096x393216, `python run.py --problem softmax` (2026-11-22, GPU time, L2 flushed, interleaved;
@@ -70,6 +79,12 @@ constexpr int64_t SLICE = (int64_t)THREADS * V * 4;   // floats per CTA: 49152 (
 constexpr int NCHUNK = 4;                              // prefetch ring: 4 chunks of 6 float4s per thread
 constexpr int KPC = V / NCHUNK;                        // k-values (float4s per thread) per chunk
 static_assert(V % NCHUNK == 0, "chunks must split the per-thread registers evenly");
+// TAILED: a slice may run up to TAIL floats past the registers. Those stay in shared memory, in one of two buffers
+// after the ring (by row parity: the next row's tail lands while this row's is still being used), TQ float4s per
+// thread. Ring + 2 tails = 224 KiB, inside the 227 KiB a CTA may opt into.
+constexpr int TAIL = 4096;
+constexpr int TQ = TAIL / 4 / THREADS;
+static_assert(TQ * 4 * THREADS == TAIL, "the tail must split evenly over the threads");
 
 __device__ __forceinline__ int64_t globaltimer() {
   uint64_t ns;
@@ -77,20 +92,32 @@ __device__ __forceinline__ int64_t globaltimer() {
   return (int64_t)ns;
 }
 
-// Thread 0: chunk c of the slice (n floats, a multiple of 4) of the row at xr into smem, completing on bar. Chunk c
-// is float4s [c*KPC*THREADS, (c+1)*KPC*THREADS): exactly the registers k in [c*KPC, (c+1)*KPC) of every thread.
-__device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float* xr, int n, int c) {
+// Thread 0: float4s [b, e) of the slice at xr (clipped to its n floats, a multiple of 4) into dst (where float4 b
+// lands), completing on bar; an empty range still arrives, so the barrier's phase always completes.
+__device__ __forceinline__ void bulk_range(float* dst, uint64_t* bar, const float* xr, int n, int b, int e) {
   const int n4 = n >> 2;
-  const int b = min(n4, c * KPC * THREADS), e = min(n4, (c + 1) * KPC * THREADS);
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads of buf before async writes
+  b = min(n4, b);
+  e = min(n4, e);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads of dst before async writes
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(kp::smem_u32(bar)), "r"((uint32_t)((e - b) * 16))
                : "memory");
   if (e > b)
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            kp::smem_u32(buf + 4 * b)),
+            kp::smem_u32(dst)),
         "l"(xr + 4 * b), "r"((uint32_t)((e - b) * 16)), "r"(kp::smem_u32(bar))
         : "memory");
+}
+
+// Chunk c of the ring: float4s [c*KPC*THREADS, (c+1)*KPC*THREADS), exactly the registers k in [c*KPC, (c+1)*KPC)
+// of every thread.
+__device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float* xr, int n, int c) {
+  bulk_range(buf + 4 * c * KPC * THREADS, bar, xr, n, c * KPC * THREADS, (c + 1) * KPC * THREADS);
+}
+
+// The tail (TAILED): float4s [SLICE/4, SLICE/4 + TAIL/4) into tail buffer tb.
+__device__ __forceinline__ void prefetch_tail(float* tb, uint64_t* bar, const float* xr, int n) {
+  bulk_range(tb, bar, xr, n, (int)(SLICE / 4), (int)(SLICE / 4) + TAIL / 4);
 }
 
 // WINDOW mode: a slice whose start is not 16-byte aligned is read as the aligned window around it. shift = how many
@@ -128,7 +155,42 @@ __device__ __forceinline__ Window slice_window(const float* xr, int n, const flo
   return MODE == WINDOW ? window_of(xr, n, xend) : Window{xr, 0, n};
 }
 
-template <int CL, int MODE, bool TICKET, bool TRACE = false>
+// Float4 i of the current slice (window coordinates in WINDOW mode) from its staged copy at p: -inf outside the
+// slice (BULK: from n on; WINDOW: before lo and from hi on); window elements the bulk copy did not take (the
+// tensor's last row) from global memory.
+template <int MODE>
+__device__ __forceinline__ float4 take(const float4* p, int i, int n, const Window& cur, int lo, int hi) {
+  const float4 ninf = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+  if (MODE == BULK) return 4 * i < n ? *p : ninf;
+  float4 r = 4 * i < cur.copied ? *p : ninf;
+  if (4 * i < lo || 4 * i + 4 > min(hi, cur.copied))  // only edge float4s take the slow branch
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int e = 4 * i + q;
+      comp(r, q) = e < lo || e >= hi ? -INFINITY : e < cur.copied ? comp(r, q) : cur.w0[e];
+    }
+  return r;
+}
+
+// Float4 i of the output slice at yr: whole float4s inside it, lane by lane at a WINDOW edge.
+template <int MODE>
+__device__ __forceinline__ void put(float* yr, int i, float4 v, int n, int lo, int hi) {
+  if (MODE == WINDOW) {  // y's row is in x's phase (checked by the launcher): the same window, aligned float4s
+    float* yw = yr - lo;
+    const int e0 = 4 * i;
+    if (e0 >= lo && e0 + 4 <= hi) {
+      reinterpret_cast<float4*>(yw)[i] = v;
+    } else if (e0 < hi) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (e0 + q >= lo && e0 + q < hi) yw[e0 + q] = q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+    }
+  } else if (4 * i < n) {
+    reinterpret_cast<float4*>(yr)[i] = v;
+  }
+}
+
+template <int CL, int MODE, bool TICKET, bool TAILED, bool TRACE = false>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_regcluster(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
                        int64_t chunk, unsigned long long* __restrict__ ticket, int64_t stagger) {
@@ -137,6 +199,9 @@ __global__ void __launch_bounds__(THREADS, 1)
   __shared__ int64_t next2[2];  // the row two iterations ahead, written by rank 0 of the cluster into every peer
   __shared__ float scratch[64];
   __shared__ __align__(8) uint64_t bars[NCHUNK];
+  __shared__ __align__(8) uint64_t tbars[2];  // TAILED: tail buffer p filled
+  static_assert(!TAILED || MODE != DIRECT, "the tail is staged by the bulk copies");
+  float* tbuf = buf + SLICE;                   // TAILED: tail buffers p = 0, 1 at tbuf + p * TAIL
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = (int)cluster.block_rank();
@@ -150,6 +215,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (MODE != DIRECT) {
     if (t == 0) {
       for (int c = 0; c < NCHUNK; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[c])));
+      if (TAILED)
+        for (int p = 0; p < 2; ++p) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&tbars[p])));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
       // Cluster c starts c * stagger SM cycles late, so that the clusters do not read, compute and store in
       // lockstep for the first rows (see the header: the convoy at the start cost ~20 us per call).
@@ -161,6 +228,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float* xr0 = x + first * xs + c0;
         const Window w = slice_window<MODE>(xr0, n, xend);
         for (int c = 0; c < NCHUNK; ++c) prefetch(buf, &bars[c], w.w0, w.copied, c);
+        if (TAILED) prefetch_tail(tbuf, &tbars[0], w.w0, w.copied);
       }
     }
     __syncthreads();
@@ -190,24 +258,16 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int kk = 0; kk < KPC; ++kk) {
           const int k = c * KPC + kk, i = t + k * THREADS;
-          const float4 ninf = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-          if (MODE == BULK) {
-            r[k] = 4 * i < n ? b4[i] : ninf;
-          } else {  // window element e = slice element e - lo; only edge float4s take the slow branch
-            r[k] = 4 * i < cur.copied ? b4[i] : ninf;
-            if (4 * i < lo || 4 * i + 4 > min(hi, cur.copied))
-#pragma unroll
-              for (int q = 0; q < 4; ++q) {
-                const int e = 4 * i + q;
-                comp(r[k], q) = e < lo || e >= hi ? -INFINITY : e < cur.copied ? comp(r[k], q) : cur.w0[e];
-              }
-          }
+          r[k] = take<MODE>(b4 + i, i, n, cur, lo, hi);  // window element e = slice element e - lo
         }
         __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
         if (t == 0 && nrow < rows) {
           const float* xn = x + nrow * xs + c0;
           const Window w = slice_window<MODE>(xn, n, xend);
           prefetch(buf, &bars[c], w.w0, w.copied, c);
+          // The next row's tail goes to the other buffer, last read by the row before this one: every thread
+          // has passed that row's output (the barrier above).
+          if (TAILED && c == 0) prefetch_tail(tbuf + ((it + 1) & 1) * TAIL, &tbars[(it + 1) & 1], w.w0, w.copied);
         }
       }
     } else {
@@ -219,10 +279,22 @@ __global__ void __launch_bounds__(THREADS, 1)
           comp(r[k], c) = i < n ? xr[i] : -INFINITY;
         }
     }
-    // 2. CTA-local max, then e = exp(x - m) once per element, kept in registers.
+    // 2. CTA-local max, then e = exp(x - m) once per element, kept in registers (the tail: in its buffer, each
+    // thread rewriting only its own float4s).
     float m = -INFINITY;
 #pragma unroll
     for (int k = 0; k < V; ++k) m = fmaxf(m, fmaxf(fmaxf(r[k].x, r[k].y), fmaxf(r[k].z, r[k].w)));
+    float4* tb4 = reinterpret_cast<float4*>(tbuf + (it & 1) * TAIL) + t;  // this thread's tail float4s, q * THREADS apart
+    if (TAILED) {
+      kp::mbar_wait(&tbars[it & 1], (it >> 1) & 1);
+#pragma unroll
+      for (int q = 0; q < TQ; ++q) {
+        const int i = (int)(SLICE / 4) + t + q * THREADS;
+        const float4 v = take<MODE>(tb4 + q * THREADS, i, n, cur, lo, hi);
+        tb4[q * THREADS] = v;
+        m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+      }
+    }
     m = kp::block_max(m, scratch);
     const float ms = m == -INFINITY ? 0.f : m;  // an all -inf slice: e = 0 (and NaN stays NaN)
     float s = 0.f;
@@ -232,6 +304,14 @@ __global__ void __launch_bounds__(THREADS, 1)
       r[k].z = expf(r[k].z - ms); r[k].w = expf(r[k].w - ms);
       s += (r[k].x + r[k].y) + (r[k].z + r[k].w);
     }
+    if (TAILED)
+#pragma unroll
+      for (int q = 0; q < TQ; ++q) {
+        float4 v = tb4[q * THREADS];
+        v.x = expf(v.x - ms); v.y = expf(v.y - ms); v.z = expf(v.z - ms); v.w = expf(v.w - ms);
+        tb4[q * THREADS] = v;
+        s += (v.x + v.y) + (v.z + v.w);
+      }
     s = kp::block_sum(s, scratch);
     // 3. Exchange (m, s) across the cluster; one barrier per row.
     if (it == 0) kp::cluster_wait();  // every CTA of the cluster has started: peers' shared memory is writable
@@ -252,29 +332,20 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (!(S == S) || M == -INFINITY) f = NAN;  // NaN / +inf somewhere, or an all -inf row: a NaN row
     else f = m == -INFINITY ? 0.f : expf(m - M) / S;
     // 4. Out.
-    if (MODE == WINDOW) {  // y's row is in x's phase (checked by the launcher): the same window, aligned float4s
-      float* yw = yr - lo;
-      float4* y4 = reinterpret_cast<float4*>(yw);
+    if (MODE != DIRECT) {
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const int i = t + k * THREADS, e0 = 4 * i;
-        const float4 v = make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f);
-        if (e0 >= lo && e0 + 4 <= hi) {
-          y4[i] = v;
-        } else if (e0 < hi) {
+      for (int k = 0; k < V; ++k)
+        put<MODE>(yr, t + k * THREADS, make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f), n, lo, hi);
+      if (TAILED)
 #pragma unroll
-          for (int q = 0; q < 4; ++q)
-            if (e0 + q >= lo && e0 + q < hi) yw[e0 + q] = q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+        for (int q = 0; q < TQ; ++q) {
+          const float4 v = tb4[q * THREADS];
+          put<MODE>(yr, (int)(SLICE / 4) + t + q * THREADS, make_float4(v.x * f, v.y * f, v.z * f, v.w * f), n, lo,
+                    hi);
         }
-      }
-    } else if (MODE == BULK) {
-      float4* y4 = reinterpret_cast<float4*>(yr);
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const int i = t + k * THREADS;
-        if (4 * i < n) y4[i] = make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f);
-      }
-      if (TRACE && t == 0)
+      // This thread's generic writes of its tail float4s before the bulk copy that refills the buffer two rows on.
+      if (TAILED) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      if (MODE == BULK && TRACE && t == 0)
         ticket[1 + 16 * blockIdx.x + (it < 6 ? 1 + it : 7 + it % 6)] = (unsigned long long)globaltimer();
     } else {
 #pragma unroll
@@ -292,7 +363,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 }
 
-// Rows longer than 16 slices: one block per row, online (max, sum) then the output pass (2 reads).
+// Rows longer than 16 slices and tails: one block per row, online (max, sum) then the output pass (2 reads).
 __global__ void __launch_bounds__(1024) softmax_long(const float* __restrict__ x, float* __restrict__ y, int64_t cols,
                                                      int64_t xs) {
   __shared__ float scratch[64];
@@ -306,14 +377,15 @@ __global__ void __launch_bounds__(1024) softmax_long(const float* __restrict__ x
 }
 
 // stagger < 0: the rule below. TRACE: trace is an int64 CUDA tensor (checked by the caller) that also holds the ticket.
-template <int CL, int MODE, bool TRACE = false>
+template <int CL, int MODE, bool TAILED, bool TRACE = false>
 void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket, int64_t stagger,
             const at::TensorBase* trace = nullptr) {
-  auto kern = softmax_regcluster<CL, MODE, true, TRACE>;  // a trace needs the ticket (checked by the caller)
+  auto kern = softmax_regcluster<CL, MODE, true, TAILED, TRACE>;  // a trace needs the ticket (checked by the caller)
   if constexpr (!TRACE)
-    if (!ticket) kern = softmax_regcluster<CL, MODE, false>;
+    if (!ticket) kern = softmax_regcluster<CL, MODE, false, TAILED>;
   const int64_t rows = x.size(0), cols = x.size(1);
-  const size_t smem = MODE == BULK ? (size_t)chunk * 4 : MODE == WINDOW ? (size_t)(chunk + 4) * 4 : 0;
+  const size_t smem = TAILED ? (size_t)(SLICE + 2 * TAIL) * 4
+                      : MODE == BULK ? (size_t)chunk * 4 : MODE == WINDOW ? (size_t)(chunk + 4) * 4 : 0;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   if (CL > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   cudaLaunchConfig_t cfg = {};
@@ -356,25 +428,25 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
   C10_CUDA_CHECK(err);
 }
 
-template <int MODE>
+template <int MODE, bool TAILED>
 void launch_cl(int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket,
                int64_t stagger, const at::TensorBase* trace) {
   switch (cl) {
-    case 1: launch<1, MODE>(x, y, chunk, ticket, stagger); break;
-    case 2: launch<2, MODE>(x, y, chunk, ticket, stagger); break;
-    case 3: launch<3, MODE>(x, y, chunk, ticket, stagger); break;
-    case 4: launch<4, MODE>(x, y, chunk, ticket, stagger); break;
+    case 1: launch<1, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 2: launch<2, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 3: launch<3, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 4: launch<4, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
     case 8:
 #if KP_EXPERIMENTS
-      if constexpr (MODE == BULK)
+      if constexpr (MODE == BULK && !TAILED)
         if (trace) {
-          launch<8, BULK, true>(x, y, chunk, ticket, stagger, trace);
+          launch<8, BULK, false, true>(x, y, chunk, ticket, stagger, trace);
           break;
         }
 #endif
-      launch<8, MODE>(x, y, chunk, ticket, stagger);
+      launch<8, MODE, TAILED>(x, y, chunk, ticket, stagger);
       break;
-    default: launch<16, MODE>(x, y, chunk, ticket, stagger); break;
+    default: launch<16, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
   }
 }
 
@@ -391,42 +463,57 @@ void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool tick
   const int64_t rows = x.size(0), cols = x.size(1);
   if (rows == 0 || cols == 0) return;
   c10::cuda::CUDAGuard guard(x.device());
-  if (cols > 16 * SLICE) {
-    TORCH_CHECK(!trace, "trace: the ticketed 8-CTA TMA path only");
-    TORCH_CHECK(rows <= 2147483647LL, "too many rows for a 1-D grid: ", kp::num(rows));
-    softmax_long<<<(unsigned)rows, 1024, 0, kp::stream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), cols,
-                                                            x.stride(0));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return;
-  }
   const uintptr_t xa = reinterpret_cast<uintptr_t>(x.data_ptr()), ya = reinterpret_cast<uintptr_t>(y.data_ptr());
   const bool bulk = xa % 16 == 0 && ya % 16 == 0 && x.stride(0) % 4 == 0 && cols % 4 == 0;
   // WINDOW: every row of y starts in the same phase (mod 16 bytes) as its row of x, so one aligned window serves
-  // both; its 4 extra floats must fit the slice's registers.
+  // both; its 4 extra floats must fit the slice's registers (and tail).
   const bool phase = (ya - xa) % 16 == 0 && (x.stride(0) - cols) % 4 == 0;
+  if (mode < 0) mode = bulk ? BULK : phase ? WINDOW : DIRECT;
+  TORCH_CHECK(mode != BULK || bulk, "the bulk-copy path needs 16-byte aligned rows");
+  TORCH_CHECK(mode != WINDOW || phase, "the window path needs x and y rows in the same phase");
   auto chunk_of = [&](int64_t c) { return ((cols + c - 1) / c + 3) / 4 * 4; };
+  const int64_t pad = mode == WINDOW ? 4 : 0;  // the window's extra floats
+  // The smallest cluster whose slices (plus the window's pad) fit cap floats per CTA, or 0. 5..7 CTAs round up
+  // to 8 and 9..15 to 16: 6 instead of 8 won 3.6% at 196612 columns but lost 8% at 262144 (how 6-CTA clusters pack
+  // into the GPCs), and 5 and 7 spill 24-32 bytes (a spill costs ~3.5% here).
+  auto smallest = [&](int64_t cap) -> int64_t {
+    for (int64_t c : {1, 2, 3, 4, 8, 16})
+      if (chunk_of(c) + pad <= cap) return c;
+    return 0;
+  };
   if (cl <= 0) {
-    // The smallest cluster that holds the row, except that 5..7 round up to 8 and 9..15 to 16. Fuller slices mean
-    // less padding computed per byte moved and more clusters: 3 instead of 4 moved 2-10% more (`bench/softmax/sweep.py
-    // --cl-ab`: 98308, 131072, 147456 columns). 6 instead of 8 won 3.6% at 196612 columns but lost 8% at
-    // 262144 (how 6-CTA clusters pack into the GPCs), and 5 and 7 spill 24-32 bytes (a spill costs ~3.5% here).
-    cl = (cols + SLICE - 1) / SLICE;
-    cl = cl > 8 ? 16 : cl > 4 ? 8 : cl;
-    // A window one float4 wider than a full slice: the next cluster size (the window beats direct loads by far).
-    if (!bulk && phase && chunk_of(cl) + 4 > SLICE && cl < 16) cl = cl == 4 ? 8 : cl == 8 ? 16 : cl + 1;
+    // Fuller slices mean less padding computed per byte moved and more clusters: 3 instead of 4 moved 2-10% more
+    // (`bench/softmax/sweep.py --cl-ab`: 98308, 131072, 147456 columns). A row just past a multiple of the
+    // registers' SLICE (e.g. 196612 = 4 x 49152 + 4) keeps the smaller cluster and a tail in shared memory rather
+    // than part-empty slices in the next size up (`--tail-ab`, H200, GB/s: 196612 3,168 -> 3,913, 98308 3,638 ->
+    // 3,889, 393220 2,726 -> 3,821). A window takes the tail only where it halves the cluster: 196613 2,480 ->
+    // 2,956 (8 -> 4 CTAs), but 98309 3,207 -> 3,052 (3 -> 2).
+    cl = smallest(SLICE);
+    if (mode != DIRECT) {
+      const int64_t ct = smallest(SLICE + TAIL);
+      if (ct && (!cl || (mode == BULK ? ct < cl : cl >= 2 * ct))) cl = ct;
+    }
+    if (!cl) {  // longer than 16 slices (and tails): one block per row, two reads
+      TORCH_CHECK(!trace, "trace: the ticketed 8-CTA TMA path only");
+      TORCH_CHECK(rows <= 2147483647LL, "too many rows for a 1-D grid: ", kp::num(rows));
+      softmax_long<<<(unsigned)rows, 1024, 0, kp::stream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), cols,
+                                                              x.stride(0));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
   }
   TORCH_CHECK(cl == 1 || cl == 2 || cl == 3 || cl == 4 || cl == 8 || cl == 16,
               "cluster size must be 1, 2, 3, 4, 8 or 16");
   const int64_t chunk = chunk_of(cl);
-  TORCH_CHECK(chunk <= SLICE, "a cluster of ", kp::num(cl), " CTAs is too small for rows of ", kp::num(cols));
-  const bool window = phase && chunk + 4 <= SLICE;
-  if (mode < 0) mode = bulk ? BULK : window ? WINDOW : DIRECT;
-  TORCH_CHECK(mode != BULK || bulk, "the bulk-copy path needs 16-byte aligned rows");
-  TORCH_CHECK(mode != WINDOW || window, "the window path needs x and y rows in the same phase");
-  TORCH_CHECK(!trace || (cl == 8 && mode == BULK && ticket), "trace: the ticketed 8-CTA TMA path only");
-  if (mode == BULK) launch_cl<BULK>(cl, x, y, chunk, ticket, stagger, trace);
-  else if (mode == WINDOW) launch_cl<WINDOW>(cl, x, y, chunk, ticket, stagger, trace);
-  else launch_cl<DIRECT>(cl, x, y, chunk, ticket, stagger, trace);
+  const bool tailed = chunk + pad > SLICE;
+  TORCH_CHECK(chunk + pad <= SLICE + (mode == DIRECT ? 0 : TAIL), "a cluster of ", kp::num(cl),
+              " CTAs is too small for rows of ", kp::num(cols));
+  TORCH_CHECK(!trace || (cl == 8 && mode == BULK && ticket && !tailed), "trace: the ticketed 8-CTA TMA path only");
+  if (mode == BULK && tailed) launch_cl<BULK, true>(cl, x, y, chunk, ticket, stagger, trace);
+  else if (mode == BULK) launch_cl<BULK, false>(cl, x, y, chunk, ticket, stagger, trace);
+  else if (mode == WINDOW && tailed) launch_cl<WINDOW, true>(cl, x, y, chunk, ticket, stagger, trace);
+  else if (mode == WINDOW) launch_cl<WINDOW, false>(cl, x, y, chunk, ticket, stagger, trace);
+  else launch_cl<DIRECT, false>(cl, x, y, chunk, ticket, stagger, trace);
 }
 
 }  // namespace

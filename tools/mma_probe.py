@@ -1,8 +1,9 @@
 """The fp16 tensor-core rate this GPU sustains (tools/probes/mma.cu: wgmma from shared memory, nothing else), side by
 side with cuBLAS's fp16 GEMM and the split GEMM kernel at the Linear problems' shape (1024 x 8192 x 8192), with the
-SM clock and board power sampled by nvidia-smi while each one runs on its own for a while. Every row is scaled to
-the fp16 work of one fp32-accurate product of that shape (three fp16 products), so its ms column is directly the
-floor that row sets for the split-precision GEMM. GPU time, L2 flushed, interleaved (harness.bench_interleaved).
+SM clock and board power sampled by nvidia-smi while each one runs back to back for a while. Every row is scaled to
+the fp16 work of one fp32-accurate product of that shape (three fp16 products), so its ms columns are directly the
+floor that row sets for the split-precision GEMM: once as the judge times (GPU time, L2 flushed, a pause before each
+call, interleaved: harness.bench_interleaved) and once sustained, at the power-limited clock sampled in those calls.
 Usage: python -m tools.mma_probe [--seconds S]"""
 import argparse
 import statistics
@@ -18,24 +19,35 @@ FMA3 = 3 * M * N * K  # fp16 multiply-adds of one fp32-accurate product (x_hi W_
 QUERY = "clocks.sm,power.draw,clocks_event_reasons.active"
 
 
-def sample_while(fn, seconds):
-    """Run fn back to back for `seconds` while nvidia-smi samples every 50 ms; medians of the SM clock (MHz) and
-    board power (W) over the samples taken in the second half, and the set of clock-event reasons seen."""
+def sustained(fn, seconds):
+    """Run fn back to back for `seconds` while nvidia-smi samples every 50 ms. Over the second half (the clock has
+    settled under the power limit): ms per call from CUDA events around those calls, and the medians of the sampled
+    SM clock (MHz) and board power (W), with the set of clock-event reasons seen. The clock and the time come from
+    the same calls, so % of the pipe at that clock is consistent (the interleaved timing, with an L2 flush and a
+    pause before each call, runs at a higher clock than a sustained load does)."""
     try:
         p = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-i", "0",
                               "-lms", "50"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     except FileNotFoundError:
         p = None
     t0 = time.time()
-    half = None
+    start = stop = None
+    calls = 0
     while time.time() - t0 < seconds:
-        for _ in range(20):
+        if start is None and time.time() - t0 > seconds / 2:
+            torch.cuda.synchronize()
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        for _ in range(10):
             fn()
+        if start is not None:
+            calls += 10
         torch.cuda.synchronize()
-        if half is None and time.time() - t0 > seconds / 2:
-            half = time.time()
+    stop.record()
+    torch.cuda.synchronize()
+    ms = start.elapsed_time(stop) / calls
     if p is None:
-        return None, None, ""
+        return ms, None, None, ""
     p.terminate()
     out = p.communicate()[0].strip().splitlines()
     rows = [[v.strip() for v in line.split(",")] for line in out if line.count(",") == 2]
@@ -43,7 +55,7 @@ def sample_while(fn, seconds):
     clk = [float(r[0]) for r in rows if r[0].replace(".", "").isdigit()]
     pw = [float(r[1]) for r in rows if r[1].replace(".", "").isdigit()]
     reasons = sorted({r[2] for r in rows})
-    return (statistics.median(clk) if clk else None, statistics.median(pw) if pw else None, " ".join(reasons))
+    return (ms, statistics.median(clk) if clk else None, statistics.median(pw) if pw else None, " ".join(reasons))
 
 
 def main():
@@ -97,16 +109,17 @@ def main():
     lim = subprocess.run(["nvidia-smi", "--query-gpu=name,power.limit,clocks.max.sm", "--format=csv,noheader", "-i",
                           "0"], capture_output=True, text=True).stdout.strip()
     print(f"device: {lim}; {nsm} SMs; dense fp16 = 2048 FMA per clock per SM (989 TFLOP/s at 1.83 GHz)")
-    print("| row | ms for 3 products' FMAs | IQR ms | TFLOP/s | SM MHz | board W | % of the pipe at that clock | "
-          "clock-event reasons |\n|---|---|---|---|---|---|---|---|")
+    print("| row | ms for 3 products' FMAs (interleaved) | IQR ms | sustained ms | TFLOP/s sustained | SM MHz | board W | "
+          "% of the pipe at that clock | clock-event reasons |\n|---|---|---|---|---|---|---|---|---|")
     for name, tv in t.items():
-        ms = tv.median_ms * FMA3 / fma[name]
-        iqr = (tv.q3_ms - tv.q1_ms) * FMA3 / fma[name]
-        rate = 2 * FMA3 / (ms * 1e-3) / 1e12
-        clk, pw, why = sample_while(rows[name], args.seconds)
-        pipe = f"{100 * FMA3 / (ms * 1e-3) / (nsm * 2048 * clk * 1e6):.1f}%" if clk else "-"
-        print(f"| {name} | {ms:.4f} | {iqr:.4f} | {rate:,.0f} | {clk or '-'} | {pw or '-'} | {pipe} | {why} |",
-              flush=True)
+        scale = FMA3 / fma[name]
+        ms, iqr = tv.median_ms * scale, (tv.q3_ms - tv.q1_ms) * scale
+        sms, clk, pw, why = sustained(rows[name], args.seconds)
+        sms *= scale
+        rate = 2 * FMA3 / (sms * 1e-3) / 1e12
+        pipe = f"{100 * FMA3 / (sms * 1e-3) / (nsm * 2048 * clk * 1e6):.1f}%" if clk else "-"
+        print(f"| {name} | {ms:.4f} | {iqr:.4f} | {sms:.4f} | {rate:,.0f} | {clk or '-'} | "
+              f"{f'{pw:.0f}' if pw else '-'} | {pipe} | {why} |", flush=True)
 
 
 if __name__ == "__main__":

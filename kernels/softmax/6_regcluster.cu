@@ -62,6 +62,8 @@
 //   numbers: docs/softmax.md, "6_regcluster: what was tried". WINDOW (H200, 2026-11-23, `bench/softmax/sweep.py
 //   --mode-ab`, ~6.4 GB per shape, copy_ interleaved): 131073 columns 3,784 GB/s (88.2% of copy_) against 2,742 for
 //   the direct loads it replaced, 262147: 3,155 vs 2,288; at 131072 it is 3.5% behind BULK (3,830 vs 3,969).
+//   TAILED (H200, 2026-11-23, `--tail-ab`): 196612 columns 3,913 GB/s (92.0% of copy_) in 4-CTA clusters against
+//   3,168 in half-full 8-CTA ones; 393220: 3,821 vs 2,726; 786440: 2,993 vs 4_persistent's 2,614.
 #include <cooperative_groups.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>

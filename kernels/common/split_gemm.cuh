@@ -29,7 +29,9 @@
 //   W (2 x 128 MiB of fp16) is read from DRAM about once while x's split (32 MiB) stays in L2.
 // Bytes: per CTA k-block 64 KiB of shared-memory fills for 3 x 128x128x64 FMAs (48 FMA/B); at the 1024x8192x8192
 //   bench shape 8 x 64 tiles x 128 k-blocks x 64 KiB = 4.3 GB of L2->SM traffic, DRAM ~0.3 GB.
-// Bound: tensor-core (3 fp16 GEMMs = 412 GFLOP) and L2 bandwidth (at 1 ms: 4.3 TB/s).
+// Bound: tensor-core (3 fp16 GEMMs = 412 GFLOP) and L2 bandwidth (at 1 ms: 4.3 TB/s), under the board's power
+//   limit: a kernel doing nothing but wgmma needs 0.4455 ms for these FMAs as the judge times it (0.503 sustained),
+//   cuBLAS's fp16 GEMM 0.534 (tools/mma_probe.py; docs/linear_problems.md, "The tensor-core ceiling").
 // Fallback: rows of x or of W that hold a NaN/Inf, or whose max is below 2^-100 (the scale would overflow), are
 //   flagged by the split; split_gemm_fallback recomputes every output in a flagged row/column as a float64 dot
 //   product of the original fp32 values (IEEE NaN/Inf propagation as in the reference), after the GEMM. When nothing

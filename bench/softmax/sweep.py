@@ -30,35 +30,46 @@ ap.add_argument("--mode-ab", action="store_true", help="A/B 6_regcluster's row l
                 "compile, at lengths that are and are not multiples of 4, then exit")
 args = ap.parse_args()
 
+
+def ab_at(cols, paths_of, budget_s=6):
+    """One A/B shape (~total_bytes of input, `cols` columns): paths_of(x, y) -> {name: f()}, each f writing
+    softmax(x) into y; each path is checked against float64 on ~40 rows, then all are timed next to copy_ and
+    torch.compile of the same x (interleaved, L2 flushed). Returns (rows, {name: GB/s}), one read + one write."""
+    rows = int(args.total_bytes // (cols * 4))
+    x = torch.rand(rows, cols, device="cuda")
+    y = torch.empty_like(x)
+    paths = paths_of(x, y)
+    pick = slice(0, rows, max(1, rows // 40))
+    ref = torch.softmax(x[pick].double(), 1)
+    for name, f in paths.items():
+        y.zero_()
+        f()
+        e = harness.rel_error(y[pick], ref)
+        assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (cols, name, e)
+    torch._dynamo.reset()
+    compiled = torch.compile(Model(), dynamic=False)
+    with torch.no_grad():
+        t = harness.bench_interleaved({"copy_": lambda x=x, y=y: y.copy_(x), "compile": lambda x=x: compiled(x),
+                                       **paths},
+                                      min_reps=8, max_reps=20, budget_s=budget_s)
+    gbs = {k: 2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9 for k, v in t.items()}
+    del x, y, ref, paths, compiled
+    torch.cuda.empty_cache()
+    return rows, gbs
+
+
 if args.mode_ab:
     k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)
     names = {0: "direct", 1: "bulk", 2: "window"}
     print("| cols | rows | copy_ GB/s | compile GB/s | direct GB/s | bulk GB/s | window GB/s | window % of copy_ |\n"
           "|---|---|---|---|---|---|---|---|")
     for cols in (131073, 262147, 98309, 196613, 393219, 131072, 393216):
-        rows = int(args.total_bytes // (cols * 4))
-        x = torch.rand(rows, cols, device="cuda")
-        y = torch.empty_like(x)
-        pick = slice(0, rows, max(1, rows // 40))
-        ref = torch.softmax(x[pick].double(), 1)
         modes = [0, 2] + ([1] if cols % 4 == 0 else [])
-        for md in modes:
-            y.zero_()
-            k6.softmax_forward_mode(x, y, md)
-            e = harness.rel_error(y[pick], ref)
-            assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (cols, md, e)
-        torch._dynamo.reset()
-        compiled = torch.compile(Model(), dynamic=False)
-        fns = {"copy_": lambda: y.copy_(x), "compile": lambda: compiled(x)}
-        fns.update({names[md]: (lambda md=md: k6.softmax_forward_mode(x, y, md)) for md in modes})
-        with torch.no_grad():
-            t = harness.bench_interleaved(fns, min_reps=8, max_reps=20, budget_s=6)
-        g = {k: 2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9 for k, v in t.items()}
+        rows, g = ab_at(cols, lambda x, y: {names[md]: (lambda md=md: k6.softmax_forward_mode(x, y, md))
+                                            for md in modes})
         cell = lambda k: f"{g[k]:,.0f}" if k in g else "-"  # noqa: E731
         print(f"| {cols} | {rows} | {cell('copy_')} | {cell('compile')} | {cell('direct')} | {cell('bulk')} | "
               f"{cell('window')} | {100 * g['window'] / g['copy_']:.1f}% |", flush=True)
-        del x, y
-        torch.cuda.empty_cache()
     sys.exit(0)
 
 if args.tail_ab:
@@ -67,9 +78,6 @@ if args.tail_ab:
     print("| cols | rows | cl without / with tail | copy_ GB/s | compile GB/s | without tail GB/s | with tail GB/s | "
           "with tail % of copy_ |\n|---|---|---|---|---|---|---|---|")
     for cols in (98308, 196612, 98309, 196613, 393220, 50000, 786440, 393216):
-        rows = int(args.total_bytes // (cols * 4))
-        x = torch.rand(rows, cols, device="cuda")
-        y = torch.empty_like(x)
         pad = 0 if cols % 4 == 0 else 4
 
         def smallest(cap):
@@ -78,26 +86,15 @@ if args.tail_ab:
         old, new = smallest(49152), smallest(49152 + 4096)
         if pad and old and old < 2 * new:  # the kernel's rule: a window takes the tail only where it halves the cluster
             new = old
-        # without a tail: the cluster the registers alone need, or (no cluster holds the row) 4_persistent
-        plain = (lambda: k6.softmax_forward_cluster(x, y, old, True)) if old else (lambda: k4.softmax_forward(x, y))
-        pick = slice(0, rows, max(1, rows // 40))
-        ref = torch.softmax(x[pick].double(), 1)
-        for f in (plain, lambda: k6.softmax_forward_cluster(x, y, 0, True)):
-            y.zero_()
-            f()
-            e = harness.rel_error(y[pick], ref)
-            assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (cols, e)
-        torch._dynamo.reset()
-        compiled = torch.compile(Model(), dynamic=False)
-        fns = {"copy_": lambda: y.copy_(x), "compile": lambda: compiled(x), "plain": plain,
-               "tail": lambda: k6.softmax_forward_cluster(x, y, 0, True)}
-        with torch.no_grad():
-            t = harness.bench_interleaved(fns, min_reps=8, max_reps=20, budget_s=6)
-        g = {k: 2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9 for k, v in t.items()}
+
+        def paths(x, y):
+            # without a tail: the cluster the registers alone need, or (no cluster holds the row) 4_persistent
+            plain = (lambda: k6.softmax_forward_cluster(x, y, old, True)) if old else (lambda: k4.softmax_forward(x, y))
+            return {"plain": plain, "tail": lambda: k6.softmax_forward_cluster(x, y, 0, True)}
+
+        rows, g = ab_at(cols, paths)
         print(f"| {cols} | {rows} | {old or '4_persistent'} / {new} | {g['copy_']:,.0f} | {g['compile']:,.0f} | "
               f"{g['plain']:,.0f} | {g['tail']:,.0f} | {100 * g['tail'] / g['copy_']:.1f}% |", flush=True)
-        del x, y
-        torch.cuda.empty_cache()
     sys.exit(0)
 
 if args.cl_ab:
@@ -105,31 +102,13 @@ if args.cl_ab:
     print("| cols | rows | cl pow2 | copy_ GB/s | compile GB/s | pow2 GB/s | rule (cl=0) GB/s | rule / pow2 |\n"
           "|---|---|---|---|---|---|---|---|")
     for cols in (98308, 131072, 147456):  # where the rule (3) and the power of two (4) differ
-        rows = int(args.total_bytes // (cols * 4))
-        x = torch.rand(rows, cols, device="cuda")
-        y = torch.empty_like(x)
         p2 = 1
         while -(-cols // p2) > 49152:
             p2 *= 2
-        pick = slice(0, rows, max(1, rows // 40))
-        ref = torch.softmax(x[pick].double(), 1)
-        for cl in (p2, 0):  # 0: the kernel's own rule (3 at these widths)
-            y.zero_()
-            k6.softmax_forward_cluster(x, y, cl, True)
-            e = harness.rel_error(y[pick], ref)
-            assert e.rel_l2 < 1e-6 and e.worst_row < 1e-6, (cols, cl, e)
-        torch._dynamo.reset()
-        compiled = torch.compile(Model(), dynamic=False)
-        fns = {"copy_": lambda: y.copy_(x), "compile": lambda: compiled(x),
-               "pow2": lambda: k6.softmax_forward_cluster(x, y, p2, True),
-               "rule": lambda: k6.softmax_forward_cluster(x, y, 0, True)}
-        with torch.no_grad():
-            t = harness.bench_interleaved(fns, min_reps=8, max_reps=20, budget_s=8)
-        g = {k: 2 * x.numel() * 4 / (v.median_ms * 1e-3) / 1e9 for k, v in t.items()}
+        rows, g = ab_at(cols, lambda x, y: {"pow2": lambda: k6.softmax_forward_cluster(x, y, p2, True),
+                                            "rule": lambda: k6.softmax_forward_cluster(x, y, 0, True)}, budget_s=8)
         print(f"| {cols} | {rows} | {p2} | {g['copy_']:,.0f} | {g['compile']:,.0f} | {g['pow2']:,.0f} | "
               f"{g['rule']:,.0f} | {g['rule'] / g['pow2']:.3f} |", flush=True)
-        del x, y
-        torch.cuda.empty_cache()
     sys.exit(0)
 
 

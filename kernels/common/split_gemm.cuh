@@ -40,7 +40,11 @@
 //   0.570 ms for 3 products (723 TFLOP/s of fp16 work; cuBLAS HGEMM ~800 at 8192^3), 1 product 0.292 ms; the x
 //   split 24 us; split3 end to end 0.593 ms at relL2 2.4e-7 vs cuBLAS SGEMM 2.696 ms at 1.6e-6, DGEMM 2.243 ms.
 // Not done (would help): a fused epilogue (bias/GELU or BN partials straight from the registers: saves one 32 MiB
-//   read, ~10 us), TMA multicast across a 2-CTA cluster (halves W's L2 traffic), a persistent tile scheduler.
+//   read, ~10 us), TMA multicast across a 2-CTA cluster (halves W's L2 traffic), a persistent tile scheduler, and
+//   two accumulator sets per consumer (wait_group 1: promote k-block kb while kb+1's wgmmas run; needs setmaxnreg to
+//   give the consumers ~230 registers). The probe's wait_group-0 promotion after every 4 wgmmas costs 50% over
+//   pipelined issue (0.666 vs 0.4455 ms, tools/mma_probe.py); here it follows 12 wgmmas and the second consumer
+//   warpgroup fills part of the gap, so the gain is smaller and unmeasured.
 #pragma once
 #include <cuda.h>
 #include <cuda_fp16.h>

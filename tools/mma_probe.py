@@ -65,7 +65,7 @@ def main():
     torch.manual_seed(0)
     probe = harness.build_path(harness.PROBES / "mma.cu").ops
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    v = torch.rand(96 * 1024, device="cuda") * 2 ** 15  # the split's hi parts lie in [2^14, 2^15) of a row's max
+    v = torch.rand(96 * 1024, device="cuda") * 2 ** 15  # fp16 values up to 2^15, as the split's scaled rows
     hi = v.half()
     lo = (v - hi.float()).half()
     src = torch.cat([hi[: 48 * 1024], lo[: 48 * 1024]]).contiguous()
@@ -113,7 +113,7 @@ def main():
           "% of the pipe at that clock | clock-event reasons |\n|---|---|---|---|---|---|---|---|---|")
     for name, tv in t.items():
         scale = FMA3 / fma[name]
-        ms, iqr = tv.median_ms * scale, (tv.q3_ms - tv.q1_ms) * scale
+        ms, iqr = tv.median_ms * scale, tv.iqr_ms * scale
         sms, clk, pw, why = sustained(rows[name], args.seconds)
         sms *= scale
         rate = 2 * FMA3 / (sms * 1e-3) / 1e12

@@ -29,8 +29,8 @@
 //   W (2 x 128 MiB of fp16) is read from DRAM about once while x's split (32 MiB) stays in L2.
 // Bytes: per CTA k-block 64 KiB of shared-memory fills for 3 x 128x128x64 FMAs (48 FMA/B); at the 1024x8192x8192
 //   bench shape 8 x 64 tiles x 128 k-blocks x 64 KiB = 4.3 GB of L2->SM traffic, DRAM ~0.3 GB.
-// Bound: tensor-core (3 fp16 GEMMs = 412 GFLOP) and L2 bandwidth (at 1 ms: 4.3 TB/s), under the board's power
-//   limit: a kernel doing nothing but wgmma needs 0.4455 ms for these FMAs as the judge times it (0.503 sustained),
+// Bound: tensor-core (3 fp16 GEMMs = 412 GFLOP) under the board's power limit (L2 traffic, 7.7 TB/s at 0.56 ms, is
+//   not the bound: halving W's share by multicast changed nothing, see "Tried"): a kernel doing nothing but wgmma needs 0.4455 ms for these FMAs as the judge times it (0.503 sustained),
 //   cuBLAS's fp16 GEMM 0.534 (tools/mma_probe.py; docs/linear_problems.md, "The tensor-core ceiling").
 // Fallback: rows of x or of W that hold a NaN/Inf, or whose max is below 2^-100 (the scale would overflow), are
 //   flagged by the split; split_gemm_fallback recomputes every output in a flagged row/column as a float64 dot
@@ -39,12 +39,17 @@
 // Measured: H200, 1024x8192x8192 (bench/matmul_gelu_softmax/split_gemm_check.py, 2026-11-22, L2 flushed, interleaved): this kernel
 //   0.570 ms for 3 products (723 TFLOP/s of fp16 work; cuBLAS HGEMM ~800 at 8192^3), 1 product 0.292 ms; the x
 //   split 24 us; split3 end to end 0.593 ms at relL2 2.4e-7 vs cuBLAS SGEMM 2.696 ms at 1.6e-6, DGEMM 2.243 ms.
-// Not done (would help): a fused epilogue (bias/GELU or BN partials straight from the registers: saves one 32 MiB
-//   read, ~10 us), TMA multicast across a 2-CTA cluster (halves W's L2 traffic), a persistent tile scheduler, and
-//   two accumulator sets per consumer (wait_group 1: promote k-block kb while kb+1's wgmmas run; needs setmaxnreg to
-//   give the consumers ~230 registers). The probe's wait_group-0 promotion after every 4 wgmmas costs 50% over
-//   pipelined issue (0.666 vs 0.4455 ms, tools/mma_probe.py); here it follows 12 wgmmas and the second consumer
-//   warpgroup fills part of the gap, so the gain is smaller and unmeasured.
+// Tried, measured no faster (KP_EXPERIMENTS builds keep both; bench/matmul_gelu_softmax/split_gemm_check.py --configs
+//   checks each bit for bit against the shipped kernel and times them side by side; H200, 2026-11-23, 1024x8192x8192):
+//   TMA multicast in clusters of CM CTAs along m sharing W's tile (x CN along n sharing x's): 1x1 0.5588 / 0.5672 ms
+//   (two runs), 2x1 0.5568 / 0.5645, 4x1, 8x1 and 2x2 0.659-0.663 (512 tiles on the SMs such clusters leave usable
+//   take 5 waves instead of 4). Two accumulator sets per consumer (wait_group 1, promotion of k-block kb while kb+1's
+//   wgmmas run; setmaxnreg gives the consumers 232 registers, the producer 40): 0.5676 vs 0.5672, and 0.5754 with 2x1.
+//   So neither L2 traffic nor the wait before each promotion is what holds this kernel at ~1.25x the wgmma-only floor;
+//   the clock accounts for most of it (tools/mma_probe.py, sustained: 1,462 MHz here at the 700 W cap, 1,725 for
+//   wgmma alone).
+// Not done: a fused epilogue (bias/GELU or BN partials straight from the registers: saves one 32 MiB read, ~10 us), a
+//   persistent tile scheduler.
 #pragma once
 #include <cuda.h>
 #include <cuda_fp16.h>
@@ -103,6 +108,31 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// The same load delivered to every CTA of the cluster in `mask` (bit r = cluster rank r): the data lands at the same
+// shared-memory offset in each, and each one's mbarrier at the offset of `bar` gets the complete_tx.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int32_t c0, int32_t c1,
+                                                      uint32_t bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+// Arrive on the mbarrier at the shared-memory offset `bar` of cluster rank `rank` (this CTA's own included). The
+// default .release.cta semantics: what it orders is this warp's completed wgmma reads of its own shared memory.
+// (.release.cluster made every arrival a cluster-scope fence: one lane arriving on CM + CN - 1 barriers in a row
+// cost ~1.4x per CTA of the cluster.)
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
 // wgmma shared-memory descriptor of a K-major tile written by TMA with 128-byte swizzle: rows of 128 bytes, 8-row
 // core-matrix groups 1024 bytes apart (stride byte offset), swizzle mode 1 (128B). Advancing along K inside the
 // 128-byte row is a plain +32 bytes per k16 step (the hardware applies the swizzle to the computed address).
@@ -112,7 +142,16 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Accumulator registers pass through an empty asm: the compiler may not move their reads or writes across it, so
+// none lands between a wgmma's issue and the wait that completes it.
+__device__ __forceinline__ void fence_acc(float (&a)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(a[i])::"memory");
+}
 
 #define KP_WGMMA_M64N128K16_F16(d, da, db, scale_d) \
   asm volatile( \
@@ -133,7 +172,7 @@ __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.s
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
       : "l"(da), "l"(db), "r"(static_cast<uint32_t>(scale_d)))
 
-template <int NPROD>
+template <int NPROD, int CM, int CN, bool DB>
 __global__ void __launch_bounds__(THREADS, 1)
     split_gemm_kernel(const __grid_constant__ CUtensorMap ta_hi, const __grid_constant__ CUtensorMap ta_lo,
                       const __grid_constant__ CUtensorMap tb_hi, const __grid_constant__ CUtensorMap tb_lo,
@@ -153,67 +192,134 @@ __global__ void __launch_bounds__(THREADS, 1)
   auto a_lo = [&](int s) { return ring + s * C::STAGE_BYTES + TILE_BYTES_A + TILE_BYTES_B; };
   auto b_lo = [&](int s) { return ring + s * C::STAGE_BYTES + 2 * TILE_BYTES_A + TILE_BYTES_B; };
 
+  // Cluster of CM x CN tiles (CM m-blocks that share a W tile, CN n-blocks that share an x tile; the grid is launched
+  // as 1-D clusters of CM * CN CTAs, rank = cm + CM cn). Each CTA loads 1/CN of its A tile and 1/CM of its B tile
+  // and multicasts them to the CTAs that share them, so L2 serves each tile once per cluster.
+  constexpr int CL = CM * CN;
+  uint32_t rank = 0;
+  if (CL > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  const int cm = rank % CM, cn = rank / CM;
   const int mblocks = (M + BM - 1) / BM;
-  const int m0 = (blockIdx.x % mblocks) * BM, n0 = (blockIdx.x / mblocks) * BN;
+  const int q = blockIdx.x / CL, mclusters = mblocks / CM;  // the host launches only when CM divides mblocks
+  const int m0 = ((q % mclusters) * CM + cm) * BM, n0 = ((q / mclusters) * CN + cn) * BN;
   const int nk = (Kp + BK - 1) / BK;
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::NSTAGE; ++s) {
       mbar_init(full(s), 1);
-      mbar_init(empty(s), 8);  // the 8 consumer warps
+      // The 8 consumer warps of every CTA that writes into this one's stages (same cm or same cn).
+      mbar_init(empty(s), 8 * (CM + CN - 1));
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  // No peer may multicast into a barrier before it is initialised.
+  if (CL > 1) cluster_sync_all();
+  else __syncthreads();
 
   if (wg == 0) {
+    // With two accumulator sets a consumer thread needs ~200 registers: the producer warpgroup hands its share over
+    // (128 x 40 + 256 x 232 <= 64K).
+    if (DB) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
+      constexpr int AR = BM / CN, BR = BN / CM;  // rows of the A / B tile this CTA loads
+      uint16_t mask_a = 0, mask_b = static_cast<uint16_t>(((1u << CM) - 1) << (CM * cn));
+      for (int j = 0; j < CN; ++j) mask_a |= static_cast<uint16_t>(1u << (cm + CM * j));
+      const uint32_t a_off = cn * AR * 128, b_off = cm * BR * 128;  // 128-byte rows; multiples of 1024 B
+      auto load = [&](uint32_t dst, const CUtensorMap* map, int k, int row, uint32_t bar, uint16_t mask, int share) {
+        if (share > 1) tma_load_2d_multicast(dst, map, k, row, bar, mask);
+        else tma_load_2d(dst, map, k, row, bar);
+      };
       for (int kb = 0; kb < nk; ++kb) {
         const int s = kb % C::NSTAGE;
         // A fresh barrier is in phase 0; waiting for parity 1 ("the phase before") returns at once: the first
         // NSTAGE fills do not wait for consumers.
         mbar_wait(empty(s), ((kb / C::NSTAGE) & 1) ^ 1);
-        mbar_expect_tx(full(s), C::STAGE_BYTES);
-        tma_load_2d(a_hi(s), &ta_hi, kb * BK, m0, full(s));
-        tma_load_2d(b_hi(s), &tb_hi, kb * BK, n0, full(s));
+        mbar_expect_tx(full(s), C::STAGE_BYTES);  // the whole stage lands here, from this CTA and its peers
+        load(a_hi(s) + a_off, &ta_hi, kb * BK, m0 + cn * AR, full(s), mask_a, CN);
+        load(b_hi(s) + b_off, &tb_hi, kb * BK, n0 + cm * BR, full(s), mask_b, CM);
         if (NPROD == 3) {
-          tma_load_2d(a_lo(s), &ta_lo, kb * BK, m0, full(s));
-          tma_load_2d(b_lo(s), &tb_lo, kb * BK, n0, full(s));
+          load(a_lo(s) + a_off, &ta_lo, kb * BK, m0 + cn * AR, full(s), mask_a, CN);
+          load(b_lo(s) + b_off, &tb_lo, kb * BK, n0 + cm * BR, full(s), mask_b, CM);
         }
       }
     }
+    if (CL > 1) cluster_sync_all();  // peers may still arrive on this CTA's barriers until they are done
     return;
   }
 
+  if (DB) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
   const int c = wg - 1;  // consumer 0: tile rows 0..63, consumer 1: rows 64..127
   const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
   float acc[64], tot[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) tot[i] = 0.f;
 
-  for (int kb = 0; kb < nk; ++kb) {
+  // The 12 (NPROD 3) or 4 wgmmas of k-block kb into `a`, one commit group.
+  auto issue = [&](float(&a)[64], int kb) {
     const int s = kb % C::NSTAGE;
     mbar_wait(full(s), (kb / C::NSTAGE) & 1);
     const uint32_t ah = a_hi(s) + c * 64 * 128, bh = b_hi(s);
+    fence_acc(a);
     wgmma_fence();
     if (NPROD == 3) {
       // The two small correction products first: the truncating accumulator is then small while they are added.
       const uint32_t al = a_lo(s) + c * 64 * 128, bl = b_lo(s);
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) {
-        KP_WGMMA_M64N128K16_F16(acc, desc_sw128(ah + 32 * kk), desc_sw128(bl + 32 * kk), kk);
-        KP_WGMMA_M64N128K16_F16(acc, desc_sw128(al + 32 * kk), desc_sw128(bh + 32 * kk), 1);
+        KP_WGMMA_M64N128K16_F16(a, desc_sw128(ah + 32 * kk), desc_sw128(bl + 32 * kk), kk);
+        KP_WGMMA_M64N128K16_F16(a, desc_sw128(al + 32 * kk), desc_sw128(bh + 32 * kk), 1);
       }
     }
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk)
-      KP_WGMMA_M64N128K16_F16(acc, desc_sw128(ah + 32 * kk), desc_sw128(bh + 32 * kk), (NPROD == 3 || kk > 0));
+      KP_WGMMA_M64N128K16_F16(a, desc_sw128(ah + 32 * kk), desc_sw128(bh + 32 * kk), (NPROD == 3 || kk > 0));
     wgmma_commit();
-    wgmma_wait0();
-    if (lane == 0) mbar_arrive(empty(s));
+  };
+  // After k-block kb's group has completed: free its stage, add its partial into the fp32 accumulator.
+  auto retire = [&](float(&a)[64], int kb) {
+    fence_acc(a);
+    const int s = kb % C::NSTAGE;
+    if (CL == 1) {
+      if (lane == 0) mbar_arrive(empty(s));
+    } else if (lane < CM + CN - 1) {
+      // Release the stage in every CTA that writes into this one, a lane each: same cm (its A), same cn (its B).
+      const int i = lane - CN;
+      mbar_arrive_cluster(empty(s), lane < CN ? cm + CM * lane : (i < cm ? i : i + 1) + CM * cn);
+    }
 #pragma unroll
-    for (int i = 0; i < 64; ++i) tot[i] += acc[i];
+    for (int i = 0; i < 64; ++i) tot[i] += a[i];
+  };
+
+  if (!DB) {
+    for (int kb = 0; kb < nk; ++kb) {
+      issue(acc, kb);
+      wgmma_wait<0>();
+      retire(acc, kb);
+    }
+  } else {
+    // Two accumulator sets: k-block kb + 1's wgmmas run while kb's partial is promoted (wait_group 1).
+    float acc2[64];
+    issue(acc, 0);
+    int kb = 1;
+    for (; kb + 1 < nk; kb += 2) {
+      issue(acc2, kb);
+      wgmma_wait<1>();
+      retire(acc, kb - 1);
+      issue(acc, kb + 1);
+      wgmma_wait<1>();
+      retire(acc2, kb);
+    }
+    if (kb < nk) {
+      issue(acc2, kb);
+      wgmma_wait<1>();
+      retire(acc, kb - 1);
+      wgmma_wait<0>();
+      retire(acc2, kb);
+    } else {
+      wgmma_wait<0>();
+      retire(acc, kb - 1);
+    }
   }
 
   // Accumulator fragment of m64nNk16: register 4j + {0,1} holds row warp*16 + lane/4, columns 8j + 2(lane%4) + {0,1};
@@ -238,6 +344,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
     }
   }
+  if (CL > 1) cluster_sync_all();  // this CTA's last arrivals on its peers' barriers are in before any of them exits
 }
 
 // Per-row scale of the split: the largest finite |v| lands in [2^14, 2^15). Rows holding NaN/Inf, or whose max is
@@ -500,17 +607,58 @@ inline CUtensorMap encode_map(const at::TensorBase& t, int box_rows) {
   return map;
 }
 
-template <int NPROD>
-void launch_split_gemm(const CUtensorMap& ah, const CUtensorMap& al, const CUtensorMap& bh, const CUtensorMap& bl,
-                       const float* ia, const float* ib, float* y, int M, int N, int Kp) {
+// Cluster shapes (CM, CN): the shipped build runs (1, 1); KP_EXPERIMENTS builds also take (2, 1), (4, 1), (8, 1),
+// (2, 2) (bench/matmul_gelu_softmax/split_gemm_check.py --clusters). Measured on the H200 at 1024x8192x8192 (judge
+// timing): 1x1 0.5588 ms, 2x1 0.5568, 4x1 / 8x1 / 2x2 0.659-0.661. Halving W's L2 reads buys nothing, so L2 is not
+// what bounds this kernel; clusters of 4 or more leave SMs idle (512 tiles take 5 waves instead of 4).
+template <int NPROD, int CM, int CN, bool DB>
+void launch_split_gemm_cl(const CUtensorMap& ah, const CUtensorMap& al, const CUtensorMap& bh, const CUtensorMap& bl,
+                          const float* ia, const float* ib, float* y, int M, int N, int Kp) {
   using C = Cfg<NPROD>;
+  auto kern = split_gemm_kernel<NPROD, CM, CN, DB>;
   // Set on every launch (a driver call of ~1 us): it is per device, and a function-local "done" flag would be
   // one flag per process -- static locals of inline functions are unified across loaded extensions (GNU_UNIQUE),
   // which on the H200 left the second problem's copy of this kernel without the attribute ("invalid argument").
-  C10_CUDA_CHECK(cudaFuncSetAttribute(split_gemm_kernel<NPROD>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
   const int grid = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
-  split_gemm_kernel<NPROD><<<grid, THREADS, C::SMEM, stream()>>>(ah, al, bh, bl, ia, ib, y, M, N, Kp);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CM * CN;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = C::SMEM;
+  cfg.stream = stream();
+  cfg.attrs = attr;
+  cfg.numAttrs = CM * CN > 1 ? 1 : 0;  // a 1x1 shape launches as a plain grid
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, ah, al, bh, bl, ia, ib, y, M, N, Kp));
+}
+
+template <int NPROD>
+void launch_split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, const at::TensorBase& b_hi,
+                       const at::TensorBase& b_lo, const float* ia, const float* ib, float* y, int M, int N, int Kp,
+                       int cm, int cn, int db) {
+  const int mblocks = (M + BM - 1) / BM, nblocks = (N + BN - 1) / BN;
+  if (cm < 0) cm = cn = 1;
+  if (db < 0) db = 0;
+  // Each CTA's share of a tile is encoded as its own box: 128/cn rows of A, 128/cm of B.
+  TORCH_CHECK(mblocks % cm == 0 && nblocks % cn == 0, "split_gemm: a ", num(cm), " x ", num(cn),
+              " cluster does not tile ", num(mblocks), " x ", num(nblocks), " blocks");
+  const CUtensorMap ah = encode_map(a_hi, BM / cn), bh = encode_map(b_hi, BN / cm);
+  const CUtensorMap al = NPROD == 3 ? encode_map(a_lo, BM / cn) : ah, bl = NPROD == 3 ? encode_map(b_lo, BN / cm) : bh;
+  auto go = [&](auto k) { k(ah, al, bh, bl, ia, ib, y, M, N, Kp); };
+  if (cm == 1 && cn == 1 && !db) go(launch_split_gemm_cl<NPROD, 1, 1, false>);
+#if KP_EXPERIMENTS
+  else if (cm == 1 && cn == 1) go(launch_split_gemm_cl<NPROD, 1, 1, true>);
+  else if (cm == 2 && cn == 1 && !db) go(launch_split_gemm_cl<NPROD, 2, 1, false>);
+  else if (cm == 2 && cn == 1) go(launch_split_gemm_cl<NPROD, 2, 1, true>);
+  else if (cm == 4 && cn == 1 && !db) go(launch_split_gemm_cl<NPROD, 4, 1, false>);
+  else if (cm == 2 && cn == 2 && !db) go(launch_split_gemm_cl<NPROD, 2, 2, false>);
+  else if (cm == 8 && cn == 1 && !db) go(launch_split_gemm_cl<NPROD, 8, 1, false>);
+#endif
+  else TORCH_CHECK(false, "split_gemm: no ", num(cm), " x ", num(cn), db ? " cluster with two accumulator sets" : " cluster", " in this build");
 }
 
 // y[M, N] = x[M, K] @ w[N, K]^T from the splits of x (a_*) and w (b_*); nprod 3 = fp32 accuracy, 1 = TF32-like.
@@ -518,7 +666,8 @@ void launch_split_gemm(const CUtensorMap& ah, const CUtensorMap& al, const CUten
 inline void split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, const at::TensorBase& inv_a,
                        const at::TensorBase& flag_a, const at::TensorBase& b_hi, const at::TensorBase& b_lo,
                        const at::TensorBase& inv_b, const at::TensorBase& flag_b, const at::TensorBase& x,
-                       const at::TensorBase& w, const at::TensorBase& y, int64_t nprod) {
+                       const at::TensorBase& w, const at::TensorBase& y, int64_t nprod, int cm = -1, int cn = -1,
+                       int db = -1) {
   TORCH_CHECK(nprod == 1 || nprod == 3, "split_gemm: nprod must be 1 or 3, got ", num(nprod));
   check_split(x, a_hi, a_lo, inv_a, flag_a, "split_gemm (x)");
   check_split(w, b_hi, b_lo, inv_b, flag_b, "split_gemm (w)");
@@ -538,14 +687,12 @@ inline void split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, c
     return;
   }
   const int Kp = static_cast<int>(a_hi.size(1));
-  const CUtensorMap ah = encode_map(a_hi, BM), bh = encode_map(b_hi, BN);
-  const CUtensorMap al = nprod == 3 ? encode_map(a_lo, BM) : ah, bl = nprod == 3 ? encode_map(b_lo, BN) : bh;
   if (nprod == 3)
-    launch_split_gemm<3>(ah, al, bh, bl, inv_a.data_ptr<float>(), inv_b.data_ptr<float>(), y.data_ptr<float>(),
-                         static_cast<int>(M), static_cast<int>(N), Kp);
+    launch_split_gemm<3>(a_hi, a_lo, b_hi, b_lo, inv_a.data_ptr<float>(), inv_b.data_ptr<float>(),
+                         y.data_ptr<float>(), static_cast<int>(M), static_cast<int>(N), Kp, cm, cn, db);
   else
-    launch_split_gemm<1>(ah, al, bh, bl, inv_a.data_ptr<float>(), inv_b.data_ptr<float>(), y.data_ptr<float>(),
-                         static_cast<int>(M), static_cast<int>(N), Kp);
+    launch_split_gemm<1>(a_hi, a_lo, b_hi, b_lo, inv_a.data_ptr<float>(), inv_b.data_ptr<float>(),
+                         y.data_ptr<float>(), static_cast<int>(M), static_cast<int>(N), Kp, cm, cn, db);
   int sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, x.get_device()));
   launch_fallback(x, w, flag_a, flag_b, y, sms);

@@ -40,6 +40,19 @@ KP_EXPORT void split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo
   kp::sg::split_gemm(a_hi, a_lo, inv_a, flag_a, b_hi, b_lo, inv_b, flag_b, x, w, y, nprod);
 }
 
+#if KP_EXPERIMENTS
+// A/B hook: the GEMM with a forced configuration: cluster shape (cm m-blocks sharing W's tile x cn n-blocks sharing
+// x's, TMA multicast) and db = two accumulator sets per consumer (1) or one (0).
+KP_EXPORT void split_gemm_config(const at::TensorBase& a_hi, const at::TensorBase& a_lo, const at::TensorBase& inv_a,
+                                 const at::TensorBase& flag_a, const at::TensorBase& b_hi, const at::TensorBase& b_lo,
+                                 const at::TensorBase& inv_b, const at::TensorBase& flag_b, const at::TensorBase& x,
+                                 const at::TensorBase& w, const at::TensorBase& y, int64_t nprod, int64_t cm,
+                                 int64_t cn, int64_t db) {
+  kp::sg::split_gemm(a_hi, a_lo, inv_a, flag_a, b_hi, b_lo, inv_b, flag_b, x, w, y, nprod, static_cast<int>(cm),
+                     static_cast<int>(cn), static_cast<int>(db));
+}
+#endif
+
 KP_EXPORT void bias_gelu_softmax(const at::TensorBase& y, const at::TensorBase& bias, const at::TensorBase& out) {
   ep::bias_gelu_softmax(y, bias, out);
 }

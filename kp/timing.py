@@ -44,7 +44,9 @@ class L2Flusher:
     for writing them back (on the H200 the 32 MiB cached GEMV of matmul_sum_max_mean_lse timed 34 us after a write
     flush; see README for the figure after this read flush). Streaming 2x the L2
     through it evicts everything (dirty lines of earlier calls are written back during the flush itself) and leaves
-    clean lines of an unrelated buffer.
+    clean lines of an unrelated buffer. Measured (bench/matmul_sum_max_mean_lse/flush_ab.py, H200): the lse rung's
+    uncached call after this flush 82.8 us, after a write flush 91.5; the judge's rewrite of the inputs before the
+    flush changes nothing (82.8).
     """
 
     def __init__(self, device=None):

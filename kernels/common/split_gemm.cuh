@@ -27,6 +27,8 @@
 //   on "empty" once their wgmmas for the stage have completed).
 //   Grid: one CTA per output tile, m-block fastest, so the 8 CTAs that share a W tile (M = 1024) run together and
 //   W (2 x 128 MiB of fp16) is read from DRAM about once while x's split (32 MiB) stays in L2.
+//   split_gemm_kernel<NPROD, CM, CN, DB>: the shipped build launches <NPROD, 1, 1, false> only; the cluster shapes
+//   (CM x CN, TMA multicast) and the two accumulator sets (DB) are A/B configurations, see "Tried" below.
 // Bytes: per CTA k-block 64 KiB of shared-memory fills for 3 x 128x128x64 FMAs (48 FMA/B); at the 1024x8192x8192
 //   bench shape 8 x 64 tiles x 128 k-blocks x 64 KiB = 4.3 GB of L2->SM traffic, DRAM ~0.3 GB.
 // Bound: tensor-core (3 fp16 GEMMs = 412 GFLOP) under the board's power limit (L2 traffic, 7.7 TB/s at 0.56 ms, is

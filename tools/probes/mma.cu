@@ -31,14 +31,12 @@ namespace {
 using kp::sg::desc_sw128;
 using kp::sg::wgmma_commit;
 using kp::sg::wgmma_fence;
-using kp::sg::wgmma_wait0;
+using kp::sg::wgmma_wait;
 
 constexpr int THREADS = 256, NSTAGE = 4;
 constexpr int A_BYTES = 64 * 64 * 2;                     // one warpgroup's A tile: 64 rows x 128 bytes
 constexpr int STAGE = 2 * A_BYTES + 256 * 64 * 2;        // A for both warpgroups + B for N = 256
 constexpr int SMEM = NSTAGE * STAGE + 1024;              // + 1024-byte alignment slack (128B swizzle)
-
-__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
 #define KP_WGMMA_M64N256K16_F16(d, da, db, scale_d) \
   asm volatile( \
@@ -100,14 +98,14 @@ __global__ void __launch_bounds__(THREADS, 1) mma_loop(const uint4* __restrict__
     }
     wgmma_commit();
     if constexpr (PROMOTE) {
-      wgmma_wait0();
+      wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < NACC; ++i) tot[i] += acc[i];
     } else {
-      wgmma_wait1();
+      wgmma_wait<1>();
     }
   }
-  wgmma_wait0();
+  wgmma_wait<0>();
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < NACC; ++i) s += PROMOTE ? tot[i] : acc[i];

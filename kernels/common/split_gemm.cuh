@@ -32,8 +32,9 @@
 // Bytes: per CTA k-block 64 KiB of shared-memory fills for 3 x 128x128x64 FMAs (48 FMA/B); at the 1024x8192x8192
 //   bench shape 8 x 64 tiles x 128 k-blocks x 64 KiB = 4.3 GB of L2->SM traffic, DRAM ~0.3 GB.
 // Bound: tensor-core (3 fp16 GEMMs = 412 GFLOP) under the board's power limit (L2 traffic, 7.7 TB/s at 0.56 ms, is
-//   not the bound: halving W's share by multicast changed nothing, see "Tried"): a kernel doing nothing but wgmma needs 0.4455 ms for these FMAs as the judge times it (0.503 sustained),
-//   cuBLAS's fp16 GEMM 0.534 (tools/mma_probe.py; docs/linear_problems.md, "The tensor-core ceiling").
+//   not the bound: halving W's share by multicast changed nothing, see "Tried"): a kernel doing nothing but wgmma
+//   needs 0.4455 ms for these FMAs as the judge times it (0.503 sustained), cuBLAS's fp16 GEMM 0.534
+//   (tools/mma_probe.py; docs/linear_problems.md, "The tensor-core ceiling").
 // Fallback: rows of x or of W that hold a NaN/Inf, or whose max is below 2^-100 (the scale would overflow), are
 //   flagged by the split; split_gemm_fallback recomputes every output in a flagged row/column as a float64 dot
 //   product of the original fp32 values (IEEE NaN/Inf propagation as in the reference), after the GEMM. When nothing
@@ -609,10 +610,7 @@ inline CUtensorMap encode_map(const at::TensorBase& t, int box_rows) {
   return map;
 }
 
-// Cluster shapes (CM, CN): the shipped build runs (1, 1); KP_EXPERIMENTS builds also take (2, 1), (4, 1), (8, 1),
-// (2, 2) (bench/matmul_gelu_softmax/split_gemm_check.py --clusters). Measured on the H200 at 1024x8192x8192 (judge
-// timing): 1x1 0.5588 ms, 2x1 0.5568, 4x1 / 8x1 / 2x2 0.659-0.661. Halving W's L2 reads buys nothing, so L2 is not
-// what bounds this kernel; clusters of 4 or more leave SMs idle (512 tiles take 5 waves instead of 4).
+// One configuration's launch. The shipped build has (1, 1, one accumulator set) only; the header's "Tried" says why.
 template <int NPROD, int CM, int CN, bool DB>
 void launch_split_gemm_cl(const CUtensorMap& ah, const CUtensorMap& al, const CUtensorMap& bh, const CUtensorMap& bl,
                           const float* ia, const float* ib, float* y, int M, int N, int Kp) {
@@ -645,9 +643,9 @@ void launch_split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, c
   const int mblocks = (M + BM - 1) / BM, nblocks = (N + BN - 1) / BN;
   if (cm < 0) cm = cn = 1;
   if (db < 0) db = 0;
-  // Each CTA's share of a tile is encoded as its own box: 128/cn rows of A, 128/cm of B.
   TORCH_CHECK(mblocks % cm == 0 && nblocks % cn == 0, "split_gemm: a ", num(cm), " x ", num(cn),
               " cluster does not tile ", num(mblocks), " x ", num(nblocks), " blocks");
+  // Each CTA's share of a tile is a box of its own: 128/cn rows of A, 128/cm of B.
   const CUtensorMap ah = encode_map(a_hi, BM / cn), bh = encode_map(b_hi, BN / cm);
   const CUtensorMap al = NPROD == 3 ? encode_map(a_lo, BM / cn) : ah, bl = NPROD == 3 ? encode_map(b_lo, BN / cm) : bh;
   auto go = [&](auto k) { k(ah, al, bh, bl, ia, ib, y, M, N, Kp); };
@@ -660,7 +658,8 @@ void launch_split_gemm(const at::TensorBase& a_hi, const at::TensorBase& a_lo, c
   else if (cm == 2 && cn == 2 && !db) go(launch_split_gemm_cl<NPROD, 2, 2, false>);
   else if (cm == 8 && cn == 1 && !db) go(launch_split_gemm_cl<NPROD, 8, 1, false>);
 #endif
-  else TORCH_CHECK(false, "split_gemm: no ", num(cm), " x ", num(cn), db ? " cluster with two accumulator sets" : " cluster", " in this build");
+  else TORCH_CHECK(false, "split_gemm: no ", num(cm), " x ", num(cn), " cluster",
+                   db ? " with two accumulator sets" : "", " in this build");
 }
 
 // y[M, N] = x[M, K] @ w[N, K]^T from the splits of x (a_*) and w (b_*); nprod 3 = fp32 accuracy, 1 = TF32-like.

@@ -10,8 +10,8 @@
 Nothing under kp/ imports this file.
 """
 from kp.build import (Built, Export, Kernel, arch_flag, binding_check_many, binding_source, build, build_all,
-                      build_flags, build_path, cache_key, cache_root, compile_check, local_headers, parse_arch,
-                      parse_exports, progress, require_gpu, strip_experiments, summarize_build_error)
+                      build_flags, build_path, cache_key, cache_root, compile_check, has_experiments, local_headers,
+                      parse_arch, parse_exports, progress, require_gpu, strip_experiments, summarize_build_error)
 from kp.errors import KernelBuildError, UsageError
 from kp.layers import (GEMM_MODES, PRECISIONS, DerivedCache, LinearGemm, check_input, ieee_fp32, mm_fp32,
                        set_precision, tf32_matmul)
@@ -24,8 +24,8 @@ from kp.timing import HOLD_CYCLES, L2Flusher, Timing, bench_interleaved, copy_ba
 
 __all__ = [
     "Built", "Export", "Kernel", "arch_flag", "binding_check_many", "binding_source", "build", "build_all",
-    "build_flags", "build_path", "cache_key", "cache_root", "compile_check", "local_headers", "parse_arch",
-    "parse_exports", "progress", "require_gpu", "strip_experiments", "summarize_build_error",
+    "build_flags", "build_path", "cache_key", "cache_root", "compile_check", "has_experiments", "local_headers",
+    "parse_arch", "parse_exports", "progress", "require_gpu", "strip_experiments", "summarize_build_error",
     "KernelBuildError", "UsageError",
     "GEMM_MODES", "PRECISIONS", "DerivedCache", "LinearGemm", "check_input", "ieee_fp32", "mm_fp32", "set_precision",
     "tf32_matmul",

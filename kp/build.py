@@ -491,12 +491,20 @@ class Kernel:
 # ---------------------------------------------------------------------------------------------------------------
 # CPU-side compile check (CI): nvcc -c each .cu with the same flags, against the installed torch headers.
 
-def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] = ("sm_90a",)) -> tuple[bool, str]:
+def has_experiments(path: Path) -> bool:
+    """Whether the source or a local header it includes has `#if KP_EXPERIMENTS` blocks (A/B hooks, traces)."""
+    return any(re.search(_EXPERIMENTS_RE.pattern, f.read_text(), re.M)
+               for f in [Path(path), *local_headers(Path(path))])
+
+
+def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] = ("sm_90a",),
+                  experiments: bool = False) -> tuple[bool, str]:
     """nvcc -c for the given architectures ('sm_XY[a]' names) in one invocation (device passes in parallel), with
-    the shipped build's flags. The plain targets share one PTX (the lowest) with SASS for each of them, which is
-    what a portable build runs on those GPUs; an 'a' target gets its own pass."""
+    the shipped build's flags (experiments: the bench scripts' build, A/B hooks compiled in). The plain targets
+    share one PTX (the lowest) with SASS for each of them, which is what a portable build runs on those GPUs; an
+    'a' target gets its own pass."""
     from torch.utils.cpp_extension import include_paths
-    flags = build_flags(parse_arch(archs[0]))
+    flags = build_flags(parse_arch(archs[0]), experiments)
     plain = sorted((parse_arch(a) for a in archs if not a.endswith("a")))
     gencodes = [arch_flag(parse_arch(a)) for a in archs if a.endswith("a")]
     if plain:
@@ -505,23 +513,24 @@ def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] 
     cuda_flags = [f for f in flags["cuda_cflags"] if not f.startswith("-gencode")] + gencodes + ["--threads", "0"]
     py_inc = sysconfig.get_paths()["include"]
     incs = [f"-I{p}" for p in include_paths()] + [f"-I{py_inc}"] + [f"-I{p}" for p in flags["include_paths"]]
-    obj = out_dir / (path.parent.name + "__" + path.stem + ".o")
+    obj = out_dir / (path.parent.name + "__" + path.stem + ("_experiments" if experiments else "") + ".o")
     cmd = (["nvcc", "-c", str(path), "-o", str(obj), "-Xcompiler", "-fPIC", "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"]
            + cuda_flags + incs)
     r = subprocess.run(cmd, capture_output=True, text=True)
     return r.returncode == 0, (r.stdout + r.stderr)
 
 
-def binding_check_many(paths: list[Path], out_dir: Path) -> dict[Path, tuple[bool, str]]:
+def binding_check_many(paths: list[Path], out_dir: Path, experiments: bool = False) -> dict[Path, tuple[bool, str]]:
     """g++ -fsyntax-only on the generated bindings (the KP_EXPORT signatures and their registrations agree), for
     many sources in one g++ run (the torch headers are parsed once): each generated binding
-    goes into its own header, inside its own namespace, and a compiler message is charged to the header it names."""
+    goes into its own header, inside its own namespace, and a compiler message is charged to the header it names.
+    experiments: the exports of the bench scripts' build (A/B hooks included)."""
     from torch.utils.cpp_extension import include_paths
     out: dict[Path, tuple[bool, str]] = {}
     headers: dict[Path, Path] = {}
     for i, path in enumerate(paths):
         try:
-            body = binding_source(f"kp_check_{i}", parse_exports(path.read_text(), str(path)))
+            body = binding_source(f"kp_check_{i}", parse_exports(path.read_text(), str(path), experiments))
         except KernelBuildError as e:
             out[path] = (False, str(e))
             continue

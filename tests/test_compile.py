@@ -11,6 +11,10 @@ import harness
 
 SOURCES = harness.kernel_sources()
 IDS = [f"{p.parent.name}/{p.stem}" for p in SOURCES]
+# Sources with A/B hooks (`#if KP_EXPERIMENTS`, in the file or a header): the bench scripts build them with the hooks
+# in, a build no GPU-less check would otherwise see.
+AB_SOURCES = [p for p in SOURCES if harness.has_experiments(p)]
+AB_IDS = [f"{p.parent.name}/{p.stem}" for p in AB_SOURCES]
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH (the CUDA toolkit)")
 
 
@@ -20,6 +24,21 @@ def test_nvcc_compiles_for_claimed_archs(path, tmp_path):
     archs = harness.read_rung(path).claimed_archs()
     ok, log = harness.compile_check(path, tmp_path, archs)
     assert ok, f"{' '.join(archs)}:\n{log[-4000:]}"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("path", AB_SOURCES, ids=AB_IDS)
+def test_nvcc_compiles_with_ab_hooks(path, tmp_path):
+    """The bench scripts' build (KP_EXPERIMENTS=1) for the newest architecture the source claims, the GPU they run on."""
+    arch = harness.read_rung(path).claimed_archs()[-1]
+    ok, log = harness.compile_check(path, tmp_path, [arch], experiments=True)
+    assert ok, f"{arch} with KP_EXPERIMENTS=1:\n{log[-4000:]}"
+
+
+def test_ab_hook_bindings_compile(tmp_path):
+    res = harness.binding_check_many(AB_SOURCES, tmp_path, experiments=True)
+    bad = {f"{p.parent.name}/{p.stem}": log[-2000:] for p, (ok, log) in res.items() if not ok}
+    assert AB_SOURCES and not bad, bad
 
 
 @functools.lru_cache(maxsize=None)

@@ -42,15 +42,9 @@
 // Measured: H200, 1024x8192x8192 (bench/matmul_gelu_softmax/split_gemm_check.py, 2026-11-22, L2 flushed, interleaved): this kernel
 //   0.570 ms for 3 products (723 TFLOP/s of fp16 work; cuBLAS HGEMM ~800 at 8192^3), 1 product 0.292 ms; the x
 //   split 24 us; split3 end to end 0.593 ms at relL2 2.4e-7 vs cuBLAS SGEMM 2.696 ms at 1.6e-6, DGEMM 2.243 ms.
-// Tried, measured no faster (KP_EXPERIMENTS builds keep both; bench/matmul_gelu_softmax/split_gemm_check.py --configs
-//   checks each bit for bit against the shipped kernel and times them side by side; H200, 2026-11-23, 1024x8192x8192):
-//   TMA multicast in clusters of CM CTAs along m sharing W's tile (x CN along n sharing x's): 1x1 0.5588 / 0.5672 ms
-//   (two runs), 2x1 0.5568 / 0.5645, 4x1, 8x1 and 2x2 0.659-0.663 (512 tiles on the SMs such clusters leave usable
-//   take 5 waves instead of 4). Two accumulator sets per consumer (wait_group 1, promotion of k-block kb while kb+1's
-//   wgmmas run; setmaxnreg gives the consumers 232 registers, the producer 40): 0.5676 vs 0.5672, and 0.5754 with 2x1.
-//   So neither L2 traffic nor the wait before each promotion is what holds this kernel at ~1.25x the wgmma-only floor;
-//   the clock accounts for most of it (tools/mma_probe.py, sustained: 1,462 MHz here at the 700 W cap, 1,725 for
-//   wgmma alone).
+// Tried: TMA-multicast clusters and two accumulator sets per consumer (KP_EXPERIMENTS builds keep both;
+//   bench/matmul_gelu_softmax/split_gemm_check.py --configs) were no faster: neither L2 traffic nor the wait before
+//   each promotion bounds this kernel; the power-limited clock does. Figures: docs/linear_problems.md.
 // Not done: a fused epilogue (bias/GELU or BN partials straight from the registers: saves one 32 MiB read, ~10 us), a
 //   persistent tile scheduler.
 #pragma once

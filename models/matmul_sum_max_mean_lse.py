@@ -9,7 +9,7 @@ import torch.nn as nn
 from harness import DerivedCache, Kernel, check_input
 
 BOUND = "memory"
-DEFAULT_VARIANT = ("4_overlap", "1_colsum_gemv")  # the first of these that runs on this GPU
+DEFAULT_VARIANT = ("6_pipelined", "1_colsum_gemv")  # the first of these that runs on this GPU
 EXPORTS = ("colsum_gemv_forward", "gemv_bias")  # what every rung's .cu must KP_EXPORT
 # Extra rows of the run.py table: the same variant built with these ModelNew options.
 ROW_OPTIONS = {"cache=False": {"cache": False}}
@@ -70,7 +70,7 @@ class ModelNew(nn.Module):
 
 def scratch_doubles(rows: int, cols: int, nsm: int) -> int:
     """float64 scratch for every rung's uncached forward on x of (rows, cols): 2_inflight's tiles of >= 32 columns x
-    rows (also covers 4_overlap's 64-column tiles x (rows + 1)); 3_rowband's per-SM row partials and one column-sum
+    rows (also covers the 64-column tiles x (rows + 1) of 4_overlap and 6_pipelined); 3_rowband's per-SM row partials and one column-sum
     row per band (at most one band per SM, capped at 128 MiB for very wide weights); 5_queue's <= 32 unit partials
     per column (same cap)."""
     return (rows + 1) * (-(-cols // 32) + nsm) + min(max(nsm, 32) * cols, cols + (1 << 24))
@@ -103,7 +103,7 @@ CASES = {
     "wide_in_features": lambda g, d: ([9000, 33], [_x(7, 9000, g, d)]),
     # more x rows than a CTA's shared-memory slice holds: 3_rowband's directly loaded remainder rows
     "tall_x": lambda g, d: ([40, 16], [_x(20003, 40, g, d)]),
-    # no input features: the output is b.sum() on every row (4_overlap still launches one CTA to sum b)
+    # no input features: the output is b.sum() on every row (the tile rungs still launch one CTA to sum b)
     "no_in_features": lambda g, d: ([0, 7], [_x(3, 0, g, d)]),
     "empty_batch": lambda g, d: ([40, 16], [_x(0, 40, g, d)]),
     # 5_queue: 5 column tiles (the last one partial; more tiles than the dot lag), 32 W units of a rounded-up row

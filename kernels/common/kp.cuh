@@ -50,6 +50,7 @@ inline cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream()
 
 // 64-bit min usable in device code (CUDA's min<> has no int64_t overload that nvcc picks reliably).
 __host__ __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ __forceinline__ int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // 32-bit shared-memory address for PTX operands (mbarrier, cp.async.bulk).
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {

@@ -50,15 +50,11 @@ namespace {
 
 using lse::Forward;
 
-constexpr int FT = 512, TC = 64, CG = TC / 4, RG = FT / CG;
+constexpr int FT = lse::TILE_FT, TC = lse::TILE_TC, CG = TC / 4, RG = FT / CG;
 constexpr int CU = 16;                                  // W loop unroll (float4 loads in flight per thread)
 constexpr int XR_MAX = 768;                             // x rows per tile in shared memory: 768 x 256 B = 192 KiB
 constexpr int GR = 2, GU = 2;                           // cached GEMV (lse_common.cuh), as 2_inflight
 static_assert(FT == 8 * TC && RG == 32, "the column reduction gives each column 8 lanes of 4 row groups");
-
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(kp::smem_u32(dst)), "l"(src) : "memory");
-}
 
 // Sum rows [r0 + rg, r1) step RG of this thread's 4 columns (r0 a multiple of RG keeps every thread's row phase).
 __device__ __forceinline__ void w_rows(const float* __restrict__ w, int64_t I, int64_t c, int64_t r0, int64_t r1,
@@ -81,7 +77,7 @@ __device__ __forceinline__ void w_rows_dyn(const float* __restrict__ w, int64_t 
   bool pf_done = false;
   auto prefetch = [&]() {
     if (live)
-      for (int i = rg; i < xr; i += RG) cp_async16(xsm + i * TC + 4 * cg, x + i * xs + c);
+      for (int i = rg; i < xr; i += RG) lse::cp_async16(xsm + i * TC + 4 * cg, x + i * xs + c);
     asm volatile("cp.async.commit_group;" ::: "memory");
     pf_done = true;
   };
@@ -101,75 +97,6 @@ __device__ __forceinline__ void w_rows_dyn(const float* __restrict__ w, int64_t 
     for (int u = 0; u < CU; ++u) { a[0] += q[u].x; a[1] += q[u].y; a[2] += q[u].z; a[3] += q[u].w; }
   }
   if (!pf_done) prefetch();
-}
-
-// b.sum() is split evenly over the CTAs: this thread's share of CTA blockIdx.x's slice (loads only; the sum is
-// finished by b_slice_store, which both kernels call after their W loop).
-__device__ __forceinline__ double b_slice_part(const float* __restrict__ b, int64_t nb, int64_t tiles) {
-  const int64_t bper = (nb + tiles - 1) / tiles, b0 = (int64_t)blockIdx.x * bper, b1 = kp::imin(nb, b0 + bper);
-  double acc = 0.;
-  for (int64_t k = b0 + threadIdx.x; k < b1; k += FT) acc += b[k];
-  return acc;
-}
-
-// The CTA's slice sum into partial[tiles * B + blockIdx.x], where `finish` adds the slices (all threads call it).
-__device__ __forceinline__ void b_slice_store(double part, double* bred, double* __restrict__ partial, int64_t tiles,
-                                              int64_t B) {
-  part = kp::block_sum(part, bred);
-  if (threadIdx.x == 0) partial[tiles * B + blockIdx.x] = part;
-}
-
-// Lanes cg = 0..15 of a half-warp each hold d[j] = their 4-column share of rows j = 0..15 of a batch. Transposed
-// reduction: at each level a lane keeps the half of its rows that its lane bit selects and adds the partner's
-// copy of that half, so 15 shuffles (not 16 x 4) leave lane cg with the batch's row cg summed over the 16 lanes.
-template <int H>
-__device__ __forceinline__ void reduce_level(double (&d)[16], int cg) {
-  const bool up = cg & H;
-#pragma unroll
-  for (int j = 0; j < H; ++j) {
-    const double send = up ? d[j] : d[j + H], keep = up ? d[j + H] : d[j];
-    d[j] = keep + __shfl_xor_sync(0xffffffffu, send, H);
-  }
-}
-
-__device__ __forceinline__ double reduce16(double (&d)[16], int cg) {
-  reduce_level<8>(d, cg);
-  reduce_level<4>(d, cg);
-  reduce_level<2>(d, cg);
-  reduce_level<1>(d, cg);
-  return d[0];
-}
-
-// This thread's 4-column share of one row's dot with the tile of v. DBL: products and sums in float64 (4 float->
-// double converts per element pair, 16/clk/SM); else fp32 products summed in fp32, then widened (see Numerics).
-template <bool DBL>
-__device__ __forceinline__ double dot4(float4 q, const float4& vf, const double* vd) {
-  if constexpr (DBL)
-    return ((double)q.x * vd[0] + (double)q.y * vd[1]) + ((double)q.z * vd[2] + (double)q.w * vd[3]);
-  else
-    return (double)((q.x * vf.x + q.y * vf.y) + (q.z * vf.z + q.w * vf.w));
-}
-
-// out[i] = sum_t partial[i * tiles + t] + sum_t bpart[t] (bpart = partial[tiles * B + t], the CTAs' slices of b):
-// a warp per row, rows warp0, warp0 + nwarps, ...; every warp adds the b slices in the same order. Loads unrolled
-// so a warp's 2 x tiles/32 L2 reads are in flight together.
-__device__ __forceinline__ void finish_rows(const double* __restrict__ partial, int64_t tiles, int64_t B,
-                                            float* __restrict__ out, double* __restrict__ bsum_out, int64_t warp0,
-                                            int64_t nwarps) {
-  const int lane = threadIdx.x & 31;
-  const double* bpart = partial + tiles * B;
-  double bs = 0.;
-#pragma unroll 4
-  for (int64_t t = lane; t < tiles; t += 32) bs += __ldcg(bpart + t);
-  bs = kp::warp_sum(bs);
-  if (warp0 == 0 && lane == 0) *bsum_out = bs;
-  for (int64_t i = warp0; i < B; i += nwarps) {
-    double s = 0.;
-#pragma unroll 4
-    for (int64_t t = lane; t < tiles; t += 32) s += __ldcg(partial + i * tiles + t);
-    s = kp::warp_sum(s);
-    if (lane == 0) out[i] = (float)(s + bs);
-  }
 }
 
 #define OVERLAP_PARAMS                                                                                        \
@@ -196,7 +123,7 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
 #endif
   // This CTA's slice of b.sum(): one float per thread at most for O <= tiles * FT (else a strided loop); summed
   // after the W loop so the loads never stall it.
-  const double bacc = b_slice_part(b, nb, tiles);
+  const double bacc = lse::b_slice_part(b, nb, tiles);
   double a[4] = {0., 0., 0., 0.};
   if constexpr (DYN) {
     __shared__ int next_chunk;
@@ -207,7 +134,7 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
     const int64_t split = pf_row < O ? pf_row : O;
     if (live) w_rows(w, I, c, 0, split, rg, a);
     if (live)
-      for (int i = rg; i < xr; i += RG) cp_async16(xsm + i * TC + 4 * cg, x + i * xs + c);
+      for (int i = rg; i < xr; i += RG) lse::cp_async16(xsm + i * TC + 4 * cg, x + i * xs + c);
     asm volatile("cp.async.commit_group;" ::: "memory");
     if (live) w_rows(w, I, c, split, O, rg, a);
   }
@@ -221,7 +148,7 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
     const int64_t i = xr + rg + (int64_t)RG * j;
     q[j] = (i < B && live) ? __ldg(reinterpret_cast<const float4*>(x + i * xs + c)) : zero;
   }
-  b_slice_store(bacc, bred, partial, tiles, B);
+  lse::b_slice_store(bacc, bred, partial, tiles, B);
 #pragma unroll
   for (int k = 0; k < 4; ++k) red[rg][4 * cg + k] = a[k];
   __syncthreads();
@@ -251,10 +178,10 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const int i = rg + RG * (m0 + j);
-      d[j] = (i < xr && live) ? dot4<DBL>(*reinterpret_cast<const float4*>(xsm + i * TC + 4 * cg), vf, vd) : 0.;
+      d[j] = (i < xr && live) ? lse::dot4<DBL>(*reinterpret_cast<const float4*>(xsm + i * TC + 4 * cg), vf, vd) : 0.;
     }
     const int i = rg + RG * (m0 + cg);
-    const double s = reduce16(d, cg);
+    const double s = lse::reduce_rows(d, cg);
     if (i < xr) partial[(int64_t)i * tiles + blockIdx.x] = s;
   }
   lse::stamp(trace, 3);
@@ -267,9 +194,9 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
       }
     }
 #pragma unroll
-    for (int j = 0; j < 16; ++j) d[j] = dot4<DBL>(q[j], vf, vd);
+    for (int j = 0; j < 16; ++j) d[j] = lse::dot4<DBL>(q[j], vf, vd);
     const int64_t i = i0 + rg + (int64_t)RG * cg;
-    const double s = reduce16(d, cg);
+    const double s = lse::reduce_rows(d, cg);
     if (i < B) partial[i * tiles + blockIdx.x] = s;
   }
   lse::stamp(trace, 4);
@@ -279,7 +206,7 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
   if constexpr (COOP) {
     __threadfence();
     cg::this_grid().sync();
-    finish_rows(partial, tiles, B, out, bsum, (int64_t)blockIdx.x * (FT / 32) + (threadIdx.x >> 5),
+    lse::finish_rows(partial, tiles, B, out, bsum, (int64_t)blockIdx.x * (FT / 32) + (threadIdx.x >> 5),
                 (int64_t)gridDim.x * (FT / 32));
     lse::stamp(trace, 5);
   }
@@ -287,56 +214,6 @@ __device__ __forceinline__ void overlap_body(OVERLAP_PARAMS) {
 
 template <bool COOP, bool DBL, bool DYN>
 __global__ void __launch_bounds__(FT, 1) overlap(OVERLAP_PARAMS) { overlap_body<COOP, DBL, DYN>(OVERLAP_ARGS); }
-
-// Scalar path (unaligned W or x, I % 4 != 0): 2_inflight's loops without the prefetch.
-__global__ void __launch_bounds__(FT) overlap_scalar(const float* __restrict__ w, int64_t O, int64_t I,
-                                                     const float* __restrict__ x, int64_t B, int64_t xs,
-                                                     const float* __restrict__ b, int64_t nb,
-                                                     double* __restrict__ partial, int64_t tiles,
-                                                     double* __restrict__ v) {
-  __shared__ double red[RG][TC];
-  __shared__ double vt[TC];
-  __shared__ double bred[FT / 32];
-  const int cg = threadIdx.x % CG, rg = threadIdx.x / CG;
-  const int64_t c = (int64_t)blockIdx.x * TC + 4 * cg;
-  const double bacc = b_slice_part(b, nb, tiles);
-  b_slice_store(bacc, bred, partial, tiles, B);
-  double a[4] = {0., 0., 0., 0.};
-  for (int64_t r = rg; r < O; r += RG)
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (c + k < I) a[k] += w[r * I + c + k];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) red[rg][4 * cg + k] = a[k];
-  __syncthreads();
-  if (threadIdx.x < TC) {
-    double s = 0.;
-    for (int k = 0; k < RG; ++k) s += red[k][threadIdx.x];
-    vt[threadIdx.x] = s;
-    const int64_t j = (int64_t)blockIdx.x * TC + threadIdx.x;
-    if (j < I) v[j] = s;
-  }
-  __syncthreads();
-  for (int64_t i0 = 0; i0 < B; i0 += RG) {
-    const int64_t i = i0 + rg;
-    double d = 0.;
-    if (i < B)
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        if (c + k < I) d += (double)x[i * xs + c + k] * vt[4 * cg + k];
-#pragma unroll
-    for (int o = CG / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-    if (cg == 0 && i < B) partial[i * tiles + blockIdx.x] = d;
-  }
-}
-
-// Kernel launched as a programmatic dependent of the main kernel (when the grid cannot be co-resident): it may start
-// while the main kernel drains; the partials are read only after that kernel has completed and flushed.
-__global__ void __launch_bounds__(256) finish(const double* __restrict__ partial, int64_t tiles, int64_t B,
-                                              float* __restrict__ out, double* __restrict__ bsum_out) {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  finish_rows(partial, tiles, B, out, bsum_out, (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5), (int64_t)gridDim.x * 8);
-}
 
 constexpr double PF = 0.5;                   // chosen prefetch point (bench/matmul_sum_max_mean_lse/ab.py)
 constexpr bool COOP_CHOSEN = false, DBL_CHOSEN = true, DYN_CHOSEN = false;
@@ -382,12 +259,10 @@ void launch_forward(const Forward& f, double pf = PF, int64_t* trace = nullptr) 
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   } else {
-    overlap_scalar<<<(unsigned)tiles, FT, 0, kp::stream()>>>(w, O, I, x, B, xs, b, nb, part, tiles, v);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    lse::launch_tile_scalar(f, part, tiles);
   }
   if (coop) return;
-  const int64_t fgrid = std::max<int64_t>(1, std::min<int64_t>((B + 7) / 8, 2 * lse::sm_count(dev)));
-  lse::launch_dependent(finish, (unsigned)fgrid, 256, (const double*)part, tiles, B, out, bsum);
+  lse::launch_finish(part, tiles, B, out, bsum, dev);
 }
 
 }  // namespace

@@ -41,15 +41,21 @@ class L2Flusher:
     """Reads a buffer of twice the L2 size before each timed call, so no call starts with its data in L2.
 
     A read, not a write: writing the buffer would leave the L2 full of dirty lines, and the timed call would pay
-    for writing them back (on the H200 the 32 MiB cached GEMV of matmul_sum_max_mean_lse timed 34 us after a write
-    flush; see README for the figure after this read flush). Streaming 2x the L2
-    through it evicts everything (dirty lines of earlier calls are written back during the flush itself) and leaves
-    clean lines of an unrelated buffer. Measured (bench/matmul_sum_max_mean_lse/flush_ab.py, H200): the lse rung's
-    uncached call after this flush 82.8 us, after a write flush 91.5; the judge's rewrite of the inputs before the
-    flush changes nothing (82.8).
+    for writing them back. Streaming 2x the L2 through it evicts everything, dirty lines included (written back
+    during the flush itself), and leaves clean lines of an unrelated buffer. Measured
+    (bench/matmul_sum_max_mean_lse/flush_ab.py, H200; docs/linear_problems.md): the lse rung's uncached call 80.5 us
+    after this flush, 90.8 after a write flush, 80.5-81.0 whether or not its inputs were rewritten just before the
+    flush (as the judge refills them), and the same after a write flush whose buffer's lines are then discarded
+    without write-back (tools/probes/l2.cu). Without any flush the same call took 73.5 us: x, read at the end of
+    the call before, was still in L2.
     """
 
     def __init__(self, device=None):
+        # The current CUDA device unless told: a bare device=None would put the buffer in host memory, and the
+        # flush would then touch no GPU cache at all (as an earlier version did).
+        device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        if device.type != "cuda":
+            raise ValueError(f"L2Flusher flushes a GPU's L2; got device {device}")
         props = torch.cuda.get_device_properties(device)
         l2 = getattr(props, "L2_cache_size", 0) or 64 << 20
         self.buf = torch.ones(2 * l2 // 4, dtype=torch.float32, device=device)
@@ -64,7 +70,7 @@ HOLD_CYCLES = 2_000_000  # ~1 ms at H200 clocks: longer than any call here takes
 
 def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: int = 100, budget_s: float = 20.0,
                       target_rel_iqr: float = 0.02, warmup: int = 3, before=None,
-                      precede: bool = True) -> dict[str, Timing]:
+                      precede: bool = True, flush=None) -> dict[str, Timing]:
     """Time several callables side by side: each round runs each once; rounds repeat until every IQR/median <
     target or the wall budget is spent.
 
@@ -72,17 +78,14 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
     the call and the stop event (nvbench's 'blocking kernel' idea), so the events measure the GPU time of the work
     the call enqueued on the stream, not Python or launch latency. Host enqueue time is measured separately
     (host_us); a call whose enqueue outlasts the hold would show up as a host_us near or above the hold.
-    `before(name, rep)` (rep -1 in warm-up) runs before each call, outside the timed region (checker.py refills
-    the candidate's inputs there).
+    `before(name, rep)` (rep -1 in warm-up) runs before each call, outside the timed region (the judge refills the
+    row's inputs there). `flush` runs after it, before the hold (default: an L2Flusher).
     precede: each timed call is preceded by one untimed call of the same callable (before it: `before(name, -1)`),
-    so every sample follows its own kind of call, as in repeated use, whatever the other entries are. Measured
-    (README, "Order sensitivity"): lines a call leaves dirty in L2 survive the read flush (even a 6x-L2 one) and are
-    written back during the next timed call: 4_overlap of matmul_sum_max_mean_lse streamed W in 62.5 us after
-    itself and 67.6-68.1 us after 9 MiB of writes (3_rowband, or a plain fill_), at the same SM clock. With precede
-    each row pays for its own previous output, as in repeated use, never for a neighbour's.
+    so every sample follows its own kind of call, as in repeated use, whatever the other entries are. (It came in
+    while the flush, through a bug, flushed nothing on the GPU: a call then paid for a neighbour's dirty lines.)
     """
     before = before or (lambda name, rep: None)
-    flush = L2Flusher()
+    flush = flush or L2Flusher()
     for _ in range(warmup):
         for k, f in fns.items():
             before(k, -1)

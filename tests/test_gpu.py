@@ -133,3 +133,30 @@ def test_bench_times_each_call_after_a_call_of_itself():
     timed = log[3:]  # after one warm-up round of a, b, c
     assert timed == [n for _ in range(3) for n in ("a", "a", "b", "b", "c", "c")]
     assert reps[3:] == [(n, k) for r in range(3) for n in ("a", "b", "c") for k in (-1, r)]
+
+
+@gpu
+def test_flush_empties_the_gpu_l2():
+    """A read of 16 MiB (inside the L2) timed after the flush must come from DRAM, not from the L2 where the call
+    before left it: the flush has to act on the GPU (an earlier version put its buffer in host memory)."""
+    x = torch.rand(4 << 20, device="cuda")
+    out = torch.empty((), device="cuda")
+    rows = {"sum": lambda: torch.sum(x, dim=0, out=out)}
+    flushed = harness.bench_interleaved(rows, min_reps=20, max_reps=40, budget_s=10)["sum"].median_ms
+    hot = harness.bench_interleaved(rows, min_reps=20, max_reps=40, budget_s=10, flush=lambda: None)["sum"].median_ms
+    print(f"16 MiB read: after the flush {1e3 * flushed:.1f} us, L2-hot {1e3 * hot:.1f} us")
+    assert flushed > 1.2 * hot, (flushed, hot)
+
+
+@gpu
+def test_inputs_rewritten_before_the_flush_cost_the_timed_call_nothing():
+    """The judge refills every timed call's inputs just before the flush; the dirty lines that leaves must be
+    written back by the flush, not by the timed call."""
+    big = torch.rand(64 << 20, device="cuda")  # 256 MiB, read by the timed call
+    inp, src = torch.empty(16 << 20, device="cuda"), torch.rand(16 << 20, device="cuda")  # 64 MiB rewritten
+    out = torch.empty((), device="cuda")
+    rows = {"sum": lambda: torch.sum(big, dim=0, out=out)}
+    t = {bn: harness.bench_interleaved(rows, min_reps=20, max_reps=40, budget_s=10, before=b)["sum"].median_ms
+         for bn, b in {"-": None, "rewritten": lambda name, rep: inp.copy_(src)}.items()}
+    print({k: round(1e3 * v, 1) for k, v in t.items()}, "us")
+    assert t["rewritten"] < 1.03 * t["-"], t

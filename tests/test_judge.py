@@ -467,6 +467,11 @@ def test_nan_fill_makes_unwritten_memory_nan():
     assert bool(torch.isnan(b).all())
 
 
+def test_flusher_refuses_a_host_buffer():
+    with pytest.raises(ValueError, match="GPU"):
+        harness.L2Flusher(device="cpu")
+
+
 @gpu
 def test_harness_timer_agrees_with_plain_event_loop():
     """bench_interleaved (sleep-held stream) vs the plainest honest timer: flush, events around the call, sync."""

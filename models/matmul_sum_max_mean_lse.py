@@ -9,7 +9,7 @@ import torch.nn as nn
 from harness import DerivedCache, Kernel, check_input
 
 BOUND = "memory"
-DEFAULT_VARIANT = ("6_pipelined", "1_colsum_gemv")  # the first of these that runs on this GPU
+DEFAULT_VARIANT = ("6_phases", "1_colsum_gemv")  # the first of these that runs on this GPU
 EXPORTS = ("colsum_gemv_forward", "gemv_bias")  # what every rung's .cu must KP_EXPORT
 # Extra rows of the run.py table: the same variant built with these ModelNew options.
 ROW_OPTIONS = {"cache=False": {"cache": False}}
@@ -70,7 +70,7 @@ class ModelNew(nn.Module):
 
 def scratch_doubles(rows: int, cols: int, nsm: int) -> int:
     """float64 scratch for every rung's uncached forward on x of (rows, cols): 2_inflight's tiles of >= 32 columns x
-    rows (also covers the 64-column tiles x (rows + 1) of 4_overlap and 6_pipelined); 3_rowband's per-SM row partials and one column-sum
+    rows (also covers the 64-column tiles x (rows + 1) of 4_overlap and 6_phases); 3_rowband's per-SM row partials and one column-sum
     row per band (at most one band per SM, capped at 128 MiB for very wide weights); 5_queue's <= 32 unit partials
     per column (same cap)."""
     return (rows + 1) * (-(-cols // 32) + nsm) + min(max(nsm, 32) * cols, cols + (1 << 24))

@@ -138,14 +138,16 @@ def test_bench_times_each_call_after_a_call_of_itself():
 @gpu
 def test_flush_empties_the_gpu_l2():
     """A read of 16 MiB (inside the L2) timed after the flush must come from DRAM, not from the L2 where the call
-    before left it: the flush has to act on the GPU (an earlier version put its buffer in host memory)."""
+    before left it: the flush has to act on the GPU (an earlier version put its buffer in host memory). H200: 12.5
+    us flushed, 10.7 L2-hot (torch.sum's fixed cost is most of both)."""
+    assert harness.L2Flusher().buf.is_cuda
     x = torch.rand(4 << 20, device="cuda")
     out = torch.empty((), device="cuda")
     rows = {"sum": lambda: torch.sum(x, dim=0, out=out)}
     flushed = harness.bench_interleaved(rows, min_reps=20, max_reps=40, budget_s=10)["sum"].median_ms
     hot = harness.bench_interleaved(rows, min_reps=20, max_reps=40, budget_s=10, flush=lambda: None)["sum"].median_ms
     print(f"16 MiB read: after the flush {1e3 * flushed:.1f} us, L2-hot {1e3 * hot:.1f} us")
-    assert flushed > 1.2 * hot, (flushed, hot)
+    assert flushed > 1.08 * hot, (flushed, hot)
 
 
 @gpu

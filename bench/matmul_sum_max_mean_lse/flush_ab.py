@@ -1,5 +1,5 @@
-"""What the L2 flush leaves for the timed call to pay: matmul_sum_max_mean_lse at the benchmark shape (6_pipelined
-and 4_overlap through ModelNew, uncached; 6_pipelined cached), a plain read of its 288 MiB (the bw probe) and a
+"""What the L2 flush leaves for the timed call to pay: matmul_sum_max_mean_lse at the benchmark shape (6_phases
+and 4_overlap through ModelNew, uncached; 6_phases cached), a plain read of its 288 MiB (the bw probe) and a
 32 MiB torch copy, timed by kp.timing.bench_interleaved after each combination of
 
   flush:  none; read (kp.timing.L2Flusher, the timer's: a sum over 2x the L2); write (fill_ of the same buffer);
@@ -40,7 +40,7 @@ def main():
     ref = Reference.load(("problem", "matmul_sum_max_mean_lse"))
     bw = harness.build_path(harness.PROBES / "bw.cu").ops
     models = {}
-    for var, cache in (("6_pipelined", False), ("4_overlap", False), ("6_pipelined", True)):
+    for var, cache in (("6_phases", False), ("4_overlap", False), ("6_phases", True)):
         m = lse.ModelNew(ops.I, ops.O, variant=var, cache=cache).cuda()
         m.load_state_dict(ops.lin.state_dict(prefix="linear."), strict=True)
         models[f"{var} {'cached' if cache else 'uncached'}"] = m

@@ -1,6 +1,7 @@
-"""6_pipelined's configurations against 4_overlap at matmul_sum_max_mean_lse's benchmark shape (1024x8192 @
+"""6_phases's configurations against 4_overlap at matmul_sum_max_mean_lse's benchmark shape (1024x8192 @
 8192x8192): P column phases per tile and XU x rows per W block, each also without any x work (a floor for that
-way of reading W: wrong output), the two rungs through ModelNew (cache off, as run.py times them) and a plain
+way of reading W: wrong output), with P = 1 also the shared memory for x, where its copy is issued and whether
+the x rows beyond it are loaded before the tail's reduction; the two rungs through ModelNew (cache off, as run.py times them) and a plain
 read of W then x by the bw probe as the read ceiling; GPU time per call, L2 read-flushed, interleaved
 (kp.timing.bench_interleaved). First every configuration's output and column sums are checked against float64
 on the bench operands and on the problem's declared odd cases; last, per-phase globaltimer traces.
@@ -13,7 +14,8 @@ import harness
 import models.matmul_sum_max_mean_lse as lse
 from bench.matmul_sum_max_mean_lse.operands import bench_operands
 
-CFGS = {0: "P1 XU4", 1: "P2 XU2", 2: "P2 XU4", 3: "P4 XU2", 4: "P4 XU4"}
+CFGS = {0: "P1 XU4", 1: "P2 XU2", 2: "P2 XU4", 3: "P4 XU2", 4: "P4 XU4", 5: "P1, x smem 192K",
+        6: "P1, x smem 192K, early rows", 7: "P1, x smem 192K, early rows, copy at half", 8: "P1, early rows"}
 FLOORS = {10: "P1, no x", 12: "P2, no x", 14: "P4, no x"}
 
 
@@ -38,7 +40,7 @@ def errors(args):
 def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     ops = bench_operands()
-    k6 = harness.Kernel("matmul_sum_max_mean_lse", "6_pipelined", experiments=True)
+    k6 = harness.Kernel("matmul_sum_max_mean_lse", "6_phases", experiments=True)
     k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap")
     bw = harness.build_path(harness.PROBES / "bw.cu").ops
     notrace = torch.empty(0, dtype=torch.int64, device="cuda")
@@ -52,8 +54,8 @@ def main():
         lin = torch.nn.Linear(*init).cuda()
         xc = xc if xc.stride(-1) == 1 or xc.size(1) <= 1 else xc.contiguous()
         cases.append((name, forward_args(lin.weight.detach(), lin.bias.detach(), xc, ops.nsm)))
-    calls = {f"6_pipelined {n}": (lambda c: lambda args: k6.tune_forward(*args, c, notrace))(c) for c, n in CFGS.items()}
-    calls["6_pipelined (export)"] = lambda args: k6.colsum_gemv_forward(*args)
+    calls = {f"6_phases {n}": (lambda c: lambda args: k6.tune_forward(*args, c, notrace))(c) for c, n in CFGS.items()}
+    calls["6_phases (export)"] = lambda args: k6.colsum_gemv_forward(*args)
     calls["4_overlap (export)"] = lambda args: k4.colsum_gemv_forward(*args)
     for cname, args in cases:
         for k, f in calls.items():
@@ -70,13 +72,13 @@ def main():
     print("parity failures:", bad or "none")
 
     models = {}
-    for var in ("4_overlap", "6_pipelined"):
+    for var in ("4_overlap", "6_phases"):
         m = lse.ModelNew(ops.I, ops.O, variant=var, cache=False).cuda()
         m.load_state_dict(ops.lin.state_dict(prefix="linear."), strict=True)
         models[var] = m
     fns = {"4_overlap (export)": lambda: k4.colsum_gemv_forward(*a)}
     for c, n in {**CFGS, **FLOORS}.items():
-        fns[f"6_pipelined {n}"] = lambda c=c: k6.tune_forward(*a, c, notrace)
+        fns[f"6_phases {n}"] = lambda c=c: k6.tune_forward(*a, c, notrace)
     for var, m in models.items():
         fns[f"ModelNew {var} cache=False"] = lambda m=m: m(ops.x)
     fns["read W + x (bw probe)"] = lambda: (bw.probe_read(ops.w, ops.vb, ops.nsm, 8, True),

@@ -43,11 +43,11 @@ class L2Flusher:
     A read, not a write: writing the buffer would leave the L2 full of dirty lines, and the timed call would pay
     for writing them back. Streaming 2x the L2 through it evicts everything, dirty lines included (written back
     during the flush itself), and leaves clean lines of an unrelated buffer. Measured
-    (bench/matmul_sum_max_mean_lse/flush_ab.py, H200; docs/linear_problems.md): the lse rung's uncached call 80.5 us
-    after this flush, 90.8 after a write flush, 80.5-81.0 whether or not its inputs were rewritten just before the
-    flush (as the judge refills them), and the same after a write flush whose buffer's lines are then discarded
-    without write-back (tools/probes/l2.cu). Without any flush the same call took 73.5 us: x, read at the end of
-    the call before, was still in L2.
+    (bench/matmul_sum_max_mean_lse/flush_ab.py, H200; docs/linear_problems.md): the lse rung's uncached call 81.2 us
+    after this flush and 81.6 with its inputs rewritten just before it (as the judge refills them); 92.7 after a
+    write flush; 80.8-81.2 after a write flush whose buffer's lines are then discarded without write-back
+    (tools/probes/l2.cu); with no flush 80.6, and 87.4 when the refill's dirty lines were written back inside the
+    call.
     """
 
     def __init__(self, device=None):

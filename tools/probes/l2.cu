@@ -1,12 +1,11 @@
-// probes/l2 -- drop a buffer's lines from L2 without writing them back: what a timing flush would need to leave the
-// L2 with no dirty lines. Not a problem variant: bench/matmul_sum_max_mean_lse/flush_ab.py builds it with
+// probes/l2 -- drop a buffer's lines from L2 without writing them back: a write flush that leaves the L2 with no
+// dirty lines. Not a problem variant: bench/matmul_sum_max_mean_lse/flush_ab.py builds it with
 // harness.build_path and times a kernel after each way of flushing, with and without the inputs rewritten first.
 // Requires: sm_80 (discard.global.L2)
 //
-// Why: lines a call leaves dirty in L2 are written back during whatever runs next, and a read-only flush was seen
-//   not to evict them (docs/linear_problems.md, "Order sensitivity"). A write flush evicts them but leaves its own
-//   buffer dirty; discarding that buffer's lines afterwards (invalidate, no write-back: its contents do not matter)
-//   leaves nothing dirty behind.
+// Why: a write flush evicts every earlier line but leaves its own buffer dirty, and the next call pays for writing
+//   it back; discarding that buffer's lines afterwards (invalidate, no write-back: its contents do not matter)
+//   leaves nothing dirty behind. The A/B compares that with the timer's read flush (they tie on the H200).
 // Ownership and launch: grid-stride, 1024 CTAs x 256 threads, one 128-byte line per thread per step.
 // Bytes: none moved (discard touches L2 tags only). Preconditions (checked): a CUDA tensor whose byte size is a
 //   multiple of 128 and whose data is 128-byte aligned. Numerics: the buffer's contents become undefined.

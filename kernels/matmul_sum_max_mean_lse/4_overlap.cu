@@ -42,7 +42,7 @@
 //   early (112 registers, launch_dependents) did not help either (81.1 vs 81.5 in an earlier run).
 #include <cooperative_groups.h>
 
-#include "lse_common.cuh"
+#include "tile_common.cuh"
 
 namespace cg = cooperative_groups;
 

@@ -17,7 +17,7 @@
 //   row groups: W rows rg + k*RGP (CU = 16 float4 loads in flight), x rows rg + k*RGP, XU per W block; a row's CP
 //   lanes add their 4-column dots by shuffles. With P > 1 the row partials accumulate over the phases in
 //   partial[i * tiles + t] (the CTA's own entries, L2: written in one phase, read back after a CTA barrier).
-//   finish (programmatic dependent launch, lse_common.cuh): a warp per row adds the tiles' partials and b's slices.
+//   finish (programmatic dependent launch, tile_common.cuh): a warp per row adds the tiles' partials and b's slices.
 // Bytes: 4*O*I + 4*B*I from DRAM (288 MiB at the bench shape, the minimum) + 8*B*tiles*(2P-1) of partials through
 //   L2 (1 MiB at P = 1). Bound: memory (the W stream), then the tail: the column reduction, the dots from shared
 //   memory, the x rows shared memory did not hold.
@@ -29,7 +29,7 @@
 // Measured: H200, 1024x8192 @ 8192x8192, 2026-11-23, GPU time, L2 flushed (`python -m
 //   bench.matmul_sum_max_mean_lse.phases_ab`, interleaved): 77.1 us = 3,917 GB/s, 94.7% of a plain read of the same
 //   288 MiB (73.0 us); 4_overlap 83.1. The other configurations: docs/linear_problems.md.
-#include "lse_common.cuh"
+#include "tile_common.cuh"
 
 namespace {
 

@@ -12,19 +12,11 @@ import torch
 
 import harness
 import models.matmul_sum_max_mean_lse as lse
-from bench.matmul_sum_max_mean_lse.operands import bench_operands
+from bench.matmul_sum_max_mean_lse.operands import bench_operands, forward_args
 
 CFGS = {0: "P1 XU4", 1: "P2 XU2", 2: "P2 XU4", 3: "P4 XU2", 4: "P4 XU4", 5: "P1, x smem 192K",
         6: "P1, x smem 192K, early rows", 7: "P1, x smem 192K, early rows, copy at half", 8: "P1, early rows"}
 FLOORS = {10: "P1, no x", 12: "P2, no x", 14: "P4, no x"}
-
-
-def forward_args(w, b, x, nsm):
-    f64 = dict(device=w.device, dtype=torch.float64)
-    vb = torch.empty(w.size(1) + 1, **f64)
-    part = torch.empty(lse.scratch_doubles(*x.shape, nsm), **f64)
-    out = torch.empty(x.size(0), 1, device=w.device)
-    return (w, b, x, part, vb[:-1], vb[-1:], out)
 
 
 def errors(args):

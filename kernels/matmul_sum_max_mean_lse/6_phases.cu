@@ -39,18 +39,9 @@ constexpr int FT = lse::TILE_FT, TC = lse::TILE_TC;
 constexpr int CU = 16;        // W float4 loads in flight per thread per block
 constexpr int XS_MAX_KB = 192;  // most shared memory for the last phase's x columns (the row buffer holds that)
 
-// W is streamed once and read in 256/P-byte pieces: no L1 allocation and no L2 prefetch beyond the piece (a
-// 256-byte fill would bring in the next phase's columns a whole phase early, and they would be evicted unused).
-__device__ __forceinline__ float4 load_w_piece(const float* p) {
-  float4 q;
-  asm("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
-      : "=f"(q.x), "=f"(q.y), "=f"(q.z), "=f"(q.w) : "l"(p));
-  return q;
-}
-
-__device__ __forceinline__ void cp_async16_piece(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(kp::smem_u32(dst)), "l"(src) : "memory");
-}
+// W is streamed once and read in 256/P-byte pieces, x's copy in 16/P-byte ones: no L2 prefetch beyond the piece
+// (lse::load_w<false>, lse::cp_async16<false>; a 256-byte fill would bring in the next phase's columns a whole
+// phase early, and they would be evicted unused).
 
 template <int CP>
 __device__ __forceinline__ double lanes_sum(double d) {  // over the CP lanes of a row group (xor butterfly)
@@ -106,7 +97,7 @@ __global__ void __launch_bounds__(FT, 1)
     // The last phase's x columns go to shared memory under this phase's W stream (one commit group per thread).
     auto prefetch = [&]() {
       if (DOTS && live)
-        for (int i = rg; i < xr; i += RGP) cp_async16_piece(xsm + i * TP + 4 * cg, x + i * xs + c);
+        for (int i = rg; i < xr; i += RGP) lse::cp_async16<false>(xsm + i * TP + 4 * cg, x + i * xs + c);
       asm volatile("cp.async.commit_group;" ::: "memory");
     };
     double a[4] = {0., 0., 0., 0.};
@@ -121,7 +112,7 @@ __global__ void __launch_bounds__(FT, 1)
 #pragma unroll
       for (int u = 0; u < CU; ++u) {
         const int64_t r = rg + (int64_t)RGP * (k * CU + u);
-        q[u] = (live && r < O) ? load_w_piece(w + r * I + c) : zero;
+        q[u] = (live && r < O) ? lse::load_w<false>(w + r * I + c) : zero;
       }
       const int64_t kx = k - 1;  // the x block of this W block (phases after the first)
       const bool xblk = DOTS && p > 0 && kx >= 0 && kx < nxb;
@@ -150,7 +141,7 @@ __global__ void __launch_bounds__(FT, 1)
 #pragma unroll
         for (int u = 0; u < XU; ++u) {
           const int64_t i = rg + (int64_t)RGP * (kx * XU + u);
-          const double d = lanes_sum<CP>(lse::dot4<true>(xq[u], make_float4(0.f, 0.f, 0.f, 0.f), vd));
+          const double d = lanes_sum<CP>(lse::dot4<true>(xq[u], zero, vd));
           if (cg == 0 && i < B) __stcg(partial + i * tiles + blockIdx.x, pq[u] + d);
         }
       }

@@ -7,11 +7,17 @@
 namespace lse {
 namespace {
 
-// W is streamed once: 256-byte L2 fills, no L1 allocation (2_inflight's A/B: 87.1 -> 85.3 us).
+// W is streamed once: no L1 allocation, and (L2_256) 256-byte L2 fills (2_inflight's A/B: 87.1 -> 85.3 us).
+// 6_phases reads W without them (its row pieces may be narrower than 256 bytes).
+template <bool L2_256 = true>
 __device__ __forceinline__ float4 load_w(const float* p) {
   float4 q;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
-      : "=f"(q.x), "=f"(q.y), "=f"(q.z), "=f"(q.w) : "l"(p));
+  if constexpr (L2_256)
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
+        : "=f"(q.x), "=f"(q.y), "=f"(q.z), "=f"(q.w) : "l"(p));
+  else
+    asm("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
+        : "=f"(q.x), "=f"(q.y), "=f"(q.z), "=f"(q.w) : "l"(p));
   return q;
 }
 

@@ -10,8 +10,13 @@ namespace {
 
 constexpr int TILE_FT = 512, TILE_TC = 64;
 
+// 16 bytes global -> shared, bypassing L1; L2_256: with a 256-byte L2 fill.
+template <bool L2_256 = true>
 __device__ __forceinline__ void cp_async16(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(kp::smem_u32(dst)), "l"(src) : "memory");
+  if constexpr (L2_256)
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(kp::smem_u32(dst)), "l"(src) : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(kp::smem_u32(dst)), "l"(src) : "memory");
 }
 
 // b.sum() is split evenly over the CTAs: this thread's share of CTA blockIdx.x's slice (loads only; the sum is

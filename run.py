@@ -52,8 +52,12 @@ def parse_args(argv):
                                                      "cluster), an address, or local (start one here)")
     ap.add_argument("--out", metavar="JSONL", help="append each finished job's record here; a re-run skips the "
                                                    "jobs already recorded")
-    ap.add_argument("--timeout", type=float, default=None, help="seconds a job may take before its process is "
-                                                                "killed and it is rejected (default 600)")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds a candidate's job may take, single run or "
+                                                                "batch, before it is rejected naming the stage it "
+                                                                "was in (default 600)")
+    ap.add_argument("--mode", default="train", choices=["train", "eval"],
+                    help="train (default: a fresh Model trains, KernelBench's contract) or eval (inference "
+                         "semantics: both models in eval mode, calls under no_grad, weights still changed)")
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: from the OS, printed)")
     ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
@@ -176,9 +180,11 @@ def main(argv=None) -> int:
 
     from kp import judge, report
     from kp.build import prebuild
+    from kp.worker import JOB_TIMEOUT_S
     opts = dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
                 bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
-                sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu)
+                sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
+                timeout_s=args.timeout or JOB_TIMEOUT_S)
     if batch:
         return run_batch(args, opts)
     refs = [judge.Reference.load(("file", args.ref))] if args.ref else \

@@ -21,11 +21,12 @@ from collections import deque
 from pathlib import Path
 
 from kp.errors import UsageError, first_line
-from kp.worker import exit_status, start_without_main
+from kp.worker import JOB_TIMEOUT_S, exit_status, start_without_main
 from kp.build import local_headers
 from kp.registry import KERNELS, MODELS, ROOT, problems
 
-DEFAULT_TIMEOUT_S = 600  # per job: a cold build of every kernel it uses, parity and timing fit well inside
+DEFAULT_TIMEOUT_S = JOB_TIMEOUT_S  # per job: a cold build of every kernel it uses, parity and timing fit well inside
+KILL_GRACE_S = 30  # the judge itself rejects a job at its limit, naming the stage; past this grace the slot is killed
 STARTUP_S = 120  # a slot's own start (imports) before its first job; not charged to the job
 
 
@@ -244,9 +245,12 @@ class Slot:
                    "record": None}
             self.kill()
             self._start()
-        elif res is None and time.monotonic() - self.t0 > timeout_s + (0 if self.started else STARTUP_S):
+        elif res is None and time.monotonic() - self.t0 > timeout_s + KILL_GRACE_S + (0 if self.started else
+                                                                                       STARTUP_S):
             self.kill()
-            res = {"ok": False, "verdict": f"rejected: timeout after {timeout_s:.0f} s", "record": None}
+            res = {"ok": False, "verdict": f"rejected: timeout after {timeout_s:.0f} s (the job was killed from "
+                                           f"outside: its judge reached no verdict {KILL_GRACE_S} s past the limit)",
+                   "record": None}
             self._start()
         if res is None:
             return None

@@ -28,7 +28,7 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
 """
 from __future__ import annotations
 
-import copy
+import contextlib
 import dataclasses
 import os
 import random
@@ -41,12 +41,16 @@ from kp.build import progress
 from kp.errors import Rejected, UsageError
 from kp.layers import PRECISIONS, set_precision
 from kp.numerics import budget_from, clone_layout, rel_error, same_values
-from kp.reference import (UPDATES, Reference, _as_list, apply_update, describe, make_update, rename_update,
-                          state_map, timed_call_seed, trial_seeds)
+from kp.errors import first_line
+from kp.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default
+from kp.numerics import Err
+from kp.premises import Premises
+from kp.reference import (UPDATES, Reference, _as_list, apply_update, describe, make_update, partial_map,
+                          rename_update, state_map, timed_call_seed, trial_seeds, unmapped)
 from kp.registry import picks_per_call, runnable_variants
 from kp.timing import copy_bandwidth, gemm_rates
-from kp.worker import (WARMUP, LocalRunner, ProcessRunner, escape_threshold_ms, host_clock_excess_ms, kernel_base_name,
-                       window_violations)
+from kp.worker import (JOB_TIMEOUT_S, WARMUP, LocalRunner, ProcessRunner, escape_threshold_ms, host_clock_excess_ms,
+                       kernel_base_name, window_violations)
 
 MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
@@ -56,6 +60,13 @@ FLOAT64_ON_DEVICE_MAX = 512 << 20  # problems up to this footprint get their flo
 #                                     ones on the host (a full float64 copy would not fit ~3x the footprint)
 MEMORY_FACTOR = 3  # the judge's peak GPU memory target: this many times the problem's inputs + outputs + weights
 CPU_BENCH_MAX = 256 << 20  # on --device cpu, benchmark-shape calls run only when inputs + outputs are this small
+# A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
+# reference has them, and a relL2 under this (~8,000 fp32 ulps: beyond it fp32 itself cannot compute the problem at
+# those values, e.g. a product of 256 numbers near -3, and no fp32 kernel can be asked to).
+TORCH_FAIR_MAX = 1e-3
+MODES = ("train", "eval")
+KERNELBENCH_TRIALS = 5  # KernelBench's own correctness check: same-seed models, 5 draws, torch.allclose
+KERNELBENCH_TOLS = ("1e-4", "1e-2")  # atol = rtol for fp32 now, and in the v0/v0.1 era of its leaderboard
 
 # ---------------------------------------------------------------------------------------------------------------
 # The judge.
@@ -102,20 +113,27 @@ class Row:
     kernels: list | None = None
     escape: dict | None = None
     variant: str | None = None  # the built-in rung a row runs (its label may carry options: "v[cache=False]")
+    weights: str | None = None  # how the reference's weights reached the row, when not whole (same-seed contract)
+    kernelbench: dict | None = None  # KernelBench's own correctness check on the same candidate: tolerance -> verdict
 
     def reject(self, reason: str) -> None:
         if self.accepted:
             self.accepted, self.reason = False, reason
 
 
+FLOAT64, PROMOTED = "float64", "float64, every torch op's floating arguments promoted"
+
+
 class _Refs:
     """The fp32 and float64 reference models, carrying state (BatchNorm running statistics) across calls like the
-    judged models, with the same weight changes applied."""
+    judged models, with the same weight changes applied. `how` says what the float64 side is: FLOAT64, PROMOTED
+    (kp.float64.Promote), or 'fp32 only: <why>' when no float64 reference could be run."""
 
-    def __init__(self, ref: Reference, init, seed: int, device: str, f64_device: str):
-        self.r32 = ref.model(init, seed, device)
-        self.r64 = copy.deepcopy(self.r32).double().to(f64_device)
+    def __init__(self, ref: Reference, init, seed: int, device: str, f64_device: str, train: bool = True):
+        self.r32 = ref.model(init, seed, device, train)
+        self.r64 = float64_copy(self.r32, f64_device)
         self.f64_device = f64_device
+        self.how = FLOAT64
 
     def state(self) -> dict:
         return self.r32.state_dict()
@@ -129,14 +147,48 @@ class _Refs:
             for (_, p32), (_, p64) in zip(self.r32.named_parameters(), self.r64.named_parameters()):
                 p64.copy_(p32)
 
+    def save_buffers(self) -> dict:
+        return {k: b.clone() for m in (self.r32, self.r64) for k, b in
+                ((f"{id(m)}:{n}", b) for n, b in m.named_buffers())}
+
+    def restore_buffers(self, saved: dict | None) -> None:
+        with torch.no_grad():
+            for m in (self.r32, self.r64):
+                for n, b in m.named_buffers():
+                    if saved and f"{id(m)}:{n}" in saved:
+                        b.copy_(saved[f"{id(m)}:{n}"])
+
+    def fp32_only(self) -> bool:
+        return self.how.startswith("fp32 only")
+
+    def _float64(self, pristine: list):
+        """The float64 reference's output, or None once none can be made (first FLOAT64, then PROMOTED). Buffers
+        a failed try changed are put back, so the stateful sequence stays in step."""
+        x64 = as_float64(pristine, self.f64_device)
+        while not self.fp32_only():
+            saved = {k: b.clone() for k, b in self.r64.named_buffers()}
+            try:
+                with torch.no_grad(), float64_default(), (Promote() if self.how == PROMOTED else
+                                                          contextlib.nullcontext()):
+                    return self.r64(*x64)
+            except Exception as e:
+                with torch.no_grad():
+                    for k, b in self.r64.named_buffers():
+                        b.copy_(saved[k])
+                self.how = PROMOTED if self.how == FLOAT64 else \
+                    f"fp32 only: the float64 copy raised {type(e).__name__}: {first_line(e)[:160]}"
+        return None
+
     def expected(self, pristine: list, precision: str) -> Expected:
         set_precision(precision)
-        with torch.no_grad():
-            r32 = self.r32(*[clone_layout(x) for x in pristine])
-            r64 = self.r64(*[x.to(self.f64_device, torch.float64) if isinstance(x, torch.Tensor)
-                             and x.is_floating_point() else
-                             (x.to(self.f64_device) if isinstance(x, torch.Tensor) else x) for x in pristine])
-        set_precision("fp32")
+        try:
+            with torch.no_grad():
+                r32 = self.r32(*[clone_layout(x) for x in pristine])
+            r64 = self._float64(pristine)
+        finally:
+            set_precision("fp32")
+        if r64 is None:
+            return Expected.of(r32, r32, fp32_only=True)
         if self.f64_device == "cpu" and torch.cuda.is_available():  # pinned: each chunk of the comparison crosses
             r64 = tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64)) \
                 if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
@@ -153,11 +205,16 @@ class Expected:
     errs: list  # per element: (PyTorch's own Err, budget Err), None for a non-tensor element
 
     @classmethod
-    def of(cls, r32, r64) -> "Expected":
+    def of(cls, r32, r64, fp32_only: bool = False) -> "Expected":
+        """fp32_only: r64 is PyTorch's fp32 output itself (no float64 reference could be made); the budget is then
+        kp.float64.FP32_ONLY_BUDGET."""
         r32l, r64l = _as_list(r32), _as_list(r64)
         specs, errs = [], []
         for a, b in zip(r32l, r64l):
-            if isinstance(a, torch.Tensor):
+            if isinstance(a, torch.Tensor) and fp32_only:
+                specs.append((tuple(a.shape), a.dtype, a.device))
+                errs.append((Err(0.0, 0.0, 0), Err(FP32_ONLY_BUDGET, FP32_ONLY_BUDGET, 0)))
+            elif isinstance(a, torch.Tensor):
                 e = rel_error(a, b)
                 specs.append((tuple(a.shape), a.dtype, a.device))
                 errs.append((e, budget_from(e)))
@@ -169,6 +226,18 @@ class Expected:
     def finite(self) -> bool:
         return all(bool(torch.isfinite(t).all()) for t in self.r64 if isinstance(t, torch.Tensor)
                    and t.is_floating_point())
+
+    def torch_unfair(self) -> str | None:
+        """Why PyTorch's own fp32 result fails this call's check (then a derived input is not held against a
+        candidate), or None."""
+        for e in self.errs:
+            if e is None:
+                continue
+            if e[0].nonfinite_mismatch:
+                return f"PyTorch fp32 itself gets {e[0].nonfinite_mismatch} NaN/Inf positions wrong (it overflows)"
+            if e[0].rel_l2 > TORCH_FAIR_MAX:
+                return f"PyTorch fp32 itself is off by relL2 {e[0].rel_l2:.1e}"
+        return None
 
 
 def judge_output(label: str, out, out_type: str, exp: Expected) -> dict:
@@ -197,6 +266,22 @@ def judge_output(label: str, out, out_type: str, exp: Expected) -> dict:
                  "torch_rel_l2": max(worst["torch_rel_l2"], e_ref.rel_l2),
                  "budget": max(worst["budget"], budget.rel_l2)}
     return worst
+
+
+def _allclose(got: list, want: list, tol: float) -> str:
+    """'pass', or why KernelBench's torch.allclose check fails (shape, or the largest difference)."""
+    if len(got) != len(want):
+        return f"fail ({len(got)} outputs, expected {len(want)})"
+    for g, w in zip(got, want):
+        if not isinstance(w, torch.Tensor):
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape:
+            return f"fail (output {describe(g) if not isinstance(g, str) else g}, expected {tuple(w.shape)})"
+        g = g.to(w.device)
+        if not torch.allclose(g.to(w.dtype) if g.dtype != w.dtype else g, w, atol=tol, rtol=tol):
+            d = (g.double() - w.double()).abs().nan_to_num(float("inf")).max()
+            return f"fail (max difference {float(d):.2e})"
+    return "pass"
 
 
 def _out_bytes_hint(pristine: list) -> int:
@@ -247,7 +332,11 @@ class Judge:
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
                  budget_s: float = 20.0, sandbox: bool = True, profile: bool = False, ncu: bool = False,
-                 log=progress):
+                 mode: str = "train", timeout_s: float | None = JOB_TIMEOUT_S, log=progress):
+        """mode: 'train' (KernelBench's contract: a fresh Model trains) or 'eval' (inference: both models in eval
+        mode). timeout_s: the limit on a candidate's whole job (None: none), each worker call bounded by it."""
+        if mode not in MODES:
+            raise UsageError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if precision not in PRECISIONS:
             raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if trials < MIN_TRIALS:
@@ -268,6 +357,10 @@ class Judge:
         self.profile, self.ncu = profile, ncu
         self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self.log = log
+        self.mode, self.train = mode, mode == "train"
+        self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s if timeout_s else None
+        self.notes: list[str] = []  # said in the verdict line and the record: what the judge could not do as usual
         self.rows: list[Row] = []
         self.runners: list = []
         self.timed_refs: dict[int, tuple] = {}
@@ -287,9 +380,11 @@ class Judge:
         if boxed:
             self.log(f"candidate {path.name}: in a sandbox ({self.box_note})")
         runner = ProcessRunner(self.ref.spec, self.device, self.precision, self._interim, sandbox=boxed,
-                               read_only=[str(path.resolve().parent), str(path.resolve())])
+                               read_only=[str(path.resolve().parent), str(path.resolve())], train=self.train,
+                               deadline=self.deadline, limit_s=self.timeout_s)
         self.runners.append(runner)
         row = Row("candidate", runner, path=str(path))
+        runner.passed = row.checks
         self.rows.append(row)
         return row
 
@@ -307,11 +402,21 @@ class Judge:
         if not rows:
             return []
         factories = {label: variant_factory(self.ref.module, v, opts, self.precision) for label, v, opts, _ in rows}
-        runner = LocalRunner(self.ref.spec, self.device, self.precision, self._interim, factories)
+        runner = LocalRunner(self.ref.spec, self.device, self.precision, self._interim, factories, self.train)
         self.runners.append(runner)
         out = [Row(label, runner, peer=peer, opts=opts, variant=v) for label, v, opts, peer in rows]
         self.rows += out
         return out
+
+    def add_reference_row(self) -> Row:
+        """The reference's own fp32 Model as a judged row ("eager"): what `--ref FILE` alone checks on the CPU, where
+        nothing is timed (every parity stage against the float64 reference, PyTorch's own error in the table)."""
+        runner = LocalRunner(self.ref.spec, self.device, self.precision, self._interim,
+                             {"eager": lambda *init: self.ref.module.Model(*init)}, self.train)
+        self.runners.append(runner)
+        row = Row("eager", runner)
+        self.rows.append(row)
+        return row
 
     def live(self) -> list[Row]:
         return [r for r in self.rows if r.accepted]
@@ -328,20 +433,36 @@ class Judge:
                 self.log(f"{self.ref.name}: {row.label} rejected: {e}")
 
     # -- stages -------------------------------------------------------------------------------------------------
-    def _build(self, row: Row, refs: _Refs, init, seed: int, stage: str = "construct", state=None) -> None:
-        """Construct the row's model after the seed and load the reference's state (its state now, or `state`)."""
-        keys = row.runner.call(stage, "build", row.label, init, seed)["keys"]
+    def _build(self, row: Row, refs: _Refs, init, seed: int, stage: str = "construct", state=None,
+               load: bool = True) -> None:
+        """Construct the row's model after the seed and load the reference's state (its state now, or `state`) as
+        far as it maps: whole (by name, or in order where the names differ but the shapes line up), else
+        KernelBench's same-seed contract (what has the same name and shape is loaded, the rest keeps the
+        candidate's own same-seed initialisation, and only what maps is changed between calls)."""
+        reply = row.runner.call(stage, "build", row.label, init, seed)
+        keys = [(k, tuple(s)) for k, s in reply["keys"]]
+        if self.train and reply.get("eval_modules"):
+            kinds = reply["eval_modules"]
+            what = "BatchNorm would use running statistics" if any("Norm" in k for k in kinds) else \
+                "Dropout would be off"
+            raise Rejected(f"{stage}: ModelNew is in eval mode (self.training is False) but the reference trains: "
+                           f"{what} ({', '.join(kinds)}); --mode eval judges inference semantics")
         ref_keys = refs.keys()
-        names = state_map(ref_keys, [(k, tuple(s)) for k, s in keys]) if ref_keys else {}
+        names = state_map(ref_keys, keys) if ref_keys else {}
         if names is None:
-            ref_names = {k for k, _ in ref_keys}
-            cand = {k for k, _ in keys}
-            raise Rejected(f"{stage}: the state_dict does not match the reference's (missing "
-                           f"{sorted(ref_names - cand)[:3]}, unexpected {sorted(cand - ref_names)[:3]}): weights can "
-                           f"be neither loaded nor changed alike")
+            names = partial_map(ref_keys, keys)
+            if row.weights is None:
+                params = {k for k, _ in refs.r32.named_parameters()}
+                moved = sorted(k for k in names if k in params)
+                left = unmapped(ref_keys, keys, names)
+                row.weights = ("same-seed init; " + (f"loaded and changed between calls: {len(moved)} of "
+                                                     f"{len(params)} parameters by name" if moved else
+                                                     "not changed between calls: no parameter maps")
+                               + (f" ({left})" if left else ""))
+                self.log(f"{self.ref.name}: {row.label} weights: {row.weights}")
         row.names = names
-        if names:
-            state = {names[k]: v for k, v in (refs.state() if state is None else state).items()}
+        if names and load:
+            state = {names[k]: v for k, v in (refs.state() if state is None else state).items() if k in names}
             row.runner.call(stage, "update", row.label, {"kind": "load_state_dict", "state": state})
 
     def _candidate_inputs(self, pristine: list) -> list:
@@ -426,30 +547,50 @@ class Judge:
         return calls
 
     def _parity_bench(self, init) -> None:
-        refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device)
+        refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train)
         self._each(lambda row: self._build(row, refs, init, self.seed))
+        premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
         base_finite = None
         passed_before = {}
         for label, s, upd, derive in self._sequence():
             if not self.live():
-                return
+                break
             changed = upd and self._each_update(refs, upd, s)
             if upd and not changed:  # nothing to change: the call is a plain one and says so
                 label = label.replace(f", after an {upd}", "")
             pristine = self.ref.inputs(s, self.device)
-            if derive and not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in pristine):
-                self.skipped.append(f"{label}: no floating-point input to derive from")
+            if not derive:
+                premises.see(pristine)
+            elif not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in pristine):
+                self._skip(f"{label}: no floating-point input to derive from")
                 continue
-            if derive:
+            elif premises.broken(derive):
+                self._skip(f"{label}: {premises.broken(derive)}")
+                continue
+            else:
                 pristine = [DERIVED[derive](x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                             for x in pristine]
-            exp = refs.expected(pristine, self.precision)
+            saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
+            try:
+                exp = refs.expected(pristine, self.precision)
+            except Exception as e:
+                if not derive:
+                    raise UsageError(f"the reference itself raised on its own inputs ({label}): "
+                                     f"{type(e).__name__}: {first_line(e)}") from None
+                refs.restore_buffers(saved)
+                self._skip(f"{label}: the reference raises there ({type(e).__name__}: {first_line(e)[:100]})")
+                continue
             finite = exp.finite()
             if base_finite is None:
                 base_finite = finite
+            why = None
             if derive and base_finite and not finite:
-                self.skipped.append(f"{label}: the float64 reference is not finite there")
-                self.log(f"{self.ref.name}: skipped {self.skipped[-1]}")
+                why = "the float64 reference is not finite there"
+            elif derive:
+                why = exp.torch_unfair()
+            if why:
+                refs.restore_buffers(saved)
+                self._skip(f"{label}: {why}")
                 continue
 
             def one(row):
@@ -459,6 +600,11 @@ class Judge:
                     if changed and passed_before.get(row.label):
                         raise Rejected(f"{e}; it passed before the weights changed ({upd}): a value derived from "
                                        f"the weights is not recomputed (stale weight cache)") from None
+                    if not passed_before.get(row.label) and not upd and not derive and row.names and \
+                            ("relL2" in str(e) or "NaN/Inf" in str(e)):
+                        hint = self._own_init(row, init, label, pristine, exp)
+                        if hint:
+                            raise Rejected(f"{e}; {hint}") from None
                     raise
                 passed_before[row.label] = True
                 self._check_buffers(row, f"buffers after {label}", refs)
@@ -466,10 +612,32 @@ class Judge:
             self._each(one)
             del pristine, exp
             _release()
+        premises.forget()
+        if refs.fp32_only():
+            self.notes.append(f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
+                              f"relL2 budget {FP32_ONLY_BUDGET:g}")
+
+    def _skip(self, what: str) -> None:
+        self.skipped.append(what)
+        self.log(f"{self.ref.name}: skipped {what}")
+
+    def _own_init(self, row: Row, init, label: str, pristine: list, exp: Expected) -> str | None:
+        """A row wrong with the reference's weights loaded, judged once more at its own same-seed initialisation
+        (nothing loaded): when that passes, why it failed is that its parameters mean something else."""
+        try:
+            row.runner.call(label, "build", row.label, init, self.seed)
+            self._check_call(row, label, pristine, exp)
+        except Rejected:
+            return None
+        how = "by name" if all(k == v for k, v in row.names.items()) else "in order"
+        return (f"right at its own same-seed initialisation, wrong with the reference's weights loaded {how}: its "
+                f"parameters mean something else (e.g. pre-scaled, transposed or folded)")
 
     def _each_update(self, refs: _Refs, kind: str, seed: int) -> bool:
         """Change the weights alike on every side; False when the model has none to change."""
-        upd = make_update(kind, refs.r32, seed)
+        live = [r for r in self.live() if r.names is not None]
+        only = set.intersection(*[set(r.names) for r in live]) if live else None
+        upd = make_update(kind, refs.r32, seed, only)
         if not upd:
             return False
         refs.update(upd)
@@ -484,7 +652,7 @@ class Judge:
                 if not self.live():
                     return
                 c_init, c_inputs = self.ref.case(name, s, self.device)
-                c_refs = _Refs(self.ref, c_init, s, self.device, self.device)
+                c_refs = _Refs(self.ref, c_init, s, self.device, self.device, self.train)
                 label = f"case {name} (seed {s})"
                 state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
                 exp = c_refs.expected(c_inputs, self.precision)
@@ -497,6 +665,39 @@ class Judge:
 
                 self._each(one)
                 del c_refs, c_inputs, exp
+
+    def _kernelbench(self, init) -> None:
+        """KernelBench's own correctness check on each candidate, beside ours (it never decides the verdict):
+        Model and ModelNew built after the same seed, nothing loaded or changed, KERNELBENCH_TRIALS draws of
+        get_inputs(), torch.allclose at each of KERNELBENCH_TOLS (atol = rtol) on every output. Training mode, as
+        KernelBench builds its models."""
+        for row in self.rows:
+            if not row.runner.isolated:
+                continue
+            out = {}
+            try:
+                seed = (self.seed + 4000) % 2**32
+                model = self.ref.model(init, seed, self.device)
+                row.runner.call("kernelbench check", "build", "kernelbench", init, seed, "candidate", True)
+                for s in trial_seeds(seed, KERNELBENCH_TRIALS):
+                    x = self.ref.inputs(s, self.device)
+                    with torch.no_grad():
+                        want = _as_list(model(*[clone_layout(t) for t in x]))
+                    got = row.runner.call("kernelbench check", "forward", "kernelbench", x, 0)["out"]
+                    got = list(got) if isinstance(got, tuple) else [got]
+                    for tol in KERNELBENCH_TOLS:
+                        if out.get(tol, "pass") == "pass":
+                            out[tol] = _allclose(got, want, float(tol))
+                    del x, want, got
+                row.runner.call("kernelbench check", "drop", "kernelbench")
+                row.runner.call("kernelbench check", "release_inputs")
+            except Rejected as e:
+                out = {t: f"not run ({e})" for t in KERNELBENCH_TOLS if out.get(t, "pass") == "pass"} \
+                    | {k: v for k, v in out.items() if v != "pass"}
+                if "timeout after" in str(e):  # the job's time ran out here: that is the verdict
+                    row.reject(str(e))
+            row.kernelbench = {k: out[k] for k in sorted(out, key=float)}
+            _release()
 
     def _interim(self, msg: dict) -> None:
         """A timed call's output, handed over by a worker outside the timed region: checked here."""
@@ -654,7 +855,8 @@ class Judge:
         self.log(f"{self.ref.name}: seed {self.seed} (calls {', '.join(map(str, seeds))}; replay with --seed "
                  f"{self.seed})")
         self.skipped = []
-        rec = {"reference": self.ref.name, "ref_spec": list(self.ref.spec), "seed": self.seed,
+        rec = {"reference": self.ref.name, "ref_spec": list(self.ref.spec), "seed": self.seed, "mode": self.mode,
+               "notes_list": self.notes, "timeout_s": self.timeout_s,
                "trial_seeds": seeds[:self.trials], "precision": self.precision, "device":
                torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": self.fp,
                "shape": self.fp["shapes"],
@@ -665,7 +867,7 @@ class Judge:
         try:
             if gpu:
                 check_memory(self.ref.name, self.fp, len(self.rows), torch.cuda.mem_get_info()[0])
-            refs0 = self.ref.model(init, self.seed, self.device)
+            refs0 = self.ref.model(init, self.seed, self.device, self.train)
             state = refs0.state_dict()
             if gpu and self.bench:
                 self.log(f"{self.ref.name}: building the eager{' and torch.compile' if self.compile_baseline else ''}"
@@ -691,6 +893,7 @@ class Judge:
                                 f" was not run on the CPU; declared cases only")
             self._parity_cases()
             self._drop_input_buffers()
+            self._kernelbench(init)
             self.log(f"{self.ref.name}: parity done in {time.perf_counter() - t0:.0f} s "
                      f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
             if gpu:
@@ -727,7 +930,11 @@ class Judge:
             rec["rows"][row.label] = {
                 "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
                 "pure_torch": row.pure_torch, "own_kernels": row.own_kernels,
-                "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts}
+                "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
+                "weights": row.weights, "kernelbench": row.kernelbench,
+                "build_failures": getattr(row.runner, "build_failures", [])}
+        if getattr(self, "refs", None) is not None:
+            rec["reference_precision"] = self.refs.how
         rec["ok"] = all(r.accepted or r.peer for r in self.rows)
         rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
         return rec
@@ -746,8 +953,10 @@ def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants
         j.add_variants(row_specs(ref, variants, j.precision))
     if candidate is not None:
         j.add_candidate(candidate)
-    if not j.rows:  # the reference alone: eager vs torch.compile vs the ceilings
-        j.runners.append(LocalRunner(ref.spec, j.device, j.precision, j._interim, {}))
+    if not j.rows and j.device == "cpu":  # the reference alone on the CPU: its own Model's parity, nothing timed
+        j.add_reference_row()
+    elif not j.rows:  # the reference alone: eager vs torch.compile vs the ceilings
+        j.runners.append(LocalRunner(ref.spec, j.device, j.precision, j._interim, {}, j.train))
     return j.run()
 
 

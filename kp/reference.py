@@ -67,9 +67,12 @@ class Reference:
         g = torch.Generator().manual_seed(seed)
         return self.cases[name](g, device)
 
-    def model(self, init, seed: int, device) -> torch.nn.Module:
+    def model(self, init, seed: int, device, train: bool = True) -> torch.nn.Module:
+        """Model(*init) after the seed, every tensor it holds on `device` (plain tensor attributes too), in training
+        mode (a fresh module's) or, with train=False, in eval mode."""
+        from kp.float64 import hold_on
         torch.manual_seed(seed)
-        return self.module.Model(*init).to(device)
+        return hold_on(self.module.Model(*init), device).train(train)
 
     def footprint(self, device: str) -> dict:
         """Bytes of the benchmark inputs, outputs and weights, and the reference's FLOPs (torch's FlopCounterMode),
@@ -138,10 +141,31 @@ def state_map(ref_keys: list[tuple[str, tuple]], cand_keys: list[tuple[str, tupl
     return None
 
 
-def make_update(kind: str, model: torch.nn.Module, seed: int) -> dict:
-    """A change of the floating-point parameters, the way training makes one, as data both sides apply alike."""
+def partial_map(ref_keys: list[tuple[str, tuple]], cand_keys: list[tuple[str, tuple]]) -> dict[str, str]:
+    """KernelBench's same-seed contract, where state_map finds no whole mapping: the reference keys the candidate
+    has under the same name with the same shape (possibly none)."""
+    cand = dict(cand_keys)
+    return {k: k for k, s in ref_keys if cand.get(k) == s}
+
+
+def unmapped(ref_keys: list[tuple[str, tuple]], cand_keys: list[tuple[str, tuple]], names: dict[str, str]) -> str:
+    """What a partial mapping leaves out, with shapes: 'reference fc.weight (10, 5); candidate w_packed (50,)'."""
+    used = set(names.values())
+    fmt = lambda ks: ", ".join(f"{k} {tuple(s)}" for k, s in ks[:4]) + (f" (+{len(ks) - 4} more)" if len(ks) > 4
+                                                                          else "")
+    ref_left = [(k, s) for k, s in ref_keys if k not in names]
+    cand_left = [(k, s) for k, s in cand_keys if k not in used]
+    parts = ([f"reference-only {fmt(ref_left)}"] if ref_left else []) + \
+        ([f"candidate-only {fmt(cand_left)}"] if cand_left else [])
+    return "; ".join(parts)
+
+
+def make_update(kind: str, model: torch.nn.Module, seed: int, only: set[str] | None = None) -> dict:
+    """A change of the floating-point parameters, the way training makes one, as data both sides apply alike
+    (`only`: the parameters every judged model maps; None: all)."""
     g = torch.Generator().manual_seed(seed)
-    params = [(k, p) for k, p in model.named_parameters() if p.is_floating_point() and p.numel()]
+    params = [(k, p) for k, p in model.named_parameters() if p.is_floating_point() and p.numel()
+              and (only is None or k in only)]
     if not params:
         return {}
 

@@ -3,20 +3,49 @@ from __future__ import annotations
 
 from kp.worker import kernel_base_name
 
+def kernelbench_line(r: dict) -> str | None:
+    """'kernelbench: pass (1e-4), fail (1e-2)': KernelBench's own check on the same candidate, beside the verdict."""
+    kb = r.get("kernelbench")
+    if not kb:
+        return None
+    word = lambda v: v if v in ("pass",) else v.split(" ")[0] + (" run" if v.startswith("not") else "")
+    return "kernelbench: " + ", ".join(f"{word(v)} ({k})" for k, v in kb.items())
+
+
+def row_notes(rec: dict, r: dict) -> list[str]:
+    """What a verdict line adds to accepted or rejected: how the weights reached the model, the extension builds
+    that failed, the judge's own notes (no float64 reference), KernelBench's check."""
+    notes = []
+    if r.get("weights"):
+        notes.append(f"weights: {r['weights']}")
+    for f in r.get("build_failures") or []:
+        notes.append(f"its extension {f['extension']!r} failed to build ({f['error']})"
+                     + ("; judged as the PyTorch code it fell back to" if r["accepted"] else ""))
+    notes += rec.get("notes_list") or []
+    kb = kernelbench_line(r)
+    if kb:
+        notes.append(kb)
+    return notes
+
+
 def verdict(rec: dict, label: str = "candidate") -> str:
     r = rec["rows"][label]
     box = rec.get("sandbox", "")
     unboxed = f"ran {box}" if box.startswith("unsandboxed: ") else None  # asked for, not available: always said
     if not r["accepted"]:
-        return f"rejected: {r['reason']}" + (f" ({unboxed})" if unboxed else "")
+        notes = row_notes(rec, r) + ([unboxed] if unboxed else [])
+        return f"rejected: {r['reason']}" + (f" ({'; '.join(notes)})" if notes else "")
     notes = []
     if rec.get("stages_not_run"):
         notes.append(f"parity only on {rec['device']}: {', '.join(rec['stages_not_run'])} checks need a GPU and "
                      f"were not run")
     if r.get("pure_torch"):
         notes.append("pure PyTorch: no kernel of its own ran (--allow-torch)")
+    if rec.get("mode") == "eval":
+        notes.append("eval mode: inference semantics")
     if unboxed:
         notes.append(unboxed)
+    notes += row_notes(rec, r)
     return "accepted" + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -49,7 +78,10 @@ def row_floor_s(rec: dict, label: str) -> float:
 
 def format_record(rec: dict) -> str:
     gpu_peak = rec.get("peak_gpu_bytes")
+    mode = {"train": "training mode (a fresh Model trains, as KernelBench builds it)",
+            "eval": "eval mode (inference: both models in eval mode, calls under no_grad)"}.get(rec.get("mode"))
     head = (f"{rec['reference']} [{rec.get('shape', '')}] seed {rec['seed']} on {rec['device']}, torch {rec['torch']}"
+            + (f", {mode}" if mode else "")
             + (f", precision {rec['precision']} (budget from PyTorch in that mode)"
                if rec["precision"] != "fp32" else ""))
     lines = [head]
@@ -67,6 +99,11 @@ def format_record(rec: dict) -> str:
         lines.append(f"  skipped {s}")
     if rec.get("notes"):
         lines.append(f"  note: {rec['notes']}")
+    for n in rec.get("notes_list") or []:
+        lines.append(f"  note: {n}")
+    if list(rec["rows"]) == ["eager"] and not rec.get("timing"):
+        lines.append("  the reference's own fp32 Model judged against its float64 copy, every parity stage (on "
+                     f"{rec['device']}: nothing timed)")
     timing = rec.get("timing", {})
     compute = rec.get("bound") == "compute"
     unit, scale, what = ("TFLOP/s", 1e12, "flops") if compute else ("GB/s", 1e9, "bytes")

@@ -177,6 +177,8 @@ def command(argv: list[str], *, read_only: list[str], writable: list[str] = (), 
         args += ["--ro-bind", p, p]
     for p in writable:
         args += ["--bind", p, p]
+    if cwd.startswith("/tmp/"):  # a working directory of its own on the private /tmp: fresh, writable, gone after
+        args += ["--dir", cwd]
     args += ["--chdir", cwd, "--clearenv"]
     for k, v in env.items():
         args += ["--setenv", k, v]

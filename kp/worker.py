@@ -25,6 +25,7 @@ from kp.profile import cpu_ops, gpu_events, summarize
 from kp.timing import L2Flusher, bench_interleaved
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
+JOB_TIMEOUT_S = 600  # a candidate's whole job, single run or batch (--timeout): its builds, parity and timing
 WARMUP = 3  # untimed calls of each row before timing (the judge derives the inputs of checked timed calls from it)
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -143,14 +144,85 @@ def _system_prefixes() -> list[str]:
     return [p for p in pre if p]
 
 
-def export_output(out):
+def export_output(out, inputs=()):
     """What leaves the worker: plain tensors and Python numbers, element by element for a tuple; anything else
-    as its description (the judge rejects it)."""
-    if type(out) is torch.Tensor or isinstance(out, (int, float, bool)):
+    as its description (the judge rejects it). An output that is, or is a view of, one of the judge's inputs (an
+    in-place activation) leaves as a copy: a tensor received from another process cannot be sent back through it."""
+    if type(out) is torch.Tensor:
+        ptrs = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+        return out.clone() if out.numel() and out.untyped_storage().data_ptr() in ptrs else out
+    if isinstance(out, (int, float, bool)):
         return out
     if isinstance(out, (tuple, list)):
-        return tuple(export_output(o) for o in out)
+        return tuple(export_output(o, inputs) for o in out)
     return describe(out)
+
+
+def first_compiler_error(text: str) -> str:
+    """The compiler's first error line in a failed extension build's message (nvcc, gcc and ninja alike)."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    for ln in lines:
+        if "error" in ln.lower() and not ln.lower().startswith(("ninja: build stopped", "[")) \
+                and "Error building extension" not in ln:
+            return ln[:240]
+    return lines[0][:240] if lines else ""
+
+
+def record_build_failures(sink: list) -> None:
+    """Wrap torch.utils.cpp_extension's load and load_inline so a build that fails is recorded (extension name,
+    the compiler's first error) before the exception reaches the candidate, which may catch it and fall back to
+    PyTorch: the verdict then says its kernel never ran. Installed before the namespace fingerprint is taken."""
+    import functools
+    from torch.utils import cpp_extension as ext
+
+    def wrap(fn):
+        if getattr(fn, "_kp_records_failures", False):
+            return fn
+
+        @functools.wraps(fn)
+        def recorded(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                name = kwargs.get("name", args[0] if args else "?")
+                sink.append({"extension": str(name), "error": first_compiler_error(e) or type(e).__name__})
+                raise
+        recorded._kp_records_failures = True
+        return recorded
+    for attr in ("load", "load_inline"):
+        setattr(ext, attr, wrap(getattr(ext, attr)))
+
+
+def settle_torch() -> None:
+    """What torch itself installs the first time it compiles (torch.compile wraps nn.Module.__init__/__setstate__
+    and every optimizer's _init_group), done before the fingerprint so that a candidate using torch.compile is
+    not mistaken for one that patches torch."""
+    try:
+        from torch._dynamo.mutation_guard import install_generation_tagging_init
+        install_generation_tagging_init()
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from torch._dynamo.eval_frame import TorchPatcher
+        TorchPatcher.patch()
+    except (ImportError, AttributeError):
+        pass
+
+
+TRAIN_SENSITIVE = ("BatchNorm", "InstanceNorm", "Dropout", "SyncBatchNorm")
+
+
+def train_sensitive(model) -> list[str]:
+    """Module types in `model` whose forward differs between training and eval mode."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.nn.modules.dropout import _DropoutNd
+    from torch.nn.modules.instancenorm import _InstanceNorm
+    out = []
+    for m in (model.modules() if isinstance(model, torch.nn.Module) else []):
+        if isinstance(m, _BatchNorm) or (isinstance(m, _InstanceNorm) and m.track_running_stats) or \
+                (isinstance(m, _DropoutNd) and m.p > 0):
+            out.append(type(m).__name__)
+    return list(dict.fromkeys(out))
 
 
 class Worker:
@@ -158,9 +230,11 @@ class Worker:
     sends. `interim` is how a timed call's output reaches the judge for checking (a pipe round trip from a candidate's
     worker, a plain call in-process)."""
 
-    def __init__(self, ref_spec, device: str, precision: str, factories: dict | None = None, conn=None):
+    def __init__(self, ref_spec, device: str, precision: str, factories: dict | None = None, conn=None,
+                 train: bool = True):
         self.ref = Reference.load(ref_spec)
-        self.device, self.precision, self.conn = device, precision, conn
+        self.device, self.precision, self.conn, self.train = device, precision, conn, train
+        self.build_failures: list[dict] = []
         self.factories = dict(factories or {})
         self.held_inputs = None
         self.models: dict[str, object] = {}
@@ -187,6 +261,7 @@ class Worker:
                          "traceback": traceback.format_exc(limit=8)}
             if self.fingerprint is not None:
                 reply["patched"] = fingerprint_changes(self.fingerprint)
+            reply["build_failures"] = self.build_failures
             self.conn.send(reply)
             if not reply["ok"] and self.device == "cuda" and _cuda_broken():
                 return  # a sticky CUDA error: this context is gone; the judge sees the pipe close
@@ -203,7 +278,7 @@ class Worker:
     def cmd_baselines(self, init, seed, state, compile_baseline: bool, example_seed: int):
         """Eager and torch.compile references for the timing table, built and run once before any judged model
         exists (the fingerprint is taken after their first calls, so their own lazy setup is not a change)."""
-        eager = self.ref.model(init, seed, self.device)
+        eager = self.ref.model(init, seed, self.device, self.train)
         eager.load_state_dict(state)
         self.baselines = {"eager": eager}
         if compile_baseline:  # shares eager's weights: one copy of them on the device
@@ -222,6 +297,8 @@ class Worker:
         import torch._dynamo  # noqa: F401
         from torch.profiler import ProfilerActivity, profile
         torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch wraps SGD.step on first use
+        settle_torch()
+        record_build_failures(self.build_failures)
         if self.device == "cuda":
             L2Flusher()
             e = torch.cuda.Event(enable_timing=True)
@@ -242,14 +319,22 @@ class Worker:
         self.factories["candidate"] = module.ModelNew
         return {"has_model_new": True}
 
-    def cmd_build(self, label: str, init, seed: int):
+    def cmd_build(self, label: str, init, seed: int, source: str | None = None, train: bool | None = None):
+        """The model `label` from the factory `source` (default: the same name) after the seed; in eval mode when
+        the judge asks for inference semantics. Returns its state_dict keys and the train-sensitive modules
+        (BatchNorm, Dropout) it has in eval mode."""
         self.models.pop(label, None)
         torch.manual_seed(seed)
-        m = self.factories[label](*init)
-        m = m.to(self.device) if isinstance(m, torch.nn.Module) else m
+        m = self.factories[source or label](*init)
+        is_module = isinstance(m, torch.nn.Module)
+        if is_module:
+            m = m.to(self.device)
+            if not (self.train if train is None else train):
+                m.eval()
         self.models[label] = m
-        keys = ([(k, tuple(v.shape)) for k, v in m.state_dict().items()] if isinstance(m, torch.nn.Module) else [])
-        return {"keys": keys}
+        keys = [(k, tuple(v.shape)) for k, v in m.state_dict().items()] if is_module else []
+        frozen = train_sensitive(m) if is_module and not all(x.training for x in m.modules()) else []
+        return {"keys": keys, "eval_modules": frozen}
 
     def cmd_update(self, label: str, update: dict):
         apply_update(self.models[label], update)
@@ -271,7 +356,7 @@ class Worker:
             out = self.models[label](*inputs)
         if self.device == "cuda":
             torch.cuda.synchronize()  # device-wide: side-stream work finishes before the output leaves
-        return {"out": export_output(out), "type": describe(out),
+        return {"out": export_output(out, inputs), "type": describe(out),
                 "tf32_after": torch.backends.cuda.matmul.allow_tf32}
 
     def cmd_release_inputs(self):
@@ -302,7 +387,7 @@ class Worker:
                 st["kept"] = None
                 torch.cuda.synchronize()  # device-wide, as for parity: work a row left elsewhere is the escape
                 #                           check's to catch, with its own reason
-                self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out),
+                self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
                               "type": describe(out), "inputs": pool[slot]})
 
         def before(name, rep):
@@ -430,8 +515,13 @@ def _cuda_broken() -> bool:
         return True
 
 
-def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dict, cwd: str):
+def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dict, cwd: str, train: bool = True,
+                stderr_path: str | None = None):
     import warnings
+    if stderr_path:  # the judge reads its last lines when this process dies
+        fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
+        os.dup2(fd, 2)
+        os.close(fd)
     warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
     # A forkserver child has the environment and directory of the server's start; the judge's are the ones that
     # count (CUDA_VISIBLE_DEVICES, KP_CAPABILITY, the candidate's relative paths). CUDA reads them at its first
@@ -441,7 +531,7 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.chdir(cwd)
     sys.path.insert(0, root)
-    Worker(ref_spec, device, precision, conn=conn).loop()
+    Worker(ref_spec, device, precision, conn=conn, train=train).loop()
 
 
 # Imported once by the forkserver, so that a candidate's process starts as a fork of an interpreter that has them
@@ -487,32 +577,60 @@ def exit_status(exitcode: int | None) -> str:
 
 
 class ProcessRunner:
-    """A worker in a fresh process and the request/reply protocol; a dead worker or a timeout becomes a rejection."""
+    """A worker in a fresh process and the request/reply protocol; a dead worker or a timeout becomes a rejection.
+    The worker runs in a scratch working directory of its own (fresh, writable, removed with it) and its stderr is
+    kept in a file, whose last lines a verdict on its death carries (and which is echoed to this process's stderr
+    when the worker closes)."""
     isolated = True
 
     def __init__(self, ref_spec, device: str, precision: str, on_interim, sandbox: bool = False,
-                 read_only: list[str] = ()):
-        """sandbox: run the worker in a box (kp.sandbox) that can read read_only and the judge's own files."""
+                 read_only: list[str] = (), train: bool = True, deadline: float | None = None,
+                 limit_s: float | None = None):
+        """sandbox: run the worker in a box (kp.sandbox) that can read read_only and the judge's own files.
+        deadline: time.monotonic() by which the whole job must be done (limit_s: its length, for the message)."""
+        import tempfile
         self.on_interim, self.sandboxed = on_interim, sandbox
+        self.deadline, self.limit_s = deadline, limit_s
+        self.passed: dict = {}  # the judged row's passed checks (what a timeout's verdict lists)
+        self.build_failures: list[dict] = []
+        self.stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
         if sandbox:
-            self.conn, self.proc = _start_boxed(ref_spec, device, precision, list(read_only))
+            self.scratch = None  # the box's private /tmp holds its working directory
+            self.conn, self.proc = _start_boxed(ref_spec, device, precision, list(read_only), train, self.stderr)
             return
+        self.scratch = tempfile.mkdtemp(prefix="kp-cwd-")
         ctx = _context()
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT),
-                                                          dict(os.environ), os.getcwd()), daemon=True)
+                                                          dict(os.environ), self.scratch, train, self.stderr.name),
+                                daemon=True)
         start_without_main(self.proc)
         child.close()
 
+    def _died(self, stage: str) -> Rejected:
+        self.proc.join(5)
+        tail = stderr_tail(self.stderr.name)
+        return Rejected(f"{stage}: the candidate's process died ({exit_status(self.proc.exitcode)})"
+                        + (f"; its stderr ended: {tail}" if tail else ""))
+
+    def _timed_out(self, stage: str) -> Rejected:
+        self.proc.kill()
+        passed = ", ".join(self.passed) or "nothing yet"
+        return Rejected(f"{stage}: timeout after {self.limit_s:.0f} s, in this stage (passed before it: {passed})")
+
     def call(self, stage: str, *msg, timeout: float = REPLY_TIMEOUT_S) -> dict:
+        limit = time.monotonic() + timeout
+        if self.deadline is not None and self.deadline < limit:
+            limit = self.deadline
         try:
             self.conn.send(msg)
             while True:
-                deadline = time.monotonic() + timeout
                 while not self.conn.poll(1.0):
                     if not self.proc.is_alive():
-                        raise Rejected(f"{stage}: the candidate's process died ({exit_status(self.proc.exitcode)})")
-                    if time.monotonic() > deadline:
+                        raise self._died(stage)
+                    if time.monotonic() > limit:
+                        if self.deadline is not None and limit == self.deadline:
+                            raise self._timed_out(stage)
                         raise Rejected(f"{stage}: no answer within {timeout:.0f} s")
                 reply = self.conn.recv()
                 if not reply.get("interim"):
@@ -520,8 +638,8 @@ class ProcessRunner:
                 self.on_interim(reply)
                 self.conn.send(("ack",))
         except (EOFError, BrokenPipeError, ConnectionResetError):
-            self.proc.join(5)
-            raise Rejected(f"{stage}: the candidate's process died ({exit_status(self.proc.exitcode)})") from None
+            raise self._died(stage) from None
+        self.build_failures = reply.get("build_failures") or self.build_failures
         if reply.get("patched"):
             raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "
                            f"(judge, timer and baselines depend on them)")
@@ -540,6 +658,27 @@ class ProcessRunner:
             self.proc.kill()
             self.proc.join(5)
         getattr(self.proc, "cleanup", lambda: None)()
+        self.stderr.close()
+        try:
+            text = Path(self.stderr.name).read_text(errors="replace")
+            if text:
+                sys.stderr.write(text)
+            os.unlink(self.stderr.name)
+        except OSError:
+            pass
+        if self.scratch:
+            import shutil
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def stderr_tail(path: str, lines: int = 3, chars: int = 400) -> str:
+    """The last non-empty lines of a worker's stderr, joined with ' | ' (what a verdict on its death quotes)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+    return " | ".join(tail)[-chars:]
 
 
 class _BoxProcess:
@@ -578,7 +717,10 @@ class _BoxProcess:
         self.cgroup.remove()
 
 
-def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str]):
+BOX_CWD = "/tmp/work"  # the candidate's working directory in the box: on its private /tmp, gone with the box
+
+
+def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], train: bool, stderr):
     import multiprocessing
     import socket
     from multiprocessing.connection import Connection
@@ -595,16 +737,17 @@ def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str]):
     if cache_root().is_dir():  # the playground's kernels as built and verified here, read-only
         ro.append(str(cache_root().resolve()))
         env["KP_CACHE_SHARED"] = ro[-1]
-    cwd = os.getcwd() if sandbox.visible(os.getcwd(), ro) else "/tmp"  # relative paths work where they can
+    cwd = BOX_CWD
     ours, theirs = socket.socketpair()
     inside = [sys.executable, "-m", "kp.boxed", str(theirs.fileno()), json.dumps(limits.settings()), shared]
     argv = sandbox.command(inside, read_only=ro, writable=[shared], cwd=cwd, env=env, limits=limits)
     cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
-    popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL)
+    popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL,
+                             stderr=stderr)
     theirs.close()
     conn = Connection(ours.detach())
     conn.send_bytes(bytes(multiprocessing.current_process().authkey))
-    conn.send((ref_spec, device, precision, str(ROOT), env, cwd))
+    conn.send((ref_spec, device, precision, str(ROOT), env, cwd, train))
     return conn, _BoxProcess(popen, cgroup)
 
 
@@ -612,8 +755,8 @@ class LocalRunner:
     """The Worker in this process: for the playground's own variants (trusted code, same stages)."""
     isolated = False
 
-    def __init__(self, ref_spec, device: str, precision: str, on_interim, factories: dict):
-        self.worker = Worker(ref_spec, device, precision, factories=factories)
+    def __init__(self, ref_spec, device: str, precision: str, on_interim, factories: dict, train: bool = True):
+        self.worker = Worker(ref_spec, device, precision, factories=factories, train=train)
         self.worker.interim = on_interim
 
     def call(self, stage: str, cmd: str, *args, **_) -> dict:

@@ -196,6 +196,20 @@ def cache_root() -> Path:
     return Path(os.environ.get("KP_CACHE_DIR") or Path.home() / ".cache" / "kernel_playground")
 
 
+def candidate_build_dir(path: str | Path) -> Path:
+    """Where a candidate file's own extension builds (its load_inline's TORCH_EXTENSIONS_DIR) are kept between
+    judgements: keyed on the file's contents, torch's version and the Python ABI, so a re-judged candidate loads
+    its build instead of compiling again, and no other file shares (or can poison) the folder. The only writable
+    place of the cache inside the box."""
+    import hashlib
+    import sys
+    h = hashlib.sha256(Path(path).read_bytes())
+    h.update(f"{torch.__version__}|{sys.version_info[:2]}".encode())
+    d = cache_root() / "candidates" / h.hexdigest()[:24]
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def shared_cache() -> Path | None:
     """A read-only cache looked in first (KP_CACHE_SHARED): inside the sandbox, the judge's own, so a boxed
     candidate loads the playground's kernels as built and verified there and builds only what it lacks, privately."""

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from kp.build import progress
+from kp.build import candidate_build_dir, progress
 from kp.errors import Rejected, UsageError
 from kp.layers import PRECISIONS, set_precision
 from kp.numerics import budget_from, clone_layout, rel_error, same_values
@@ -381,7 +381,8 @@ class Judge:
             self.log(f"candidate {path.name}: in a sandbox ({self.box_note})")
         runner = ProcessRunner(self.ref.spec, self.device, self.precision, self._interim, sandbox=boxed,
                                read_only=[str(path.resolve().parent), str(path.resolve())], train=self.train,
-                               deadline=self.deadline, limit_s=self.timeout_s)
+                               deadline=self.deadline, limit_s=self.timeout_s,
+                               build_dir=str(candidate_build_dir(path)))
         self.runners.append(runner)
         row = Row("candidate", runner, path=str(path))
         runner.passed = row.checks
@@ -953,7 +954,8 @@ def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants
         j.add_variants(row_specs(ref, variants, j.precision))
     if candidate is not None:
         j.add_candidate(candidate)
-    if not j.rows and j.device == "cpu":  # the reference alone on the CPU: its own Model's parity, nothing timed
+    if not j.rows and (j.device == "cpu" or not j.bench):  # the reference alone, nothing timed: its own Model's
+        #                                                    parity against float64
         j.add_reference_row()
     elif not j.rows:  # the reference alone: eager vs torch.compile vs the ceilings
         j.runners.append(LocalRunner(ref.spec, j.device, j.precision, j._interim, {}, j.train))

@@ -585,9 +585,10 @@ class ProcessRunner:
 
     def __init__(self, ref_spec, device: str, precision: str, on_interim, sandbox: bool = False,
                  read_only: list[str] = (), train: bool = True, deadline: float | None = None,
-                 limit_s: float | None = None):
+                 limit_s: float | None = None, build_dir: str | None = None):
         """sandbox: run the worker in a box (kp.sandbox) that can read read_only and the judge's own files.
-        deadline: time.monotonic() by which the whole job must be done (limit_s: its length, for the message)."""
+        deadline: time.monotonic() by which the whole job must be done (limit_s: its length, for the message).
+        build_dir: the candidate's own extension folder (kp.build.candidate_build_dir), writable in the box."""
         import tempfile
         self.on_interim, self.sandboxed = on_interim, sandbox
         self.deadline, self.limit_s = deadline, limit_s
@@ -596,13 +597,15 @@ class ProcessRunner:
         self.stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
         if sandbox:
             self.scratch = None  # the box's private /tmp holds its working directory
-            self.conn, self.proc = _start_boxed(ref_spec, device, precision, list(read_only), train, self.stderr)
+            self.conn, self.proc = _start_boxed(ref_spec, device, precision, list(read_only), train, self.stderr,
+                                                build_dir)
             return
         self.scratch = tempfile.mkdtemp(prefix="kp-cwd-")
         ctx = _context()
         self.conn, child = ctx.Pipe()
+        env = {**os.environ, **({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else {})}
         self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT),
-                                                          dict(os.environ), self.scratch, train, self.stderr.name),
+                                                          env, self.scratch, train, self.stderr.name),
                                 daemon=True)
         start_without_main(self.proc)
         child.close()
@@ -720,7 +723,8 @@ class _BoxProcess:
 BOX_CWD = "/tmp/work"  # the candidate's working directory in the box: on its private /tmp, gone with the box
 
 
-def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], train: bool, stderr):
+def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], train: bool, stderr,
+                 build_dir: str | None = None):
     import multiprocessing
     import socket
     from multiprocessing.connection import Connection
@@ -737,10 +741,14 @@ def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], tr
     if cache_root().is_dir():  # the playground's kernels as built and verified here, read-only
         ro.append(str(cache_root().resolve()))
         env["KP_CACHE_SHARED"] = ro[-1]
+    writable = [shared]
+    if build_dir:  # the candidate's own extension builds, kept for its next judgement
+        env["TORCH_EXTENSIONS_DIR"] = build_dir
+        writable.append(build_dir)
     cwd = BOX_CWD
     ours, theirs = socket.socketpair()
     inside = [sys.executable, "-m", "kp.boxed", str(theirs.fileno()), json.dumps(limits.settings()), shared]
-    argv = sandbox.command(inside, read_only=ro, writable=[shared], cwd=cwd, env=env, limits=limits)
+    argv = sandbox.command(inside, read_only=ro, writable=writable, cwd=cwd, env=env, limits=limits)
     cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
     popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL,
                              stderr=stderr)

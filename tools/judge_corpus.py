@@ -1,0 +1,224 @@
+"""Judge a corpus of KernelBench-format references and candidates, and classify the verdicts by cause.
+
+  python -m tools.judge_corpus refs DIR [--device cpu] [--procs 2] [--timeout 900] --out refs.jsonl
+      `run.py --ref FILE` alone for every *.py in DIR (on the CPU: the reference's own Model against its float64
+      copy, every parity stage): one JSON line per reference with the exit code, the last line and whether a
+      traceback was printed. Re-running skips the references already recorded.
+  python -m tools.judge_corpus jobs LEADERBOARD_DIR --csv jobs.csv
+      a job file (reference,candidate) from the KernelBench leaderboard's layout: problems/l{L}_p{N}.py,
+      solutions/<hash>.py and data.json ("Level L: N_Name" -> [{"file": hash, ...}]); then judge it with
+      `python run.py --jobs jobs.csv --allow-torch --no-compile --no-bench --out results.jsonl [--gpus all]`.
+  python -m tools.judge_corpus warm jobs.csv [--procs 8]
+      import every candidate of a job file once, several at a time, so their own extensions are built into the
+      folders the judge keeps per candidate (kp.build.candidate_build_dir) before the GPUs judge them one by one.
+      Unboxed: for a corpus on a machine of its own.
+  python -m tools.judge_corpus classify results.jsonl [--md]
+      the verdicts of such a run by cause (one example each), and how KernelBench's own check compares.
+
+The corpora themselves are public (KernelBench's references, its leaderboard's machine-written solutions) and are
+not part of this repository.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures as cf
+import csv
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (cause, pattern over the verdict line), first match wins; the order puts the judge's own failures first.
+CAUSES = [
+    ("judge error", r"^error: the judge raised"),
+    ("usage error", r"^error: "),
+    ("accepted, own kernel", r"^accepted(?!.*pure PyTorch)"),
+    ("accepted, pure PyTorch after its extension failed to build", r"^accepted.*pure PyTorch.*failed to build"),
+    ("accepted, pure PyTorch", r"^accepted"),
+    ("timeout", r"timeout after"),
+    ("process died", r"process died"),
+    ("import failed: its extension does not build", r"^rejected: import: .*(Error building extension|failed to build)"),
+    ("import failed", r"^rejected: import"),
+    ("eval mode where the reference trains", r"ModelNew is in eval mode"),
+    ("construct failed", r"^rejected: construct"),
+    ("tampering", r"the candidate replaced"),
+    ("work escaped the timed stream", r"^rejected: escape"),
+    ("no kernel of its own ran", r"^rejected: own kernel"),
+    ("stale weight cache", r"stale weight cache"),
+    ("parameters mean something else", r"right at its own same-seed initialisation"),
+    ("input modified", r"input \d+ was modified"),
+    ("BatchNorm buffers", r"buffer"),
+    ("NaN/Inf positions", r"NaN/Inf positions"),
+    ("wrong output type or shape", r"output is"),
+    ("raised in a call", r": raised "),
+    ("timed call wrong", r"^rejected: timed call"),
+    ("derived input wrong", r"^rejected: inputs (negated|scaled|shifted)"),
+    ("over the error budget", r"relL2"),
+    ("other rejection", r"^rejected"),
+]
+
+
+def cause(verdict: str) -> str:
+    return next((name for name, pat in CAUSES if re.search(pat, verdict)), "other")
+
+
+def kernelbench(line: dict) -> str:
+    """KernelBench's own check as 'pass/fail' per tolerance, from the record."""
+    rows = ((line.get("record") or {}).get("rows") or {})
+    kb = (rows.get("candidate") or {}).get("kernelbench") or {}
+    if not kb:
+        return "-"
+    return ", ".join(f"{'pass' if v == 'pass' else v.split(' ')[0]} {k}" for k, v in kb.items())
+
+
+def classify(path: Path, md: bool) -> str:
+    from kp.batch import read_results
+    lines = read_results(path)
+    by = collections.defaultdict(list)
+    for d in lines:
+        by[cause(d["verdict"])].append(d)
+    order = [c for c, _ in CAUSES if c in by] + [c for c in by if c not in dict(CAUSES)]
+    out = [f"{len(lines)} jobs"]
+    if md:
+        out += ["", "| cause | jobs | example (job: verdict) |", "|---|---|---|"]
+    for c in order:
+        ex = by[c][0]
+        text = f"{ex['job']['name']}: {ex['verdict'][:220]}"
+        out.append(f"| {c} | {len(by[c])} | {text} |" if md else f"{len(by[c]):5d}  {c:45s} e.g. {text}")
+    combos = collections.Counter((("accepted" if d["ok"] else "rejected"), kernelbench(d)) for d in lines)
+    out += ["", "ours vs KernelBench's own check (allclose at atol = rtol = 1e-4 and 1e-2):"]
+    if md:
+        out += ["", "| our verdict | KernelBench's check | jobs |", "|---|---|---|"]
+    for (ours, kb), n in sorted(combos.items()):
+        out.append(f"| {ours} | {kb} | {n} |" if md else f"{n:5d}  {ours:9s} kernelbench {kb}")
+    return "\n".join(out)
+
+
+def leaderboard_jobs(root: Path, csv_path: Path, every: int = 1) -> int:
+    """Every `every`-th pair, in the data file's order (levels 1 to 3, problem by problem); paths relative to the
+    job file, as run.py --jobs reads them."""
+    import os
+    assets = root / "docs" / "assets" if (root / "docs" / "assets").is_dir() else root
+    data = json.loads((assets / "data.json").read_text())
+    rows = []
+    for key, sols in data.items():
+        m = re.match(r"Level (\d+): (\d+)_", key)
+        if not m:
+            continue
+        ref = assets / "problems" / f"l{m[1]}_p{m[2]}.py"
+        for s in sols:
+            cand = assets / "solutions" / f"{s['file']}.py"
+            if ref.is_file() and cand.is_file():
+                rows.append(tuple(os.path.relpath(p, csv_path.resolve().parent) for p in (ref, cand)))
+    rows = rows[::every]
+    with open(csv_path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["reference", "candidate"])
+        w.writerows(rows)
+    return len(rows)
+
+
+def _judge_ref(path: Path, device: str, timeout: float) -> dict:
+    t0 = time.perf_counter()
+    cmd = [sys.executable, str(ROOT / "run.py"), "--ref", str(path), "--seed", "1"]
+    cmd += ["--device", device] if device == "cpu" else ["--no-compile", "--no-bench"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        code, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired:
+        code, out, err = None, "", f"no answer within {timeout:.0f} s"
+    lines = [ln for ln in (out + "\n" + err).splitlines() if ln.strip() and not ln.startswith("[kp]")]
+    return {"ref": path.name, "code": code, "traceback": "Traceback" in err, "elapsed_s": round(time.perf_counter() - t0, 1),
+            "eager": next((ln for ln in lines if ln.startswith("eager")), ""),
+            "skipped": [ln.strip() for ln in lines if ln.strip().startswith("skipped")],
+            "notes": [ln.strip() for ln in lines if ln.strip().startswith("note:")],
+            "last": lines[-1] if lines else ""}
+
+
+def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float) -> None:
+    done = {json.loads(ln)["ref"] for ln in out.read_text().splitlines() if ln.strip()} if out.exists() else set()
+    todo = [p for p in sorted(folder.glob("*.py")) if p.name not in done]
+    with cf.ThreadPoolExecutor(procs) as ex, open(out, "a") as f:
+        for res in ex.map(lambda p: _judge_ref(p, device, timeout), todo):
+            f.write(json.dumps(res) + "\n")
+            f.flush()
+            print(f"{res['ref']}: exit {res['code']} {res['elapsed_s']} s {res['last'][:150]}", flush=True)
+
+
+WARM = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("kp_candidate", sys.argv[1])
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+"""
+
+
+def _warm_one(cand: str, timeout: float) -> tuple[str, str, float]:
+    import os
+    import tempfile
+    from kp.build import candidate_build_dir
+    t0 = time.perf_counter()
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(candidate_build_dir(cand)), "MAX_JOBS": "2"}
+    with tempfile.TemporaryDirectory() as cwd:
+        try:
+            r = subprocess.run([sys.executable, "-c", WARM, cand], env=env, cwd=cwd, capture_output=True, text=True,
+                               timeout=timeout)
+            status = "ok" if r.returncode == 0 else (r.stderr.strip().splitlines() or ["failed"])[-1][:120]
+        except subprocess.TimeoutExpired:
+            status = "timeout"
+    return cand, status, time.perf_counter() - t0
+
+
+def warm(csv_path: Path, procs: int, timeout: float) -> None:
+    with open(csv_path, newline="") as f:
+        cands = sorted({row["candidate"] for row in csv.DictReader(f) if row.get("candidate")})
+    base = csv_path.resolve().parent
+    cands = [str(base / c) for c in cands]
+    t0 = time.perf_counter()
+    ok = 0
+    with cf.ThreadPoolExecutor(procs) as ex:
+        for cand, status, secs in ex.map(lambda c: _warm_one(c, timeout), cands):
+            ok += status == "ok"
+            print(f"{Path(cand).name}: {status} ({secs:.0f} s)", flush=True)
+    print(f"warmed {ok}/{len(cands)} candidates in {time.perf_counter() - t0:.0f} s")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("refs")
+    a.add_argument("folder", type=Path)
+    a.add_argument("--out", type=Path, required=True)
+    a.add_argument("--device", default="cpu")
+    a.add_argument("--procs", type=int, default=2)
+    a.add_argument("--timeout", type=float, default=900)
+    b = sub.add_parser("jobs")
+    b.add_argument("root", type=Path)
+    b.add_argument("--csv", type=Path, required=True)
+    b.add_argument("--every", type=int, default=1, help="keep every N-th pair")
+    w = sub.add_parser("warm")
+    w.add_argument("csv", type=Path)
+    w.add_argument("--procs", type=int, default=8)
+    w.add_argument("--timeout", type=float, default=300)
+    c = sub.add_parser("classify")
+    c.add_argument("results", type=Path)
+    c.add_argument("--md", action="store_true")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    if args.cmd == "refs":
+        judge_refs(args.folder, args.out, args.device, args.procs, args.timeout)
+    elif args.cmd == "warm":
+        warm(args.csv, args.procs, args.timeout)
+    elif args.cmd == "jobs":
+        print(f"{leaderboard_jobs(args.root, args.csv, args.every)} jobs written to {args.csv}")
+    else:
+        print(classify(args.results, args.md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

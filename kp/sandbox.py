@@ -132,11 +132,6 @@ def _ro_paths(extra: list[str]) -> list[str]:
     return out
 
 
-def visible(path: str, read_only: list[str]) -> bool:
-    """Whether the box sees path (read-only) when it is given read_only."""
-    return _covered(os.path.realpath(path), _ro_paths(read_only))
-
-
 def _parents(p: str) -> list[str]:
     out, a = [], os.path.dirname(p)
     while a not in ("/", ""):

@@ -30,6 +30,11 @@ KILL_GRACE_S = 30  # the judge itself rejects a job at its limit, naming the sta
 STARTUP_S = 120  # a slot's own start (imports) before its first job; not charged to the job
 
 
+# Options that bound how a job is run, not what it is: a recorded job is not judged again when only these change
+# (a re-run with another --timeout resumes, it does not start over).
+NOT_IN_KEY = ("timeout_s",)
+
+
 @dataclasses.dataclass(frozen=True)
 class Job:
     ref: tuple[str, str]  # ("file", absolute path) or ("problem", id)
@@ -55,7 +60,7 @@ class Job:
                 h.update(str(f.relative_to(ROOT)).encode() + b":" + f.read_bytes())
         if self.candidate:
             h.update(b"candidate:" + Path(self.candidate).read_bytes())
-        h.update(json.dumps(self.opts).encode())
+        h.update(json.dumps([kv for kv in self.opts if kv[0] not in NOT_IN_KEY]).encode())
         return h.hexdigest()[:24]
 
     def as_dict(self) -> dict:
@@ -68,8 +73,9 @@ def make_job(ref: tuple[str, str], candidate: str | Path | None, opts: dict) -> 
 
 
 def read_job_file(path: str | Path, opts: dict) -> list[Job]:
-    """A CSV with a header: `reference,candidate`. A reference is a file or a built-in problem id; an empty
-    candidate judges the problem's own ladder. Relative paths are relative to the CSV file."""
+    """A CSV with a header: `reference,candidate[,mode]`. A reference is a file or a built-in problem id; an empty
+    candidate judges the problem's own ladder; `mode` (train or eval, optional) overrides --mode for that row, so
+    one run can judge the same pairs under both semantics. Relative paths are relative to the CSV file."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"job file {str(path)!r} does not exist")
@@ -88,7 +94,10 @@ def read_job_file(path: str | Path, opts: dict) -> list[Job]:
             raise UsageError(f"{path}:{i}: candidate {cand!r} does not exist")
         if not cand and spec[0] == "file":
             raise UsageError(f"{path}:{i}: a reference file needs a candidate")
-        jobs.append(make_job(spec, base / cand if cand else None, opts))
+        mode = (row.get("mode") or "").strip()
+        if mode and mode not in ("train", "eval"):
+            raise UsageError(f"{path}:{i}: mode {mode!r} is neither train nor eval")
+        jobs.append(make_job(spec, base / cand if cand else None, {**opts, "mode": mode} if mode else opts))
     return jobs
 
 

@@ -48,7 +48,7 @@ from kp.premises import Premises
 from kp.reference import (UPDATES, Reference, _as_list, apply_update, describe, make_update, partial_map,
                           rename_update, state_map, timed_call_seed, trial_seeds, unmapped)
 from kp.registry import picks_per_call, runnable_variants
-from kp.timing import copy_bandwidth, gemm_rates
+from kp.timing import copy_bandwidth, gemm_rates, gpu_to_itself
 from kp.worker import (JOB_TIMEOUT_S, WARMUP, LocalRunner, ProcessRunner, escape_threshold_ms, host_clock_excess_ms,
                        kernel_base_name, window_violations)
 
@@ -900,26 +900,27 @@ class Judge:
             if gpu:
                 t0 = time.perf_counter()
                 self._rebuild(init)
-                self._each(self._escape)  # first: work that escapes the timer would also race the timing loop
-                timed = self._timing()
-                self.log(f"{self.ref.name}: escape checks and timing done in {time.perf_counter() - t0:.0f} s")
-                rec.update(timed)
-                x = self.ref.inputs(self.seed, self.device)
-                rec["traffic"] = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
-                rec["traffic"]["eager"] = rec["traffic"]["torch.compile"] = self.ref.traffic(x, init, self.fp)
-                del x
-                _release()
-                peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
-                for runner in self.runners:
-                    if runner.isolated:
-                        try:
-                            peaks.append(runner.call("memory", "memory")["peak"])
-                        except Rejected:
-                            pass
-                rec["peak_gpu_bytes"] = sum(peaks)
-                rec["memory_need"] = memory_need(self.fp, len(self.rows))
-                if self.bench and rec.get("timing"):
-                    rec.update(self.ceilings(rec["traffic"]["eager"]))
+                with gpu_to_itself(self.log):  # escape, timing and the ceilings: with no other judge's kernels
+                    self._each(self._escape)  # first: work that escapes the timer would also race the timing loop
+                    timed = self._timing()
+                    self.log(f"{self.ref.name}: escape checks and timing done in {time.perf_counter() - t0:.0f} s")
+                    rec.update(timed)
+                    x = self.ref.inputs(self.seed, self.device)
+                    rec["traffic"] = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
+                    rec["traffic"]["eager"] = rec["traffic"]["torch.compile"] = self.ref.traffic(x, init, self.fp)
+                    del x
+                    _release()
+                    peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
+                    for runner in self.runners:
+                        if runner.isolated:
+                            try:
+                                peaks.append(runner.call("memory", "memory")["peak"])
+                            except Rejected:
+                                pass
+                    rec["peak_gpu_bytes"] = sum(peaks)
+                    rec["memory_need"] = memory_need(self.fp, len(self.rows))
+                    if self.bench and rec.get("timing"):
+                        rec.update(self.ceilings(rec["traffic"]["eager"]))
             if self.profile:
                 rec["profile"] = self._profile()
         finally:

@@ -2,8 +2,11 @@
 and the ceilings measured in the same run (copy bandwidth, GEMM rates)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
+import tempfile
 import time
 
 import torch
@@ -12,6 +15,36 @@ from kp.layers import mm_fp32, tf32_matmul
 
 # ---------------------------------------------------------------------------------------------------------------
 # Timing.
+
+def gpu_lock_path() -> str:
+    try:
+        uid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    except Exception:  # no such property on this build: the index, which slots pin to a physical GPU
+        uid = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] + f"-{torch.cuda.current_device()}"
+    return os.path.join(tempfile.gettempdir(), f"kp-gpu-{uid}.lock")
+
+
+@contextlib.contextmanager
+def gpu_to_itself(log=None):
+    """Hold the current GPU against every other judge on this host while timing on it: an exclusive lock file per
+    GPU (its UUID names it), so judges that share a GPU (batch slots, two users) build, import and check parity side
+    by side but time one at a time. Another process's kernels on the same GPU would otherwise lengthen this one's
+    host clock and events alike and read as work escaping the timer."""
+    import fcntl
+    fd = os.open(gpu_lock_path(), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if log:
+                log("waiting for the GPU: another judge on this host is timing on it")
+            t0 = time.perf_counter()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if log:
+                log(f"GPU free after {time.perf_counter() - t0:.1f} s")
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 @dataclasses.dataclass
 class Timing:

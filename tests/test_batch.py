@@ -91,10 +91,15 @@ def test_job_file(tmp_path, cli):
     assert jobs[0].ref == ("file", str(tmp_path / "ref.py")) and jobs[2].ref == ("problem", "softmax")
     k = jobs[0].key()
     assert k == batch.read_job_file(f, {"device": "cpu"})[0].key()  # same contents, same key
+    assert k == batch.read_job_file(f, {"device": "cpu", "timeout_s": 5})[0].key()  # a limit is not the job
     (tmp_path / "cands" / "a.py").write_text((CASES / "good.py").read_text() + "\n# edited\n")
     assert batch.read_job_file(f, {"device": "cpu"})[0].key() != k  # an edited file is a new job
     assert batch.read_job_file(f, {"device": "cpu", "seed": 3})[1].key() != jobs[1].key()
+    f.write_text("reference,candidate,mode\nref.py,cands/a.py,eval\nref.py,cands/a.py,\n")
+    both = batch.read_job_file(f, {"device": "cpu", "mode": "train"})  # a row's mode overrides the run's
+    assert [dict(j.opts)["mode"] for j in both] == ["eval", "train"] and both[0].key() != both[1].key()
     for bad, msg in (("reference,candidate\nnope.py,cands/a.py\n", "neither a file nor a built-in problem"),
+                     ("reference,candidate,mode\nref.py,cands/a.py,infer\n", "neither train nor eval"),
                      ("reference,candidate\nref.py,\n", "needs a candidate"),
                      ("reference,candidate\nref.py,cands/missing.py\n", "does not exist"),
                      ("ref,cand\nref.py,cands/a.py\n", "header must be")):

@@ -146,6 +146,25 @@ def test_host_clock_escape_rule():
     assert judge.host_clock_excess_ms(slow_host) < judge.escape_threshold_ms(0.02)
 
 
+def test_timing_holds_the_gpu_against_other_judges(monkeypatch, tmp_path):
+    """Two judges sharing a GPU time one at a time: the second waits (and says so) until the first lets go."""
+    import fcntl
+    import os
+    from kp import timing
+    monkeypatch.setattr(timing, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
+    said = []
+    with timing.gpu_to_itself(said.append):
+        fd = os.open(tmp_path / "gpu.lock", os.O_RDWR)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go on leaving; now held by "another judge"
+    import threading
+    threading.Timer(0.3, os.close, (fd,)).start()
+    with timing.gpu_to_itself(said.append):  # waits until the other lets go
+        pass
+    assert said[0].startswith("waiting for the GPU") and said[1].startswith("GPU free after")
+
+
 def test_budget_reason_is_one_line():
     e = harness.Err(0.5, 0.9, 0)
     b = harness.budget_from(harness.Err(1e-8, 2e-8, 0))

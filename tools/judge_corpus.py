@@ -4,7 +4,7 @@
       `run.py --ref FILE` alone for every *.py in DIR (on the CPU: the reference's own Model against its float64
       copy, every parity stage): one JSON line per reference with the exit code, the last line and whether a
       traceback was printed. Re-running skips the references already recorded.
-  python -m tools.judge_corpus jobs LEADERBOARD_DIR --csv jobs.csv
+  python -m tools.judge_corpus jobs LEADERBOARD_DIR --csv jobs.csv [--every N] [--modes train,eval]
       a job file (reference,candidate) from the KernelBench leaderboard's layout: problems/l{L}_p{N}.py,
       solutions/<hash>.py and data.json ("Level L: N_Name" -> [{"file": hash, ...}]); then judge it with
       `python run.py --jobs jobs.csv --allow-torch --no-compile --no-bench --out results.jsonl [--gpus all]`.
@@ -99,9 +99,10 @@ def classify(path: Path, md: bool) -> str:
     return "\n".join(out)
 
 
-def leaderboard_jobs(root: Path, csv_path: Path, every: int = 1) -> int:
+def leaderboard_jobs(root: Path, csv_path: Path, every: int = 1, modes: tuple[str, ...] = ()) -> int:
     """Every `every`-th pair, in the data file's order (levels 1 to 3, problem by problem); paths relative to the
-    job file, as run.py --jobs reads them."""
+    job file, as run.py --jobs reads them. With `modes`, one row per pair and mode, a pair's modes next to each other
+    (the second finds the candidate's extension already built)."""
     import os
     assets = root / "docs" / "assets" if (root / "docs" / "assets").is_dir() else root
     data = json.loads((assets / "data.json").read_text())
@@ -116,9 +117,11 @@ def leaderboard_jobs(root: Path, csv_path: Path, every: int = 1) -> int:
             if ref.is_file() and cand.is_file():
                 rows.append(tuple(os.path.relpath(p, csv_path.resolve().parent) for p in (ref, cand)))
     rows = rows[::every]
+    if modes:
+        rows = [(*r, m) for r in rows for m in modes]
     with open(csv_path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["reference", "candidate"])
+        w.writerow(["reference", "candidate", *(["mode"] if modes else [])])
         w.writerows(rows)
     return len(rows)
 
@@ -200,6 +203,7 @@ def main(argv=None) -> int:
     b.add_argument("root", type=Path)
     b.add_argument("--csv", type=Path, required=True)
     b.add_argument("--every", type=int, default=1, help="keep every N-th pair")
+    b.add_argument("--modes", default="", help="e.g. train,eval: a row per pair and mode")
     w = sub.add_parser("warm")
     w.add_argument("csv", type=Path)
     w.add_argument("--procs", type=int, default=8)
@@ -214,7 +218,8 @@ def main(argv=None) -> int:
     elif args.cmd == "warm":
         warm(args.csv, args.procs, args.timeout)
     elif args.cmd == "jobs":
-        print(f"{leaderboard_jobs(args.root, args.csv, args.every)} jobs written to {args.csv}")
+        modes = tuple(m for m in args.modes.split(",") if m)
+        print(f"{leaderboard_jobs(args.root, args.csv, args.every, modes)} jobs written to {args.csv}")
     else:
         print(classify(args.results, args.md))
     return 0

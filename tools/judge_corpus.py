@@ -77,8 +77,16 @@ def kernelbench(line: dict) -> str:
 
 
 def classify(path: Path, md: bool) -> str:
+    """One table per mode (a job file with a mode column judges the same pairs under both)."""
     from kp.batch import read_results
     lines = read_results(path)
+    modes = collections.defaultdict(list)
+    for d in lines:
+        modes[d["job"]["opts"].get("mode", "train")].append(d)
+    return "\n\n".join((f"mode {m}: " if len(modes) > 1 else "") + _classify(ls, md) for m, ls in modes.items())
+
+
+def _classify(lines: list[dict], md: bool) -> str:
     by = collections.defaultdict(list)
     for d in lines:
         by[cause(d["verdict"])].append(d)

@@ -40,7 +40,7 @@ import torch
 from kp.build import candidate_build_dir, progress
 from kp.errors import Rejected, UsageError
 from kp.layers import PRECISIONS, set_precision
-from kp.numerics import budget_from, clone_layout, rel_error, same_values
+from kp.numerics import budget_from, clone_layout, reduction_length, rel_error, same_values
 from kp.errors import first_line
 from kp.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default
 from kp.numerics import Err
@@ -134,6 +134,7 @@ class _Refs:
         self.r64 = float64_copy(self.r32, f64_device)
         self.f64_device = f64_device
         self.how = FLOAT64
+        self.k = 1.0  # the reduction length of the latest call (its budget's floor)
 
     def state(self) -> dict:
         return self.r32.state_dict()
@@ -180,19 +181,24 @@ class _Refs:
         return None
 
     def expected(self, pristine: list, precision: str) -> Expected:
+        from torch.utils.flop_counter import FlopCounterMode
         set_precision(precision)
         try:
-            with torch.no_grad():
+            counter = FlopCounterMode(display=False)
+            with torch.no_grad(), counter:
                 r32 = self.r32(*[clone_layout(x) for x in pristine])
             r64 = self._float64(pristine)
         finally:
             set_precision("fp32")
+        numel = lambda ts: sum(t.numel() for t in ts if isinstance(t, torch.Tensor) and t.is_floating_point())
+        self.k = reduction_length(counter.get_total_flops(), max((numel([x]) for x in pristine), default=0),
+                                  numel(_as_list(r32)))
         if r64 is None:
             return Expected.of(r32, r32, fp32_only=True)
         if self.f64_device == "cpu" and torch.cuda.is_available():  # pinned: each chunk of the comparison crosses
             r64 = tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64)) \
                 if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
-        return Expected.of(r32, r64)
+        return Expected.of(r32, r64, k=self.k)
 
 
 @dataclasses.dataclass
@@ -205,9 +211,9 @@ class Expected:
     errs: list  # per element: (PyTorch's own Err, budget Err), None for a non-tensor element
 
     @classmethod
-    def of(cls, r32, r64, fp32_only: bool = False) -> "Expected":
+    def of(cls, r32, r64, fp32_only: bool = False, k: float = 1.0) -> "Expected":
         """fp32_only: r64 is PyTorch's fp32 output itself (no float64 reference could be made); the budget is then
-        kp.float64.FP32_ONLY_BUDGET."""
+        kp.float64.FP32_ONLY_BUDGET. k: the reduction length behind each output element (the budget's floor)."""
         r32l, r64l = _as_list(r32), _as_list(r64)
         specs, errs = [], []
         for a, b in zip(r32l, r64l):
@@ -217,7 +223,7 @@ class Expected:
             elif isinstance(a, torch.Tensor):
                 e = rel_error(a, b)
                 specs.append((tuple(a.shape), a.dtype, a.device))
-                errs.append((e, budget_from(e)))
+                errs.append((e, budget_from(e, k)))
             else:
                 specs.append(a)
                 errs.append(None)
@@ -528,7 +534,7 @@ class Judge:
             if c.shape != v.shape:
                 raise Rejected(f"{label}: buffer {k} has shape {tuple(c.shape)}, the reference's {tuple(v.shape)}")
             e_ref, e = rel_error(v, b64[k]), rel_error(c.to(v.device), b64[k])
-            budget = budget_from(e_ref)
+            budget = budget_from(e_ref, getattr(refs, "k", 1.0))
             if not e.within(budget):
                 raise Rejected(f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget "
                                f"{budget.rel_l2:.2e})")

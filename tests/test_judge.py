@@ -2,6 +2,7 @@
 GPU every known-wrong candidate is rejected for its stated reason, every reference in tests/judge_cases is judged
 with its candidates through run.py from outside the repo, and every shipped variant of every problem is accepted."""
 import ast
+import importlib.util
 import json
 import re
 import shutil
@@ -19,11 +20,12 @@ CASES_DIR = harness.ROOT / "tests" / "judge_cases"
 
 
 def meta(path: Path) -> dict:
-    """PROBLEM / EXPECT / DEVICES / FLAGS of a candidate file, read without importing it into the test process."""
-    out = {"FLAGS": ()}
+    """PROBLEM / EXPECT / DEVICES / FLAGS / NEEDS (modules it imports beyond the requirements) of a candidate file,
+    read without importing it into the test process."""
+    out = {"FLAGS": (), "NEEDS": ()}
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("PROBLEM", "EXPECT", "DEVICES", "FLAGS"):
+            if node.targets[0].id in ("PROBLEM", "EXPECT", "DEVICES", "FLAGS", "NEEDS"):
                 out[node.targets[0].id] = ast.literal_eval(node.value)
     return out
 
@@ -407,6 +409,9 @@ def test_judge_case_on_gpu(tmp_path, folder, cand):
     """run.py --ref FILE --candidate FILE on the GPU, both files outside the repo: the full stages."""
     d = outside_repo(tmp_path, folder)
     m = meta(d / cand)
+    missing = [n for n in m["NEEDS"] if importlib.util.find_spec(n) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
     r = run("--ref", d / "ref.py", "--candidate", d / cand, "--no-compile", "--json", tmp_path / "r.json",
             *m["FLAGS"])
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr

@@ -1,0 +1,33 @@
+"""The GEMM through PyTorch (cuBLAS), the scaled ReLU as a CuPy RawKernel compiled with NVRTC at first use, on
+PyTorch's current stream. Accepted: a kernel from CuPy's own compiler is judged like any other (its build lives in
+CuPy's cache, not a load_inline one, so the own-kernel check does not count it and --allow-torch is given)."""
+import cupy
+import torch
+import torch.nn as nn
+
+EXPECT = None
+DEVICES = ("cuda",)
+FLAGS = ("--allow-torch",)
+NEEDS = ("cupy",)
+
+_SRC = r"""
+extern "C" __global__ void scaled_relu(const float* x, float* y, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { float v = x[i]; y[i] = v > 0.f ? 2.0f * v : 0.f; }
+}
+"""
+_kernel = cupy.RawKernel(_SRC, "scaled_relu")
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(n, n) / n ** 0.5)
+
+    def forward(self, x):
+        h = (x @ self.w).contiguous()
+        y = torch.empty_like(h)
+        n = h.numel()
+        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            _kernel(((n + 255) // 256,), (256,), (h.data_ptr(), y.data_ptr(), cupy.int64(n)))
+        return y

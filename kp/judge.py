@@ -65,6 +65,7 @@ CPU_BENCH_MAX = 256 << 20  # on --device cpu, benchmark-shape calls run only whe
 # those values, e.g. a product of 256 numbers near -3, and no fp32 kernel can be asked to).
 TORCH_FAIR_MAX = 1e-3
 MODES = ("train", "eval")
+ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
 KERNELBENCH_TRIALS = 5  # KernelBench's own correctness check: same-seed models, 5 draws, torch.allclose
 KERNELBENCH_TOLS = ("1e-4", "1e-2")  # atol = rtol for fp32 now, and in the v0/v0.1 era of its leaderboard
 
@@ -802,11 +803,21 @@ class Judge:
         _release()
         return ncu.run(spec, min_bytes, rec.get("bandwidth"))
 
-    def _escape(self, row: Row) -> dict:
-        e = row.runner.call("escape", "escape", row.label, (self.seed + 2000) % 2**32)
+    def _escape_try(self, row: Row, seed: int) -> tuple:
+        """One escape measurement: (reply, median event ms, host-clock excess ms, activities outside the window,
+        the window)."""
+        e = row.runner.call("escape", "escape", row.label, seed % 2**32)
         ev_ms = sorted(s[1] for s in e["samples"])[len(e["samples"]) // 2]
-        excess = host_clock_excess_ms(e["samples"])
-        bad, window = window_violations(e["events"], e["marker"])
+        return (e, ev_ms, host_clock_excess_ms(e["samples"]), *window_violations(e["events"], e["marker"]))
+
+    def _escape(self, row: Row) -> dict:
+        e, ev_ms, excess, bad, window = self._escape_try(row, self.seed + 2000)
+        for attempt in range(ESCAPE_RETRIES):  # only the host clock objects: work that escapes the events does so
+            if bad or excess <= escape_threshold_ms(ev_ms):  # on every try, while another process's kernels on a
+                break  #                                       shared GPU lengthen one try and not the next
+            again = self._escape_try(row, self.seed + 2001 + attempt)
+            if again[3] or again[2] < excess:
+                e, ev_ms, excess, bad, window = again
         info = {"host_excess_ms": excess, "threshold_ms": escape_threshold_ms(ev_ms), "event_ms": ev_ms,
                 "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
                 "outside_window": [(x["name"][:80], x["stream"]) for x in bad]}

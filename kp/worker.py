@@ -262,6 +262,7 @@ class Worker:
             if self.fingerprint is not None:
                 reply["patched"] = fingerprint_changes(self.fingerprint)
             reply["build_failures"] = self.build_failures
+            _settle_before_sending(self.device)
             self.conn.send(reply)
             if not reply["ok"] and self.device == "cuda" and _cuda_broken():
                 return  # a sticky CUDA error: this context is gone; the judge sees the pipe close
@@ -507,6 +508,19 @@ class Worker:
         return {"peak": torch.cuda.max_memory_reserved() if torch.cuda.is_available() else 0}
 
 
+def _settle_before_sending(device: str) -> None:
+    """Finish this process's GPU work before a message with GPU tensors leaves it. A storage the receiver already
+    maps (the judge refills one input buffer per layout, so the worker keeps mapping the same one) is taken from
+    torch's IPC cache without waiting on the sender's event: unsynchronised, the receiver can read a buffer that is
+    still being written (seen as a correct kernel reading the previous call's inputs while other jobs kept the GPU
+    busy)."""
+    if device == "cuda" and torch.cuda.is_initialized():
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass  # a broken context: the reply says what failed
+
+
 def _cuda_broken() -> bool:
     try:
         torch.cuda.synchronize()
@@ -590,7 +604,7 @@ class ProcessRunner:
         deadline: time.monotonic() by which the whole job must be done (limit_s: its length, for the message).
         build_dir: the candidate's own extension folder (kp.build.candidate_build_dir), writable in the box."""
         import tempfile
-        self.on_interim, self.sandboxed = on_interim, sandbox
+        self.on_interim, self.sandboxed, self.device = on_interim, sandbox, device
         self.deadline, self.limit_s = deadline, limit_s
         self.passed: dict = {}  # the judged row's passed checks (what a timeout's verdict lists)
         self.build_failures: list[dict] = []
@@ -625,6 +639,7 @@ class ProcessRunner:
         limit = time.monotonic() + timeout
         if self.deadline is not None and self.deadline < limit:
             limit = self.deadline
+        _settle_before_sending(self.device)
         try:
             self.conn.send(msg)
             while True:

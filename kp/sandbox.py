@@ -37,9 +37,15 @@ from pathlib import Path
 
 GiB = 1 << 30
 
-# Environment a candidate keeps: how to find the GPU, the compilers and the playground's own settings.
+# Environment a candidate keeps: how to find the GPU, the compilers and the playground's own settings. The
+# variables torch.utils.cpp_extension reads into a build's command line (compilers, nvcc, include paths) stay as
+# the judge has them, so a candidate's extension built outside the box (a warm corpus run, an earlier
+# unboxed judgement) is the same build inside it and ninja finds nothing to redo.
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH",
-            "LD_LIBRARY_PATH", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "PYTHONHASHSEED", "MAX_JOBS")
+            "LD_LIBRARY_PATH", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "PYTHONHASHSEED", "MAX_JOBS",
+            "CC", "CXX", "CUDAHOSTCXX", "PYTORCH_NVCC", "CUDA_INC_PATH", "CUDNN_HOME", "CUDNN_PATH",
+            "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "TORCH_DONT_CHECK_COMPILER_ABI",
+            "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES")
 KEEP_PREFIXES = ("KP_", "NVIDIA_")
 
 

@@ -155,6 +155,17 @@ def test_box_scrubs_the_environment_and_hides_home(tmp_path, monkeypatch):
     assert not Path("/tmp", mine).exists()  # written to the box's own /tmp, not the host's
 
 
+def test_box_keeps_what_an_extension_build_reads(monkeypatch):
+    """The compilers and nvcc settings torch.utils.cpp_extension puts into a build's command line reach the box, so
+    a candidate's extension built outside it is not rebuilt inside it."""
+    for k, v in {"CXX": "/opt/gcc/bin/g++", "CC": "/opt/gcc/bin/gcc", "PYTORCH_NVCC": "nvcc",
+                 "TORCH_CUDA_ARCH_LIST": "9.0a"}.items():
+        monkeypatch.setenv(k, v)
+    env = sandbox.box_env(dict(os.environ), str(ROOT))
+    assert (env["CXX"], env["CC"], env["PYTORCH_NVCC"], env["TORCH_CUDA_ARCH_LIST"]) == \
+        ("/opt/gcc/bin/g++", "/opt/gcc/bin/gcc", "nvcc", "9.0a")
+
+
 @gpu
 @needs_box
 @pytest.mark.parametrize("name", CASES)

@@ -26,6 +26,8 @@ from kp.timing import L2Flusher, bench_interleaved
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
 JOB_TIMEOUT_S = 600  # a candidate's whole job, single run or batch (--timeout): its builds, parity and timing
+RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")  # commands after which no thread
+#                                                                            the candidate started may be working
 WARMUP = 3  # untimed calls of each row before timing (the judge derives the inputs of checked timed calls from it)
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -74,31 +76,93 @@ def escape_threshold_ms(event_ms: float) -> float:
 
 
 def _namespaces():
+    import threading
     import time as time_mod
     import torch.nn.functional as F
     return {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
             "torch._C.TensorBase": torch._C.TensorBase, "torch.nn.Module": torch.nn.Module,
             "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
             "torch.profiler": torch.profiler, "torch.special": torch.special, "torch.linalg": torch.linalg,
-            "torch.optim.SGD": torch.optim.SGD, "time": time_mod,
+            "torch.optim.SGD": torch.optim.SGD, "time": time_mod, "threading.Thread": threading.Thread,
             # the playground's own modules a candidate could patch (the façade and everything behind it)
             **{name: mod for name, mod in list(sys.modules.items())
                if mod is not None and (name == "harness" or name == "kp" or name.startswith("kp."))}}
 
 
-def namespace_fingerprint() -> dict[str, object]:
-    """Every callable the judge, the timer and the baselines can reach by attribute lookup, by identity."""
+def _behaviour(v) -> tuple:
+    """What a callable's behaviour rests on besides its identity, each part by identity: a Python function's code
+    object, defaults, keyword defaults and closure cells with their contents (a function can be given new code in
+    place, `f.__code__ = g.__code__`, and keep its identity); a class's own attributes (its methods, each the same
+    way). Builtins have none of these and cannot be changed in place."""
+    f = getattr(v, "__func__", v)  # a bound method or classmethod: the function behind it
+    if isinstance(v, type):  # its own methods (a class inside it: by identity only)
+        return tuple((k, x, *(() if isinstance(x, type) else _behaviour(x))) for k, x in list(vars(v).items())
+                     if callable(x) or isinstance(x, (staticmethod, classmethod, property)))
+    if isinstance(f, (staticmethod, classmethod)):
+        f = f.__func__
+    if isinstance(f, property):
+        return tuple(_behaviour(x) for x in (f.fget, f.fset, f.fdel))
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return ()
+    cells = tuple((c, c.cell_contents if _filled(c) else None) for c in (f.__closure__ or ()))
+    kwd = tuple(f.__kwdefaults__.items()) if f.__kwdefaults__ else ()
+    return (code, f.__defaults__, tuple((k, x) for k, x in kwd), cells)
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:  # an empty cell
+        return False
+
+
+def _own_module(name: str) -> bool:
+    return name == "harness" or name == "kp" or name.startswith("kp.")
+
+
+def namespace_fingerprint() -> dict[str, tuple]:
+    """Every callable the judge, the timer and the baselines can reach by attribute lookup: its identity and what
+    its behaviour rests on (_behaviour); and every other global of the playground's own modules (the timer's
+    constants), by identity, with a shallow copy of the contents of a constant (an UPPER_CASE list, dict or set;
+    private caches such as the kernel cache's table of loaded builds fill as they are used)."""
     snap = {}
     for ns_name, ns in _namespaces().items():
+        own = _own_module(ns_name)
         for k, v in list(vars(ns).items()):
-            if callable(v) and not isinstance(v, types.ModuleType):
-                snap[f"{ns_name}.{k}"] = v
+            if isinstance(v, types.ModuleType) or (k.startswith("__") and k.endswith("__")):
+                continue
+            if callable(v):
+                snap[f"{ns_name}.{k}"] = (v, *_behaviour(v))
+            elif own:
+                const = k.isupper() and not k.startswith("_")
+                contents = () if not const else tuple(v.items()) if isinstance(v, dict) else \
+                    tuple(v) if isinstance(v, (list, set)) else ()
+                snap[f"{ns_name}.{k}"] = (v, *contents)
     return snap
 
 
-def fingerprint_changes(before: dict[str, object]) -> list[str]:
+def fingerprint_changes(before: dict[str, tuple]) -> list[str]:
+    """The names whose object was replaced ('torch.softmax'), or kept but changed in place ('kp.timing.summarize
+    (its code, defaults or closure)'), since `before`."""
     now = namespace_fingerprint()
-    return sorted(k for k, v in before.items() if now.get(k) is not v)
+    out = []
+    for k, old in before.items():
+        new = now.get(k)
+        if new is None or new[0] is not old[0]:
+            out.append(k)
+        elif len(new) != len(old) or any(a is not b for a, b in zip(_flat(new), _flat(old))):
+            out.append(f"{k} (in place: its code, defaults, closure or contents)")
+    return sorted(out)
+
+
+def _flat(t):
+    for x in t:
+        if isinstance(x, tuple):
+            yield from _flat(x)
+        else:
+            yield x
 
 
 def nan_fill_cached_free(reserve_bytes: int) -> None:
@@ -209,6 +273,71 @@ def settle_torch() -> None:
         pass
 
 
+def late_message(threads: list[str]) -> str:
+    return (f"a thread the candidate started is still working after the call returned ({'; '.join(threads[:3])}):"
+            f" work finished outside the call escapes the timer")
+
+
+_POOL = os.path.join("concurrent", "futures", "thread.py")
+
+
+def _in(folder: str, code) -> bool:
+    return code.co_filename.startswith(folder + os.sep)
+
+
+def watch_thread_starts(folder: str) -> None:
+    """Mark every thread started from code in the candidate's folder (the starting call's stack holds one of its
+    frames, also where it starts a thread through a library such as torch.compile's pools), so that threads the
+    judge's own machinery starts (multiprocessing's resource sharer) are not held against it. Installed before the
+    namespace fingerprint, which covers threading.Thread."""
+    import threading
+    orig = threading.Thread.start
+    if getattr(orig, "_kp_watch", False):
+        return
+
+    def start(self, *args, **kwargs):
+        f = sys._getframe(1)
+        while f is not None:
+            if _in(folder, f.f_code):
+                self._kp_by_candidate = True
+                break
+            f = f.f_back
+        return orig(self, *args, **kwargs)
+    start._kp_watch = True
+    threading.Thread.start = start
+
+
+def late_threads(before: set, folder: str) -> list[str]:
+    """Threads the candidate left working after a call: alive, not alive before its import, started by its code
+    (watch_thread_starts) or running its code, and now running its code, running a thread pool's work item, running
+    a target that is not Python code (a builtin, a functools.partial), or a Timer yet to fire. A thread that finishes
+    the work after the call returns hides that work from the timer. Threads parked in library code (torch.compile's
+    pools, a progress bar's monitor) are not counted."""
+    import threading
+    frames = sys._current_frames()
+    out = []
+    for t in threading.enumerate():
+        if t.ident in before or t is threading.current_thread() or not t.is_alive():
+            continue
+        stack, f = [], frames.get(t.ident)
+        while f is not None:
+            stack.append(f.f_code)
+            f = f.f_back
+        own = next((c for c in stack if _in(folder, c)), None)
+        if own is None and not getattr(t, "_kp_by_candidate", False):
+            continue
+        target = getattr(t, "_target", None)
+        if own:
+            out.append(f"{t.name} in {Path(own.co_filename).name}:{own.co_name}")
+        elif any(c.co_name == "run" and c.co_filename.endswith(_POOL) for c in stack):
+            out.append(f"{t.name} running a thread pool's work item")
+        elif isinstance(t, threading.Timer) and not t.finished.is_set():
+            out.append(f"{t.name}, a Timer yet to fire")
+        elif target is not None and not hasattr(getattr(target, "__func__", target), "__code__"):
+            out.append(f"{t.name} running {getattr(target, '__name__', type(target).__name__)}")
+    return out
+
+
 TRAIN_SENSITIVE = ("BatchNorm", "InstanceNorm", "Dropout", "SyncBatchNorm")
 
 
@@ -240,6 +369,8 @@ class Worker:
         self.models: dict[str, object] = {}
         self.baselines = {}
         self.fingerprint = None
+        self.candidate_dir: str | None = None  # the candidate file's folder, once imported
+        self.threads_before: set = set()  # thread idents alive before the candidate's import
         self.objects_before = _loaded_objects()
         self.interim = self._interim_pipe
 
@@ -261,6 +392,8 @@ class Worker:
                          "traceback": traceback.format_exc(limit=8)}
             if self.fingerprint is not None:
                 reply["patched"] = fingerprint_changes(self.fingerprint)
+            if self.candidate_dir and cmd in RUNS_CANDIDATE:
+                reply["late_threads"] = late_threads(self.threads_before, self.candidate_dir)
             reply["build_failures"] = self.build_failures
             _settle_before_sending(self.device)
             self.conn.send(reply)
@@ -307,9 +440,13 @@ class Worker:
                 e.record()
                 torch.cuda._sleep(10)
                 torch.cuda.synchronize()
+        import threading
+        p = Path(path).resolve()
+        watch_thread_starts(str(p.parent))
         self.fingerprint = namespace_fingerprint()
         self.objects_before = _loaded_objects()
-        p = Path(path).resolve()
+        self.threads_before = {t.ident for t in threading.enumerate()}
+        self.candidate_dir = str(p.parent)
         sys.path.insert(0, str(p.parent))
         spec = importlib.util.spec_from_file_location("kp_candidate", p)
         module = importlib.util.module_from_spec(spec)
@@ -393,6 +530,9 @@ class Worker:
 
         def before(name, rep):
             hand_over()
+            late = late_threads(self.threads_before, self.candidate_dir) if self.candidate_dir else []
+            if late:
+                raise RuntimeError(late_message(late))
             slot = st["calls"] % pool_size
             s = timed_call_seed(seed0, st["n"][name])
             for dst, src in zip(pool[slot], self.ref.inputs(s, dev)):
@@ -661,6 +801,8 @@ class ProcessRunner:
         if reply.get("patched"):
             raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "
                            f"(judge, timer and baselines depend on them)")
+        if reply.get("late_threads"):
+            raise Rejected(f"{stage}: {late_message(reply['late_threads'])}")
         if not reply.get("ok"):
             raise Rejected(f"{stage}: raised {reply.get('error')}")
         return reply

@@ -224,6 +224,67 @@ def test_fingerprint_sees_a_patched_torch_function():
     assert worker.fingerprint_changes(before) == []
 
 
+def test_fingerprint_sees_code_swapped_in_place_and_a_changed_constant():
+    from kp import timing
+    before = worker.namespace_fingerprint()
+    code, hold = timing.summarize.__code__, timing.HOLD_CYCLES
+    try:
+        timing.summarize.__code__ = (lambda samples: None).__code__  # same object, new behaviour
+        assert "kp.timing.summarize (in place: its code, defaults, closure or contents)" in \
+            worker.fingerprint_changes(before)
+    finally:
+        timing.summarize.__code__ = code
+    try:
+        timing.HOLD_CYCLES = 1
+        assert "kp.timing.HOLD_CYCLES" in worker.fingerprint_changes(before)
+    finally:
+        timing.HOLD_CYCLES = hold
+    assert worker.fingerprint_changes(before) == []
+
+
+def test_late_threads_are_those_the_candidate_left_working(tmp_path):
+    """A Timer yet to fire, a thread sleeping in the candidate's own code, a builtin target running: counted. A
+    thread the judge's machinery started, and a thread pool parked between work items: not."""
+    import concurrent.futures
+    import importlib.util
+    import threading
+    import time
+    (tmp_path / "cand_threads.py").write_text(
+        "import threading, time\n"
+        "def sleepy(ev):\n    ev.wait(30)\n"
+        "def timer(ev):\n    t = threading.Timer(30, ev.set); t.start(); return t\n"
+        "def own_thread(ev):\n    t = threading.Thread(target=sleepy, args=(ev,)); t.start(); return t\n"
+        "def builtin_thread(ev):\n    t = threading.Thread(target=time.sleep, args=(0.5,)); t.start(); return t\n"
+        "def pool():\n    p = __import__('concurrent.futures').futures.ThreadPoolExecutor(1)\n"
+        "    p.submit(int).result(); return p\n")
+    spec = importlib.util.spec_from_file_location("cand_threads", tmp_path / "cand_threads.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    orig_start = threading.Thread.start
+    worker.watch_thread_starts(str(tmp_path))
+    before = {t.ident for t in threading.enumerate()}
+    ev = threading.Event()
+    try:
+        ours = threading.Thread(target=ev.wait, args=(30,))  # started by the judge's code: not the candidate's
+        ours.start()
+        p = mod.pool()
+        time.sleep(0.05)
+        assert worker.late_threads(before, str(tmp_path)) == []
+        started = [mod.timer(ev), mod.own_thread(ev), mod.builtin_thread(ev)]
+        time.sleep(0.05)
+        late = worker.late_threads(before, str(tmp_path))
+        assert len(late) == 3, late
+        assert any("Timer yet to fire" in x for x in late) and any("cand_threads.py:sleepy" in x for x in late)
+    finally:
+        ev.set()
+        for t in started + [ours]:
+            getattr(t, "cancel", lambda: None)()
+            t.join(5)
+        p.shutdown()
+        threading.Thread.start = orig_start
+    assert worker.late_threads(before, str(tmp_path)) == []
+
+
 def test_state_map_by_name_then_by_order():
     ref = [("linear.weight", (4, 3)), ("linear.bias", (4,))]
     assert judge.state_map(ref, list(reversed(ref))) == {"linear.weight": "linear.weight",

@@ -46,10 +46,10 @@ from kp.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, floa
 from kp.numerics import Err
 from kp.premises import Premises
 from kp.reference import (UPDATES, Reference, _as_list, apply_update, describe, make_update, partial_map,
-                          rename_update, state_map, timed_call_seed, trial_seeds, unmapped)
+                          rename_update, state_map, trial_seeds, unmapped)
 from kp.registry import picks_per_call, runnable_variants
 from kp.timing import copy_bandwidth, gemm_rates, gpu_to_itself
-from kp.worker import (JOB_TIMEOUT_S, WARMUP, LocalRunner, ProcessRunner, escape_threshold_ms, host_clock_excess_ms,
+from kp.worker import (JOB_TIMEOUT_S, LocalRunner, ProcessRunner, escape_threshold_ms, host_clock_excess_ms,
                        kernel_base_name, window_violations)
 
 MIN_TRIALS = 3
@@ -65,6 +65,12 @@ CPU_BENCH_MAX = 256 << 20  # on --device cpu, benchmark-shape calls run only whe
 # those values, e.g. a product of 256 numbers near -3, and no fp32 kernel can be asked to).
 TORCH_FAIR_MAX = 1e-3
 MODES = ("train", "eval")
+MAX_TIMED_CHECKS = 3  # timed calls checked per row: one at a secret rep below the least reps, more at random
+EXTRA_CHECK_P = 0.05
+# A median below this fraction of reading the inputs once at copy speed is impossible, whatever the kernel: generous,
+# since part of an input may rightly go unread (a triangular operand's zero half, an index that selects little).
+INPUT_FLOOR_FRACTION = 0.25
+FLOOR_MIN_MS = 0.005  # floors shorter than this are within the events' own resolution: not judged
 ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
 KERNELBENCH_TRIALS = 5  # KernelBench's own correctness check: same-seed models, 5 draws, torch.allclose
 KERNELBENCH_TOLS = ("1e-4", "1e-2")  # atol = rtol for fp32 now, and in the v0/v0.1 era of its leaderboard
@@ -275,6 +281,38 @@ def judge_output(label: str, out, out_type: str, exp: Expected) -> dict:
     return worst
 
 
+def reduce_samples(timing: dict, wall_ms: float) -> dict:
+    """A worker's timing reply, reduced in the judge's process: median and quartiles from each entry's samples (the
+    worker's own summary is not used), host_us as reported. Raises Rejected when the samples add up to more than
+    `wall_ms`, the time the whole command took as seen from here: each sample is GPU time between two events inside
+    it, one timed call after another."""
+    from kp.timing import summarize
+    total = sum(sum(v.get("samples") or []) for v in timing.values())
+    if total > wall_ms:
+        raise Rejected(f"timing: the reported samples add up to {total:.1f} ms, more than the {wall_ms:.1f} ms the "
+                       f"timing command took: they were not measured")
+    out = {}
+    for k, v in timing.items():
+        if not v.get("samples"):
+            raise Rejected(f"timing: no samples reported for {k}")
+        t = dataclasses.asdict(summarize([float(x) for x in v["samples"]]))
+        t["host_us"] = v.get("host_us", float("nan"))
+        out[k] = t
+    return out
+
+
+def below_floor(median_ms: float, input_bytes: int, bandwidth: float) -> str | None:
+    """Why a median is impossible, or None: below INPUT_FLOOR_FRACTION of the time to read the call's fresh inputs
+    once at the copy bandwidth measured in the same run (weights may be cached between calls and FLOPs rewritten
+    away, but inputs drawn anew for every call must be read)."""
+    floor_ms = INPUT_FLOOR_FRACTION * input_bytes / bandwidth * 1e3
+    if floor_ms >= FLOOR_MIN_MS and median_ms < floor_ms:
+        return (f"timing: median {median_ms * 1e3:.1f} us is below {INPUT_FLOOR_FRACTION:g} x the "
+                f"{input_bytes / bandwidth * 1e6:.1f} us it takes to read the inputs once at the copy bandwidth "
+                f"measured now ({bandwidth / 1e9:,.0f} GB/s): the reported time is impossible")
+    return None
+
+
 def _allclose(got: list, want: list, tol: float) -> str:
     """'pass', or why KernelBench's torch.allclose check fails (shape, or the largest difference)."""
     if len(got) != len(want):
@@ -370,7 +408,9 @@ class Judge:
         self.notes: list[str] = []  # said in the verdict line and the record: what the judge could not do as usual
         self.rows: list[Row] = []
         self.runners: list = []
-        self.timed_refs: dict[int, tuple] = {}
+        self.rng = random.SystemRandom()  # which timed calls are checked: decided here, after each call
+        self.check_at: dict[str, int] = {}
+        self.timed_checks: dict[str, int] = {}
         self.input_buffers: dict[int, torch.Tensor] = {}
         self.fp = ref.footprint(device)
         fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
@@ -711,58 +751,65 @@ class Judge:
             row.kernelbench = {k: out[k] for k in sorted(out, key=float)}
             _release()
 
-    def _interim(self, msg: dict) -> None:
-        """A timed call's output, handed over by a worker outside the timed region: checked here."""
+    def _interim(self, msg: dict):
+        """A timed call, reported by a worker outside the timed region. First it says the call happened and with
+        which seed (`ask`): the answer, decided here, is whether the judge checks it (each row's call at a secret
+        rep below the least number of reps, and others at random). Then a checked call's output and inputs: checked
+        here against the reference for that seed, computed now."""
         row = next((r for r in self.rows if r.label == msg["label"] and r.accepted), None)
         if row is None:
-            return
+            return False
+        if msg.get("ask"):
+            n = self.timed_checks.setdefault(row.label, 0)
+            want = msg["rep"] == self.check_at.setdefault(row.label, self.rng.randrange(self.reps[0])) or \
+                (n < MAX_TIMED_CHECKS and self.rng.random() < EXTRA_CHECK_P)
+            self.timed_checks[row.label] = n + want
+            return want
         seed = msg["seed"]
-        pristine, exp = self.timed_refs[seed]
         label = f"timed call (rep {msg['rep']}, inputs seed {seed})"
         try:
+            pristine = self.ref.inputs(seed, self.device)
             for i, (a, b) in enumerate(zip(msg["inputs"], pristine)):
                 if isinstance(b, torch.Tensor) and not same_values(a, b):
-                    raise Rejected(f"{label}: input {i} was modified")
+                    raise Rejected(f"{label}: input {i} was modified (or is not the draw of the seed it reported)")
+            exp = self.refs.expected(pristine, self.precision)
             row.checks[label] = judge_output(label, msg["out"], msg["type"], exp)
         except Rejected as e:
             row.reject(str(e))
         del msg
         _release()
+        return True
 
     def _rebuild(self, init) -> None:
         """The declared cases built models of their own shapes: back to the benchmark's, with the current weights."""
         self._each(lambda row: self._build(row, self.refs, init, self.seed, stage="escape"))
 
     def _timing(self) -> dict:
+        """Every runner's rows and baselines timed side by side (Worker.cmd_time). Its samples are reduced here, and
+        must fit in the wall time this process saw the command take: samples that add up to more were not measured
+        (a forged reply, or samples rewritten in the worker)."""
         refs = self.refs
-        seed0 = (self.seed + 1000) % 2**32
-        min_reps = self.reps[0]
-        # no rows (a reference timed alone): nothing to check, so no references to compute
-        check_reps = sorted({0, random.SystemRandom().randrange(1, max(2, min_reps))}) if self.live() else []
         self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
-        for rep in check_reps:
-            s = timed_call_seed(seed0, WARMUP + 2 * rep + 1)  # warm-up calls, then (preceding, timed) pairs
-            pristine = self.ref.inputs(s, self.device)
-            exp = refs.expected(pristine, self.precision)
-            # large problems keep the pristine inputs on the host, with their float64 reference
-            self.timed_refs[s] = ([x.to(self.f64_device) if isinstance(x, torch.Tensor) else x for x in pristine],
-                                  exp)
-            del pristine, exp
+        self.check_at, self.timed_checks = {}, {}
         _release()
         result = {}
         timed = [(runner, [r for r in self.live() if r.runner is runner]) for runner in self.runners]
         timed = [(runner, rows) for runner, rows in timed if rows or not self.rows]  # no rows: baselines alone
         for runner, rows in timed:
+            t0 = time.perf_counter()
             try:
-                t = runner.call("timing", "time", [r.label for r in rows], seed0, 2, *self.reps, check_reps)
+                t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps)
+                times = reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
             except Rejected as e:
                 for r in rows:
                     r.reject(str(e))
                 continue
-            result.setdefault("timing", {}).update(t["timing"])
+            result.setdefault("timing", {}).update(times)
             result.setdefault("rungs", {}).update(t["rungs"])
             result.setdefault("calls", {}).update(t["calls"])
-        self.timed_refs.clear()
+            for r in rows:
+                if r.accepted and not self.timed_checks.get(r.label):
+                    r.reject("timing: no timed call was checked (the worker did not report its timed calls)")
         return result
 
     def _profile(self) -> dict:
@@ -942,6 +989,12 @@ class Judge:
                     rec["memory_need"] = memory_need(self.fp, len(self.rows))
                     if self.bench and rec.get("timing"):
                         rec.update(self.ceilings(rec["traffic"]["eager"]))
+                        for row in self.live():  # a time the hardware cannot give: not measured
+                            if row.runner.isolated and row.label in rec["timing"]:
+                                why = below_floor(rec["timing"][row.label]["median_ms"], self.fp["inputs"],
+                                                  rec["bandwidth"])
+                                if why:
+                                    row.reject(why)
             if self.profile:
                 rec["profile"] = self._profile()
         finally:

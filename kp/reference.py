@@ -118,11 +118,6 @@ def trial_seeds(seed: int, n: int) -> list[int]:
     return [(seed + i) % 2**32 for i in range(n)]
 
 
-def timed_call_seed(seed0: int, n: int) -> int:
-    """Inputs of a row's n-th call in the timing stage (warm-up, preceding and timed calls all count)."""
-    return (seed0 + n) % 2**32
-
-
 def describe(x) -> str:
     if isinstance(x, torch.Tensor):
         return f"{type(x).__name__} {tuple(x.shape)} {x.dtype} {x.device}"

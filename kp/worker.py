@@ -18,7 +18,7 @@ import torch
 
 from kp.build import cache_root, shared_cache
 from kp.errors import Rejected, first_line
-from kp.reference import Reference, apply_update, describe, timed_call_seed
+from kp.reference import Reference, apply_update, describe
 from kp.registry import ROOT
 from kp.layers import set_precision
 from kp.profile import cpu_ops, gpu_events, summarize
@@ -83,7 +83,7 @@ def _namespaces():
             "torch._C.TensorBase": torch._C.TensorBase, "torch.nn.Module": torch.nn.Module,
             "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
             "torch.profiler": torch.profiler, "torch.special": torch.special, "torch.linalg": torch.linalg,
-            "torch.optim.SGD": torch.optim.SGD, "time": time_mod, "threading.Thread": threading.Thread,
+            "torch.optim.SGD": torch.optim.SGD, "time": time_mod, "threading.Thread": threading.Thread, "os": os,
             # the playground's own modules a candidate could patch (the façade and everything behind it)
             **{name: mod for name, mod in list(sys.modules.items())
                if mod is not None and (name == "harness" or name == "kp" or name.startswith("kp."))}}
@@ -273,6 +273,11 @@ def settle_torch() -> None:
         pass
 
 
+def fresh_seed() -> int:
+    """A timed call's input seed, drawn from the OS just before the call: nothing in the process knows it earlier."""
+    return int.from_bytes(os.urandom(4), "little")
+
+
 def late_message(threads: list[str]) -> str:
     return (f"a thread the candidate started is still working after the call returned ({'; '.join(threads[:3])}):"
             f" work finished outside the call escapes the timer")
@@ -400,9 +405,10 @@ class Worker:
             if not reply["ok"] and self.device == "cuda" and _cuda_broken():
                 return  # a sticky CUDA error: this context is gone; the judge sees the pipe close
 
-    def _interim_pipe(self, msg: dict) -> None:
+    def _interim_pipe(self, msg: dict):
+        """Hand `msg` to the judge and return its answer."""
         self.conn.send({"interim": True, **msg})
-        self.conn.recv()
+        return self.conn.recv()[1]
 
     def _with_baselines(self, labels: list[str]) -> dict:
         """The baselines, then the rows of `labels`: what the timer and the profiler run, in the table's order."""
@@ -508,25 +514,28 @@ class Worker:
         return {"buffers": {k: v.detach().clone() for k, v in m.state_dict().items()}}
 
     # -- timing -------------------------------------------------------------------------------------------------
-    def cmd_time(self, labels: list[str], seed0: int, pool_size: int, min_reps: int, max_reps: int,
-                 budget_s: float, check_reps: list[int]):
-        """Baselines and rows interleaved; every call gets freshly generated inputs (a pool refilled from a new
-        seed before each call, outside the timed region); the timed calls of `check_reps` are handed to the judge
-        through `interim` before the next call (outside the timed region) and dropped."""
+    def cmd_time(self, labels: list[str], pool_size: int, min_reps: int, max_reps: int, budget_s: float):
+        """Baselines and rows interleaved; every call gets inputs drawn just before it from a seed drawn from the
+        OS then (a pool slot refilled outside the timed region), so no input can be known before its call. After each
+        timed call of a row, outside the timed region, the judge is told the call happened and its seed (`interim`)
+        and answers whether it checks that call; only then does the output cross, so which calls are checked is
+        decided in the judge's process after the fact. Returns every sample; the judge takes the median itself."""
         dev = self.device
         fns_models = self._with_baselines(labels)
-        pool = [self.ref.inputs(seed0, dev) for _ in range(pool_size)]
-        st = {"n": {k: 0 for k in fns_models}, "slot": 0, "calls": 0, "kept": None, "check": None}
+        pool = [self.ref.inputs(fresh_seed(), dev) for _ in range(pool_size)]
+        st = {"n": {k: 0 for k in fns_models}, "slot": 0, "calls": 0, "kept": None, "timed": None}
         rungs = {k: m.rung(*pool[0]) for k, m in fns_models.items() if hasattr(m, "rung")}
 
         def hand_over():
             if st["kept"] is not None:
                 label, rep, seed, out, slot = st["kept"]
                 st["kept"] = None
-                torch.cuda.synchronize()  # device-wide, as for parity: work a row left elsewhere is the escape
-                #                           check's to catch, with its own reason
-                self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
-                              "type": describe(out), "inputs": pool[slot]})
+                if dev == "cuda":
+                    torch.cuda.synchronize()  # device-wide, as for parity: work a row left elsewhere is the
+                    #                           escape check's to catch, with its own reason
+                if self.interim({"label": label, "rep": rep, "seed": seed, "ask": True}):
+                    self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
+                                  "type": describe(out), "inputs": pool[slot]})
 
         def before(name, rep):
             hand_over()
@@ -534,30 +543,31 @@ class Worker:
             if late:
                 raise RuntimeError(late_message(late))
             slot = st["calls"] % pool_size
-            s = timed_call_seed(seed0, st["n"][name])
+            s = fresh_seed()
             for dst, src in zip(pool[slot], self.ref.inputs(s, dev)):
                 if isinstance(dst, torch.Tensor):
                     dst.copy_(src)
             st["n"][name] += 1
             st["calls"] += 1
             st["slot"] = slot
-            st["check"] = (name, rep, s, slot) if name in labels and rep in check_reps else None
+            st["timed"] = (name, rep, s, slot) if name in labels and rep >= 0 else None
 
         def call(name, m):
             def f():
                 out = m(*pool[st["slot"]])
-                if st["check"] is not None:
-                    st["kept"] = (*st["check"][:3], out, st["check"][3])
-                    st["check"] = None
+                if st["timed"] is not None:
+                    st["kept"] = (*st["timed"][:3], out, st["timed"][3])
+                    st["timed"] = None
             return f
 
         fns = {k: call(k, m) for k, m in fns_models.items()}
         set_precision(self.precision)
         with torch.no_grad():
             times = bench_interleaved(fns, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
-                                              warmup=WARMUP, before=before)
+                                      warmup=WARMUP, before=before, clock="cuda" if dev == "cuda" else "host")
             hand_over()
-        torch.cuda.synchronize()
+        if dev == "cuda":
+            torch.cuda.synchronize()
         return {"timing": {k: dataclasses.asdict(t) for k, t in times.items()}, "calls": dict(st["n"]),
                 "rungs": rungs}
 
@@ -793,8 +803,7 @@ class ProcessRunner:
                 reply = self.conn.recv()
                 if not reply.get("interim"):
                     break
-                self.on_interim(reply)
-                self.conn.send(("ack",))
+                self.conn.send(("ack", self.on_interim(reply)))
         except (EOFError, BrokenPipeError, ConnectionResetError):
             raise self._died(stage) from None
         self.build_failures = reply.get("build_failures") or self.build_failures

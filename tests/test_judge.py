@@ -380,15 +380,15 @@ def test_wrong_case_rejected_on_cpu(path):
 
 
 def test_timed_call_check_rejects_a_stale_output_and_modified_inputs():
-    """What a worker hands over after a checked timed call is judged against the reference for those inputs."""
+    """What a worker hands over after a checked timed call is judged against the reference for the inputs of the
+    seed it reports, computed then; inputs that are not that seed's draw are rejected."""
     ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
     j = judge.Judge(ref, seed=1, device="cpu")
-    refs = judge._Refs(ref, [], 1, "cpu", "cpu")
+    j.refs = judge._Refs(ref, [], 1, "cpu", "cpu")
     rows = {k: judge.Row(k, runner=None) for k in ("good", "stale", "mutated")}
     j.rows = list(rows.values())
     s = 4242
     pristine = ref.inputs(s, "cpu")
-    j.timed_refs[s] = (pristine, refs.expected(pristine, "fp32"))
     stale = torch.relu(ref.inputs(s - 1, "cpu")[0])  # the answer for other inputs
     mutated = [pristine[0].clone()]
     mutated[0][0, 0] += 1
@@ -398,6 +398,34 @@ def test_timed_call_check_rejects_a_stale_output_and_modified_inputs():
     assert rows["good"].accepted and "timed call (rep 3, inputs seed 4242)" in rows["good"].checks
     assert not rows["stale"].accepted and re.match(r"timed call \(rep 3.*over budget", rows["stale"].reason)
     assert not rows["mutated"].accepted and "input 0 was modified" in rows["mutated"].reason
+
+
+def test_timed_calls_to_check_are_chosen_in_the_judge_after_each_call():
+    """Each row has one checked call at a rep drawn in the judge below the least number of reps (the loop always
+    runs that far), and at most a few more at random; the worker learns only after a call whether it is checked."""
+    ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
+    j = judge.Judge(ref, seed=1, device="cpu", bench=False)
+    j.rows = [judge.Row("cand", runner=None)]
+    picks = [j._interim({"label": "cand", "rep": r, "seed": 0, "ask": True}) for r in range(40)]
+    assert 0 <= j.check_at["cand"] < j.reps[0] and picks[j.check_at["cand"]]
+    assert 1 <= sum(picks) <= judge.MAX_TIMED_CHECKS + 1 and j.timed_checks["cand"] == sum(picks)
+
+
+def test_timing_samples_reduced_in_the_judge_and_bounded_by_its_wall_clock():
+    honest = {"eager": {"samples": [1.0, 1.2, 1.1], "median_ms": 1.1, "host_us": 20.0},
+              "candidate": {"samples": [0.5, 0.6, 0.4], "median_ms": 0.01, "host_us": 15.0}}  # its own summary lies
+    t = judge.reduce_samples(honest, wall_ms=50.0)
+    assert t["candidate"]["median_ms"] == 0.5 and t["eager"]["median_ms"] == 1.1 and t["candidate"]["n"] == 3
+    forged = {"eager": {"samples": [30.0] * 3}, "candidate": {"samples": [1.0] * 3}}  # baselines inflated
+    with pytest.raises(judge.Rejected, match="add up to 93.0 ms, more than the 50.0 ms"):
+        judge.reduce_samples(forged, wall_ms=50.0)
+
+
+def test_a_median_below_reading_the_inputs_is_impossible():
+    bw = 3e12  # bytes/s
+    assert judge.below_floor(0.010, 1 << 30, bw).startswith("timing: median 10.0 us is below 0.25 x")
+    assert judge.below_floor(0.400, 1 << 30, bw) is None  # 358 us to read 1 GiB: a quarter of it is 89 us
+    assert judge.below_floor(0.0001, 1 << 20, bw) is None  # a floor under the events' resolution is not judged
 
 
 def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
@@ -636,3 +664,37 @@ def test_inputs_refilled_in_place_are_complete_before_the_worker_reads_them():
             assert bool((out == value).all()), f"the worker read a buffer the judge had not finished writing ({value})"
     finally:
         runner.close()
+
+
+def _timed_on_cpu(cand: Path):
+    """Parity then the timing stage for one candidate in a worker process of its own, on the CPU (the host clock
+    stands in for CUDA events): the same protocol of fresh seeds and after-the-fact checks as on the GPU."""
+    ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
+    j = judge.Judge(ref, seed=3, device="cpu", sandbox=False, bench=False)
+    row = j.add_candidate(cand)
+    try:
+        assert row.runner.call("import", "load", str(cand))["has_model_new"]
+        j._parity_bench(ref.init())
+        j._drop_input_buffers()
+        assert row.accepted, row.reason
+        res = j._timing()
+    finally:
+        row.runner.close()
+    return row, res
+
+
+def test_timing_protocol_checks_a_secret_timed_call_on_cpu(tmp_path):
+    row, res = _timed_on_cpu(CASES_DIR / "relu" / "torch_rewrite.py")
+    assert row.accepted, row.reason
+    timed = [k for k in row.checks if k.startswith("timed call")]
+    assert 1 <= len(timed) <= judge.MAX_TIMED_CHECKS + 1
+    seeds = {int(re.search(r"seed (\d+)", k)[1]) for k in timed}
+    assert len(seeds) == len(timed)  # every call drew its own seed
+    assert res["timing"]["candidate"]["n"] == len(res["timing"]["candidate"]["samples"]) >= 3
+    # a model right in the parity calls and wrong once it is timed: caught at whichever call the judge picked
+    (tmp_path / "wrong_when_timed.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    calls = 0\n\n"
+        "    def forward(self, x):\n        ModelNew.calls += 1\n"
+        "        return x.clamp_min(0) if ModelNew.calls <= 6 else torch.zeros_like(x)\n")
+    row, _ = _timed_on_cpu(tmp_path / "wrong_when_timed.py")
+    assert not row.accepted and re.match(r"timed call \(rep \d+, inputs seed \d+\): relL2 1\.00e\+00", row.reason)

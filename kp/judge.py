@@ -22,9 +22,10 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
     that sees more than the events, rejects.
  4. own kernel: the profiled call must run a kernel from a shared object the row loaded (its load_inline build or
     the playground's kernel cache), unless ``allow_torch`` (the row is then labelled pure PyTorch).
- 5. timing: eager, torch.compile and every row interleaved (kp.timing.bench_interleaved), every call on freshly
-    generated inputs, after one more weight change; two timed calls per row (the first, and one drawn at random)
-    are checked against the reference outside the timed region, after a device-wide synchronize.
+ 5. timing: eager, torch.compile and every row interleaved (kp.timing.bench_interleaved), every call on inputs
+    drawn just before it from an OS seed, after one more weight change; after each timed call the judge decides
+    whether to check it (one per row at a secret rep, a few more at random), outside the timed region and after a
+    device-wide synchronize; the samples are reduced here and bounded by the wall time this process saw.
 """
 from __future__ import annotations
 

@@ -61,6 +61,7 @@ FLOAT64_ON_DEVICE_MAX = 512 << 20  # problems up to this footprint get their flo
 #                                     ones on the host (a full float64 copy would not fit ~3x the footprint)
 MEMORY_FACTOR = 3  # the judge's peak GPU memory target: this many times the problem's inputs + outputs + weights
 CPU_BENCH_MAX = 256 << 20  # on --device cpu, benchmark-shape calls run only when inputs + outputs are this small
+HOST_PEAK_FACTOR = 3  # ... and when this many times the forward's fp32 peak (LivePeak) fits the available host memory
 # A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
 # reference has them, and a relL2 under this (~8,000 fp32 ulps: beyond it fp32 itself cannot compute the problem at
 # those values, e.g. a product of 256 numbers near -3, and no fp32 kernel can be asked to).
@@ -85,6 +86,32 @@ def budget_reason(label: str, err, budget) -> str:
                 f"(elements never written read as NaN)")
     return (f"{label}: relL2 {err.rel_l2:.2e} (worst row {err.worst_row:.2e}) over budget {budget.rel_l2:.2e} "
             f"({budget.worst_row:.2e})")
+
+
+def host_available() -> int:
+    """Bytes of host memory available now (MemAvailable), or all of it where that cannot be read."""
+    try:
+        for ln in Path("/proc/meminfo").read_text().splitlines():
+            if ln.startswith("MemAvailable:"):
+                return int(ln.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def cpu_bench_refusal(fp: dict, available: int) -> str | None:
+    """Why the benchmark shape is not run on the CPU (inputs and outputs over CPU_BENCH_MAX, or a forward whose
+    intermediates would not fit the host: HOST_PEAK_FACTOR x its fp32 peak, for the float64 copy and the fp32 runs),
+    or None."""
+    io = fp["inputs"] + fp["outputs"]
+    if io > CPU_BENCH_MAX:
+        return f"the benchmark shape ({io / 2**20:,.0f} MiB) was not run on the CPU"
+    need = HOST_PEAK_FACTOR * fp.get("peak", 0)
+    if need > available:
+        return (f"the benchmark shape was not run on the CPU: its forward holds {fp['peak'] / 2**30:.1f} GiB at its "
+                f"peak (intermediates), about {need / 2**30:.0f} GiB with the float64 reference, and "
+                f"{available / 2**30:.0f} GiB of host memory are available")
+    return None
 
 
 def memory_need(fp: dict, models: int) -> int:
@@ -954,13 +981,13 @@ class Judge:
                     except Rejected as e:
                         row.reject(str(e))
             t0 = time.perf_counter()
-            bench_parity = gpu or self.fp["inputs"] + self.fp["outputs"] <= CPU_BENCH_MAX
+            why_not = None if gpu else cpu_bench_refusal(self.fp, host_available())
+            bench_parity = why_not is None
             if bench_parity:
                 self._parity_bench(init)
                 self._drop_input_buffers()
             else:
-                rec["notes"] = (f"the benchmark shape ({(self.fp['inputs'] + self.fp['outputs']) / 2**20:,.0f} MiB)"
-                                f" was not run on the CPU; declared cases only")
+                rec["notes"] = f"{why_not}; declared cases only"
             self._parity_cases()
             self._drop_input_buffers()
             self._kernelbench(init, runs=bench_parity)

@@ -85,18 +85,19 @@ class Reference:
             return self._footprint(device, FlopCounterMode)
 
     def _footprint(self, device: str, counter_cls) -> dict:
+        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
         with torch.device(device):
             torch.manual_seed(0)
             xs = self.module.get_inputs()
             m = self.module.Model(*self.init())
             counter = counter_cls(display=False)
-            with counter, torch.no_grad():
+            held = nbytes(xs) + nbytes(list(m.parameters()) + list(m.buffers()))
+            with counter, torch.no_grad(), LivePeak(held) as live:
                 out = m(*xs)
-        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
         return {"shapes": ", ".join("x".join(map(str, t.shape)) for t in xs if isinstance(t, torch.Tensor)),
                 "inputs": nbytes(xs), "outputs": nbytes(_as_list(out)),
                 "weights": nbytes(list(m.parameters()) + list(m.buffers())),
-                "flops": int(counter.get_total_flops())}
+                "flops": int(counter.get_total_flops()), "peak": live.peak}
 
     def traffic(self, inputs, init, fp: dict, opts: dict | None = None) -> dict:
         """Fewest bytes and FLOPs of one call: the file's own `traffic` when it has one, else the unique bytes of
@@ -104,6 +105,42 @@ class Reference:
         if hasattr(self.module, "traffic"):
             return self.module.traffic(*inputs, init=init, **(opts or {}))
         return {"bytes": fp["inputs"] + fp["outputs"] + fp["weights"], "flops": fp["flops"]}
+
+
+class LivePeak:
+    """The most bytes alive at once during a forward (inputs and weights counted from the start): every operator's
+    new outputs are added as they are made and taken off when freed, so a model whose intermediates dwarf its inputs
+    and outputs (an attention block's L x L scores) shows it. Works on the meta device, where nothing is allocated."""
+
+    def __init__(self, held: int = 0):
+        self.live = self.peak = held
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        outer = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in (out if isinstance(out, (tuple, list)) else [out]):
+                    if isinstance(t, torch.Tensor) and not t._is_view():
+                        outer._add(t, t.numel() * t.element_size())
+                return out
+        self.mode = _Mode()
+        self.mode.__enter__()
+        return self
+
+    def _add(self, t, n: int) -> None:
+        import weakref
+        self.live += n
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(t, self._free, n)
+
+    def _free(self, n: int) -> None:
+        self.live -= n
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
 
 
 def _as_list(out) -> list:

@@ -320,7 +320,7 @@ def test_weight_updates_change_both_sides_alike(kind):
 def test_footprint_and_flops_from_the_reference():
     fp = judge.Reference.load(("problem", "softmax")).footprint("cpu")
     assert fp == {"shapes": "4096x393216", "inputs": 4096 * 393216 * 4, "outputs": 4096 * 393216 * 4, "weights": 0,
-                  "flops": 0}
+                  "flops": 0, "peak": 2 * 4096 * 393216 * 4}  # the input and its softmax alive at once
     lin = judge.Reference.load(("problem", "matmul_gelu_softmax")).footprint("cpu")
     assert lin["flops"] == 2 * 1024 * 8192 * 8192  # FlopCounterMode on the reference, not a hand count
     assert lin["weights"] == (8192 * 8192 + 8192) * 4
@@ -698,3 +698,18 @@ def test_timing_protocol_checks_a_secret_timed_call_on_cpu(tmp_path):
         "        return x.clamp_min(0) if ModelNew.calls <= 6 else torch.zeros_like(x)\n")
     row, _ = _timed_on_cpu(tmp_path / "wrong_when_timed.py")
     assert not row.accepted and re.match(r"timed call \(rep \d+, inputs seed \d+\): relL2 1\.00e\+00", row.reason)
+
+
+def test_a_forward_whose_intermediates_outgrow_the_host_is_not_run_on_cpu(tmp_path):
+    """Attention over 4,096 positions holds its 4096 x 4096 scores: 64 MiB of scores for 2 MiB of inputs. Where
+    three times that peak does not fit the host, the benchmark shape is skipped out loud, not run into the kernel's
+    out-of-memory killer."""
+    (tmp_path / "attn.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, q):\n        return torch.softmax(q @ q.transpose(-1, -2), -1) @ q\n\n\n"
+        "def get_inputs():\n    return [torch.randn(4096, 128)]\n\n\ndef get_init_inputs():\n    return []\n")
+    fp = judge.Reference.load(("file", str(tmp_path / "attn.py"))).footprint("cpu")
+    assert fp["peak"] >= 2 * (4096 * 4096 * 4) and fp["inputs"] == 4096 * 128 * 4
+    assert judge.cpu_bench_refusal(fp, available=64 << 30) is None
+    why = judge.cpu_bench_refusal(fp, available=100 << 20)
+    assert why.startswith("the benchmark shape was not run on the CPU: its forward holds 0.1 GiB at its peak")

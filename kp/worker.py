@@ -79,25 +79,28 @@ def _namespaces():
     import threading
     import time as time_mod
     import torch.nn.functional as F
+    own = [(name, mod) for name, mod in list(sys.modules.items()) if mod is not None and _own_module(name)]
     return {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
             "torch._C.TensorBase": torch._C.TensorBase, "torch.nn.Module": torch.nn.Module,
             "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
             "torch.profiler": torch.profiler, "torch.special": torch.special, "torch.linalg": torch.linalg,
             "torch.optim.SGD": torch.optim.SGD, "time": time_mod, "threading.Thread": threading.Thread, "os": os,
-            # the playground's own modules a candidate could patch (the façade and everything behind it)
-            **{name: mod for name, mod in list(sys.modules.items())
-               if mod is not None and (name == "harness" or name == "kp" or name.startswith("kp."))}}
+            # the playground's own modules a candidate could patch (the façade and everything behind it), and the
+            # classes they define (kp.timing.L2Flusher, Timing, the Worker itself)
+            **{name: mod for name, mod in own},
+            **{f"{name}.{k}": c for name, mod in own for k, c in list(vars(mod).items())
+               if isinstance(c, type) and c.__module__ == name}}
 
 
 def _behaviour(v) -> tuple:
     """What a callable's behaviour rests on besides its identity, each part by identity: a Python function's code
     object, defaults, keyword defaults and closure cells with their contents (a function can be given new code in
     place, `f.__code__ = g.__code__`, and keep its identity); a class's own attributes (its methods, each the same
-    way). Builtins have none of these and cannot be changed in place."""
+    way, as a namespace of its own: an attribute torch adds lazily is not a change). Builtins have none of these and
+    cannot be changed in place."""
     f = getattr(v, "__func__", v)  # a bound method or classmethod: the function behind it
-    if isinstance(v, type):  # its own methods (a class inside it: by identity only)
-        return tuple((k, x, *(() if isinstance(x, type) else _behaviour(x))) for k, x in list(vars(v).items())
-                     if callable(x) or isinstance(x, (staticmethod, classmethod, property)))
+    if isinstance(v, type):  # by identity here; the classes the timer uses are namespaces of their own
+        return ()
     if isinstance(f, (staticmethod, classmethod)):
         f = f.__func__
     if isinstance(f, property):
@@ -131,11 +134,11 @@ def namespace_fingerprint() -> dict[str, tuple]:
     for ns_name, ns in _namespaces().items():
         own = _own_module(ns_name)
         for k, v in list(vars(ns).items()):
-            if isinstance(v, types.ModuleType) or (k.startswith("__") and k.endswith("__")):
+            if isinstance(v, types.ModuleType):
                 continue
             if callable(v):
                 snap[f"{ns_name}.{k}"] = (v, *_behaviour(v))
-            elif own:
+            elif own and not (k.startswith("__") and k.endswith("__")):  # not __doc__, __spec__, ...
                 const = k.isupper() and not k.startswith("_")
                 contents = () if not const else tuple(v.items()) if isinstance(v, dict) else \
                     tuple(v) if isinstance(v, (list, set)) else ()

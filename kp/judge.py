@@ -439,6 +439,7 @@ class Judge:
         self.rng = random.SystemRandom()  # which timed calls are checked: decided here, after each call
         self.check_at: dict[str, int] = {}
         self.timed_checks: dict[str, int] = {}
+        self.timed_reports: dict[str, int] = {}  # timed calls each row's worker told the judge of
         self.input_buffers: dict[int, torch.Tensor] = {}
         self.fp = ref.footprint(device)
         fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
@@ -788,6 +789,7 @@ class Judge:
         if row is None:
             return False
         if msg.get("ask"):
+            self.timed_reports[row.label] = self.timed_reports.get(row.label, 0) + 1
             n = self.timed_checks.setdefault(row.label, 0)
             want = msg["rep"] == self.check_at.setdefault(row.label, self.rng.randrange(self.reps[0])) or \
                 (n < MAX_TIMED_CHECKS and self.rng.random() < EXTRA_CHECK_P)
@@ -818,7 +820,7 @@ class Judge:
         (a forged reply, or samples rewritten in the worker)."""
         refs = self.refs
         self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
-        self.check_at, self.timed_checks = {}, {}
+        self.check_at, self.timed_checks, self.timed_reports = {}, {}, {}
         _release()
         result = {}
         timed = [(runner, [r for r in self.live() if r.runner is runner]) for runner in self.runners]
@@ -836,8 +838,10 @@ class Judge:
             result.setdefault("rungs", {}).update(t["rungs"])
             result.setdefault("calls", {}).update(t["calls"])
             for r in rows:
-                if r.accepted and not self.timed_checks.get(r.label):
-                    r.reject("timing: no timed call was checked (the worker did not report its timed calls)")
+                reported, samples = self.timed_reports.get(r.label, 0), len(times.get(r.label, {}).get("samples", []))
+                if r.accepted and (not self.timed_checks.get(r.label) or reported != samples):
+                    r.reject(f"timing: the worker reported {reported} timed calls of this row to the judge and "
+                             f"returned {samples} samples: a timed call went unreported, so unchecked")
         return result
 
     def _profile(self) -> dict:

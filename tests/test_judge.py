@@ -698,6 +698,17 @@ def test_timing_protocol_checks_a_secret_timed_call_on_cpu(tmp_path):
         "        return x.clamp_min(0) if ModelNew.calls <= 6 else torch.zeros_like(x)\n")
     row, _ = _timed_on_cpu(tmp_path / "wrong_when_timed.py")
     assert not row.accepted and re.match(r"timed call \(rep \d+, inputs seed \d+\): relL2 1\.00e\+00", row.reason)
+    # one that walks up to the worker's timing loop and drops its timed output before the hand-over, so that no
+    # timed call is ever offered for a check: the judge counts the calls it was told of against the samples
+    (tmp_path / "hides_timed_calls.py").write_text(
+        "import sys\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, x):\n        f = sys._getframe(1)\n"
+        "        while f is not None and 'st' not in f.f_locals:\n            f = f.f_back\n"
+        "        if f is not None and isinstance(f.f_locals['st'], dict):\n"
+        "            f.f_locals['st']['timed'] = None\n"
+        "        return torch.zeros_like(x) if f is not None else x.clamp_min(0)\n")
+    row, _ = _timed_on_cpu(tmp_path / "hides_timed_calls.py")
+    assert not row.accepted and "timed call went unreported, so unchecked" in row.reason, row.reason
 
 
 def test_a_forward_whose_intermediates_outgrow_the_host_is_not_run_on_cpu(tmp_path):

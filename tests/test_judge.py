@@ -724,3 +724,20 @@ def test_a_forward_whose_intermediates_outgrow_the_host_is_not_run_on_cpu(tmp_pa
     assert judge.cpu_bench_refusal(fp, available=64 << 30) is None
     why = judge.cpu_bench_refusal(fp, available=100 << 20)
     assert why.startswith("the benchmark shape was not run on the CPU: its forward holds 0.1 GiB at its peak")
+
+
+@pytest.mark.xfail(strict=True, reason="the timed loop runs in the candidate's process, where its Python can reach the "
+                                       "samples: not yet stopped (docs/judge.md)")
+def test_samples_rewritten_from_the_candidate_frame_are_caught(tmp_path):
+    """A candidate that walks up from its forward into the timer's frame and halves the samples already taken of
+    itself: right outputs, a flattering median. The wall-clock bound does not see a smaller sum."""
+    (tmp_path / "halves_its_samples.py").write_text(
+        "import sys\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, x):\n        f = sys._getframe(1)\n"
+        "        while f is not None and 'samples' not in f.f_locals:\n            f = f.f_back\n"
+        "        if f is not None:\n"
+        "            mine = f.f_locals['samples'].get('candidate', [])\n"
+        "            mine[:] = [v / 2 for v in mine]\n"
+        "        return x.clamp_min(0)\n")
+    row, _ = _timed_on_cpu(tmp_path / "halves_its_samples.py")
+    assert not row.accepted

@@ -329,6 +329,20 @@ def reduce_samples(timing: dict, wall_ms: float) -> dict:
     return out
 
 
+def told_samples(timing: dict, told: dict) -> dict:
+    """A worker's timing reply with each entry's samples replaced by those it told the judge one by one, right
+    after each call (kept in the judge's process, out of the models' reach). Raises Rejected when the returned
+    samples differ from them: they were changed in the worker after they were taken, or a call went untold."""
+    out = {}
+    for k, v in timing.items():
+        mine = told.get(k, [])
+        if [float(x) for x in v.get("samples") or []] != mine:
+            raise Rejected(f"timing: the {len(v.get('samples') or [])} samples of {k} returned at the end differ from "
+                           f"the {len(mine)} told to the judge after each call: changed in the worker's process")
+        out[k] = {**v, "samples": mine}
+    return out
+
+
 def below_floor(median_ms: float, input_bytes: int, bandwidth: float) -> str | None:
     """Why a median is impossible, or None: below INPUT_FLOOR_FRACTION of the time to read the call's fresh inputs
     once at the copy bandwidth measured in the same run (weights may be cached between calls and FLOPs rewritten
@@ -439,7 +453,7 @@ class Judge:
         self.rng = random.SystemRandom()  # which timed calls are checked: decided here, after each call
         self.check_at: dict[str, int] = {}
         self.timed_checks: dict[str, int] = {}
-        self.timed_reports: dict[str, int] = {}  # timed calls each row's worker told the judge of
+        self.timed_samples: dict[str, list] = {}  # each timed call's sample, as the worker told it right after it
         self.input_buffers: dict[int, torch.Tensor] = {}
         self.fp = ref.footprint(device)
         fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
@@ -781,15 +795,17 @@ class Judge:
             _release()
 
     def _interim(self, msg: dict):
-        """A timed call, reported by a worker outside the timed region. First it says the call happened and with
-        which seed (`ask`): the answer, decided here, is whether the judge checks it (each row's call at a secret
-        rep below the least number of reps, and others at random). Then a checked call's output and inputs: checked
-        here against the reference for that seed, computed now."""
+        """A timed call, reported by a worker outside the timed region, before any other code of the models has run.
+        First its sample (`ms`, kept here: the median is taken from these) and, for a judged row (`ask`), its seed:
+        the answer, decided here, is whether the judge checks it (each row's call at a secret rep below the least
+        number of reps, and others at random). Then a checked call's output and inputs: checked here against the
+        reference for that seed, computed now."""
+        if "ms" in msg:
+            self.timed_samples.setdefault(msg["label"], []).append(float(msg["ms"]))
         row = next((r for r in self.rows if r.label == msg["label"] and r.accepted), None)
-        if row is None:
+        if row is None or ("ms" in msg and not msg.get("ask")):
             return False
         if msg.get("ask"):
-            self.timed_reports[row.label] = self.timed_reports.get(row.label, 0) + 1
             n = self.timed_checks.setdefault(row.label, 0)
             want = msg["rep"] == self.check_at.setdefault(row.label, self.rng.randrange(self.reps[0])) or \
                 (n < MAX_TIMED_CHECKS and self.rng.random() < EXTRA_CHECK_P)
@@ -820,16 +836,18 @@ class Judge:
         (a forged reply, or samples rewritten in the worker)."""
         refs = self.refs
         self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
-        self.check_at, self.timed_checks, self.timed_reports = {}, {}, {}
+        self.check_at, self.timed_checks = {}, {}
         _release()
         result = {}
         timed = [(runner, [r for r in self.live() if r.runner is runner]) for runner in self.runners]
         timed = [(runner, rows) for runner, rows in timed if rows or not self.rows]  # no rows: baselines alone
         for runner, rows in timed:
             t0 = time.perf_counter()
+            self.timed_samples = {}
             try:
                 t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps)
-                times = reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
+                times = reduce_samples(told_samples(t["timing"], self.timed_samples),
+                                       (time.perf_counter() - t0) * 1e3)
             except Rejected as e:
                 for r in rows:
                     r.reject(str(e))
@@ -838,10 +856,8 @@ class Judge:
             result.setdefault("rungs", {}).update(t["rungs"])
             result.setdefault("calls", {}).update(t["calls"])
             for r in rows:
-                reported, samples = self.timed_reports.get(r.label, 0), len(times.get(r.label, {}).get("samples", []))
-                if r.accepted and (not self.timed_checks.get(r.label) or reported != samples):
-                    r.reject(f"timing: the worker reported {reported} timed calls of this row to the judge and "
-                             f"returned {samples} samples: a timed call went unreported, so unchecked")
+                if r.accepted and not self.timed_checks.get(r.label):
+                    r.reject("timing: no timed call of this row was offered for a check")
         return result
 
     def _profile(self) -> dict:

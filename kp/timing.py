@@ -105,7 +105,7 @@ HOLD_CYCLES = 2_000_000  # ~1 ms at H200 clocks: longer than any call here takes
 
 def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: int = 100, budget_s: float = 20.0,
                       target_rel_iqr: float = 0.02, warmup: int = 3, before=None,
-                      precede: bool = True, flush=None, clock: str = "cuda") -> dict[str, Timing]:
+                      precede: bool = True, flush=None, clock: str = "cuda", after=None) -> dict[str, Timing]:
     """Time several callables side by side: each round runs each once; rounds repeat until every IQR/median <
     target or the wall budget is spent.
 
@@ -119,8 +119,11 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
     so every sample follows its own kind of call, as in repeated use, whatever the other entries are. (It came in
     while the flush, through a bug, flushed nothing on the GPU: a call then paid for a neighbour's dirty lines.)
     clock: "cuda" (the above), or "host" for work on the CPU: the host clock around each call, no flush or hold.
+    after(name, rep, ms): called with each timed call's sample as soon as it is taken (the judge's worker sends it
+    out of the process there, before any other code of the callables runs).
     """
     before = before or (lambda name, rep: None)
+    after = after or (lambda name, rep, ms: None)
     gpu = clock == "cuda"
     flush = (flush or L2Flusher()) if gpu else None
     for _ in range(warmup):
@@ -144,6 +147,7 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
                 f()
                 host[k].append((time.perf_counter() - h0) * 1e6)
                 samples[k].append(host[k][-1] / 1e3)
+                after(k, rep, samples[k][-1])
                 continue
             flush()
             torch.cuda._sleep(HOLD_CYCLES)
@@ -154,6 +158,7 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
             stop.record()
             stop.synchronize()
             samples[k].append(start.elapsed_time(stop))
+            after(k, rep, samples[k][-1])
         if rep + 1 >= min_reps:
             t = {k: summarize(v) for k, v in samples.items()}
             if all(x.iqr_ms <= target_rel_iqr * x.median_ms for x in t.values()) or time.perf_counter() > t_end:

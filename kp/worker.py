@@ -520,9 +520,10 @@ class Worker:
     def cmd_time(self, labels: list[str], pool_size: int, min_reps: int, max_reps: int, budget_s: float):
         """Baselines and rows interleaved; every call gets inputs drawn just before it from a seed drawn from the
         OS then (a pool slot refilled outside the timed region), so no input can be known before its call. After each
-        timed call of a row, outside the timed region, the judge is told the call happened and its seed (`interim`)
-        and answers whether it checks that call; only then does the output cross, so which calls are checked is
-        decided in the judge's process after the fact. Returns every sample; the judge takes the median itself."""
+        timed call, outside the timed region and before any other code of the models runs, the judge is told its
+        sample (`interim`), and for a judged row its seed, and answers whether it checks that call; only then does the
+        output cross, so which calls are checked is decided in the judge's process after the fact. Returns every
+        sample too; the judge keeps its own and takes the median itself."""
         dev = self.device
         fns_models = self._with_baselines(labels)
         pool = [self.ref.inputs(fresh_seed(), dev) for _ in range(pool_size)]
@@ -530,13 +531,15 @@ class Worker:
         rungs = {k: m.rung(*pool[0]) for k, m in fns_models.items() if hasattr(m, "rung")}
 
         def hand_over():
+            """The last timed call, told to the judge before any other code of the models runs: its sample, and for
+            a judged row its seed; the output crosses only if the judge asks for it."""
             if st["kept"] is not None:
-                label, rep, seed, out, slot = st["kept"]
+                label, rep, seed, out, slot, ms = st["kept"]
                 st["kept"] = None
                 if dev == "cuda":
                     torch.cuda.synchronize()  # device-wide, as for parity: work a row left elsewhere is the
                     #                           escape check's to catch, with its own reason
-                if self.interim({"label": label, "rep": rep, "seed": seed, "ask": True}):
+                if self.interim({"label": label, "rep": rep, "seed": seed, "ms": ms, "ask": label in labels}):
                     self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
                                   "type": describe(out), "inputs": pool[slot]})
 
@@ -553,21 +556,26 @@ class Worker:
             st["n"][name] += 1
             st["calls"] += 1
             st["slot"] = slot
-            st["timed"] = (name, rep, s, slot) if name in labels and rep >= 0 else None
+            st["timed"] = (name, rep, s, slot) if rep >= 0 else None
 
         def call(name, m):
             def f():
                 out = m(*pool[st["slot"]])
-                if st["timed"] is not None:
-                    st["kept"] = (*st["timed"][:3], out, st["timed"][3])
+                if st["timed"] is not None:  # a baseline's output is not kept: only its sample is told
+                    st["kept"] = [*st["timed"][:3], out if name in labels else None, st["timed"][3], None]
                     st["timed"] = None
             return f
+
+        def after(name, rep, ms):
+            if st["kept"] is not None and st["kept"][0] == name and st["kept"][1] == rep:
+                st["kept"][5] = ms
 
         fns = {k: call(k, m) for k, m in fns_models.items()}
         set_precision(self.precision)
         with torch.no_grad():
             times = bench_interleaved(fns, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
-                                      warmup=WARMUP, before=before, clock="cuda" if dev == "cuda" else "host")
+                                      warmup=WARMUP, before=before, clock="cuda" if dev == "cuda" else "host",
+                                      after=after)
             hand_over()
         if dev == "cuda":
             torch.cuda.synchronize()

@@ -254,7 +254,7 @@ def test_late_threads_are_those_the_candidate_left_working(tmp_path):
         "def sleepy(ev):\n    ev.wait(30)\n"
         "def timer(ev):\n    t = threading.Timer(30, ev.set); t.start(); return t\n"
         "def own_thread(ev):\n    t = threading.Thread(target=sleepy, args=(ev,)); t.start(); return t\n"
-        "def builtin_thread(ev):\n    t = threading.Thread(target=time.sleep, args=(0.5,)); t.start(); return t\n"
+        "def builtin_thread(ev):\n    t = threading.Thread(target=time.sleep, args=(3,)); t.start(); return t\n"
         "def pool():\n    p = __import__('concurrent.futures').futures.ThreadPoolExecutor(1)\n"
         "    p.submit(int).result(); return p\n")
     spec = importlib.util.spec_from_file_location("cand_threads", tmp_path / "cand_threads.py")

@@ -29,6 +29,12 @@ def row_notes(rec: dict, r: dict) -> list[str]:
 
 
 def verdict(rec: dict, label: str = "candidate") -> str:
+    """The one line: accepted or rejected with its reason, the notes, and the judge's seconds to reach it."""
+    took = f" in {rec['elapsed_s']:.1f} s" if rec.get("elapsed_s") is not None else ""
+    return _verdict(rec, label) + took
+
+
+def _verdict(rec: dict, label: str) -> str:
     r = rec["rows"][label]
     box = rec.get("sandbox", "")
     unboxed = f"ran {box}" if box.startswith("unsandboxed: ") else None  # asked for, not available: always said

@@ -685,6 +685,16 @@ def _timed_on_cpu(cand: Path):
     return row, res
 
 
+def _frame_walker(path: Path, local: str, action: str, result: str) -> None:
+    """A candidate whose forward walks up its callers' frames to the first that holds `local`, runs `action` on it
+    (`f` is that frame, None where there is none) and returns `result`."""
+    path.write_text("import sys\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                    "    def forward(self, x):\n        f = sys._getframe(1)\n"
+                    f"        while f is not None and {local!r} not in f.f_locals:\n            f = f.f_back\n"
+                    f"        if f is not None:\n            {action}\n"
+                    f"        return {result}\n")
+
+
 def test_timing_protocol_checks_a_secret_timed_call_on_cpu(tmp_path):
     row, res = _timed_on_cpu(CASES_DIR / "relu" / "torch_rewrite.py")
     assert row.accepted, row.reason
@@ -702,13 +712,8 @@ def test_timing_protocol_checks_a_secret_timed_call_on_cpu(tmp_path):
     assert not row.accepted and re.match(r"timed call \(rep \d+, inputs seed \d+\): relL2 1\.00e\+00", row.reason)
     # one that walks up to the worker's timing loop and drops its timed output before the hand-over, so that no
     # timed call is ever offered for a check: the judge holds the samples it was told of, call by call
-    (tmp_path / "hides_timed_calls.py").write_text(
-        "import sys\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
-        "    def forward(self, x):\n        f = sys._getframe(1)\n"
-        "        while f is not None and 'st' not in f.f_locals:\n            f = f.f_back\n"
-        "        if f is not None and isinstance(f.f_locals['st'], dict):\n"
-        "            f.f_locals['st']['timed'] = None\n"
-        "        return torch.zeros_like(x) if f is not None else x.clamp_min(0)\n")
+    _frame_walker(tmp_path / "hides_timed_calls.py", "st", "f.f_locals['st']['timed'] = None",
+                  "torch.zeros_like(x) if f is not None else x.clamp_min(0)")
     row, _ = _timed_on_cpu(tmp_path / "hides_timed_calls.py")
     assert not row.accepted and re.match(r"timing: the 3 samples of candidate returned at the end differ from the 0 "
                                          r"told to the judge after each call", row.reason), row.reason
@@ -733,14 +738,9 @@ def test_samples_rewritten_from_the_candidate_frame_are_caught(tmp_path):
     """A candidate that walks up from its forward into the timer's frame and halves the samples already taken of
     itself: right outputs, a flattering median, a smaller sum that the wall-clock bound does not see. Each sample
     reached the judge right after its call, before the candidate ran again."""
-    (tmp_path / "halves_its_samples.py").write_text(
-        "import sys\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
-        "    def forward(self, x):\n        f = sys._getframe(1)\n"
-        "        while f is not None and 'samples' not in f.f_locals:\n            f = f.f_back\n"
-        "        if f is not None:\n"
-        "            mine = f.f_locals['samples'].get('candidate', [])\n"
-        "            mine[:] = [v / 2 for v in mine]\n"
-        "        return x.clamp_min(0)\n")
+    _frame_walker(tmp_path / "halves_its_samples.py", "samples",
+                  "f.f_locals['samples'].get('candidate', [])[:] = [v / 2 for v in "
+                  "f.f_locals['samples'].get('candidate', [])]", "x.clamp_min(0)")
     row, _ = _timed_on_cpu(tmp_path / "halves_its_samples.py")
     assert not row.accepted and re.match(r"timing: the \d+ samples of candidate returned at the end differ from the "
                                          r"\d+ told to the judge after each call: changed in the worker's process",

@@ -332,18 +332,15 @@ def reduce_samples(timing: dict, wall_ms: float) -> dict:
     return out
 
 
-def told_samples(timing: dict, told: dict) -> dict:
-    """A worker's timing reply with each entry's samples replaced by those it told the judge one by one, right
-    after each call (kept in the judge's process, out of the models' reach). Raises Rejected when the returned
-    samples differ from them: they were changed in the worker after they were taken, or a call went untold."""
-    out = {}
+def check_told(timing: dict, told: dict) -> None:
+    """Raises Rejected unless each entry's samples in a worker's timing reply are those it told the judge one by one,
+    right after each call (kept in the judge's process, out of the models' reach): otherwise they were changed in the
+    worker after they were taken, or a call went untold."""
     for k, v in timing.items():
         mine = told.get(k, [])
         if [float(x) for x in v.get("samples") or []] != mine:
             raise Rejected(f"timing: the {len(v.get('samples') or [])} samples of {k} returned at the end differ from "
                            f"the {len(mine)} told to the judge after each call: changed in the worker's process")
-        out[k] = {**v, "samples": mine}
-    return out
 
 
 def below_floor(median_ms: float, input_bytes: int, bandwidth: float) -> str | None:
@@ -622,7 +619,7 @@ class Judge:
             if c.shape != v.shape:
                 raise Rejected(f"{label}: buffer {k} has shape {tuple(c.shape)}, the reference's {tuple(v.shape)}")
             e_ref, e = rel_error(v, b64[k]), rel_error(c.to(v.device), b64[k])
-            budget = budget_from(e_ref, getattr(refs, "k", 1.0))
+            budget = budget_from(e_ref, refs.k)
             if not e.within(budget):
                 raise Rejected(f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget "
                                f"{budget.rel_l2:.2e})")
@@ -850,8 +847,8 @@ class Judge:
             self.timed_samples = {}
             try:
                 t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps)
-                times = reduce_samples(told_samples(t["timing"], self.timed_samples),
-                                       (time.perf_counter() - t0) * 1e3)
+                check_told(t["timing"], self.timed_samples)
+                times = reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
             except Rejected as e:
                 for r in rows:
                     r.reject(str(e))

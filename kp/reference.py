@@ -91,12 +91,11 @@ class Reference:
             xs = self.module.get_inputs()
             m = self.module.Model(*self.init())
             counter = counter_cls(display=False)
-            held = nbytes(xs) + nbytes(list(m.parameters()) + list(m.buffers()))
-            with counter, torch.no_grad(), LivePeak(held) as live:
+            weights = nbytes(list(m.parameters()) + list(m.buffers()))
+            with counter, torch.no_grad(), LivePeak(nbytes(xs) + weights) as live:
                 out = m(*xs)
         return {"shapes": ", ".join("x".join(map(str, t.shape)) for t in xs if isinstance(t, torch.Tensor)),
-                "inputs": nbytes(xs), "outputs": nbytes(_as_list(out)),
-                "weights": nbytes(list(m.parameters()) + list(m.buffers())),
+                "inputs": nbytes(xs), "outputs": nbytes(_as_list(out)), "weights": weights,
                 "flops": int(counter.get_total_flops()), "peak": live.peak}
 
     def traffic(self, inputs, init, fp: dict, opts: dict | None = None) -> dict:

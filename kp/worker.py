@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import types
@@ -28,7 +29,7 @@ REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compi
 JOB_TIMEOUT_S = 600  # a candidate's whole job, single run or batch (--timeout): its builds, parity and timing
 RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")  # commands after which no thread
 #                                                                            the candidate started may be working
-WARMUP = 3  # untimed calls of each row before timing (the judge derives the inputs of checked timed calls from it)
+WARMUP = 3  # untimed calls of each row before timing
 
 # ---------------------------------------------------------------------------------------------------------------
 # Worker: holds the judged models; runs in a process of its own for a candidate file, in this process for variants.
@@ -76,7 +77,6 @@ def escape_threshold_ms(event_ms: float) -> float:
 
 
 def _namespaces():
-    import threading
     import time as time_mod
     import torch.nn.functional as F
     own = [(name, mod) for name, mod in list(sys.modules.items()) if mod is not None and _own_module(name)]
@@ -298,7 +298,6 @@ def watch_thread_starts(folder: str) -> None:
     frames, also where it starts a thread through a library such as torch.compile's pools), so that threads the
     judge's own machinery starts (multiprocessing's resource sharer) are not held against it. Installed before the
     namespace fingerprint, which covers threading.Thread."""
-    import threading
     orig = threading.Thread.start
     if getattr(orig, "_kp_watch", False):
         return
@@ -321,7 +320,6 @@ def late_threads(before: set, folder: str) -> list[str]:
     a target that is not Python code (a builtin, a functools.partial), or a Timer yet to fire. A thread that finishes
     the work after the call returns hides that work from the timer. Threads parked in library code (torch.compile's
     pools, a progress bar's monitor) are not counted."""
-    import threading
     frames = sys._current_frames()
     out = []
     for t in threading.enumerate():
@@ -449,7 +447,6 @@ class Worker:
                 e.record()
                 torch.cuda._sleep(10)
                 torch.cuda.synchronize()
-        import threading
         p = Path(path).resolve()
         watch_thread_starts(str(p.parent))
         self.fingerprint = namespace_fingerprint()

@@ -24,11 +24,10 @@ little GPU memory).
 """
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
-
-import harness
 
 
 def parse_args(argv):
@@ -80,6 +79,28 @@ def parse_args(argv):
     ap.add_argument("--device", default=None, help="cuda (default) or cpu (parity only, for pure-torch "
                                                    "candidates; no timing, escape or own-kernel checks)")
     return ap.parse_args(argv)
+
+
+def start_box_early(argv) -> None:
+    """One candidate judged in a box: start the box now, before torch is imported here, so that its own start-up
+    runs while this process gets ready (kp.boxstart; the judge adopts it, or starts another if the job differs)."""
+    try:
+        args = parse_args(argv)
+    except SystemExit:  # a usage error: said again, in full, by main()
+        return
+    many = args.jobs or args.gpus or args.ray or args.out or args.list or args.build or args.no_sandbox
+    if many or not args.candidate or len(args.candidate) != 1 or (args.problem and len(args.problem) != 1):
+        return
+    spec = ("file", args.ref) if args.ref else ("problem", args.problem[0]) if args.problem else None
+    if spec and spec[1] != "all":
+        from kp import boxstart
+        boxstart.start_early(spec, args.candidate[0])
+
+
+if __name__ == "__main__":
+    start_box_early(sys.argv[1:])
+
+import harness  # noqa: E402 (after the box's early start: this imports torch)
 
 
 def fail_usage(msg: str) -> int:
@@ -257,9 +278,20 @@ def cli(argv=None) -> int:
         return 1
 
 
+def exit_now(code: int) -> None:
+    """Leave without the interpreter's teardown of torch, which takes about a second after the verdict is out.
+    Every worker, box and temporary file was closed by the judge already; a Ray client keeps the normal exit (its
+    shutdown runs at exit)."""
+    if "ray" in sys.modules:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
     try:
-        sys.exit(cli())
+        exit_now(cli())
     except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
         sys.stderr.close()
-        sys.exit(0)
+        os._exit(0)

@@ -1,6 +1,7 @@
 """Entry point of a candidate's worker inside the box (`python -m kp.boxed FD SETTINGS DIR`): confine this process
 before anything else runs (pid_max of the box's pid namespace for root, every capability dropped, rlimits), take the
-judge's key for shared tensors, then serve the judge over the inherited socket."""
+judge's key for shared tensors, import what every job needs (while the judge gets ready: the box may be started
+before the judge imports torch), then take the job and serve the judge over the inherited socket."""
 import ctypes
 import json
 import multiprocessing
@@ -62,8 +63,11 @@ def main() -> None:
     # folder: the judge's, which the box shares, holds both sides' sockets; the key authenticates each hand-over.
     multiprocessing.current_process().authkey = conn.recv_bytes()
     multiprocessing.current_process()._config["tempdir"] = shared
+    import importlib
+    from kp.worker import PRELOAD, worker_main
+    for name in PRELOAD:  # what every job needs, imported while the judge gets ready (the box may start early)
+        importlib.import_module(name)
     args = conn.recv()
-    from kp.worker import worker_main
     worker_main(conn, *args)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from kp.boxstart import cache_root, candidate_build_dir  # noqa: F401 (the playground's cache: where both live)
 from kp.errors import KernelBuildError, UsageError, first_line
 from kp.registry import KERNELS, ROOT, capability, default_rung, problems, rung, runnable_variants, variants
 
@@ -190,24 +191,6 @@ def cache_key(path: Path, capability: tuple[int, int] | None, experiments: bool 
     feed("arch", repr(capability))
     feed("python", f"{sys.implementation.cache_tag}-{sysconfig.get_config_var('SOABI')}")
     return h.hexdigest()
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("KP_CACHE_DIR") or Path.home() / ".cache" / "kernel_playground")
-
-
-def candidate_build_dir(path: str | Path) -> Path:
-    """Where a candidate file's own extension builds (its load_inline's TORCH_EXTENSIONS_DIR) are kept between
-    judgements: keyed on the file's contents, torch's version and the Python ABI, so a re-judged candidate loads
-    its build instead of compiling again, and no other file shares (or can poison) the folder. The only writable
-    place of the cache inside the box."""
-    import hashlib
-    import sys
-    h = hashlib.sha256(Path(path).read_bytes())
-    h.update(f"{torch.__version__}|{sys.version_info[:2]}".encode())
-    d = cache_root() / "candidates" / h.hexdigest()[:24]
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def shared_cache() -> Path | None:

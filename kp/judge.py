@@ -456,11 +456,22 @@ class Judge:
         self.timed_samples: dict[str, list] = {}  # each timed call's sample, as the worker told it right after it
         self.input_buffers: dict[int, torch.Tensor] = {}
         self.t_start = time.perf_counter()
-        self.fp = ref.footprint(device)
-        fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
-        self.f64_device = device if fbytes <= FLOAT64_ON_DEVICE_MAX else "cpu"
+        self._fp = None
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
+
+    @property
+    def fp(self) -> dict:
+        """The reference's footprint (shapes, bytes, FLOPs, live peak), taken on first use: the candidates' workers
+        are started when they are added, so their start-up (a box, torch's import) runs while this is measured."""
+        if self._fp is None:
+            self._fp = self.ref.footprint(self.device)
+        return self._fp
+
+    @property
+    def f64_device(self) -> str:
+        fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
+        return self.device if fbytes <= FLOAT64_ON_DEVICE_MAX else "cpu"
 
     # -- rows ---------------------------------------------------------------------------------------------------
     def add_candidate(self, path: str | Path) -> Row:

@@ -107,30 +107,38 @@ def _covered(p: str, binds: list[str]) -> bool:
 PRIVATE = ("/tmp", "/dev", "/proc")  # the box's own: a read-only bind over them would hide its /tmp, devices, pids
 
 
+def cuda_toolkit() -> str | None:
+    """The CUDA toolkit's folder as torch's extension builder finds it (CUDA_HOME, CUDA_PATH, nvcc's parent, then
+    /usr/local/cuda), found without importing torch: the box may be started before torch is imported."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if not home:
+        nvcc = shutil.which("nvcc")
+        home = os.path.dirname(os.path.dirname(nvcc)) if nvcc else "/usr/local/cuda"
+    return os.path.realpath(home) if os.path.isdir(home) else None
+
+
 def _ro_paths(extra: list[str]) -> list[str]:
     """What the box reads: system folders, the interpreter and its packages, the CUDA toolkit, sys.path and the
-    given paths; each once (a path under another is covered by it), none under /tmp's tmpfs unless given. A given
-    folder that is or holds one of the box's own places (a candidate saved straight in /tmp: its folder is /tmp)
-    is left out, or the box's private /tmp would be the host's, read-only; the files given with it are bound
-    one by one."""
+    given paths; each once (a path under another is covered by it), none under /tmp's tmpfs unless given. A
+    folder that is or holds one of the box's own places (a candidate saved straight in /tmp, or a script run from
+    /tmp, which puts /tmp on sys.path) is left out, or the box's private /tmp would be the host's, read-only;
+    the files given with it are bound one by one."""
     cand = ["/usr", "/etc", "/opt", "/sys"]
     cand += [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
     try:
         cand += site.getsitepackages() + [site.getusersitepackages()]
     except AttributeError:  # a virtualenv's old site.py
         pass
-    try:
-        from torch.utils.cpp_extension import CUDA_HOME
-        if CUDA_HOME:
-            cand.append(os.path.realpath(CUDA_HOME))
-    except Exception:
-        pass
+    cuda_home = cuda_toolkit()
+    if cuda_home:
+        cand.append(cuda_home)
     for tool in ("ninja", "nvcc", "gcc", "c++"):
         w = shutil.which(tool)
         if w:
             cand.append(os.path.dirname(os.path.realpath(w)))
     cand += [p for p in sys.path if p and os.path.isdir(p)]
-    cand += [p for p in extra if not any(_covered(q, [os.path.realpath(p)]) for q in PRIVATE)]
+    cand += extra
+    cand = [p for p in cand if not any(_covered(q, [os.path.realpath(p)]) for q in PRIVATE)]
     out: list[str] = []
     for p in sorted({os.path.realpath(p) for p in cand if p and os.path.exists(p)}, key=len):
         if p != "/" and not _covered(p, out):

@@ -766,12 +766,12 @@ class ProcessRunner:
         self.deadline, self.limit_s = deadline, limit_s
         self.passed: dict = {}  # the judged row's passed checks (what a timeout's verdict lists)
         self.build_failures: list[dict] = []
-        self.stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
         if sandbox:
             self.scratch = None  # the box's private /tmp holds its working directory
-            self.conn, self.proc = _start_boxed(ref_spec, device, precision, list(read_only), train, self.stderr,
-                                                build_dir)
+            box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir)
+            self.conn, self.proc, self.stderr = box.conn, box.proc, box.stderr
             return
+        self.stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
         self.scratch = tempfile.mkdtemp(prefix="kp-cwd-")
         ctx = _context()
         self.conn, child = ctx.Pipe()
@@ -861,79 +861,13 @@ def stderr_tail(path: str, lines: int = 3, chars: int = 400) -> str:
     return " | ".join(tail)[-chars:]
 
 
-class _BoxProcess:
-    """A boxed worker's process, with the part of multiprocessing.Process's interface the runner uses."""
-
-    def __init__(self, popen, cgroup):
-        self.popen, self.cgroup = popen, cgroup
-
-    def is_alive(self) -> bool:
-        return self.popen.poll() is None
-
-    @property
-    def exitcode(self) -> int | None:
-        rc = self.popen.poll()
-        if rc is not None and rc > 128:  # bwrap passes a signal's death on as 128 + its number
-            try:
-                return -signal.Signals(rc - 128).value
-            except ValueError:
-                pass
-        return rc
-
-    def join(self, timeout: float | None = None) -> None:
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-
-    def kill(self) -> None:
-        try:
-            self.popen.kill()  # bwrap; the box's pid namespace, and all in it, dies with it
-        except OSError:
-            pass
-
-    def cleanup(self) -> None:
-        self.popen.wait()
-        self.cgroup.remove()
-
-
-BOX_CWD = "/tmp/work"  # the candidate's working directory in the box: on its private /tmp, gone with the box
-
-
-def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], train: bool, stderr,
+def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], train: bool,
                  build_dir: str | None = None):
-    import multiprocessing
-    import socket
-    from multiprocessing.connection import Connection
-    from multiprocessing import util
-    from kp import sandbox
-    limits = sandbox.Limits()
-    shared = util.get_temp_dir()  # this process's multiprocessing folder (kp.boxed says why the box shares it)
-    ro = [str(ROOT), *read_only]
-    if ref_spec[0] == "file":
-        ro += [str(Path(ref_spec[1]).resolve().parent), str(Path(ref_spec[1]).resolve())]
-    env = sandbox.box_env(dict(os.environ), str(ROOT))
-    env["KP_CACHE_DIR"] = "/tmp/kp_cache"  # what the candidate builds, privately
-    env.pop("KP_CACHE_SHARED", None)
-    if cache_root().is_dir():  # the playground's kernels as built and verified here, read-only
-        ro.append(str(cache_root().resolve()))
-        env["KP_CACHE_SHARED"] = ro[-1]
-    writable = [shared]
-    if build_dir:  # the candidate's own extension builds, kept for its next judgement
-        env["TORCH_EXTENSIONS_DIR"] = build_dir
-        writable.append(build_dir)
-    cwd = BOX_CWD
-    ours, theirs = socket.socketpair()
-    inside = [sys.executable, "-m", "kp.boxed", str(theirs.fileno()), json.dumps(limits.settings()), shared]
-    argv = sandbox.command(inside, read_only=ro, writable=writable, cwd=cwd, env=env, limits=limits)
-    cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
-    popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL,
-                             stderr=stderr)
-    theirs.close()
-    conn = Connection(ours.detach())
-    conn.send_bytes(bytes(multiprocessing.current_process().authkey))
-    conn.send((ref_spec, device, precision, str(ROOT), env, cwd, train))
-    return conn, _BoxProcess(popen, cgroup)
+    """The candidate's box (the one the command line started early, if it matches) given its job."""
+    from kp import boxstart
+    box = boxstart.take(ref_spec, read_only, build_dir)
+    box.conn.send((ref_spec, device, precision, str(ROOT), box.env, boxstart.BOX_CWD, train))
+    return box
 
 
 class LocalRunner:

@@ -120,6 +120,41 @@ def test_verdict_says_when_no_sandbox_was_available(cli, monkeypatch):
 
 
 @needs_box
+def test_a_box_started_early_is_adopted_by_the_same_job_only(tmp_path):
+    """The command line starts the candidate's box before torch is imported; the judge adopts it when the job it
+    sets up is the one the box was made for (same folders and environment), and starts a fresh one otherwise."""
+    from kp import boxstart
+    cand = tmp_path / "cand.py"
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
+    spec = ("file", str(REF))
+    boxstart.start_early(spec, str(cand))
+    early = boxstart._early
+    assert early is not None and early.proc.is_alive()
+    paths, build = boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand))
+    box = boxstart.take(spec, paths, build)
+    try:
+        assert box is early and boxstart._early is None
+    finally:
+        box.discard()
+    boxstart.start_early(spec, str(cand))
+    early = boxstart._early
+    other = boxstart.take(("file", str(ROOT / "tests" / "judge_cases" / "sum_dim" / "ref.py")), paths, build)
+    try:
+        assert other is not early and not early.proc.is_alive()  # another reference: the early box is killed
+    finally:
+        other.discard()
+
+
+def test_a_script_run_from_tmp_leaves_the_box_its_own_tmp(monkeypatch):
+    """A judging script saved in /tmp puts /tmp on sys.path: bound read-only, it would be the box's /tmp, and the
+    box could not make its working directory there (the worker dies before it starts)."""
+    monkeypatch.setattr(sys, "path", ["/tmp", *sys.path])
+    paths = sandbox._ro_paths(["/tmp/some-folder/cand.py"])
+    assert not any(p == "/tmp" or p in ("/dev", "/proc") for p in paths), paths
+    assert "/tmp/some-folder/cand.py" in paths or not os.path.exists("/tmp/some-folder/cand.py")
+
+
+@needs_box
 def test_files_saved_straight_in_tmp_are_judged_in_the_box(cli):
     """A reference and a candidate whose folder is /tmp itself: binding that folder read-only would hide the box's
     private /tmp (torch writes its caches there); the two files are bound instead."""

@@ -1,0 +1,120 @@
+"""Time to verdict: how long the judge takes, end to end, on a fixed set of references and candidates.
+
+    python -m bench.judge.time_to_verdict                 every case this machine can run (GPU cases need one)
+    python -m bench.judge.time_to_verdict --device cpu    the small cases, parity only (what a CPU can judge)
+    python -m bench.judge.time_to_verdict --only relu     cases whose name contains 'relu'
+
+Each case is one `run.py --ref ... --candidate ... --no-compile` command in a process of its own, one at a time
+(a candidate's own build cached: each case is run once untimed first with --warm), as a user or a search loop would
+run it; the wall time is the command's, the stage seconds the record's (`stage_seconds`). Prints a markdown table:
+the case, what it is, the verdict, the wall seconds and where they went. Not a test: nothing is asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES_DIR = ROOT / "bench" / "judge" / "cases"
+JUDGE_CASES = ROOT / "tests" / "judge_cases"
+
+# name, what it is, reference (a file, or "problem:ID"), candidate, extra flags, runs on the CPU
+CASES = [
+    ("relu_small", "elementwise 64x1000, torch", CASES_DIR / "relu_small" / "ref.py",
+     CASES_DIR / "relu_small" / "torch_rewrite.py", ["--allow-torch"], True),
+    ("relu_small_wrong", "elementwise 64x1000, wrong at call 1", CASES_DIR / "relu_small" / "ref.py",
+     CASES_DIR / "relu_small" / "wrong_abs.py", ["--allow-torch"], True),
+    ("relu_kernel", "elementwise 2048x4099, own kernel", JUDGE_CASES / "relu" / "ref.py",
+     JUDGE_CASES / "relu" / "kernel.py", [], False),
+    ("sum_dim", "reduction, torch", JUDGE_CASES / "sum_dim" / "ref.py",
+     JUDGE_CASES / "sum_dim" / "torch_rewrite.py", ["--allow-torch"], True),
+    ("layernorm_kernel", "norm with weights, own kernel", JUDGE_CASES / "layernorm" / "ref.py",
+     JUDGE_CASES / "layernorm" / "kernel.py", [], False),
+    ("layernorm_torch", "norm with weights, torch", JUDGE_CASES / "layernorm" / "ref.py",
+     JUDGE_CASES / "layernorm" / "torch_rewrite.py", ["--allow-torch"], True),
+    ("conv_relu_kernel", "conv + bias + ReLU, own epilogue", JUDGE_CASES / "conv_relu" / "ref.py",
+     JUDGE_CASES / "conv_relu" / "kernel.py", [], False),
+    ("gelu_6.4GB", "GELU 4096x393216, torch", CASES_DIR / "gelu_big" / "ref.py",
+     CASES_DIR / "gelu_big" / "torch_rewrite.py", ["--allow-torch"], False),
+    ("gelu_6.4GB_wrong", "GELU 4096x393216, wrong at call 1", CASES_DIR / "gelu_big" / "ref.py",
+     CASES_DIR / "gelu_big" / "wrong_tanh.py", ["--allow-torch"], False),
+    ("softmax_6.4GB", "built-in softmax 4096x393216, shipped rung", "problem:softmax", "shipped:softmax", [], False),
+    ("argmax_8.6GB", "argmax 128x4096x4095, torch", CASES_DIR / "argmax_big" / "ref.py",
+     CASES_DIR / "argmax_big" / "torch_rewrite.py", ["--allow-torch"], False),
+]
+
+
+def command(ref, cand, flags, device: str | None, json_path: Path, tmp: Path) -> list[str]:
+    argv = [sys.executable, str(ROOT / "run.py")]
+    if str(ref).startswith("problem:"):
+        argv += ["--problem", str(ref).split(":", 1)[1]]
+    else:
+        argv += ["--ref", str(ref)]
+    if str(cand).startswith("shipped:"):  # a shipped model as a candidate file outside the repo
+        problem = str(cand).split(":", 1)[1]
+        cand = tmp / f"shipped_{problem}.py"
+        cand.write_text(f"from models.{problem} import ModelNew as _Shipped\n\n\nclass ModelNew(_Shipped):\n"
+                        f"    pass\n")
+    argv += ["--candidate", str(cand), "--no-compile", "--json", str(json_path), *flags]
+    return argv + (["--device", device] if device else [])
+
+
+def run_case(case, device: str | None, tmp: Path, timeout: float) -> dict:
+    name, what, ref, cand, flags, _ = case
+    out = tmp / f"{name}.json"
+    out.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(command(ref, cand, flags, device, out, tmp), capture_output=True, text=True,
+                           timeout=timeout, cwd=tmp)
+        lines = r.stdout.strip().splitlines()
+        verdict = lines[-1] if lines else (r.stderr.strip().splitlines() or ["no output"])[-1]
+    except subprocess.TimeoutExpired:
+        verdict = f"did not finish in {timeout:.0f} s"
+    wall = time.perf_counter() - t0
+    stages = json.loads(out.read_text()).get("stage_seconds", {}) if out.exists() else {}
+    return {"case": name, "what": what, "verdict": verdict, "wall_s": round(wall, 2), "stages": stages}
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| case | what | verdict | wall s | stages (s) |", "|---|---|---|---|---|"]
+    for r in rows:
+        v = r["verdict"].split(" (")[0] if r["verdict"].startswith("accepted") else r["verdict"][:90]
+        st = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
+        out.append(f"| {r['case']} | {r['what']} | {v} | {r['wall_s']:.1f} | {st} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default=None, help="cpu: the small cases, parity only")
+    ap.add_argument("--only", default="", help="cases whose name contains this")
+    ap.add_argument("--warm", action="store_true", help="run each case once untimed first (builds cached)")
+    ap.add_argument("--repeat", type=int, default=1, help="timed runs per case (the table shows the median)")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--json", metavar="PATH", help="write every run's figures here")
+    args = ap.parse_args(argv)
+    cases = [c for c in CASES if args.only in c[0] and (args.device != "cpu" or c[5])]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kp-judge-bench-") as d:
+        tmp = Path(d)
+        for case in cases:
+            if args.warm:
+                run_case(case, args.device, tmp, args.timeout)
+            runs = sorted((run_case(case, args.device, tmp, args.timeout) for _ in range(args.repeat)),
+                          key=lambda r: r["wall_s"])
+            rows.append({**runs[len(runs) // 2], "walls": [r["wall_s"] for r in runs]})
+            print(f"{case[0]}: {rows[-1]['wall_s']:.1f} s, {rows[-1]['verdict'][:100]}", file=sys.stderr, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

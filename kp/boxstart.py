@@ -1,0 +1,178 @@
+"""Starting a candidate's boxed worker, without torch. The box's own start-up (bwrap, Python, torch's import:
+about two seconds) is most of a small job's time to verdict, so the command line starts the box before it imports
+torch itself (`start_early`), and the judge adopts it when it adds the candidate (`take`); a box that does not
+match the job the judge then sets up is killed and a new one started here. What the box reads and writes and the
+environment it gets are decided here once, early or not (kp.sandbox says how the box is made; kp.boxed is its
+entry point; kp.worker talks to it)."""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOX_CWD = "/tmp/work"  # the candidate's working directory in the box: on its private /tmp, gone with the box
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("KP_CACHE_DIR") or Path.home() / ".cache" / "kernel_playground")
+
+
+def torch_version() -> str:
+    """torch's version, without importing it where it is not imported yet (the installed package's own)."""
+    t = sys.modules.get("torch")
+    if t is not None:
+        return t.__version__
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def candidate_build_dir(path: str | Path) -> Path:
+    """Where a candidate file's own extension builds (its load_inline's TORCH_EXTENSIONS_DIR) are kept between
+    judgements: keyed on the file's contents, torch's version and the Python ABI, so a re-judged candidate loads
+    its build instead of compiling again, and no other file shares (or can poison) the folder. The only writable
+    place of the cache inside the box."""
+    h = hashlib.sha256(Path(path).read_bytes())
+    h.update(f"{torch_version()}|{sys.version_info[:2]}".encode())
+    d = cache_root() / "candidates" / h.hexdigest()[:24]
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+class BoxProcess:
+    """A boxed worker's process, with the part of multiprocessing.Process's interface the runner uses."""
+
+    def __init__(self, popen, cgroup):
+        self.popen, self.cgroup = popen, cgroup
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        rc = self.popen.poll()
+        if rc is not None and rc > 128:  # bwrap passes a signal's death on as 128 + its number
+            try:
+                return -signal.Signals(rc - 128).value
+            except ValueError:
+                pass
+        return rc
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self) -> None:
+        try:
+            self.popen.kill()  # bwrap; the box's pid namespace, and all in it, dies with it
+        except OSError:
+            pass
+
+    def cleanup(self) -> None:
+        self.popen.wait()
+        self.cgroup.remove()
+
+
+class Box:
+    """A started box waiting for its job: the connection, the process, its stderr file, and what it was made with
+    (the folders it reads and writes, its environment), which the job must match to adopt it."""
+
+    def __init__(self, conn, proc: BoxProcess, stderr, key: tuple, env: dict):
+        self.conn, self.proc, self.stderr, self.key, self.env = conn, proc, stderr, key, env
+
+    def discard(self) -> None:
+        self.proc.kill()
+        self.proc.join(5)
+        self.proc.cleanup()
+        self.stderr.close()
+        try:
+            os.unlink(self.stderr.name)
+        except OSError:
+            pass
+
+
+def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple[list[str], list[str], dict]:
+    """What the box reads, what it writes, and its environment."""
+    from multiprocessing import util
+    from kp import sandbox
+    ro = [str(ROOT), *read_only]
+    if ref_spec[0] == "file":
+        ro += [str(Path(ref_spec[1]).resolve().parent), str(Path(ref_spec[1]).resolve())]
+    env = sandbox.box_env(dict(os.environ), str(ROOT))
+    env["KP_CACHE_DIR"] = "/tmp/kp_cache"  # what the candidate builds, privately
+    env.pop("KP_CACHE_SHARED", None)
+    if cache_root().is_dir():  # the playground's kernels as built and verified here, read-only
+        ro.append(str(cache_root().resolve()))
+        env["KP_CACHE_SHARED"] = ro[-1]
+    writable = [util.get_temp_dir()]  # this process's multiprocessing folder (kp.boxed says why the box shares it)
+    if build_dir:  # the candidate's own extension builds, kept for its next judgement
+        env["TORCH_EXTENSIONS_DIR"] = build_dir
+        writable.append(build_dir)
+    return ro, writable, env
+
+
+def start(ref_spec, read_only: list[str], build_dir: str | None) -> Box:
+    """Start a box for a candidate (read_only: its folder and file) against a reference: bwrap runs kp.boxed,
+    which confines itself, takes the judge's key and waits for its job (kp.worker sends it)."""
+    import multiprocessing
+    from multiprocessing.connection import Connection
+    from kp import sandbox
+    ro, writable, env = _plan(ref_spec, read_only, build_dir)
+    limits = sandbox.Limits()
+    stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
+    ours, theirs = socket.socketpair()
+    inside = [sys.executable, "-m", "kp.boxed", str(theirs.fileno()), json.dumps(limits.settings()), writable[0]]
+    argv = sandbox.command(inside, read_only=ro, writable=writable, cwd=BOX_CWD, env=env, limits=limits)
+    cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
+    popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL,
+                             stderr=stderr)
+    theirs.close()
+    conn = Connection(ours.detach())
+    conn.send_bytes(bytes(multiprocessing.current_process().authkey))
+    return Box(conn, BoxProcess(popen, cgroup), stderr, (sorted(ro), sorted(writable), env), env)
+
+
+_early: Box | None = None
+
+
+def candidate_paths(candidate: str | Path) -> list[str]:
+    """The candidate's own folder and file, as the box reads them."""
+    p = Path(candidate).resolve()
+    return [str(p.parent), str(p)]
+
+
+def start_early(ref_spec, candidate: str) -> None:
+    """Start the box for one candidate now, before torch is imported here; the judge adopts it (`take`). Any
+    failure leaves nothing started: the judge then starts its box as usual, and says why if it cannot."""
+    global _early
+    try:
+        from kp import sandbox
+        if sandbox.status()[0] is None or not Path(candidate).is_file():
+            return
+        _early = start(ref_spec, candidate_paths(candidate), str(candidate_build_dir(candidate)))
+    except Exception:
+        _early = None
+
+
+def take(ref_spec, read_only: list[str], build_dir: str | None) -> Box:
+    """The box started early if it matches this job (same folders, same environment) and still runs, else a new
+    one."""
+    global _early
+    box, _early = _early, None
+    if box is not None:
+        ro, writable, env = _plan(ref_spec, read_only, build_dir)
+        if box.key == (sorted(ro), sorted(writable), env) and box.proc.is_alive():
+            return box
+        box.discard()
+    return start(ref_spec, read_only, build_dir)

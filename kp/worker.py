@@ -381,12 +381,14 @@ class Worker:
         self.interim = self._interim_pipe
 
     def loop(self):
+        seq = 0
         while True:
             try:
                 msg = self.conn.recv()
             except EOFError:
                 return
             cmd, args = msg[0], msg[1:]
+            seq += 1
             if cmd == "quit":
                 self.conn.send({"ok": True})
                 return
@@ -401,6 +403,7 @@ class Worker:
             if self.candidate_dir and cmd in RUNS_CANDIDATE:
                 reply["late_threads"] = late_threads(self.threads_before, self.candidate_dir)
             reply["build_failures"] = self.build_failures
+            reply["seq"] = seq  # which command this answers: anything else on the channel is not this loop's
             _settle_before_sending(self.device)
             self.conn.send(reply)
             if not reply["ok"] and self.device == "cuda" and _cuda_broken():
@@ -748,6 +751,19 @@ def exit_status(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
+FOREIGN = ("an answer that is not the worker's reply to this command came back: something in the candidate's "
+           "process wrote to the judge's channel (a forged reply)")
+
+
+class Reply(dict):
+    """A worker's answer: a key the judge needs that it lacks is a rejection (a reply forged or cut short in the
+    candidate's process), not an error of the judge."""
+    stage = "reply"
+
+    def __missing__(self, key):
+        raise Rejected(f"{self.stage}: {FOREIGN}: its reply has no {key!r}")
+
+
 class ProcessRunner:
     """A worker in a fresh process and the request/reply protocol; a dead worker or a timeout becomes a rejection.
     The worker runs in a scratch working directory of its own (fresh, writable, removed with it) and its stderr is
@@ -765,6 +781,7 @@ class ProcessRunner:
         self.on_interim, self.sandboxed, self.device = on_interim, sandbox, device
         self.deadline, self.limit_s = deadline, limit_s
         self.passed: dict = {}  # the judged row's passed checks (what a timeout's verdict lists)
+        self.seq = 0  # commands sent: each answer must carry its command's number
         self.build_failures: list[dict] = []
         if sandbox:
             self.scratch = None  # the box's private /tmp holds its working directory
@@ -798,6 +815,7 @@ class ProcessRunner:
         if self.deadline is not None and self.deadline < limit:
             limit = self.deadline
         _settle_before_sending(self.device)
+        self.seq += 1
         try:
             self.conn.send(msg)
             while True:
@@ -809,11 +827,17 @@ class ProcessRunner:
                             raise self._timed_out(stage)
                         raise Rejected(f"{stage}: no answer within {timeout:.0f} s")
                 reply = self.conn.recv()
+                if not isinstance(reply, dict):
+                    raise Rejected(f"{stage}: {FOREIGN} (a {type(reply).__name__})")
                 if not reply.get("interim"):
                     break
                 self.conn.send(("ack", self.on_interim(reply)))
         except (EOFError, BrokenPipeError, ConnectionResetError):
             raise self._died(stage) from None
+        if reply.get("seq") != self.seq:
+            raise Rejected(f"{stage}: {FOREIGN} (numbered {reply.get('seq')!r}, the command was {self.seq})")
+        reply = Reply(reply)
+        reply.stage = stage
         self.build_failures = reply.get("build_failures") or self.build_failures
         if reply.get("patched"):
             raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "

@@ -81,15 +81,23 @@ def parse_args(argv):
     return ap.parse_args(argv)
 
 
+def many_jobs(args) -> bool:
+    """Whether the command judges many jobs (each its own judge in a slot) rather than one here."""
+    return bool(args.jobs or args.gpus or args.ray or args.out or (args.candidate and len(args.candidate) > 1))
+
+
 def start_box_early(argv) -> None:
     """One candidate judged in a box: start the box now, before torch is imported here, so that its own start-up
     runs while this process gets ready (kp.boxstart; the judge adopts it, or starts another if the job differs)."""
+    import contextlib
+    import io
     try:
-        args = parse_args(argv)
-    except SystemExit:  # a usage error: said again, in full, by main()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args = parse_args(argv)
+    except SystemExit:  # --help or a usage error: said once, by main()
         return
-    many = args.jobs or args.gpus or args.ray or args.out or args.list or args.build or args.no_sandbox
-    if many or not args.candidate or len(args.candidate) != 1 or (args.problem and len(args.problem) != 1):
+    if many_jobs(args) or args.list or args.build or args.no_sandbox or not args.candidate or \
+            (args.problem and len(args.problem) != 1):
         return
     spec = ("file", args.ref) if args.ref else ("problem", args.problem[0]) if args.problem else None
     if spec and spec[1] != "all":
@@ -158,7 +166,7 @@ def main(argv=None) -> int:
         return fail_usage(f"--precision must be one of {', '.join(harness.PRECISIONS)}, got {args.precision!r}")
     if args.problem and "all" in args.problem:
         args.problem = harness.problems()
-    batch = bool(args.jobs or args.gpus or args.ray or args.out or (args.candidate and len(args.candidate) > 1))
+    batch = many_jobs(args)
     for p in args.problem or []:
         if p not in harness.problems():
             return fail_usage(f"unknown problem {p!r}; problems: {', '.join(harness.problems())}")

@@ -18,6 +18,15 @@ def test_list():
     assert "auto (default" in r.stdout and "2_split_wgmma (sm_90a, default)" in r.stdout
 
 
+def test_help_and_a_bad_flag_are_said_once():
+    """The script parses its arguments before importing torch (to start a candidate's box early) and again in main:
+    the first parse says nothing."""
+    r = run_script("--help")
+    assert r.returncode == 0 and r.stdout.count("usage:") == 1
+    r = run_script("--no-such-flag")
+    assert r.returncode == 2 and r.stderr.count("usage:") == 1 and "--no-such-flag" in r.stderr
+
+
 def test_unknown_problem_lists_problems_exit_2(cli):
     r = cli("--problem", "nope")
     assert r.returncode == 2

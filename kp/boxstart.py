@@ -86,10 +86,14 @@ class BoxProcess:
 
 class Box:
     """A started box waiting for its job: the connection, the process, its stderr file, and what it was made with
-    (the folders it reads and writes, its environment), which the job must match to adopt it."""
+    (`plan`: the folders it reads and writes, its environment), which a job must match to adopt it."""
 
-    def __init__(self, conn, proc: BoxProcess, stderr, key: tuple, env: dict):
-        self.conn, self.proc, self.stderr, self.key, self.env = conn, proc, stderr, key, env
+    def __init__(self, conn, proc: BoxProcess, stderr, plan: tuple):
+        self.conn, self.proc, self.stderr, self.plan = conn, proc, stderr, plan
+
+    @property
+    def env(self) -> dict:
+        return self.plan[2]
 
     def discard(self) -> None:
         self.proc.kill()
@@ -122,13 +126,13 @@ def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple[list[s
     return ro, writable, env
 
 
-def start(ref_spec, read_only: list[str], build_dir: str | None) -> Box:
-    """Start a box for a candidate (read_only: its folder and file) against a reference: bwrap runs kp.boxed,
-    which confines itself, takes the judge's key and waits for its job (kp.worker sends it)."""
+def _start(plan: tuple) -> Box:
+    """Start a box made to `plan` (_plan): bwrap runs kp.boxed, which confines itself, takes the judge's key,
+    imports what every job needs and waits for its job (kp.worker sends it)."""
     import multiprocessing
     from multiprocessing.connection import Connection
     from kp import sandbox
-    ro, writable, env = _plan(ref_spec, read_only, build_dir)
+    ro, writable, env = plan
     limits = sandbox.Limits()
     stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
     ours, theirs = socket.socketpair()
@@ -140,7 +144,7 @@ def start(ref_spec, read_only: list[str], build_dir: str | None) -> Box:
     theirs.close()
     conn = Connection(ours.detach())
     conn.send_bytes(bytes(multiprocessing.current_process().authkey))
-    return Box(conn, BoxProcess(popen, cgroup), stderr, (sorted(ro), sorted(writable), env), env)
+    return Box(conn, BoxProcess(popen, cgroup), stderr, plan)
 
 
 _early: Box | None = None
@@ -160,19 +164,19 @@ def start_early(ref_spec, candidate: str) -> None:
         from kp import sandbox
         if sandbox.status()[0] is None or not Path(candidate).is_file():
             return
-        _early = start(ref_spec, candidate_paths(candidate), str(candidate_build_dir(candidate)))
+        _early = _start(_plan(ref_spec, candidate_paths(candidate), str(candidate_build_dir(candidate))))
     except Exception:
         _early = None
 
 
 def take(ref_spec, read_only: list[str], build_dir: str | None) -> Box:
-    """The box started early if it matches this job (same folders, same environment) and still runs, else a new
-    one."""
+    """A box for a candidate (read_only: its folder and file) against a reference: the one started early if it was
+    made to the same plan (folders, environment) and still runs, else a new one."""
     global _early
     box, _early = _early, None
+    plan = _plan(ref_spec, read_only, build_dir)
     if box is not None:
-        ro, writable, env = _plan(ref_spec, read_only, build_dir)
-        if box.key == (sorted(ro), sorted(writable), env) and box.proc.is_alive():
+        if box.plan == plan and box.proc.is_alive():
             return box
         box.discard()
-    return start(ref_spec, read_only, build_dir)
+    return _start(plan)

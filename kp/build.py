@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from kp.boxstart import cache_root, candidate_build_dir  # noqa: F401 (the playground's cache: where both live)
+from kp.boxstart import cache_root
 from kp.errors import KernelBuildError, UsageError, first_line
 from kp.registry import KERNELS, ROOT, capability, default_rung, problems, rung, runnable_variants, variants
 

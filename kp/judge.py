@@ -39,7 +39,8 @@ from pathlib import Path
 
 import torch
 
-from kp.build import candidate_build_dir, progress
+from kp.boxstart import candidate_build_dir, candidate_paths
+from kp.build import progress
 from kp.errors import Rejected, UsageError
 from kp.layers import PRECISIONS, set_precision
 from kp.numerics import budget_from, clone_layout, reduction_length, rel_error, same_values
@@ -482,7 +483,7 @@ class Judge:
         if boxed:
             self.log(f"candidate {path.name}: in a sandbox ({self.box_note})")
         runner = ProcessRunner(self.ref.spec, self.device, self.precision, self._interim, sandbox=boxed,
-                               read_only=[str(path.resolve().parent), str(path.resolve())], train=self.train,
+                               read_only=candidate_paths(path), train=self.train,
                                deadline=self.deadline, limit_s=self.timeout_s,
                                build_dir=str(candidate_build_dir(path)))
         self.runners.append(runner)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -756,9 +754,12 @@ FOREIGN = ("an answer that is not the worker's reply to this command came back: 
 
 
 class Reply(dict):
-    """A worker's answer: a key the judge needs that it lacks is a rejection (a reply forged or cut short in the
-    candidate's process), not an error of the judge."""
-    stage = "reply"
+    """A worker's answer to the command of `stage`: a key the judge needs that it lacks is a rejection (a reply
+    forged or cut short in the candidate's process), not an error of the judge."""
+
+    def __init__(self, stage: str, reply: dict):
+        super().__init__(reply)
+        self.stage = stage
 
     def __missing__(self, key):
         raise Rejected(f"{self.stage}: {FOREIGN}: its reply has no {key!r}")
@@ -776,7 +777,7 @@ class ProcessRunner:
                  limit_s: float | None = None, build_dir: str | None = None):
         """sandbox: run the worker in a box (kp.sandbox) that can read read_only and the judge's own files.
         deadline: time.monotonic() by which the whole job must be done (limit_s: its length, for the message).
-        build_dir: the candidate's own extension folder (kp.build.candidate_build_dir), writable in the box."""
+        build_dir: the candidate's own extension folder (kp.boxstart.candidate_build_dir), writable in the box."""
         import tempfile
         self.on_interim, self.sandboxed, self.device = on_interim, sandbox, device
         self.deadline, self.limit_s = deadline, limit_s
@@ -836,8 +837,7 @@ class ProcessRunner:
             raise self._died(stage) from None
         if reply.get("seq") != self.seq:
             raise Rejected(f"{stage}: {FOREIGN} (numbered {reply.get('seq')!r}, the command was {self.seq})")
-        reply = Reply(reply)
-        reply.stage = stage
+        reply = Reply(stage, reply)
         self.build_failures = reply.get("build_failures") or self.build_failures
         if reply.get("patched"):
             raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "

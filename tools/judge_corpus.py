@@ -10,7 +10,7 @@
       `python run.py --jobs jobs.csv --allow-torch --no-compile --no-bench --out results.jsonl [--gpus all]`.
   python -m tools.judge_corpus warm jobs.csv [--procs 8]
       import every candidate of a job file once, several at a time, so their own extensions are built into the
-      folders the judge keeps per candidate (kp.build.candidate_build_dir) before the GPUs judge them one by one.
+      folders the judge keeps per candidate (kp.boxstart.candidate_build_dir) before the GPUs judge them one by one.
       Unboxed: for a corpus on a machine of its own.
   python -m tools.judge_corpus classify results.jsonl [--md]
       the verdicts of such a run by cause (one example each), and how KernelBench's own check compares.
@@ -171,7 +171,7 @@ spec.loader.exec_module(importlib.util.module_from_spec(spec))
 def _warm_one(cand: str, timeout: float) -> tuple[str, str, float]:
     import os
     import tempfile
-    from kp.build import candidate_build_dir
+    from kp.boxstart import candidate_build_dir
     t0 = time.perf_counter()
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(candidate_build_dir(cand)), "MAX_JOBS": "2"}
     with tempfile.TemporaryDirectory() as cwd:

@@ -22,13 +22,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CASES_DIR = ROOT / "bench" / "judge" / "cases"
 JUDGE_CASES = ROOT / "tests" / "judge_cases"
+SMALL = ROOT / "tests" / "batch"  # the batch tests' (64, 1000) ReLU, its right and its wrong candidate
 
 # name, what it is, reference (a file, or "problem:ID"), candidate, extra flags, runs on the CPU
 CASES = [
-    ("relu_small", "elementwise 64x1000, torch", CASES_DIR / "relu_small" / "ref.py",
-     CASES_DIR / "relu_small" / "torch_rewrite.py", ["--allow-torch"], True),
-    ("relu_small_wrong", "elementwise 64x1000, wrong at call 1", CASES_DIR / "relu_small" / "ref.py",
-     CASES_DIR / "relu_small" / "wrong_abs.py", ["--allow-torch"], True),
+    ("relu_small", "elementwise 64x1000, torch", SMALL / "ref.py", SMALL / "good.py", ["--allow-torch"], True),
+    ("relu_small_wrong", "elementwise 64x1000, wrong at call 1", SMALL / "ref.py", SMALL / "wrong.py",
+     ["--allow-torch"], True),
     ("relu_kernel", "elementwise 2048x4099, own kernel", JUDGE_CASES / "relu" / "ref.py",
      JUDGE_CASES / "relu" / "kernel.py", [], False),
     ("sum_dim", "reduction, torch", JUDGE_CASES / "sum_dim" / "ref.py",

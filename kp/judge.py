@@ -43,7 +43,7 @@ from kp.boxstart import candidate_build_dir, candidate_paths
 from kp.build import progress
 from kp.errors import Rejected, UsageError
 from kp.layers import PRECISIONS, set_precision
-from kp.numerics import budget_from, clone_layout, reduction_length, rel_error, same_values
+from kp.numerics import ReductionLength, budget_from, clone_layout, reduction_length, rel_error, same_values
 from kp.errors import first_line
 from kp.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default
 from kp.numerics import Err
@@ -86,8 +86,8 @@ KERNELBENCH_TOLS = ("1e-4", "1e-2")  # atol = rtol for fp32 now, and in the v0/v
 
 def budget_reason(label: str, err, budget) -> str:
     if err.nonfinite_mismatch:
-        return (f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference "
-                f"(elements never written read as NaN)")
+        return (f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference (an overflow, "
+                f"or elements never written: the judge's output memory reads as NaN until written)")
     return (f"{label}: relL2 {err.rel_l2:.2e} (worst row {err.worst_row:.2e}) over budget {budget.rel_l2:.2e} "
             f"({budget.worst_row:.2e})")
 
@@ -163,6 +163,22 @@ class Row:
 FLOAT64, PROMOTED = "float64", "float64, every torch op's floating arguments promoted"
 
 
+def _same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+
+
+def _unread_counter(model: torch.nn.Module, key: str) -> bool:
+    """True for a BatchNorm's num_batches_tracked when its momentum is set: PyTorch reads the counter only for a
+    cumulative average (momentum None), so a candidate that does not keep it computes the same."""
+    owner, _, name = key.rpartition(".")
+    try:
+        m = model.get_submodule(owner) if owner else model
+    except AttributeError:
+        return False
+    return name == "num_batches_tracked" and isinstance(m, torch.nn.modules.batchnorm._NormBase) and \
+        m.momentum is not None
+
+
 class _Refs:
     """The fp32 and float64 reference models, carrying state (BatchNorm running statistics) across calls like the
     judged models, with the same weight changes applied. `how` says what the float64 side is: FLOAT64, PROMOTED
@@ -174,6 +190,7 @@ class _Refs:
         self.f64_device = f64_device
         self.how = FLOAT64
         self.k = 1.0  # the reduction length of the latest call (its budget's floor)
+        self.initial = {k: b.detach().clone() for k, b in self.r32.named_buffers()}  # what the calls change
 
     def state(self) -> dict:
         return self.r32.state_dict()
@@ -223,15 +240,16 @@ class _Refs:
         from torch.utils.flop_counter import FlopCounterMode
         set_precision(precision)
         try:
-            counter = FlopCounterMode(display=False)
-            with torch.no_grad(), counter:
+            counter, reductions = FlopCounterMode(display=False), ReductionLength()
+            with torch.no_grad(), counter, reductions:
                 r32 = self.r32(*[clone_layout(x) for x in pristine])
             r64 = self._float64(pristine)
         finally:
             set_precision("fp32")
         numel = lambda ts: sum(t.numel() for t in ts if isinstance(t, torch.Tensor) and t.is_floating_point())
-        self.k = reduction_length(counter.get_total_flops(), max((numel([x]) for x in pristine), default=0),
-                                  numel(_as_list(r32)))
+        self.k = max(reductions.k, reduction_length(counter.get_total_flops(),
+                                                    max((numel([x]) for x in pristine), default=0),
+                                                    numel(_as_list(r32))))
         if r64 is None:
             return Expected.of(r32, r32, fp32_only=True)
         if self.f64_device == "cpu" and torch.cuda.is_available():  # pinned: each chunk of the comparison crosses
@@ -553,6 +571,8 @@ class Judge:
                            f"{what} ({', '.join(kinds)}); --mode eval judges inference semantics")
         ref_keys = refs.keys()
         names = state_map(ref_keys, keys) if ref_keys else {}
+        if names is None:  # in order again without the counters nothing reads (a rewrite need not keep them)
+            names = state_map([(k, s) for k, s in ref_keys if not _unread_counter(refs.r32, k)], keys)
         if names is None:
             names = partial_map(ref_keys, keys)
             if row.weights is None:
@@ -613,7 +633,11 @@ class Judge:
         return res
 
     def _check_buffers(self, row: Row, label: str, refs: _Refs) -> None:
-        b32 = dict(refs.r32.named_buffers())
+        """The state the reference's calls change (BatchNorm running statistics in training mode) must be kept and
+        match. A buffer the calls leave as built is the reference's constant, not state: a candidate may fold it
+        away. BatchNorm's num_batches_tracked is read only when its momentum is None (a cumulative average)."""
+        b32 = {k: v for k, v in refs.r32.named_buffers()
+               if k not in refs.initial or not _same_buffer(v, refs.initial[k])}
         if not b32:
             return
         cand = row.runner.call(label, "buffers", row.label)["buffers"]
@@ -621,8 +645,11 @@ class Judge:
         for k, v in b32.items():
             ck = (row.names or {}).get(k, k)
             if ck not in cand:
-                raise Rejected(f"{label}: the model has no buffer {k!r} (the reference's training-mode state "
-                               f"cannot be checked)")
+                if _unread_counter(refs.r32, k):
+                    continue
+                mode = "training" if refs.r32.training else "eval"
+                raise Rejected(f"{label}: the model has no buffer {k!r}, which the reference carries between its "
+                               f"{mode}-mode calls as state, so the candidate's state cannot be checked")
             c = cand[ck]
             if not v.is_floating_point():
                 if not torch.equal(c.cpu(), v.cpu()):
@@ -916,7 +943,8 @@ class Judge:
         the window)."""
         e = row.runner.call("escape", "escape", row.label, seed % 2**32)
         ev_ms = sorted(s[1] for s in e["samples"])[len(e["samples"]) // 2]
-        return (e, ev_ms, host_clock_excess_ms(e["samples"]), *window_violations(e["events"], e["marker"]))
+        control = max(host_clock_excess_ms(e["control"]), 0.0)  # what the same steps cost around no call, now
+        return (e, ev_ms, host_clock_excess_ms(e["samples"]) - control, *window_violations(e["events"], e["marker"]))
 
     def _escape(self, row: Row) -> dict:
         e, ev_ms, excess, bad, window = self._escape_try(row, self.seed + 2000)
@@ -940,7 +968,8 @@ class Judge:
                            f"work escaped the timed stream")
         if excess > escape_threshold_ms(ev_ms):
             raise Rejected(f"escape: the host clock saw {excess:.3f} ms more than the CUDA events per call "
-                           f"(events {ev_ms:.3f} ms): work escaped the timed stream")
+                           f"(events {ev_ms:.3f} ms), beyond what it sees around no call: work escaped the timed "
+                           f"stream")
         row.own_kernels = e["own"]
         row.kernels = sorted({x["name"][:120] for x in e["events"] if x["name"] != e["marker"]})
         if not e["own"]:
@@ -955,10 +984,17 @@ class Judge:
     def ceilings(self, traffic: dict) -> dict:
         """The ceilings measured now: device copy bandwidth for bytes, and the GEMM rates of the chosen precision
         for FLOPs when the reference does any; the bound from arithmetic intensity unless the file declares it."""
-        bw = copy_bandwidth()
+        _release()
+        free = torch.cuda.mem_get_info()[0]
+        copy_bytes = max(min(4 << 30, int(0.4 * free)) >> 28 << 28, 256 << 20)  # far above L2 either way
+        gemm_n = 8192 if 38 * 8192 ** 2 < 0.5 * free else 4096  # 38 n^2 bytes: fp32, fp16, fp64 operands + results
+        if copy_bytes < 4 << 30 or gemm_n < 8192:
+            self.log(f"{self.ref.name}: ceilings measured on a {copy_bytes >> 20} MiB copy and {gemm_n}^3 GEMMs: "
+                     f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)")
+        bw = copy_bandwidth(copy_bytes)
         out = {"bandwidth": bw, "flops_rate": None, "rates": {}}
         if traffic.get("flops"):
-            out["rates"] = gemm_rates(precision=self.precision)
+            out["rates"] = gemm_rates(n=gemm_n, precision=self.precision)
             out["flops_rate"] = max(out["rates"].values())
         bound = self.ref.bound
         if bound is None:
@@ -1072,6 +1108,12 @@ class Judge:
             if self.profile:
                 rec["profile"] = self._profile()
                 mark("profile")
+        except torch.OutOfMemoryError as e:  # the plan checked the free memory at the start; it can shrink since
+            free = torch.cuda.mem_get_info()[0] / 2**30
+            raise UsageError(f"{self.ref.name}: the GPU ran out of memory in the judge's own process after "
+                             f"{', '.join(stages) or 'the start'} ({free:.1f} GiB free now; the plan needs "
+                             f"{memory_need(self.fp, len(self.rows)) / 2**30:.1f} GiB): another process took GPU "
+                             f"memory during the run ({first_line(e)[:120]})") from None
         finally:
             for runner in self.runners:
                 runner.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.utils._python_dispatch
 
 # ---------------------------------------------------------------------------------------------------------------
 # Numerics.
@@ -129,6 +130,63 @@ def reduction_length(flops: float, in_numel: int, out_numel: int) -> float:
     if out_numel <= 0:
         return 1.0
     return max(1.0, flops / (2.0 * out_numel), in_numel / out_numel)
+
+
+# Operators that sum their input's terms into each output element, so an honest kernel summing in another order
+# rounds like a reduction of length numel(in) / numel(out). Max, min and their arg variants round nothing.
+_SUMMING = frozenset("""sum mean nansum var std var_mean std_mean norm linalg_vector_norm linalg_norm frobenius_norm
+    logsumexp prod avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d _adaptive_avg_pool2d _adaptive_avg_pool3d
+    mse_loss l1_loss smooth_l1_loss huber_loss kl_div binary_cross_entropy binary_cross_entropy_with_logits
+    nll_loss_forward nll_loss2d_forward soft_margin_loss cosine_similarity _cdist_forward dot vdot trace""".split())
+# Operators whose every output element depends on a sum along one dimension, with the input's shape kept.
+_ALONG_DIM = frozenset("_softmax _log_softmax cumsum cumprod logcumsumexp _logcumsumexp".split())
+
+
+def _op_reduction(func, args, kwargs, out) -> float:
+    name = func.overloadpacket.__name__
+    x = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if x is None or x.numel() == 0:
+        return 1.0
+    if name in _ALONG_DIM:
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", -1)
+        return float(x.shape[dim]) if x.dim() else 1.0
+    if name == "native_layer_norm":
+        n = 1
+        for d in args[1]:
+            n *= int(d)
+        return float(n)
+    if name == "native_group_norm":  # (input, weight, bias, N, C, HxW, group, eps)
+        return float(int(args[4]) // max(int(args[6]), 1) * int(args[5]))
+    if "batch_norm" in name:  # statistics over every element of a channel, unless it normalises with stored ones
+        if "no_update" in name or "no_training" in name or x.dim() < 2:
+            return 1.0
+        for a, v in zip(func._schema.arguments, args):
+            if a.name == "training" and not v:
+                return 1.0
+        return x.numel() / max(x.shape[1], 1)
+    if name in _SUMMING:
+        o = out[0] if isinstance(out, (tuple, list)) else out
+        if isinstance(o, torch.Tensor) and 0 < o.numel() < x.numel():
+            return x.numel() / o.numel()
+    return 1.0
+
+
+class ReductionLength(torch.utils._python_dispatch.TorchDispatchMode):
+    """The longest reduction any operator of a forward performs, K of the budget's floor: a softmax, a norm or a
+    prefix sum keeps its input's shape, so the model's own input and output sizes do not show it."""
+
+    def __init__(self):
+        super().__init__()
+        self.k = 1.0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            self.k = max(self.k, _op_reduction(func, args, kwargs, out))
+        except Exception:  # an operator this cannot read adds nothing to K: the floor only widens the budget
+            pass
+        return out
 
 # ---------------------------------------------------------------------------------------------------------------
 # Inputs.

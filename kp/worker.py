@@ -589,22 +589,24 @@ class Worker:
         flush = L2Flusher()
         set_precision(self.precision)
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        samples = []
+        samples, control = [], []
+        nothing = lambda: None
         with torch.no_grad():
             f()
             torch.cuda.synchronize()
             for _ in range(5):
-                flush()
-                torch.cuda.synchronize()
-                h0 = time.perf_counter()
-                start.record()
-                e0 = time.perf_counter()
-                f()
-                e1 = time.perf_counter()
-                stop.record()
-                torch.cuda.synchronize()
-                h1 = time.perf_counter()
-                samples.append(((h1 - h0) * 1e3, start.elapsed_time(stop), (e1 - e0) * 1e3))
+                for g, out in ((nothing, control), (f, samples)):  # the control: the same steps around no call,
+                    flush()  #                                        so a loaded host or a shared GPU shows there too
+                    torch.cuda.synchronize()
+                    h0 = time.perf_counter()
+                    start.record()
+                    e0 = time.perf_counter()
+                    g()
+                    e1 = time.perf_counter()
+                    stop.record()
+                    torch.cuda.synchronize()
+                    h1 = time.perf_counter()
+                    out.append(((h1 - h0) * 1e3, start.elapsed_time(stop), (e1 - e0) * 1e3))
             marker = None  # the marker kernel's name, from a profile of the marker alone
             with profile(activities=[ProfilerActivity.CUDA]) as p0:
                 torch.cuda._sleep(1000)
@@ -639,7 +641,7 @@ class Worker:
             hit = next((p for p, b in blobs.items() if base and base in b), None)
             if hit:
                 own.setdefault(e["name"], os.path.basename(hit))
-        return {"samples": samples, "events": events, "marker": marker, "own": own}
+        return {"samples": samples, "control": control, "events": events, "marker": marker, "own": own}
 
     def cmd_profile(self, labels: list[str], seed: int):
         """One call of each baseline and row under PyTorch's profiler, after a warm call (and on the GPU an L2

@@ -152,15 +152,15 @@ class _EscapeReplies:
     """A runner whose escape measurements come from a list (the window clean, no own kernel needed)."""
     isolated = False
 
-    def __init__(self, sample_sets):
-        self.sets, self.calls = list(sample_sets), 0
+    def __init__(self, sample_sets, control=((0.02, 0.003, 0.001),) * 5):
+        self.sets, self.calls, self.control = list(sample_sets), 0, list(control)
 
     def call(self, stage, cmd, *args, **kw):
         samples = self.sets[min(self.calls, len(self.sets) - 1)]
         self.calls += 1
         mark = lambda ts: {"name": "sleep", "ts": ts, "dur": 1.0, "stream": 7, "kind": "kernel"}
         events = [mark(0.0), {"name": "k", "ts": 10.0, "dur": 5.0, "stream": 7, "kind": "kernel"}, mark(100.0)]
-        return {"samples": samples, "events": events, "marker": "sleep", "own": {}}
+        return {"samples": samples, "control": self.control, "events": events, "marker": "sleep", "own": {}}
 
 
 def _escape_judge():
@@ -184,6 +184,18 @@ def test_escape_host_clock_rejects_when_every_try_sees_it():
     with pytest.raises(judge.Rejected, match="host clock saw .* work escaped"):
         _escape_judge()._escape(judge.Row("candidate", runner))
     assert runner.calls == 1 + judge.ESCAPE_RETRIES
+
+
+def test_escape_host_clock_discounts_what_it_sees_around_no_call():
+    """A loaded host (many judges on one machine) delays every synchronize by ~0.4 ms: the control measured in the
+    same steps around no call sees it too, so a 16 us kernel is not taken for escaped work; 3 ms unseen still is."""
+    loaded = [(0.45, 0.003, 0.001)] * 5  # 0.45 ms around no call
+    honest = [(0.44, 0.016, 0.05)] * 5
+    info = _escape_judge()._escape(judge.Row("candidate", _EscapeReplies([honest], control=loaded)))
+    assert info["host_excess_ms"] < info["threshold_ms"]
+    hidden = [(3.45, 0.016, 0.05)] * 5
+    with pytest.raises(judge.Rejected, match="host clock saw .* work escaped"):
+        _escape_judge()._escape(judge.Row("candidate", _EscapeReplies([hidden], control=loaded)))
 
 
 def test_timing_holds_the_gpu_against_other_judges(monkeypatch, tmp_path):

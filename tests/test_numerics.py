@@ -51,3 +51,30 @@ def test_clone_layout_keeps_offset_and_strides():
 def test_quantiles():
     t = harness.summarize([5.0, 1.0, 3.0, 2.0, 4.0])
     assert (t.median_ms, t.q1_ms, t.q3_ms) == (3.0, 2.0, 4.0)
+
+
+def test_budget_floor_follows_the_longest_reduction_of_any_operator():
+    """A softmax, a norm or a prefix sum keeps its input's shape, yet each output sums a whole row: an honest kernel
+    summing in another order must get the floor of that length (2 u sqrt(K)), and pure elementwise work none."""
+    from kp.numerics import ReductionLength, accumulation_floor
+    F = torch.nn.functional
+    x = torch.randn(4, 4096)
+    cases = {
+        "softmax": (lambda: torch.softmax(x, 1), 4096),
+        "row norm": (lambda: x / torch.norm(x, p=2, dim=1, keepdim=True), 4096),
+        "whole-tensor norm": (lambda: x / torch.norm(x, p="fro"), 4 * 4096),
+        "prefix sum": (lambda: torch.cumsum(x, 1), 4096),
+        "instance norm": (lambda: F.instance_norm(x.view(4, 8, 16, 32)), 16 * 32),
+        "batch norm, training": (lambda: F.batch_norm(x.view(4, 8, 16, 32), None, None, training=True), 4 * 16 * 32),
+        "batch norm, eval": (lambda: F.batch_norm(x.view(4, 8, 16, 32), torch.zeros(8), torch.ones(8)), 1),
+        "layer norm": (lambda: F.layer_norm(x, (4096,)), 4096),
+        "group norm": (lambda: F.group_norm(x.view(4, 8, 16, 32), 2), 4 * 16 * 32),
+        "max (rounds nothing)": (lambda: x.amax(1), 1),
+        "relu": (lambda: torch.relu(x), 1),
+    }
+    for name, (f, k) in cases.items():
+        m = ReductionLength()
+        with torch.no_grad(), m:
+            f()
+        assert m.k == k, name
+    assert accumulation_floor(4096) > 5 * accumulation_floor(1)

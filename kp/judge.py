@@ -118,6 +118,10 @@ def cpu_bench_refusal(fp: dict, available: int) -> str | None:
     return None
 
 
+def free_gpu_bytes() -> int:
+    return torch.cuda.mem_get_info()[0]
+
+
 def memory_need(fp: dict, models: int) -> int:
     """GPU bytes the judge plans for: MEMORY_FACTOR x the problem's inputs, outputs and weights (the model's copy of
     the inputs, its output, PyTorch's output, the timing pool, the references' weights), plus one copy of the
@@ -985,7 +989,7 @@ class Judge:
         """The ceilings measured now: device copy bandwidth for bytes, and the GEMM rates of the chosen precision
         for FLOPs when the reference does any; the bound from arithmetic intensity unless the file declares it."""
         _release()
-        free = torch.cuda.mem_get_info()[0]
+        free = free_gpu_bytes()
         copy_bytes = max(min(4 << 30, int(0.4 * free)) >> 28 << 28, 256 << 20)  # far above L2 either way
         gemm_n = 8192 if 38 * 8192 ** 2 < 0.5 * free else 4096  # 38 n^2 bytes: fp32, fp16, fp64 operands + results
         if copy_bytes < 4 << 30 or gemm_n < 8192:

@@ -355,17 +355,25 @@ def test_one_precision_path_for_ceilings(monkeypatch):
     """--precision tf32 measures the TF32 GEMM ceiling (the same code for variants and candidates)."""
     seen = []
 
-    def rates(precision="fp32"):
+    def rates(n=8192, precision="fp32"):
         seen.append(precision)
+        sizes.append(n)
         return {"TF32": 400e12, "HGEMM": 700e12} if precision == "tf32" else {"SGEMM": 50e12}
 
-    monkeypatch.setattr(judge, "copy_bandwidth", lambda: 3e12)
+    sizes, said = [], []
+    monkeypatch.setattr(judge, "copy_bandwidth", lambda n=4 << 30: sizes.append(n) or 3e12)
     monkeypatch.setattr(judge, "gemm_rates", rates)
+    monkeypatch.setattr(judge, "free_gpu_bytes", lambda: 70 << 30)
     ref = judge.Reference.load(("problem", "matmul_gelu_softmax"))
     j = judge.Judge.__new__(judge.Judge)
-    j.ref, j.precision = ref, "tf32"
+    j.ref, j.precision, j.log = ref, "tf32", said.append
     c = j.ceilings({"bytes": 1e9, "flops": 1e14})
     assert seen == ["tf32"] and c["flops_rate"] == 700e12 and c["bound"] == "compute"
+    assert sizes == [4 << 30, 8192] and not said
+    monkeypatch.setattr(judge, "free_gpu_bytes", lambda: 3 << 30)  # a GPU other processes fill: smaller probes
+    sizes.clear()
+    j.ceilings({"bytes": 1e9, "flops": 1e14})
+    assert sizes == [1 << 30, 4096] and "3.0 GiB of GPU memory free" in said[-1]
     j.precision = "fp32"
     assert j.ceilings({"bytes": 1e9, "flops": 1e14})["flops_rate"] == 50e12 and seen[-1] == "fp32"
     j.ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))  # no BOUND: from intensity

@@ -14,6 +14,10 @@
       Unboxed: for a corpus on a machine of its own.
   python -m tools.judge_corpus classify results.jsonl [--md]
       the verdicts of such a run by cause (one example each), and how KernelBench's own check compares.
+  python -m tools.judge_corpus floors results.jsonl
+      every rejection over the error budget read again against today's floor: the reference's longest reduction
+      (kp.numerics.ReductionLength, traced on the meta device) and whether the recorded error fits under it. A
+      re-reading of the failed check only: the checks after it were not run.
 
 The corpora themselves are public (KernelBench's references, its leaderboard's machine-written solutions) and are
 not part of this repository.
@@ -198,6 +202,47 @@ def warm(csv_path: Path, procs: int, timeout: float) -> None:
     print(f"warmed {ok}/{len(cands)} candidates in {time.perf_counter() - t0:.0f} s")
 
 
+def _reduction_length(ref: Path) -> float:
+    import importlib.util
+    import torch
+    from kp.numerics import ReductionLength
+    spec = importlib.util.spec_from_file_location("kp_corpus_ref", ref)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with torch.device("meta"):
+        model, x, k = mod.Model(*mod.get_init_inputs()), mod.get_inputs(), ReductionLength()
+        with torch.no_grad(), k:
+            model(*x)
+    return k.k
+
+
+def floors(path: Path) -> str:
+    from kp.numerics import accumulation_floor
+    pat = re.compile(r"relL2 ([\d.e+-]+) \(worst row ([\d.e+-]+)\) over budget ([\d.e+-]+) \(([\d.e+-]+)\)")
+    from kp.batch import read_results
+    out, ks = [], {}
+    for line in read_results(path):
+        m = pat.search(line.get("verdict", ""))
+        if not m:
+            continue
+        rel, row, b, b_row = map(float, m.groups())
+        ref = line["job"]["ref"][1]
+        if ref not in ks:
+            try:
+                ks[ref] = _reduction_length(Path(ref))
+            except Exception as e:  # a reference the meta device cannot run: said, not guessed
+                ks[ref] = None
+                out.append(f"{line['job']['name']}: the reference does not run on the meta device ({e})")
+        if ks[ref] is None:
+            continue
+        f = accumulation_floor(ks[ref])
+        fits = rel <= max(b, f) and row <= max(b_row, f)
+        out.append(f"{line['job']['name']} ({line['job']['opts'].get('mode', 'train')}): K {ks[ref]:.0f}, floor "
+                   f"{f:.2e}; relL2 {rel:.2e} (worst row {row:.2e}) against {max(b, f):.2e} ({max(b_row, f):.2e}): "
+                   f"{'within the budget now' if fits else 'still over'}")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -219,6 +264,8 @@ def main(argv=None) -> int:
     c = sub.add_parser("classify")
     c.add_argument("results", type=Path)
     c.add_argument("--md", action="store_true")
+    f = sub.add_parser("floors")
+    f.add_argument("results", type=Path)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     if args.cmd == "refs":
@@ -228,6 +275,8 @@ def main(argv=None) -> int:
     elif args.cmd == "jobs":
         modes = tuple(m for m in args.modes.split(",") if m)
         print(f"{leaderboard_jobs(args.root, args.csv, args.every, modes)} jobs written to {args.csv}")
+    elif args.cmd == "floors":
+        print(floors(args.results))
     else:
         print(classify(args.results, args.md))
     return 0

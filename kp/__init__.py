@@ -1,1 +1,18 @@
-"""The kernel playground's machinery behind harness.py (what models/ import) and run.py (the judge)."""
+"""The kernel playground's machinery behind harness.py (what models/ import) and run.py (the judge).
+
+Its modules in layer order: a module imports only modules before it (tests/test_layers.py reads every import,
+those inside functions too, and fails on one against this order, which also rules out an import circle).
+"""
+
+LAYER_ORDER = (
+    # foundations: errors, numerics, the float64 copy, derived-input premises, the sandbox, the kernel registry
+    "errors", "numerics", "float64", "premises", "sandbox", "registry",
+    # building: a candidate's box paths, the compile cache, the layers models/ are made of
+    "boxstart", "build", "layers",
+    # one judged call: the reference, timing, profiles, the worker that runs a model, the boxed worker's entry
+    "reference", "timing", "profile", "worker", "boxed",
+    # reading and saying: Nsight Compute, the tables
+    "ncu", "report",
+    # the judge, its roofline picture, many jobs
+    "judge", "plot", "batch",
+)

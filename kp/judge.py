@@ -50,10 +50,11 @@ from kp.numerics import Err
 from kp.premises import Premises
 from kp.reference import (UPDATES, Reference, _as_list, apply_update, describe, make_update, partial_map,
                           rename_update, state_map, trial_seeds, unmapped)
-from kp.registry import picks_per_call, runnable_variants
+from kp.registry import picks_per_call, runnable_variants, variant_factory
 from kp.timing import copy_bandwidth, gemm_rates, gpu_to_itself
+from kp.profile import kernel_base_name
 from kp.worker import (JOB_TIMEOUT_S, LocalRunner, ProcessRunner, escape_threshold_ms, host_clock_excess_ms,
-                       kernel_base_name, window_violations)
+                       window_violations)
 
 MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
@@ -421,13 +422,6 @@ def row_specs(ref: Reference, variant_list: list[str],
             continue
         out += [(f"{v}[{tag}]", v, dict(opts), peer) for v in variant_list if only is None or v in only]
     return out
-
-
-def variant_factory(mod, variant: str, opts: dict, precision: str):
-    """How a built-in row's model is made: the problem's ModelNew with the rung, the row's options and, outside
-    fp32, the precision judged (the judge's rows and the ncu process's are made alike)."""
-    o = {**opts, **({"precision": precision} if precision != "fp32" else {})}
-    return lambda *init: mod.ModelNew(*init, variant=variant, **o)
 
 
 def default_variants(problem: str, include_records: bool = False) -> list[str]:

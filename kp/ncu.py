@@ -134,7 +134,7 @@ def _f(v, fmt: str) -> str:
 
 def format_ncu(res: dict, width: int = 44) -> list[str]:
     """The table's ncu section."""
-    from kp.worker import kernel_base_name
+    from kp.profile import kernel_base_name
     if res.get("error"):
         return [f"  ncu: {res['error']}"]
     lines = [f"  ncu {res.get('version', '')} (clocks as they were, caches flushed before each kernel; "
@@ -202,7 +202,7 @@ def run(spec: dict, min_bytes: dict[str, float], copy_bw: float | None, timeout:
 def main(spec_file: str) -> None:
     """The profiled process: build the rows as the judge did, warm them, then one marked call of each."""
     import torch
-    from kp.judge import variant_factory
+    from kp.registry import variant_factory
     from kp.worker import Worker
     with open(spec_file) as f:
         spec = json.load(f)

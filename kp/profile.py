@@ -10,6 +10,21 @@ import tempfile
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 
 
+def kernel_base_name(name: str) -> str:
+    """'void kp::softmax_kernel<8>(float const*, ...)' -> 'softmax_kernel' (what a symbol table contains)."""
+    s = name.strip().replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")  # profiler / ncu
+    for prefix in ("void ", "__global__ "):
+        if s.startswith(prefix):
+            s = s[len(prefix):]
+    depth, cut = 0, len(s)
+    for i, ch in enumerate(s):  # first '(' or '<' outside template brackets ends the qualified name
+        if ch in "(<" and depth == 0:
+            cut = i
+            break
+    s = s[:cut]
+    return s.split("::")[-1].strip()
+
+
 def gpu_events(prof) -> list[dict]:
     """The GPU activities of a finished profile, in time order: name, kind (kernel / memcpy / memset), start and
     duration in microseconds, stream."""
@@ -56,7 +71,6 @@ def summarize(events: list[dict]) -> dict:
 
 def format_profile(profiles: dict[str, dict], top: int = 6, width: int = 70) -> list[str]:
     """The table's profile section: per row, its total and its longest items."""
-    from kp.worker import kernel_base_name
     lines = []
     for label, p in profiles.items():
         items = p["items"]

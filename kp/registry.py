@@ -161,3 +161,10 @@ def problem_module(problem: str):
 def required_exports(problem: str) -> tuple[str, ...]:
     """The KP_EXPORT names every rung of a problem must provide: the model's EXPORTS."""
     return tuple(getattr(problem_module(problem), "EXPORTS", ()))
+
+
+def variant_factory(mod, variant: str, opts: dict, precision: str):
+    """How a built-in row's model is made: the problem's ModelNew with the rung, the row's options and, outside
+    fp32, the precision judged (the judge's rows and the ncu process's are made alike)."""
+    o = {**opts, **({"precision": precision} if precision != "fp32" else {})}
+    return lambda *init: mod.ModelNew(*init, variant=variant, **o)

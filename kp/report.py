@@ -1,7 +1,7 @@
 """The report: one table and one verdict line for the playground's variants and for candidates."""
 from __future__ import annotations
 
-from kp.worker import kernel_base_name
+from kp.profile import kernel_base_name
 
 def kernelbench_line(r: dict) -> str | None:
     """'kernelbench: pass (1e-4), fail (1e-2)': KernelBench's own check on the same candidate, beside the verdict."""

@@ -20,7 +20,7 @@ from kp.errors import Rejected, first_line
 from kp.reference import Reference, apply_update, describe
 from kp.registry import ROOT
 from kp.layers import set_precision
-from kp.profile import cpu_ops, gpu_events, summarize
+from kp.profile import cpu_ops, gpu_events, kernel_base_name, summarize
 from kp.timing import L2Flusher, bench_interleaved
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
@@ -31,21 +31,6 @@ WARMUP = 3  # untimed calls of each row before timing
 
 # ---------------------------------------------------------------------------------------------------------------
 # Worker: holds the judged models; runs in a process of its own for a candidate file, in this process for variants.
-
-def kernel_base_name(name: str) -> str:
-    """'void kp::softmax_kernel<8>(float const*, ...)' -> 'softmax_kernel' (what a symbol table contains)."""
-    s = name.strip().replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")  # profiler / ncu
-    for prefix in ("void ", "__global__ "):
-        if s.startswith(prefix):
-            s = s[len(prefix):]
-    depth, cut = 0, len(s)
-    for i, ch in enumerate(s):  # first '(' or '<' outside template brackets ends the qualified name
-        if ch in "(<" and depth == 0:
-            cut = i
-            break
-    s = s[:cut]
-    return s.split("::")[-1].strip()
-
 
 def window_violations(events: list[dict], marker: str) -> tuple[list[dict], tuple[float, float] | None]:
     """GPU activities outside the window between the first and the last `marker` kernel (trace microseconds).

@@ -45,6 +45,26 @@ def window_violations(events: list[dict], marker: str) -> tuple[list[dict], tupl
     return bad, (lo, hi)
 
 
+def _gpu_memory() -> tuple[int, int] | None:
+    import torch
+    return torch.cuda.mem_get_info() if torch.cuda.is_available() else None
+
+
+def raised(stage: str, error: str, gpu_memory=_gpu_memory) -> str:
+    """A call that raised. Out of GPU memory, the reason also says what the GPU has free now: on a GPU other
+    processes share, their memory counts against the call, and the author should know before changing the kernel."""
+    why = f"{stage}: raised {error}"
+    if "OutOfMemoryError" in error:
+        try:
+            mem = gpu_memory()
+        except RuntimeError:  # a GPU that cannot answer: the reason as it was
+            mem = None
+        if mem:
+            why += (f" (the GPU has {mem[0] / 2**30:.1f} of {mem[1] / 2**30:.1f} GiB free now; memory that other "
+                    f"processes on this GPU hold counts against the call: judge again with the GPU to itself to tell)")
+    return why
+
+
 def host_clock_excess_ms(samples: list[tuple[float, float, float]]) -> float:
     """samples: (wall ms from before the start event to after a device-wide synchronize, event ms, enqueue ms).
     Work on the timed stream finishes within max(enqueue, event) plus a synchronize's latency; the median excess
@@ -832,7 +852,7 @@ class ProcessRunner:
         if reply.get("late_threads"):
             raise Rejected(f"{stage}: {late_message(reply['late_threads'])}")
         if not reply.get("ok"):
-            raise Rejected(f"{stage}: raised {reply.get('error')}")
+            raise Rejected(raised(stage, str(reply.get("error"))))
         return reply
 
     def close(self):
@@ -895,7 +915,7 @@ class LocalRunner:
         except Rejected:
             raise
         except Exception as e:
-            raise Rejected(f"{stage}: raised {type(e).__name__}: {first_line(e)}") from None
+            raise Rejected(raised(stage, f"{type(e).__name__}: {first_line(e)}")) from None
 
     def close(self):
         self.worker.models.clear()

@@ -765,3 +765,14 @@ def test_samples_rewritten_from_the_candidate_frame_are_caught(tmp_path):
     assert not row.accepted and re.match(r"timing: the \d+ samples of candidate returned at the end differ from the "
                                          r"\d+ told to the judge after each call: changed in the worker's process",
                                          row.reason), row.reason
+
+
+def test_out_of_gpu_memory_says_what_the_gpu_has_free():
+    """A candidate's call that runs out of GPU memory is rejected, and the reason says what the GPU has free, since
+    on a shared GPU the memory of other processes counts against it; any other error is said as it was."""
+    from kp.worker import raised
+    oom = raised("trial 2 (seed 7)", "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.06 GiB",
+                 gpu_memory=lambda: (1 << 30, 80 << 30))
+    assert oom.startswith("trial 2 (seed 7): raised OutOfMemoryError") and "1.0 of 80.0 GiB free now" in oom
+    other = raised("trial 1", "ValueError: bad shape", gpu_memory=lambda: (1, 2))
+    assert other == "trial 1: raised ValueError: bad shape"

@@ -13,6 +13,8 @@ LAYER_ORDER = (
     "reference", "timing", "profile", "worker", "boxed",
     # reading and saying: Nsight Compute, the tables
     "ncu", "report",
-    # the judge, its roofline picture, many jobs
-    "judge", "plot", "batch",
+    # the judge: its memory plan, what a call must return, its stages (construct and parity, escape and own kernel,
+    # timing and ceilings, profiles), the driver that runs them in order; its roofline picture; many jobs
+    "plan", "expected", "stage_parity", "stage_escape", "stage_timing", "stage_observe", "judge",
+    "plot", "batch",
 )

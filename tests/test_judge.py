@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import harness
-from kp import judge, worker
+from kp import expected, judge, plan, profile, reference, stage_escape, stage_timing, worker
 from conftest import HAS_GPU, gpu, run_script as run
 
 WRONG = sorted((harness.ROOT / "tests" / "wrong").glob("*.py"))
@@ -73,8 +73,8 @@ def test_judge_cases_cover_the_kinds_and_declare_verdicts():
 
 
 def test_trial_seeds_replay():
-    assert judge.trial_seeds(7, 3) == judge.trial_seeds(7, 3) == [7, 8, 9]
-    assert judge.trial_seeds(2**32 - 1, 2) == [2**32 - 1, 0]
+    assert reference.trial_seeds(7, 3) == reference.trial_seeds(7, 3) == [7, 8, 9]
+    assert reference.trial_seeds(2**32 - 1, 2) == [2**32 - 1, 0]
     ref = judge.Reference.load(("problem", "softmax"))
     a = ref.case("odd_cols", 5, "cpu")[1][0]
     b = ref.case("odd_cols", 5, "cpu")[1][0]
@@ -119,7 +119,7 @@ def test_chunked_error_equals_the_whole_one():
 
 
 def test_kernel_base_name():
-    f = judge.kernel_base_name
+    f = profile.kernel_base_name
     assert f("void kp::softmax_kernel<8, true>(float const*, float*, long)") == "softmax_kernel"
     assert f("void (anonymous namespace)::regcluster_softmax(float const*, float*, long, long)") == \
         "regcluster_softmax"
@@ -132,20 +132,20 @@ def test_kernel_base_name():
 def test_window_violations():
     ev = lambda n, ts, dur, s=7: {"name": n, "ts": ts, "dur": dur, "stream": s, "kind": "kernel"}
     inside = [ev("mark", 0, 10), ev("k", 12, 100), ev("mark", 120, 10)]
-    assert judge.window_violations(inside, "mark") == ([], (10, 120))
+    assert worker.window_violations(inside, "mark") == ([], (10, 120))
     late = [ev("mark", 0, 10), ev("side", 12, 200, s=9), ev("mark", 20, 10)]
-    bad, w = judge.window_violations(late, "mark")
+    bad, w = worker.window_violations(late, "mark")
     assert [b["name"] for b in bad] == ["side"] and w == (10, 20)
-    assert judge.window_violations([ev("k", 0, 1)], "mark")[1] is None  # no markers: caller rejects
+    assert worker.window_violations([ev("k", 0, 1)], "mark")[1] is None  # no markers: caller rejects
 
 
 def test_host_clock_escape_rule():
     honest = [(3.45, 3.40, 0.05)] * 5  # wall = events + sync latency
     hidden = [(3.45, 0.01, 0.05)] * 5  # the events saw nothing: the work ran elsewhere
     slow_host = [(0.30, 0.02, 0.28)] * 5  # enqueue-bound call: wall follows the host, not an escape
-    assert judge.host_clock_excess_ms(honest) < judge.escape_threshold_ms(3.40)
-    assert judge.host_clock_excess_ms(hidden) > judge.escape_threshold_ms(0.01)
-    assert judge.host_clock_excess_ms(slow_host) < judge.escape_threshold_ms(0.02)
+    assert worker.host_clock_excess_ms(honest) < worker.escape_threshold_ms(3.40)
+    assert worker.host_clock_excess_ms(hidden) > worker.escape_threshold_ms(0.01)
+    assert worker.host_clock_excess_ms(slow_host) < worker.escape_threshold_ms(0.02)
 
 
 class _EscapeReplies:
@@ -183,7 +183,7 @@ def test_escape_host_clock_rejects_when_every_try_sees_it():
     runner = _EscapeReplies([hidden])
     with pytest.raises(judge.Rejected, match="host clock saw .* work escaped"):
         _escape_judge()._escape(judge.Row("candidate", runner))
-    assert runner.calls == 1 + judge.ESCAPE_RETRIES
+    assert runner.calls == 1 + stage_escape.ESCAPE_RETRIES
 
 
 def test_escape_host_clock_discounts_what_it_sees_around_no_call():
@@ -220,9 +220,9 @@ def test_timing_holds_the_gpu_against_other_judges(monkeypatch, tmp_path):
 def test_budget_reason_is_one_line():
     e = harness.Err(0.5, 0.9, 0)
     b = harness.budget_from(harness.Err(1e-8, 2e-8, 0))
-    r = judge.budget_reason("trial 1 (seed 3)", e, b)
+    r = expected.budget_reason("trial 1 (seed 3)", e, b)
     assert "\n" not in r and "over budget 1.00e-06" in r and "trial 1 (seed 3)" in r
-    assert "NaN/Inf positions differ" in judge.budget_reason("x", harness.Err(0, 0, 5), b)
+    assert "NaN/Inf positions differ" in expected.budget_reason("x", harness.Err(0, 0, 5), b)
 
 
 def test_fingerprint_sees_a_patched_torch_function():
@@ -299,15 +299,15 @@ def test_late_threads_are_those_the_candidate_left_working(tmp_path):
 
 def test_state_map_by_name_then_by_order():
     ref = [("linear.weight", (4, 3)), ("linear.bias", (4,))]
-    assert judge.state_map(ref, list(reversed(ref))) == {"linear.weight": "linear.weight",
+    assert reference.state_map(ref, list(reversed(ref))) == {"linear.weight": "linear.weight",
                                                          "linear.bias": "linear.bias"}
     renamed = [("w", (4, 3)), ("b", (4,))]
-    assert judge.state_map(ref, renamed) == {"linear.weight": "w", "linear.bias": "b"}
-    assert judge.state_map(ref, [("w", (3, 4)), ("b", (4,))]) is None
-    assert judge.state_map(ref, renamed[:1]) is None
+    assert reference.state_map(ref, renamed) == {"linear.weight": "w", "linear.bias": "b"}
+    assert reference.state_map(ref, [("w", (3, 4)), ("b", (4,))]) is None
+    assert reference.state_map(ref, renamed[:1]) is None
 
 
-@pytest.mark.parametrize("kind", judge.UPDATES)
+@pytest.mark.parametrize("kind", reference.UPDATES)
 def test_weight_updates_change_both_sides_alike(kind):
     torch.manual_seed(0)
     a = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.LayerNorm(7))
@@ -315,9 +315,9 @@ def test_weight_updates_change_both_sides_alike(kind):
     b.load_state_dict(a.state_dict())
     before = {k: v.clone() for k, v in a.state_dict().items()}
     versions = {k: p._version for k, p in b.named_parameters()}
-    upd = judge.make_update(kind, a, seed=3)
-    judge.apply_update(a, upd)
-    judge.apply_update(b, upd)
+    upd = reference.make_update(kind, a, seed=3)
+    reference.apply_update(a, upd)
+    reference.apply_update(b, upd)
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k]), k
     changed = [k for k, v in a.state_dict().items() if not torch.equal(v, before[k])]
@@ -340,15 +340,15 @@ def test_footprint_and_flops_from_the_reference():
 
 def test_memory_check_is_one_line():
     fp = {"inputs": 6 << 30, "outputs": 6 << 30, "weights": 0, "flops": 0}
-    judge.check_memory("p", fp, 8, 40 << 30)
+    plan.check_memory("p", fp, 8, 40 << 30)
     with pytest.raises(harness.UsageError) as ei:
-        judge.check_memory("softmax", fp, 1, 30 << 30)
+        plan.check_memory("softmax", fp, 1, 30 << 30)
     msg = str(ei.value)
     assert "\n" not in msg and "36.0 GiB" in msg and "30.0 GiB are free" in msg
     heavy = {"inputs": 1 << 30, "outputs": 1 << 30, "weights": 1 << 30, "flops": 0}
-    assert judge.memory_need(heavy, 4) == (9 + 3) << 30  # one weight copy per further row
+    assert plan.memory_need(heavy, 4) == (9 + 3) << 30  # one weight copy per further row
     with pytest.raises(harness.UsageError, match="the weights of 4 models"):
-        judge.check_memory("w", heavy, 4, 10 << 30)
+        plan.check_memory("w", heavy, 4, 10 << 30)
 
 
 def test_one_precision_path_for_ceilings(monkeypatch):
@@ -361,16 +361,16 @@ def test_one_precision_path_for_ceilings(monkeypatch):
         return {"TF32": 400e12, "HGEMM": 700e12} if precision == "tf32" else {"SGEMM": 50e12}
 
     sizes, said = [], []
-    monkeypatch.setattr(judge, "copy_bandwidth", lambda n=4 << 30: sizes.append(n) or 3e12)
-    monkeypatch.setattr(judge, "gemm_rates", rates)
-    monkeypatch.setattr(judge, "free_gpu_bytes", lambda: 70 << 30)
+    monkeypatch.setattr(stage_timing, "copy_bandwidth", lambda n=4 << 30: sizes.append(n) or 3e12)
+    monkeypatch.setattr(stage_timing, "gemm_rates", rates)
+    monkeypatch.setattr(stage_timing, "free_gpu_bytes", lambda: 70 << 30)
     ref = judge.Reference.load(("problem", "matmul_gelu_softmax"))
     j = judge.Judge.__new__(judge.Judge)
     j.ref, j.precision, j.log = ref, "tf32", said.append
     c = j.ceilings({"bytes": 1e9, "flops": 1e14})
     assert seen == ["tf32"] and c["flops_rate"] == 700e12 and c["bound"] == "compute"
     assert sizes == [4 << 30, 8192] and not said
-    monkeypatch.setattr(judge, "free_gpu_bytes", lambda: 3 << 30)  # a GPU other processes fill: smaller probes
+    monkeypatch.setattr(stage_timing, "free_gpu_bytes", lambda: 3 << 30)  # a GPU other processes fill: smaller probes
     sizes.clear()
     j.ceilings({"bytes": 1e9, "flops": 1e14})
     assert sizes == [1 << 30, 4096] and "3.0 GiB of GPU memory free" in said[-1]
@@ -404,7 +404,7 @@ def test_timed_call_check_rejects_a_stale_output_and_modified_inputs():
     seed it reports, computed then; inputs that are not that seed's draw are rejected."""
     ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
     j = judge.Judge(ref, seed=1, device="cpu")
-    j.refs = judge._Refs(ref, [], 1, "cpu", "cpu")
+    j.refs = expected._Refs(ref, [], 1, "cpu", "cpu")
     rows = {k: judge.Row(k, runner=None) for k in ("good", "stale", "mutated")}
     j.rows = list(rows.values())
     s = 4242
@@ -428,24 +428,24 @@ def test_timed_calls_to_check_are_chosen_in_the_judge_after_each_call():
     j.rows = [judge.Row("cand", runner=None)]
     picks = [j._interim({"label": "cand", "rep": r, "seed": 0, "ask": True}) for r in range(40)]
     assert 0 <= j.check_at["cand"] < j.reps[0] and picks[j.check_at["cand"]]
-    assert 1 <= sum(picks) <= judge.MAX_TIMED_CHECKS + 1 and j.timed_checks["cand"] == sum(picks)
+    assert 1 <= sum(picks) <= stage_timing.MAX_TIMED_CHECKS + 1 and j.timed_checks["cand"] == sum(picks)
 
 
 def test_timing_samples_reduced_in_the_judge_and_bounded_by_its_wall_clock():
     honest = {"eager": {"samples": [1.0, 1.2, 1.1], "median_ms": 1.1, "host_us": 20.0},
               "candidate": {"samples": [0.5, 0.6, 0.4], "median_ms": 0.01, "host_us": 15.0}}  # its own summary lies
-    t = judge.reduce_samples(honest, wall_ms=50.0)
+    t = stage_timing.reduce_samples(honest, wall_ms=50.0)
     assert t["candidate"]["median_ms"] == 0.5 and t["eager"]["median_ms"] == 1.1 and t["candidate"]["n"] == 3
     forged = {"eager": {"samples": [30.0] * 3}, "candidate": {"samples": [1.0] * 3}}  # baselines inflated
     with pytest.raises(judge.Rejected, match="add up to 93.0 ms, more than the 50.0 ms"):
-        judge.reduce_samples(forged, wall_ms=50.0)
+        stage_timing.reduce_samples(forged, wall_ms=50.0)
 
 
 def test_a_median_below_reading_the_inputs_is_impossible():
     bw = 3e12  # bytes/s
-    assert judge.below_floor(0.010, 1 << 30, bw).startswith("timing: median 10.0 us is below 0.25 x")
-    assert judge.below_floor(0.400, 1 << 30, bw) is None  # 358 us to read 1 GiB: a quarter of it is 89 us
-    assert judge.below_floor(0.0001, 1 << 20, bw) is None  # a floor under the events' resolution is not judged
+    assert stage_timing.below_floor(0.010, 1 << 30, bw).startswith("timing: median 10.0 us is below 0.25 x")
+    assert stage_timing.below_floor(0.400, 1 << 30, bw) is None  # 358 us to read 1 GiB: a quarter of it is 89 us
+    assert stage_timing.below_floor(0.0001, 1 << 20, bw) is None  # a floor under the events' resolution is not judged
 
 
 def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
@@ -719,7 +719,7 @@ def test_timing_protocol_checks_a_secret_timed_call_on_cpu(tmp_path):
     row, res = _timed_on_cpu(CASES_DIR / "relu" / "torch_rewrite.py")
     assert row.accepted, row.reason
     timed = [k for k in row.checks if k.startswith("timed call")]
-    assert 1 <= len(timed) <= judge.MAX_TIMED_CHECKS + 1
+    assert 1 <= len(timed) <= stage_timing.MAX_TIMED_CHECKS + 1
     seeds = {int(re.search(r"seed (\d+)", k)[1]) for k in timed}
     assert len(seeds) == len(timed)  # every call drew its own seed
     assert res["timing"]["candidate"]["n"] == len(res["timing"]["candidate"]["samples"]) >= 3
@@ -749,8 +749,8 @@ def test_a_forward_whose_intermediates_outgrow_the_host_is_not_run_on_cpu(tmp_pa
         "def get_inputs():\n    return [torch.randn(4096, 128)]\n\n\ndef get_init_inputs():\n    return []\n")
     fp = judge.Reference.load(("file", str(tmp_path / "attn.py"))).footprint("cpu")
     assert fp["peak"] >= 2 * (4096 * 4096 * 4) and fp["inputs"] == 4096 * 128 * 4
-    assert judge.cpu_bench_refusal(fp, available=64 << 30) is None
-    why = judge.cpu_bench_refusal(fp, available=100 << 20)
+    assert plan.cpu_bench_refusal(fp, available=64 << 30) is None
+    why = plan.cpu_bench_refusal(fp, available=100 << 20)
     assert why.startswith("the benchmark shape was not run on the CPU: its forward holds 0.1 GiB at its peak")
 
 

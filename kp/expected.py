@@ -1,0 +1,250 @@
+"""What one judged call must return and how it is judged: the row being judged, the fp32 and float64 references
+it is compared with, the expected output and its budget, and the verdict on an output."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch
+
+from kp.errors import Rejected, first_line
+from kp.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default
+from kp.layers import set_precision
+from kp.numerics import Err, ReductionLength, budget_from, clone_layout, reduction_length, rel_error
+from kp.reference import Reference, _as_list, apply_update, describe
+
+
+# A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
+# reference has them, and a relL2 under this (~8,000 fp32 ulps: beyond it fp32 itself cannot compute the problem at
+# those values, e.g. a product of 256 numbers near -3, and no fp32 kernel can be asked to).
+TORCH_FAIR_MAX = 1e-3
+FLOAT64, PROMOTED = "float64", "float64, every torch op's floating arguments promoted"
+
+
+def budget_reason(label: str, err, budget) -> str:
+    if err.nonfinite_mismatch:
+        return (f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference (an overflow, "
+                f"or elements never written: the judge's output memory reads as NaN until written)")
+    return (f"{label}: relL2 {err.rel_l2:.2e} (worst row {err.worst_row:.2e}) over budget {budget.rel_l2:.2e} "
+            f"({budget.worst_row:.2e})")
+
+
+@dataclasses.dataclass
+class Row:
+    label: str
+    runner: object
+    peer: bool = False  # somebody else's code (e.g. a Triton GEMM): measured and shown, a failure is not ours
+    opts: dict = dataclasses.field(default_factory=dict)
+    accepted: bool = True
+    reason: str = ""
+    checks: dict = dataclasses.field(default_factory=dict)
+    names: dict | None = None  # reference state_dict key -> this row's key
+    pure_torch: bool = False
+    path: str | None = None  # the candidate file
+    own_kernels: dict | None = None
+    kernels: list | None = None
+    escape: dict | None = None
+    variant: str | None = None  # the built-in rung a row runs (its label may carry options: "v[cache=False]")
+    weights: str | None = None  # how the reference's weights reached the row, when not whole (same-seed contract)
+    kernelbench: dict | None = None  # KernelBench's own correctness check on the same candidate: tolerance -> verdict
+
+    def reject(self, reason: str) -> None:
+        if self.accepted:
+            self.accepted, self.reason = False, reason
+
+
+def _same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+
+
+def _unread_counter(model: torch.nn.Module, key: str) -> bool:
+    """True for a BatchNorm's num_batches_tracked when its momentum is set: PyTorch reads the counter only for a
+    cumulative average (momentum None), so a candidate that does not keep it computes the same."""
+    owner, _, name = key.rpartition(".")
+    try:
+        m = model.get_submodule(owner) if owner else model
+    except AttributeError:
+        return False
+    return name == "num_batches_tracked" and isinstance(m, torch.nn.modules.batchnorm._NormBase) and \
+        m.momentum is not None
+
+
+class _Refs:
+    """The fp32 and float64 reference models, carrying state (BatchNorm running statistics) across calls like the
+    judged models, with the same weight changes applied. `how` says what the float64 side is: FLOAT64, PROMOTED
+    (kp.float64.Promote), or 'fp32 only: <why>' when no float64 reference could be run."""
+
+    def __init__(self, ref: Reference, init, seed: int, device: str, f64_device: str, train: bool = True):
+        self.r32 = ref.model(init, seed, device, train)
+        self.r64 = float64_copy(self.r32, f64_device)
+        self.f64_device = f64_device
+        self.how = FLOAT64
+        self.k = 1.0  # the reduction length of the latest call (its budget's floor)
+        self.initial = {k: b.detach().clone() for k, b in self.r32.named_buffers()}  # what the calls change
+
+    def state(self) -> dict:
+        return self.r32.state_dict()
+
+    def keys(self) -> list[tuple[str, tuple]]:
+        return [(k, tuple(v.shape)) for k, v in self.r32.state_dict().items()]
+
+    def update(self, update: dict) -> None:
+        apply_update(self.r32, update)
+        with torch.no_grad():
+            for (_, p32), (_, p64) in zip(self.r32.named_parameters(), self.r64.named_parameters()):
+                p64.copy_(p32)
+
+    def save_buffers(self) -> dict:
+        return {k: b.clone() for m in (self.r32, self.r64) for k, b in
+                ((f"{id(m)}:{n}", b) for n, b in m.named_buffers())}
+
+    def restore_buffers(self, saved: dict | None) -> None:
+        with torch.no_grad():
+            for m in (self.r32, self.r64):
+                for n, b in m.named_buffers():
+                    if saved and f"{id(m)}:{n}" in saved:
+                        b.copy_(saved[f"{id(m)}:{n}"])
+
+    def fp32_only(self) -> bool:
+        return self.how.startswith("fp32 only")
+
+    def _float64(self, pristine: list):
+        """The float64 reference's output, or None once none can be made (first FLOAT64, then PROMOTED). Buffers
+        a failed try changed are put back, so the stateful sequence stays in step."""
+        x64 = as_float64(pristine, self.f64_device)
+        while not self.fp32_only():
+            saved = {k: b.clone() for k, b in self.r64.named_buffers()}
+            try:
+                with torch.no_grad(), float64_default(), (Promote() if self.how == PROMOTED else
+                                                          contextlib.nullcontext()):
+                    return self.r64(*x64)
+            except Exception as e:
+                with torch.no_grad():
+                    for k, b in self.r64.named_buffers():
+                        b.copy_(saved[k])
+                self.how = PROMOTED if self.how == FLOAT64 else \
+                    f"fp32 only: the float64 copy raised {type(e).__name__}: {first_line(e)[:160]}"
+        return None
+
+    def expected(self, pristine: list, precision: str) -> Expected:
+        from torch.utils.flop_counter import FlopCounterMode
+        set_precision(precision)
+        try:
+            counter, reductions = FlopCounterMode(display=False), ReductionLength()
+            with torch.no_grad(), counter, reductions:
+                r32 = self.r32(*[clone_layout(x) for x in pristine])
+            r64 = self._float64(pristine)
+        finally:
+            set_precision("fp32")
+        numel = lambda ts: sum(t.numel() for t in ts if isinstance(t, torch.Tensor) and t.is_floating_point())
+        self.k = max(reductions.k, reduction_length(counter.get_total_flops(),
+                                                    max((numel([x]) for x in pristine), default=0),
+                                                    numel(_as_list(r32))))
+        if r64 is None:
+            return Expected.of(r32, r32, fp32_only=True)
+        if self.f64_device == "cpu" and torch.cuda.is_available():  # pinned: each chunk of the comparison crosses
+            r64 = tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64)) \
+                if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
+        return Expected.of(r32, r64, k=self.k)
+
+
+@dataclasses.dataclass
+class Expected:
+    """What a call must return: per output element the float64 reference and the budget from PyTorch's own fp32
+    error on the same inputs (or, for a non-tensor element, the value itself)."""
+    is_tuple: bool
+    specs: list  # per element: (shape, dtype, device) of PyTorch's fp32 output, or the non-tensor value
+    r64: list
+    errs: list  # per element: (PyTorch's own Err, budget Err), None for a non-tensor element
+
+    @classmethod
+    def of(cls, r32, r64, fp32_only: bool = False, k: float = 1.0) -> "Expected":
+        """fp32_only: r64 is PyTorch's fp32 output itself (no float64 reference could be made); the budget is then
+        kp.float64.FP32_ONLY_BUDGET. k: the reduction length behind each output element (the budget's floor)."""
+        r32l, r64l = _as_list(r32), _as_list(r64)
+        specs, errs = [], []
+        for a, b in zip(r32l, r64l):
+            if isinstance(a, torch.Tensor) and fp32_only:
+                specs.append((tuple(a.shape), a.dtype, a.device))
+                errs.append((Err(0.0, 0.0, 0), Err(FP32_ONLY_BUDGET, FP32_ONLY_BUDGET, 0)))
+            elif isinstance(a, torch.Tensor):
+                e = rel_error(a, b)
+                specs.append((tuple(a.shape), a.dtype, a.device))
+                errs.append((e, budget_from(e, k)))
+            else:
+                specs.append(a)
+                errs.append(None)
+        return cls(isinstance(r32, (tuple, list)), specs, r64l, errs)
+
+    def finite(self) -> bool:
+        return all(bool(torch.isfinite(t).all()) for t in self.r64 if isinstance(t, torch.Tensor)
+                   and t.is_floating_point())
+
+    def torch_unfair(self) -> str | None:
+        """Why PyTorch's own fp32 result fails this call's check (then a derived input is not held against a
+        candidate), or None."""
+        for e in self.errs:
+            if e is None:
+                continue
+            if e[0].nonfinite_mismatch:
+                return f"PyTorch fp32 itself gets {e[0].nonfinite_mismatch} NaN/Inf positions wrong (it overflows)"
+            if e[0].rel_l2 > TORCH_FAIR_MAX:
+                return f"PyTorch fp32 itself is off by relL2 {e[0].rel_l2:.1e}"
+        return None
+
+
+def judge_output(label: str, out, out_type: str, exp: Expected) -> dict:
+    """Every element of the output against the float64 reference, within its budget; raises Rejected."""
+    n = len(exp.specs)
+    if exp.is_tuple != isinstance(out, tuple) or (exp.is_tuple and len(out) != n):
+        want = f"a tuple of {n}" if exp.is_tuple else "one torch.Tensor"
+        raise Rejected(f"{label}: output is {out_type}, expected {want}")
+    outs = list(out) if exp.is_tuple else [out]
+    worst = {"rel_l2": 0.0, "worst_row": 0.0, "torch_rel_l2": 0.0, "budget": 0.0}
+    for i, (o, spec, b, errs) in enumerate(zip(outs, exp.specs, exp.r64, exp.errs)):
+        where = label if not exp.is_tuple else f"{label}: output[{i}]"
+        if errs is None:
+            if o != spec:
+                raise Rejected(f"{where}: {o!r}, the reference gives {spec!r}")
+            continue
+        shape, dtype, device = spec
+        if type(o) is not torch.Tensor or tuple(o.shape) != shape or o.dtype != dtype or o.device != device:
+            raise Rejected(f"{where}: output is {o if isinstance(o, str) else describe(o)}, expected "
+                           f"torch.Tensor {shape} {dtype} {device}")
+        e = rel_error(o, b)
+        e_ref, budget = errs
+        if not e.within(budget):
+            raise Rejected(budget_reason(where, e, budget))
+        worst = {"rel_l2": max(worst["rel_l2"], e.rel_l2), "worst_row": max(worst["worst_row"], e.worst_row),
+                 "torch_rel_l2": max(worst["torch_rel_l2"], e_ref.rel_l2),
+                 "budget": max(worst["budget"], budget.rel_l2)}
+    return worst
+
+
+def _allclose(got: list, want: list, tol: float) -> str:
+    """'pass', or why KernelBench's torch.allclose check fails (shape, or the largest difference)."""
+    if len(got) != len(want):
+        return f"fail ({len(got)} outputs, expected {len(want)})"
+    for g, w in zip(got, want):
+        if not isinstance(w, torch.Tensor):
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape:
+            return f"fail (output {describe(g) if not isinstance(g, str) else g}, expected {tuple(w.shape)})"
+        g = g.to(w.device)
+        if not torch.allclose(g.to(w.dtype) if g.dtype != w.dtype else g, w, atol=tol, rtol=tol):
+            d = (g.double() - w.double()).abs().nan_to_num(float("inf")).max()
+            return f"fail (max difference {float(d):.2e})"
+    return "pass"
+
+
+def _out_bytes_hint(pristine: list) -> int:
+    """NaN-filled headroom the worker keeps in its allocator: twice the largest input plus 64 MiB (a larger
+    request just gets fresh memory, which the allocator does not zero either)."""
+    sizes = [x.numel() * x.element_size() for x in pristine if isinstance(x, torch.Tensor)]
+    return 2 * max(sizes, default=0) + (64 << 20)
+
+
+def _release():
+    """Hand cached GPU memory back: a candidate's worker shares the device and needs room for its own."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

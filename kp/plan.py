@@ -1,0 +1,56 @@
+"""The judge's plan before any work: the GPU memory a problem needs for the judge and its models, and on the CPU
+whether benchmark-shape calls can run in the host's memory at all."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kp.errors import UsageError
+
+MEMORY_FACTOR = 3  # the judge's peak GPU memory target: this many times the problem's inputs + outputs + weights
+CPU_BENCH_MAX = 256 << 20  # on --device cpu, benchmark-shape calls run only when inputs + outputs are this small
+HOST_PEAK_FACTOR = 3  # ... and when this many times the forward's fp32 peak (LivePeak) fits the available host memory
+
+
+def host_available() -> int:
+    """Bytes of host memory available now (MemAvailable), or all of it where that cannot be read."""
+    try:
+        for ln in Path("/proc/meminfo").read_text().splitlines():
+            if ln.startswith("MemAvailable:"):
+                return int(ln.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def cpu_bench_refusal(fp: dict, available: int) -> str | None:
+    """Why the benchmark shape is not run on the CPU (inputs and outputs over CPU_BENCH_MAX, or a forward whose
+    intermediates would not fit the host: HOST_PEAK_FACTOR x its fp32 peak, for the float64 copy and the fp32 runs),
+    or None."""
+    io = fp["inputs"] + fp["outputs"]
+    if io > CPU_BENCH_MAX:
+        return f"the benchmark shape ({io / 2**20:,.0f} MiB) was not run on the CPU"
+    need = HOST_PEAK_FACTOR * fp.get("peak", 0)
+    if need > available:
+        return (f"the benchmark shape was not run on the CPU: its forward holds {fp['peak'] / 2**30:.1f} GiB at its "
+                f"peak (intermediates), about {need / 2**30:.0f} GiB with the float64 reference, and "
+                f"{available / 2**30:.0f} GiB of host memory are available")
+    return None
+
+
+def memory_need(fp: dict, models: int) -> int:
+    """GPU bytes the judge plans for: MEMORY_FACTOR x the problem's inputs, outputs and weights (the model's copy of
+    the inputs, its output, PyTorch's output, the timing pool, the references' weights), plus one copy of the
+    weights for each judged model beyond the first (every row is alive while rows are timed side by side)."""
+    return MEMORY_FACTOR * (fp["inputs"] + fp["outputs"] + fp["weights"]) + max(models - 1, 0) * fp["weights"]
+
+
+def check_memory(name: str, fp: dict, models: int, free: int) -> None:
+    """One line before any work when the judge would not fit."""
+    need = memory_need(fp, models)
+    fbytes = fp["inputs"] + fp["outputs"] + fp["weights"]
+    if need > free:
+        raise UsageError(f"{name} needs about {need / 2**30:.1f} GiB of GPU memory ({MEMORY_FACTOR} x "
+                         f"{fbytes / 2**30:.1f} GiB of inputs, outputs and weights"
+                         + (f", and the weights of {models} models" if models > 1 and fp["weights"] else "")
+                         + f"); {free / 2**30:.1f} GiB are free")

@@ -1,0 +1,60 @@
+"""The judge's escape and own-kernel stages: one call inside a profiler window bounded by marker kernels and a
+host clock around it, then the kernels that ran, matched against the row's own shared objects."""
+from __future__ import annotations
+
+
+
+from kp.errors import Rejected
+from kp.expected import Row
+from kp.profile import kernel_base_name
+from kp.worker import escape_threshold_ms, host_clock_excess_ms, window_violations
+
+
+ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
+
+
+class EscapeStage:
+    """Methods of kp.judge.Judge: the stage's state is the judge's."""
+
+    def _escape_try(self, row: Row, seed: int) -> tuple:
+        """One escape measurement: (reply, median event ms, host-clock excess ms, activities outside the window,
+        the window)."""
+        e = row.runner.call("escape", "escape", row.label, seed % 2**32)
+        ev_ms = sorted(s[1] for s in e["samples"])[len(e["samples"]) // 2]
+        control = max(host_clock_excess_ms(e["control"]), 0.0)  # what the same steps cost around no call, now
+        return (e, ev_ms, host_clock_excess_ms(e["samples"]) - control, *window_violations(e["events"], e["marker"]))
+
+    def _escape(self, row: Row) -> dict:
+        e, ev_ms, excess, bad, window = self._escape_try(row, self.seed + 2000)
+        for attempt in range(ESCAPE_RETRIES):  # only the host clock objects: work that escapes the events does so
+            if bad or excess <= escape_threshold_ms(ev_ms):  # on every try, while another process's kernels on a
+                break  #                                       shared GPU lengthen one try and not the next
+            again = self._escape_try(row, self.seed + 2001 + attempt)
+            if again[3] or again[2] < excess:
+                e, ev_ms, excess, bad, window = again
+        info = {"host_excess_ms": excess, "threshold_ms": escape_threshold_ms(ev_ms), "event_ms": ev_ms,
+                "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
+                "outside_window": [(x["name"][:80], x["stream"]) for x in bad]}
+        row.escape = info
+        if window is None:
+            raise Rejected("escape: the profiler saw no marker kernels (is the profiler working here?)")
+        if bad:
+            x = bad[0]
+            where = "after" if x["ts"] + x["dur"] > window[1] else "before"
+            raise Rejected(f"escape: GPU work outside the timed window ({len(bad)} activities, e.g. "
+                           f"{kernel_base_name(x['name'])[:60]} on stream {x['stream']} ending {where} the window): "
+                           f"work escaped the timed stream")
+        if excess > escape_threshold_ms(ev_ms):
+            raise Rejected(f"escape: the host clock saw {excess:.3f} ms more than the CUDA events per call "
+                           f"(events {ev_ms:.3f} ms), beyond what it sees around no call: work escaped the timed "
+                           f"stream")
+        row.own_kernels = e["own"]
+        row.kernels = sorted({x["name"][:120] for x in e["events"] if x["name"] != e["marker"]})
+        if not e["own"]:
+            if self.allow_torch or row.peer:
+                row.pure_torch = not row.peer
+            else:
+                raise Rejected(f"own kernel: no kernel from the row's own build ran (kernels seen: "
+                               f"{', '.join(kernel_base_name(k) for k in row.kernels[:4]) or 'none'}); "
+                               f"--allow-torch judges a pure-PyTorch rewrite")
+        return info

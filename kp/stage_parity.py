@@ -1,0 +1,337 @@
+"""The judge's construct and parity stages, and KernelBench's own check: the models built after the reference's
+seed with its state loaded, then one stateful sequence of checked calls (trials with weight changes, derived
+inputs, declared cases), each output against the float64 reference."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from kp.errors import Rejected, UsageError, first_line
+from kp.expected import (Expected, Row, _Refs, _allclose, _out_bytes_hint, _release, _same_buffer, _unread_counter,
+                         judge_output)
+from kp.float64 import FP32_ONLY_BUDGET
+from kp.numerics import budget_from, clone_layout, rel_error, same_values
+from kp.plan import cpu_bench_refusal, host_available
+from kp.premises import Premises
+from kp.reference import UPDATES, _as_list, make_update, partial_map, rename_update, state_map, trial_seeds, unmapped
+
+
+MIN_TRIALS = 3
+# Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
+# [0, 1) fails one of them (e.g. a softmax without the max subtraction overflows at x100).
+DERIVED = {"negated": lambda x: -x, "scaled x100": lambda x: x * 100, "shifted -3": lambda x: x - 3}
+KERNELBENCH_TRIALS = 5  # KernelBench's own correctness check: same-seed models, 5 draws, torch.allclose
+KERNELBENCH_TOLS = ("1e-4", "1e-2")  # atol = rtol for fp32 now, and in the v0/v0.1 era of its leaderboard
+
+
+class ConstructStage:
+    """Construct: each row's model built after the reference's seed with the reference's state loaded as far as it
+    maps (methods of kp.judge.Judge)."""
+
+    def _build(self, row: Row, refs: _Refs, init, seed: int, stage: str = "construct", state=None,
+               load: bool = True) -> None:
+        """Construct the row's model after the seed and load the reference's state (its state now, or `state`) as
+        far as it maps: whole (by name, or in order where the names differ but the shapes line up), else
+        KernelBench's same-seed contract (what has the same name and shape is loaded, the rest keeps the
+        candidate's own same-seed initialisation, and only what maps is changed between calls)."""
+        reply = row.runner.call(stage, "build", row.label, init, seed)
+        keys = [(k, tuple(s)) for k, s in reply["keys"]]
+        if self.train and reply.get("eval_modules"):
+            kinds = reply["eval_modules"]
+            what = "BatchNorm would use running statistics" if any("Norm" in k for k in kinds) else \
+                "Dropout would be off"
+            raise Rejected(f"{stage}: ModelNew is in eval mode (self.training is False) but the reference trains: "
+                           f"{what} ({', '.join(kinds)}); --mode eval judges inference semantics")
+        ref_keys = refs.keys()
+        names = state_map(ref_keys, keys) if ref_keys else {}
+        if names is None:  # in order again without the counters nothing reads (a rewrite need not keep them)
+            names = state_map([(k, s) for k, s in ref_keys if not _unread_counter(refs.r32, k)], keys)
+        if names is None:
+            names = partial_map(ref_keys, keys)
+            if row.weights is None:
+                params = {k for k, _ in refs.r32.named_parameters()}
+                moved = sorted(k for k in names if k in params)
+                left = unmapped(ref_keys, keys, names)
+                row.weights = ("same-seed init; " + (f"loaded and changed between calls: {len(moved)} of "
+                                                     f"{len(params)} parameters by name" if moved else
+                                                     "not changed between calls: no parameter maps")
+                               + (f" ({left})" if left else ""))
+                self.log(f"{self.ref.name}: {row.label} weights: {row.weights}")
+        row.names = names
+        if names and load:
+            state = {names[k]: v for k, v in (refs.state() if state is None else state).items() if k in names}
+            row.runner.call(stage, "update", row.label, {"kind": "load_state_dict", "state": state})
+
+    def _own_init(self, row: Row, init, label: str, pristine: list, exp: Expected) -> str | None:
+        """A row wrong with the reference's weights loaded, judged once more at its own same-seed initialisation
+        (nothing loaded): when that passes, why it failed is that its parameters mean something else."""
+        try:
+            row.runner.call(label, "build", row.label, init, self.seed)
+            self._check_call(row, label, pristine, exp)
+        except Rejected:
+            return None
+        how = "by name" if all(k == v for k, v in row.names.items()) else "in order"
+        return (f"right at its own same-seed initialisation, wrong with the reference's weights loaded {how}: its "
+                f"parameters mean something else (e.g. pre-scaled, transposed or folded)")
+
+
+class ParityStage:
+    """Parity: one stateful sequence of checked calls on benchmark-shape inputs, then the declared cases (methods of
+    kp.judge.Judge: the stage's state is the judge's)."""
+
+    def _parity_stages(self, rec: dict, init, gpu: bool, mark) -> None:
+        """Parity on the benchmark shape (where it can run here), the declared cases, then KernelBench's check."""
+        t0 = time.perf_counter()
+        why_not = None if gpu else cpu_bench_refusal(self.fp, host_available())
+        bench_parity = why_not is None
+        if bench_parity:
+            self._parity_bench(init)
+            self._drop_input_buffers()
+        else:
+            rec["notes"] = f"{why_not}; declared cases only"
+        self._parity_cases()
+        self._drop_input_buffers()
+        mark("parity")
+        self._kernelbench(init, runs=bench_parity)
+        mark("kernelbench check")
+        self.log(f"{self.ref.name}: parity done in {time.perf_counter() - t0:.0f} s "
+                 f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
+
+    def _candidate_inputs(self, pristine: list) -> list:
+        """The candidate's copy of the inputs. Successive calls whose inputs have one layout get one buffer,
+        refilled (and the worker keeps the previous call's inputs mapped, so they arrive at the same address): a
+        model that keys a cache on data_ptr() meets new values at an address it has seen and is caught at its
+        second call, not whenever the allocator happens to hand an address back."""
+        out = []
+        for i, x in enumerate(pristine):
+            if not isinstance(x, torch.Tensor):
+                out.append(x)
+                continue
+            buf = self.input_buffers.get(i)
+            if buf is None or (buf.dtype, buf.device, buf.shape, buf.stride(), buf.storage_offset(),
+                               buf.untyped_storage().nbytes()) != (x.dtype, x.device, x.shape, x.stride(),
+                                                                   x.storage_offset(), x.untyped_storage().nbytes()):
+                buf = self.input_buffers[i] = clone_layout(x)
+            else:
+                buf.copy_(x)
+            out.append(buf)
+        return out
+
+    def _drop_input_buffers(self) -> None:
+        """End of a parity stage: the buffers and the workers' mappings of them go (the timing stage needs room)."""
+        self.input_buffers.clear()
+        for runner in {id(r.runner): r.runner for r in self.live()}.values():  # a rejected row's may hang
+            try:
+                runner.call("release", "release_inputs")
+            except Rejected:
+                pass  # a dead worker holds nothing
+        _release()
+
+    def _check_call(self, row: Row, label: str, pristine: list, exp: Expected) -> dict:
+        cand_inputs = self._candidate_inputs(pristine)
+        reply = row.runner.call(label, "forward", row.label, cand_inputs, _out_bytes_hint(pristine))
+        if self.precision == "fp32" and reply["tf32_after"]:
+            raise Rejected(f"{label}: the model switched TF32 on in fp32 mode")
+        for i, (a, b) in enumerate(zip(cand_inputs, pristine)):
+            if isinstance(b, torch.Tensor) and not same_values(a, b):
+                raise Rejected(f"{label}: input {i} was modified")
+        res = judge_output(label, reply["out"], reply["type"], exp)
+        del reply, cand_inputs
+        _release()
+        return res
+
+    def _check_buffers(self, row: Row, label: str, refs: _Refs) -> None:
+        """The state the reference's calls change (BatchNorm running statistics in training mode) must be kept and
+        match. A buffer the calls leave as built is the reference's constant, not state: a candidate may fold it
+        away. BatchNorm's num_batches_tracked is read only when its momentum is None (a cumulative average)."""
+        b32 = {k: v for k, v in refs.r32.named_buffers()
+               if k not in refs.initial or not _same_buffer(v, refs.initial[k])}
+        if not b32:
+            return
+        cand = row.runner.call(label, "buffers", row.label)["buffers"]
+        b64 = dict(refs.r64.named_buffers())
+        for k, v in b32.items():
+            ck = (row.names or {}).get(k, k)
+            if ck not in cand:
+                if _unread_counter(refs.r32, k):
+                    continue
+                mode = "training" if refs.r32.training else "eval"
+                raise Rejected(f"{label}: the model has no buffer {k!r}, which the reference carries between its "
+                               f"{mode}-mode calls as state, so the candidate's state cannot be checked")
+            c = cand[ck]
+            if not v.is_floating_point():
+                if not torch.equal(c.cpu(), v.cpu()):
+                    raise Rejected(f"{label}: buffer {k} is {c.tolist()}, the reference's {v.tolist()}")
+                continue
+            if c.shape != v.shape:
+                raise Rejected(f"{label}: buffer {k} has shape {tuple(c.shape)}, the reference's {tuple(v.shape)}")
+            e_ref, e = rel_error(v, b64[k]), rel_error(c.to(v.device), b64[k])
+            budget = budget_from(e_ref, refs.k)
+            if not e.within(budget):
+                raise Rejected(f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget "
+                               f"{budget.rel_l2:.2e})")
+
+    def _sequence(self) -> list[tuple[str, int, str | None, str | None]]:
+        """(label, input seed, weight change before the call, derived-input transform) of the stateful parity
+        calls on benchmark-shape inputs."""
+        seeds = trial_seeds(self.seed, self.trials + len(DERIVED))
+        calls = []
+        for i in range(self.trials):
+            upd = UPDATES[(i - 1) % len(UPDATES)] if i else None
+            calls.append((f"trial {i + 1} (seed {seeds[i]}{', after an ' + upd if upd else ''})", seeds[i], upd,
+                          None))
+        for j, name in enumerate(DERIVED):
+            s = seeds[self.trials + j]
+            calls.append((f"inputs {name} (seed {s})", s, None, name))
+        return calls
+
+    def _parity_bench(self, init) -> None:
+        refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train)
+        self._each(lambda row: self._build(row, refs, init, self.seed))
+        premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
+        base_finite = None
+        passed_before = {}
+        for label, s, upd, derive in self._sequence():
+            if not self.live():
+                break
+            changed = upd and self._each_update(refs, upd, s)
+            if upd and not changed:  # nothing to change: the call is a plain one and says so
+                label = label.replace(f", after an {upd}", "")
+            pristine = self.ref.inputs(s, self.device)
+            if not derive:
+                premises.see(pristine)
+            elif not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in pristine):
+                self._skip(f"{label}: no floating-point input to derive from")
+                continue
+            elif premises.broken(derive):
+                self._skip(f"{label}: {premises.broken(derive)}")
+                continue
+            else:
+                pristine = [DERIVED[derive](x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                            for x in pristine]
+            saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
+            try:
+                exp = refs.expected(pristine, self.precision)
+            except Exception as e:
+                if not derive:
+                    raise UsageError(f"the reference itself raised on its own inputs ({label}): "
+                                     f"{type(e).__name__}: {first_line(e)}") from None
+                refs.restore_buffers(saved)
+                self._skip(f"{label}: the reference raises there ({type(e).__name__}: {first_line(e)[:100]})")
+                continue
+            finite = exp.finite()
+            if base_finite is None:
+                base_finite = finite
+            why = None
+            if derive and base_finite and not finite:
+                why = "the float64 reference is not finite there"
+            elif derive:
+                why = exp.torch_unfair()
+            if why:
+                refs.restore_buffers(saved)
+                self._skip(f"{label}: {why}")
+                continue
+
+            def one(row):
+                try:
+                    row.checks[label] = self._check_call(row, label, pristine, exp)
+                except Rejected as e:
+                    if changed and passed_before.get(row.label):
+                        raise Rejected(f"{e}; it passed before the weights changed ({upd}): a value derived from "
+                                       f"the weights is not recomputed (stale weight cache)") from None
+                    if not passed_before.get(row.label) and not upd and not derive and row.names and \
+                            ("relL2" in str(e) or "NaN/Inf" in str(e)):
+                        hint = self._own_init(row, init, label, pristine, exp)
+                        if hint:
+                            raise Rejected(f"{e}; {hint}") from None
+                    raise
+                passed_before[row.label] = True
+                self._check_buffers(row, f"buffers after {label}", refs)
+
+            self._each(one)
+            del pristine, exp
+            _release()
+        premises.forget()
+        if refs.fp32_only():
+            self.notes.append(f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
+                              f"relL2 budget {FP32_ONLY_BUDGET:g}")
+
+    def _skip(self, what: str) -> None:
+        self.skipped.append(what)
+        self.log(f"{self.ref.name}: skipped {what}")
+
+    def _each_update(self, refs: _Refs, kind: str, seed: int) -> bool:
+        """Change the weights alike on every side; False when the model has none to change."""
+        live = [r for r in self.live() if r.names is not None]
+        only = set.intersection(*[set(r.names) for r in live]) if live else None
+        upd = make_update(kind, refs.r32, seed, only)
+        if not upd:
+            return False
+        refs.update(upd)
+        self._each(lambda row: row.runner.call(f"weights ({kind})", "update", row.label,
+                                               rename_update(upd, row.names)))
+        return True
+
+    def _parity_cases(self) -> None:
+        seeds = [self.seed] if self.device == "cuda" else trial_seeds(self.seed, MIN_TRIALS)
+        for name in self.ref.cases:
+            for s in seeds:
+                if not self.live():
+                    return
+                c_init, c_inputs = self.ref.case(name, s, self.device)
+                c_refs = _Refs(self.ref, c_init, s, self.device, self.device, self.train)
+                label = f"case {name} (seed {s})"
+                state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
+                exp = c_refs.expected(c_inputs, self.precision)
+
+                def one(row):
+                    self._build(row, c_refs, c_init, s, stage=label, state=state0)
+                    row.checks[label] = self._check_call(row, label, c_inputs, exp)
+                    self._check_buffers(row, f"buffers after {label}", c_refs)
+                    row.runner.call(label, "drop", row.label)
+
+                self._each(one)
+                del c_refs, c_inputs, exp
+
+
+class KernelBenchCheck:
+    """KernelBench's own correctness check, reported beside the verdict, never deciding it (a method of
+    kp.judge.Judge)."""
+
+    def _kernelbench(self, init, runs: bool = True) -> None:
+        """KernelBench's own correctness check on each candidate, beside ours (it never decides the verdict):
+        Model and ModelNew built after the same seed, nothing loaded or changed, KERNELBENCH_TRIALS draws of
+        get_inputs(), torch.allclose at each of KERNELBENCH_TOLS (atol = rtol) on every output. Training mode, as
+        KernelBench builds its models. runs=False: the benchmark shape is not run here (over the CPU limit), and the
+        check is said not to have run."""
+        for row in self.rows:
+            if not row.runner.isolated:
+                continue
+            if not runs:
+                row.kernelbench = {t: "not run (the benchmark shape is over the CPU limit)" for t in KERNELBENCH_TOLS}
+                continue
+            out = {}
+            try:
+                seed = (self.seed + 4000) % 2**32
+                model = self.ref.model(init, seed, self.device)
+                row.runner.call("kernelbench check", "build", "kernelbench", init, seed, "candidate", True)
+                for s in trial_seeds(seed, KERNELBENCH_TRIALS):
+                    x = self.ref.inputs(s, self.device)
+                    with torch.no_grad():
+                        want = _as_list(model(*[clone_layout(t) for t in x]))
+                    got = row.runner.call("kernelbench check", "forward", "kernelbench", x, 0)["out"]
+                    got = list(got) if isinstance(got, tuple) else [got]
+                    for tol in KERNELBENCH_TOLS:
+                        if out.get(tol, "pass") == "pass":
+                            out[tol] = _allclose(got, want, float(tol))
+                    del x, want, got
+                row.runner.call("kernelbench check", "drop", "kernelbench")
+                row.runner.call("kernelbench check", "release_inputs")
+            except Rejected as e:
+                out = {t: f"not run ({e})" for t in KERNELBENCH_TOLS if out.get(t, "pass") == "pass"} \
+                    | {k: v for k, v in out.items() if v != "pass"}
+                if "timeout after" in str(e):  # the job's time ran out here: that is the verdict
+                    row.reject(str(e))
+            row.kernelbench = {k: out[k] for k in sorted(out, key=float)}
+            _release()

@@ -1,0 +1,201 @@
+"""The judge's timing stage: every row interleaved with eager and torch.compile in the rows' own processes, the
+samples told call by call and reduced here, timed calls checked where this process decides, and the ceilings
+measured in the same run."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from kp.errors import Rejected
+from kp.expected import _release, judge_output
+from kp.numerics import same_values
+from kp.plan import memory_need
+from kp.timing import copy_bandwidth, gemm_rates, gpu_to_itself
+
+
+# Timed calls checked per row: one at a secret rep below the least reps, and at random at most this many more (each
+# check of a large problem computes a float64 reference: two in all is what the judge paid before the draw moved here)
+MAX_TIMED_CHECKS = 1
+EXTRA_CHECK_P = 0.05
+# A median below this fraction of reading the inputs once at copy speed is impossible, whatever the kernel: generous,
+# since part of an input may rightly go unread (a triangular operand's zero half, an index that selects little).
+INPUT_FLOOR_FRACTION = 0.25
+FLOOR_MIN_MS = 0.005  # floors shorter than this are within the events' own resolution: not judged
+
+
+def free_gpu_bytes() -> int:
+    return torch.cuda.mem_get_info()[0]
+
+
+def reduce_samples(timing: dict, wall_ms: float) -> dict:
+    """A worker's timing reply, reduced in the judge's process: median and quartiles from each entry's samples (the
+    worker's own summary is not used), host_us as reported. Raises Rejected when the samples add up to more than
+    `wall_ms`, the time the whole command took as seen from here: each sample is GPU time between two events inside
+    it, one timed call after another."""
+    from kp.timing import summarize
+    total = sum(sum(v.get("samples") or []) for v in timing.values())
+    if total > wall_ms:
+        raise Rejected(f"timing: the reported samples add up to {total:.1f} ms, more than the {wall_ms:.1f} ms the "
+                       f"timing command took: they were not measured")
+    out = {}
+    for k, v in timing.items():
+        if not v.get("samples"):
+            raise Rejected(f"timing: no samples reported for {k}")
+        t = dataclasses.asdict(summarize([float(x) for x in v["samples"]]))
+        t["host_us"] = v.get("host_us", float("nan"))
+        out[k] = t
+    return out
+
+
+def check_told(timing: dict, told: dict) -> None:
+    """Raises Rejected unless each entry's samples in a worker's timing reply are those it told the judge one by one,
+    right after each call (kept in the judge's process, out of the models' reach): otherwise they were changed in the
+    worker after they were taken, or a call went untold."""
+    for k, v in timing.items():
+        mine = told.get(k, [])
+        if [float(x) for x in v.get("samples") or []] != mine:
+            raise Rejected(f"timing: the {len(v.get('samples') or [])} samples of {k} returned at the end differ from "
+                           f"the {len(mine)} told to the judge after each call: changed in the worker's process")
+
+
+def below_floor(median_ms: float, input_bytes: int, bandwidth: float) -> str | None:
+    """Why a median is impossible, or None: below INPUT_FLOOR_FRACTION of the time to read the call's fresh inputs
+    once at the copy bandwidth measured in the same run (weights may be cached between calls and FLOPs rewritten
+    away, but inputs drawn anew for every call must be read)."""
+    floor_ms = INPUT_FLOOR_FRACTION * input_bytes / bandwidth * 1e3
+    if floor_ms >= FLOOR_MIN_MS and median_ms < floor_ms:
+        return (f"timing: median {median_ms * 1e3:.1f} us is below {INPUT_FLOOR_FRACTION:g} x the "
+                f"{input_bytes / bandwidth * 1e6:.1f} us it takes to read the inputs once at the copy bandwidth "
+                f"measured now ({bandwidth / 1e9:,.0f} GB/s): the reported time is impossible")
+    return None
+
+
+class TimingStage:
+    """Methods of kp.judge.Judge: the stage's state is the judge's."""
+
+    def _gpu_stages(self, rec: dict, init, mark) -> None:
+        """Escape and own kernel, timing, then the traffic, memory and ceilings of the record: with the GPU to this
+        judge alone (no other judge's kernels)."""
+        t0 = time.perf_counter()
+        self._rebuild(init)
+        with gpu_to_itself(self.log):
+            self._each(self._escape)  # first: work that escapes the timer would also race the timing loop
+            mark("escape")
+            timed = self._timing()
+            mark("timing")
+            self.log(f"{self.ref.name}: escape checks and timing done in {time.perf_counter() - t0:.0f} s")
+            rec.update(timed)
+            x = self.ref.inputs(self.seed, self.device)
+            rec["traffic"] = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
+            rec["traffic"]["eager"] = rec["traffic"]["torch.compile"] = self.ref.traffic(x, init, self.fp)
+            del x
+            _release()
+            peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
+            for runner in self.runners:
+                if runner.isolated:
+                    try:
+                        peaks.append(runner.call("memory", "memory")["peak"])
+                    except Rejected:
+                        pass
+            rec["peak_gpu_bytes"] = sum(peaks)
+            rec["memory_need"] = memory_need(self.fp, len(self.rows))
+            if self.bench and rec.get("timing"):
+                rec.update(self.ceilings(rec["traffic"]["eager"]))
+                for row in self.live():  # a time the hardware cannot give: not measured
+                    if row.runner.isolated and row.label in rec["timing"]:
+                        why = below_floor(rec["timing"][row.label]["median_ms"], self.fp["inputs"],
+                                          rec["bandwidth"])
+                        if why:
+                            row.reject(why)
+            mark("traffic, memory and ceilings")
+
+    def _interim(self, msg: dict):
+        """A timed call, reported by a worker outside the timed region, before any other code of the models has run.
+        First its sample (`ms`, kept here: the median is taken from these) and, for a judged row (`ask`), its seed:
+        the answer, decided here, is whether the judge checks it (each row's call at a secret rep below the least
+        number of reps, and others at random). Then a checked call's output and inputs: checked here against the
+        reference for that seed, computed now."""
+        if "ms" in msg:
+            self.timed_samples.setdefault(msg["label"], []).append(float(msg["ms"]))
+        row = next((r for r in self.rows if r.label == msg["label"] and r.accepted), None)
+        if row is None or ("ms" in msg and not msg.get("ask")):
+            return False
+        if msg.get("ask"):
+            n = self.timed_checks.setdefault(row.label, 0)
+            want = msg["rep"] == self.check_at.setdefault(row.label, self.rng.randrange(self.reps[0])) or \
+                (n < MAX_TIMED_CHECKS and self.rng.random() < EXTRA_CHECK_P)
+            self.timed_checks[row.label] = n + want
+            return want
+        seed = msg["seed"]
+        label = f"timed call (rep {msg['rep']}, inputs seed {seed})"
+        try:
+            pristine = self.ref.inputs(seed, self.device)
+            for i, (a, b) in enumerate(zip(msg["inputs"], pristine)):
+                if isinstance(b, torch.Tensor) and not same_values(a, b):
+                    raise Rejected(f"{label}: input {i} was modified (or is not the draw of the seed it reported)")
+            exp = self.refs.expected(pristine, self.precision)
+            row.checks[label] = judge_output(label, msg["out"], msg["type"], exp)
+        except Rejected as e:
+            row.reject(str(e))
+        del msg
+        _release()
+        return True
+
+    def _rebuild(self, init) -> None:
+        """The declared cases built models of their own shapes: back to the benchmark's, with the current weights."""
+        self._each(lambda row: self._build(row, self.refs, init, self.seed, stage="escape"))
+
+    def _timing(self) -> dict:
+        """Every runner's rows and baselines timed side by side (Worker.cmd_time). Its samples are reduced here, and
+        must fit in the wall time this process saw the command take: samples that add up to more were not measured
+        (a forged reply, or samples rewritten in the worker)."""
+        refs = self.refs
+        self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
+        self.check_at, self.timed_checks = {}, {}
+        _release()
+        result = {}
+        timed = [(runner, [r for r in self.live() if r.runner is runner]) for runner in self.runners]
+        timed = [(runner, rows) for runner, rows in timed if rows or not self.rows]  # no rows: baselines alone
+        for runner, rows in timed:
+            t0 = time.perf_counter()
+            self.timed_samples = {}
+            try:
+                t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps)
+                check_told(t["timing"], self.timed_samples)
+                times = reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
+            except Rejected as e:
+                for r in rows:
+                    r.reject(str(e))
+                continue
+            result.setdefault("timing", {}).update(times)
+            result.setdefault("rungs", {}).update(t["rungs"])
+            result.setdefault("calls", {}).update(t["calls"])
+            for r in rows:
+                if r.accepted and not self.timed_checks.get(r.label):
+                    r.reject("timing: no timed call of this row was offered for a check")
+        return result
+
+    def ceilings(self, traffic: dict) -> dict:
+        """The ceilings measured now: device copy bandwidth for bytes, and the GEMM rates of the chosen precision
+        for FLOPs when the reference does any; the bound from arithmetic intensity unless the file declares it."""
+        _release()
+        free = free_gpu_bytes()
+        copy_bytes = max(min(4 << 30, int(0.4 * free)) >> 28 << 28, 256 << 20)  # far above L2 either way
+        gemm_n = 8192 if 38 * 8192 ** 2 < 0.5 * free else 4096  # 38 n^2 bytes: fp32, fp16, fp64 operands + results
+        if copy_bytes < 4 << 30 or gemm_n < 8192:
+            self.log(f"{self.ref.name}: ceilings measured on a {copy_bytes >> 20} MiB copy and {gemm_n}^3 GEMMs: "
+                     f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)")
+        bw = copy_bandwidth(copy_bytes)
+        out = {"bandwidth": bw, "flops_rate": None, "rates": {}}
+        if traffic.get("flops"):
+            out["rates"] = gemm_rates(n=gemm_n, precision=self.precision)
+            out["flops_rate"] = max(out["rates"].values())
+        bound = self.ref.bound
+        if bound is None:
+            t_bytes = traffic["bytes"] / bw
+            t_flops = traffic["flops"] / out["flops_rate"] if out["flops_rate"] else 0.0
+            bound = "compute" if t_flops > t_bytes else "memory"
+        out["bound"] = bound
+        return out

@@ -13,7 +13,6 @@ from kp.layers import set_precision
 from kp.numerics import Err, ReductionLength, budget_from, clone_layout, reduction_length, rel_error
 from kp.reference import Reference, _as_list, apply_update, describe
 
-
 # A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
 # reference has them, and a relL2 under this (~8,000 fp32 ulps: beyond it fp32 itself cannot compute the problem at
 # those values, e.g. a product of 256 numbers near -3, and no fp32 kernel can be asked to).

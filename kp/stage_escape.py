@@ -2,13 +2,10 @@
 host clock around it, then the kernels that ran, matched against the row's own shared objects."""
 from __future__ import annotations
 
-
-
 from kp.errors import Rejected
 from kp.expected import Row
 from kp.profile import kernel_base_name
 from kp.worker import escape_threshold_ms, host_clock_excess_ms, window_violations
-
 
 ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
 

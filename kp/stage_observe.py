@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from kp.errors import Rejected
 from kp.expected import _release
 

@@ -16,7 +16,6 @@ from kp.plan import cpu_bench_refusal, host_available
 from kp.premises import Premises
 from kp.reference import UPDATES, _as_list, make_update, partial_map, rename_update, state_map, trial_seeds, unmapped
 
-
 MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
 # [0, 1) fails one of them (e.g. a softmax without the max subtraction overflows at x100).

@@ -14,7 +14,6 @@ from kp.numerics import same_values
 from kp.plan import memory_need
 from kp.timing import copy_bandwidth, gemm_rates, gpu_to_itself
 
-
 # Timed calls checked per row: one at a secret rep below the least reps, and at random at most this many more (each
 # check of a large problem computes a float64 reference: two in all is what the judge paid before the draw moved here)
 MAX_TIMED_CHECKS = 1

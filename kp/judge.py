@@ -47,7 +47,7 @@ from kp.build import progress
 from kp.errors import Rejected, UsageError, first_line
 from kp.expected import Row
 from kp.layers import PRECISIONS
-from kp.plan import check_memory, memory_need
+from kp.plan import check_memory, free_gpu_bytes, memory_need
 from kp.reference import Reference
 from kp.registry import picks_per_call, runnable_variants, variant_factory
 from kp.stage_escape import EscapeStage
@@ -245,7 +245,7 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
                 rec["profile"] = self._profile()
                 mark("profile")
         except torch.OutOfMemoryError as e:  # the plan checked the free memory at the start; it can shrink since
-            free = torch.cuda.mem_get_info()[0] / 2**30
+            free = free_gpu_bytes() / 2**30
             raise UsageError(f"{self.ref.name}: the GPU ran out of memory in the judge's own process after "
                              f"{', '.join(stages) or 'the start'} ({free:.1f} GiB free now; the plan needs "
                              f"{memory_need(self.fp, len(self.rows)) / 2**30:.1f} GiB): another process took GPU "
@@ -277,7 +277,7 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
     def _setup(self, init, gpu: bool) -> None:
         """The memory plan, then the eager and torch.compile baselines in every runner."""
         if gpu:
-            check_memory(self.ref.name, self.fp, len(self.rows), torch.cuda.mem_get_info()[0])
+            check_memory(self.ref.name, self.fp, len(self.rows), free_gpu_bytes())
         refs0 = self.ref.model(init, self.seed, self.device, self.train)
         state = refs0.state_dict()
         if gpu and self.bench:

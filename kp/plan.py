@@ -38,6 +38,12 @@ def cpu_bench_refusal(fp: dict, available: int) -> str | None:
     return None
 
 
+def free_gpu_bytes() -> int:
+    """GPU memory free now, the figure the plan and the ceilings' probe sizes are made from."""
+    import torch
+    return torch.cuda.mem_get_info()[0]
+
+
 def memory_need(fp: dict, models: int) -> int:
     """GPU bytes the judge plans for: MEMORY_FACTOR x the problem's inputs, outputs and weights (the model's copy of
     the inputs, its output, PyTorch's output, the timing pool, the references' weights), plus one copy of the

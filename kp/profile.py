@@ -16,13 +16,8 @@ def kernel_base_name(name: str) -> str:
     for prefix in ("void ", "__global__ "):
         if s.startswith(prefix):
             s = s[len(prefix):]
-    depth, cut = 0, len(s)
-    for i, ch in enumerate(s):  # first '(' or '<' outside template brackets ends the qualified name
-        if ch in "(<" and depth == 0:
-            cut = i
-            break
-    s = s[:cut]
-    return s.split("::")[-1].strip()
+    cut = next((i for i, ch in enumerate(s) if ch in "(<"), len(s))  # parameters or template arguments end the name
+    return s[:cut].split("::")[-1].strip()
 
 
 def gpu_events(prof) -> list[dict]:

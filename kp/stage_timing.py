@@ -11,7 +11,7 @@ import torch
 from kp.errors import Rejected
 from kp.expected import _release, judge_output
 from kp.numerics import same_values
-from kp.plan import memory_need
+from kp.plan import free_gpu_bytes, memory_need
 from kp.timing import copy_bandwidth, gemm_rates, gpu_to_itself
 
 # Timed calls checked per row: one at a secret rep below the least reps, and at random at most this many more (each
@@ -22,10 +22,6 @@ EXTRA_CHECK_P = 0.05
 # since part of an input may rightly go unread (a triangular operand's zero half, an index that selects little).
 INPUT_FLOOR_FRACTION = 0.25
 FLOOR_MIN_MS = 0.005  # floors shorter than this are within the events' own resolution: not judged
-
-
-def free_gpu_bytes() -> int:
-    return torch.cuda.mem_get_info()[0]
 
 
 def reduce_samples(timing: dict, wall_ms: float) -> dict:

@@ -41,13 +41,16 @@ class Premises:
     """Fed each trial's inputs (`see`); then `broken(transform)` names the premises a derived input would break."""
 
     def __init__(self):
-        self.zeros: dict[int, torch.Tensor | None] = {}  # input index -> flat positions of the exact zeros every
-        #                                                  draw had (None: no such pattern)
+        self.zeros: dict[int, torch.Tensor | None] = {}  # input index -> flat positions that were exactly zero in
+        #                                                  every draw so far (None: no such position)
         self.shapes: dict[int, tuple] = {}
         self.symmetric: dict[int, bool] = {}
         self.draws = 0
 
     def see(self, inputs: list) -> None:
+        """The pattern is the positions zero in *every* draw, not one draw's zeros: a large draw has stray exact
+        zeros of its own (``torch.randn`` or ``torch.rand`` of 4096 x 4096 holds zero to three), which land elsewhere
+        each time and would otherwise erase a triangular pattern (KernelBench's triangular product at N = 4096)."""
         self.draws += 1
         for i, x in enumerate(inputs):
             if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel()):
@@ -55,9 +58,12 @@ class Premises:
             if self.draws == 1 or self.zeros.get(i) is not None:
                 where = (x == 0).reshape(-1).nonzero().squeeze(1)  # no zeros: an empty tensor, a few bytes
                 if self.draws == 1:
-                    self.zeros[i], self.shapes[i] = (where if where.numel() else None), tuple(x.shape)
-                elif not torch.equal(self.zeros[i], where):
-                    self.zeros[i] = None
+                    self.shapes[i] = tuple(x.shape)
+                elif tuple(x.shape) != self.shapes[i]:
+                    where = where[:0]
+                else:
+                    where = where[torch.isin(where, self.zeros[i])]
+                self.zeros[i] = where if where.numel() else None
             sym = x.dim() >= 2 and x.shape[-1] == x.shape[-2] and x.shape[-1] > 1 and \
                 bool(torch.equal(x, x.transpose(-1, -2)))
             self.symmetric[i] = self.symmetric.get(i, True) and sym

@@ -212,6 +212,8 @@ class ParityStage:
             saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
             try:
                 exp = refs.expected(pristine, self.precision)
+            except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
+                raise
             except Exception as e:
                 if not derive:
                     raise UsageError(f"the reference itself raised on its own inputs ({label}): "

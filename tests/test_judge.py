@@ -776,3 +776,20 @@ def test_out_of_gpu_memory_says_what_the_gpu_has_free():
     assert oom.startswith("trial 2 (seed 7): raised OutOfMemoryError") and "1.0 of 80.0 GiB free now" in oom
     other = raised("trial 1", "ValueError: bad shape", gpu_memory=lambda: (1, 2))
     assert other == "trial 1: raised ValueError: bad shape"
+
+
+def test_a_zero_pattern_survives_stray_zeros_of_single_draws():
+    """The pattern is what every draw has: a triangular input whose draws each hold an exact zero of their own in
+    the upper half (large torch.randn draws do) keeps its premise, so the shifted input is skipped."""
+    from kp.premises import Premises
+    p = Premises()
+    for stray in (5, 9, 14):
+        a = torch.triu(torch.randn(8, 8)) + torch.triu(torch.ones(8, 8))  # no accidental zeros above the diagonal
+        a.view(-1)[stray] = 0.0  # positions 5, 9, 14 lie on or above the diagonal
+        p.see([a])
+    assert p.broken("shifted -3") == "breaks the upper-triangular zero pattern every draw of input 0 has"
+    assert p.broken("negated") is None
+    q = Premises()
+    for _ in range(3):
+        q.see([torch.randn(8, 8) + 10])
+    assert q.broken("shifted -3") is None

@@ -8,7 +8,7 @@ import dataclasses
 import torch
 
 from kp.errors import Rejected, first_line
-from kp.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default
+from kp.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.layers import set_precision
 from kp.numerics import Err, ReductionLength, budget_from, clone_layout, reduction_length, rel_error
 from kp.reference import Reference, _as_list, apply_update, describe
@@ -77,6 +77,7 @@ class _Refs:
         self.r32 = ref.model(init, seed, device, train)
         self.r64 = float64_copy(self.r32, f64_device)
         self.f64_device = f64_device
+        self.moved = None  # why the float64 reference left the GPU during the run, if it did
         self.how = FLOAT64
         self.k = 1.0  # the reduction length of the latest call (its budget's floor)
         self.initial = {k: b.detach().clone() for k, b in self.r32.named_buffers()}  # what the calls change
@@ -112,6 +113,20 @@ class _Refs:
         a failed try changed are put back, so the stateful sequence stays in step."""
         x64 = as_float64(pristine, self.f64_device)
         while not self.fp32_only():
+            try:
+                return self._float64_try(x64)
+            except torch.OutOfMemoryError:  # the plan's estimate was short: the host has room, and says so
+                if self.f64_device == "cpu":
+                    raise
+                del x64
+                self.r64, self.f64_device = hold_on(self.r64, "cpu"), "cpu"
+                self.moved = "moved to the host after the GPU ran out of memory in its forward"
+                torch.cuda.empty_cache()
+                x64 = as_float64(pristine, "cpu")
+        return None
+
+    def _float64_try(self, x64: list):
+        while not self.fp32_only():
             saved = {k: b.clone() for k, b in self.r64.named_buffers()}
             try:
                 with torch.no_grad(), float64_default(), (Promote() if self.how == PROMOTED else
@@ -121,6 +136,8 @@ class _Refs:
                 with torch.no_grad():
                     for k, b in self.r64.named_buffers():
                         b.copy_(saved[k])
+                if isinstance(e, torch.OutOfMemoryError):
+                    raise
                 self.how = PROMOTED if self.how == FLOAT64 else \
                     f"fp32 only: the float64 copy raised {type(e).__name__}: {first_line(e)[:160]}"
         return None

@@ -47,7 +47,7 @@ from kp.build import progress
 from kp.errors import Rejected, UsageError, first_line
 from kp.expected import Row
 from kp.layers import PRECISIONS
-from kp.plan import check_memory, free_gpu_bytes, memory_need
+from kp.plan import check_memory, float64_on_gpu, free_gpu_bytes, memory_need
 from kp.reference import Reference
 from kp.registry import picks_per_call, runnable_variants, variant_factory
 from kp.stage_escape import EscapeStage
@@ -56,8 +56,6 @@ from kp.stage_parity import ConstructStage, KernelBenchCheck, MIN_TRIALS, Parity
 from kp.stage_timing import TimingStage
 from kp.worker import JOB_TIMEOUT_S, LocalRunner, ProcessRunner
 
-FLOAT64_ON_DEVICE_MAX = 512 << 20  # problems up to this footprint get their float64 reference on the GPU; larger
-#                                     ones on the host (a full float64 copy would not fit ~3x the footprint)
 MODES = ("train", "eval")
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -130,6 +128,7 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
         self.input_buffers: dict[int, torch.Tensor] = {}
         self.t_start = time.perf_counter()
         self._fp = None
+        self._f64_device, self.f64_where = "cpu", "the host (--device cpu)"
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -143,8 +142,9 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
 
     @property
     def f64_device(self) -> str:
-        fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
-        return self.device if fbytes <= FLOAT64_ON_DEVICE_MAX else "cpu"
+        """Where the float64 reference runs: decided with the memory plan (kp.plan.float64_on_gpu); the host
+        until then and on --device cpu."""
+        return self._f64_device
 
     # -- rows ---------------------------------------------------------------------------------------------------
     def add_candidate(self, path: str | Path) -> Row:
@@ -235,6 +235,7 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
             last[0] = now
         try:
             self._setup(init, gpu)
+            rec["float64_reference"] = self.f64_where
             mark("setup and baselines")
             self._import_rows()
             mark("import")
@@ -277,7 +278,12 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
     def _setup(self, init, gpu: bool) -> None:
         """The memory plan, then the eager and torch.compile baselines in every runner."""
         if gpu:
-            check_memory(self.ref.name, self.fp, len(self.rows), free_gpu_bytes())
+            free = free_gpu_bytes()
+            check_memory(self.ref.name, self.fp, len(self.rows), free)
+            on_gpu, why = float64_on_gpu(self.fp, len(self.rows), free)
+            self._f64_device = self.device if on_gpu else "cpu"
+            self.f64_where = f"{'the GPU' if on_gpu else 'the host'} ({why})"
+            self.log(f"{self.ref.name}: the float64 reference runs on {self.f64_where}")
         refs0 = self.ref.model(init, self.seed, self.device, self.train)
         state = refs0.state_dict()
         if gpu and self.bench:

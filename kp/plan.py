@@ -8,6 +8,9 @@ from pathlib import Path
 from kp.errors import UsageError
 
 MEMORY_FACTOR = 3  # the judge's peak GPU memory target: this many times the problem's inputs + outputs + weights
+FLOAT64_PEAK_FACTOR = 2.3  # GPU bytes the float64 reference needs: its forward's fp32 peak (LivePeak: inputs, weights,
+#                            intermediates) twice over in float64, and 15% for the allocator's rounding and the
+#                            comparison's chunks
 CPU_BENCH_MAX = 256 << 20  # on --device cpu, benchmark-shape calls run only when inputs + outputs are this small
 HOST_PEAK_FACTOR = 3  # ... and when this many times the forward's fp32 peak (LivePeak) fits the available host memory
 
@@ -49,6 +52,17 @@ def memory_need(fp: dict, models: int) -> int:
     the inputs, its output, PyTorch's output, the timing pool, the references' weights), plus one copy of the
     weights for each judged model beyond the first (every row is alive while rows are timed side by side)."""
     return MEMORY_FACTOR * (fp["inputs"] + fp["outputs"] + fp["weights"]) + max(models - 1, 0) * fp["weights"]
+
+
+def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
+    """Whether the float64 reference runs on the GPU, and why in words for the record: it does whenever the
+    plan's need and the float64 forward's peak fit in what the GPU has free (a problem of a few GB then takes
+    seconds where the host takes minutes); otherwise on the host."""
+    need = memory_need(fp, models)
+    f64 = int(FLOAT64_PEAK_FACTOR * fp.get("peak", fp["inputs"] + fp["outputs"] + fp["weights"]))
+    where = (f"{(need + f64) / 2**30:.1f} GiB needed with the float64 forward's peak of {f64 / 2**30:.1f} GiB, "
+             f"{free / 2**30:.1f} GiB free")
+    return need + f64 <= free, where
 
 
 def check_memory(name: str, fp: dict, models: int, free: int) -> None:

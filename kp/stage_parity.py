@@ -254,6 +254,8 @@ class ParityStage:
             del pristine, exp
             _release()
         premises.forget()
+        if refs.moved:
+            self.notes.append(f"the float64 reference {refs.moved}")
         if refs.fp32_only():
             self.notes.append(f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
                               f"relL2 budget {FP32_ONLY_BUDGET:g}")

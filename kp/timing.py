@@ -67,6 +67,13 @@ def _quantile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def median_known(t: Timing, rel: float) -> bool:
+    """Whether the median is known to +-rel: the half-width of its ~95% confidence interval, 1.57 IQR / sqrt(n)
+    (the notch of a box plot, McGill, Tukey and Larsen 1978), is within rel x median. A tight distribution stops
+    at the minimum repetitions; a noisy one runs until n makes up for its spread."""
+    return 1.57 * t.iqr_ms / math.sqrt(max(t.n, 1)) <= rel * t.median_ms
+
+
 def summarize(samples: list[float]) -> Timing:
     return Timing(_quantile(samples, 0.5), _quantile(samples, 0.25), _quantile(samples, 0.75), len(samples),
                   samples=list(samples))
@@ -104,10 +111,10 @@ HOLD_CYCLES = 2_000_000  # ~1 ms at H200 clocks: longer than any call here takes
 
 
 def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: int = 100, budget_s: float = 20.0,
-                      target_rel_iqr: float = 0.02, warmup: int = 3, before=None,
+                      target_rel_ci: float = 0.01, warmup: int = 3, before=None,
                       precede: bool = True, flush=None, clock: str = "cuda", after=None) -> dict[str, Timing]:
-    """Time several callables side by side: each round runs each once; rounds repeat until every IQR/median <
-    target or the wall budget is spent.
+    """Time several callables side by side: each round runs each once; rounds repeat until every median is known
+    to +-target_rel_ci (`median_known`), or max_reps or the wall budget is spent.
 
     Per sample: the L2 is flushed, then a sleep kernel holds the stream while the host enqueues the start event,
     the call and the stop event (nvbench's 'blocking kernel' idea), so the events measure the GPU time of the work
@@ -161,7 +168,7 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
             after(k, rep, samples[k][-1])
         if rep + 1 >= min_reps:
             t = {k: summarize(v) for k, v in samples.items()}
-            if all(x.iqr_ms <= target_rel_iqr * x.median_ms for x in t.values()) or time.perf_counter() > t_end:
+            if all(median_known(x, target_rel_ci) for x in t.values()) or time.perf_counter() > t_end:
                 break
     out = {k: summarize(v) for k, v in samples.items()}
     for k in out:

@@ -351,6 +351,16 @@ def test_memory_check_is_one_line():
         plan.check_memory("w", heavy, 4, 10 << 30)
 
 
+def test_float64_reference_on_the_gpu_whenever_it_fits():
+    """The softmax problem (6 GiB in, 6 GiB out, a forward peak of 12 GiB) keeps its float64 reference on an 80 GB
+    GPU that is free, and sends it to the host when other processes leave too little; the reason says both sides."""
+    fp = {"inputs": 6 << 30, "outputs": 6 << 30, "weights": 0, "flops": 0, "peak": 12 << 30}
+    on, why = plan.float64_on_gpu(fp, 1, 79 << 30)
+    assert on and "63.6 GiB needed" in why and "27.6 GiB" in why and "79.0 GiB free" in why
+    on, why = plan.float64_on_gpu(fp, 1, 50 << 30)
+    assert not on and "50.0 GiB free" in why
+
+
 def test_one_precision_path_for_ceilings(monkeypatch):
     """--precision tf32 measures the TF32 GEMM ceiling (the same code for variants and candidates)."""
     seen = []
@@ -793,3 +803,13 @@ def test_a_zero_pattern_survives_stray_zeros_of_single_draws():
     for _ in range(3):
         q.see([torch.randn(8, 8) + 10])
     assert q.broken("shifted -3") is None
+
+
+def test_timing_stops_once_the_median_is_known_to_one_percent():
+    """A tight distribution is known at ten samples; one whose IQR is 5% of the median needs about 60."""
+    from kp.timing import median_known, summarize
+    tight = summarize([1.0 + 0.001 * (i % 5) for i in range(10)])
+    assert median_known(tight, 0.01)
+    noisy = [1.0 + 0.1 * ((i * 7) % 11) / 10 for i in range(10)]
+    assert not median_known(summarize(noisy), 0.01)
+    assert median_known(summarize(noisy * 40), 0.01)

@@ -105,6 +105,14 @@ class _Refs:
                     if saved and f"{id(m)}:{n}" in saved:
                         b.copy_(saved[f"{id(m)}:{n}"])
 
+    def to_host(self) -> bool:
+        """The float64 reference to the host from here on, its GPU memory handed back; False when it is there."""
+        if self.f64_device == "cpu":
+            return False
+        self.r64, self.f64_device = hold_on(self.r64, "cpu"), "cpu"
+        _release()
+        return True
+
     def fp32_only(self) -> bool:
         return self.how.startswith("fp32 only")
 
@@ -119,9 +127,8 @@ class _Refs:
                 if self.f64_device == "cpu":
                     raise
                 del x64
-                self.r64, self.f64_device = hold_on(self.r64, "cpu"), "cpu"
+                self.to_host()
                 self.moved = "moved to the host after the GPU ran out of memory in its forward"
-                torch.cuda.empty_cache()
                 x64 = as_float64(pristine, "cpu")
         return None
 

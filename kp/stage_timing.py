@@ -22,6 +22,11 @@ EXTRA_CHECK_P = 0.05
 # since part of an input may rightly go unread (a triangular operand's zero half, an index that selects little).
 INPUT_FLOOR_FRACTION = 0.25
 FLOOR_MIN_MS = 0.005  # floors shorter than this are within the events' own resolution: not judged
+# The float64 reference of a checked timed call stays on the GPU only for problems up to this footprint: while the
+# worker times, its pool of inputs holds the GPU, and a float64 forward of a multi-GB problem beside it ran the worker
+# out of memory (a 6.4 GB GELU on an 80 GB GPU); the parity calls, where the worker waits, keep it on the GPU
+# wherever kp.plan.float64_on_gpu finds room.
+FLOAT64_TIMED_ON_GPU_MAX = 512 << 20
 
 
 def reduce_samples(timing: dict, wall_ms: float) -> dict:
@@ -74,6 +79,11 @@ class TimingStage:
         """Escape and own kernel, timing, then the traffic, memory and ceilings of the record: with the GPU to this
         judge alone (no other judge's kernels)."""
         t0 = time.perf_counter()
+        fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
+        refs = getattr(self, "refs", None)
+        if refs is not None and fbytes > FLOAT64_TIMED_ON_GPU_MAX and refs.to_host():
+            self.f64_where += "; the host for the checked timed calls"
+            rec["float64_reference"] = self.f64_where
         self._rebuild(init)
         with gpu_to_itself(self.log):
             self._each(self._escape)  # first: work that escapes the timer would also race the timing loop

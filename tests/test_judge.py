@@ -813,3 +813,31 @@ def test_timing_stops_once_the_median_is_known_to_one_percent():
     noisy = [1.0 + 0.1 * ((i * 7) % 11) / 10 for i in range(10)]
     assert not median_known(summarize(noisy), 0.01)
     assert median_known(summarize(noisy * 40), 0.01)
+
+
+def test_float64_reference_falls_back_to_the_host_when_the_gpu_runs_out(monkeypatch):
+    """A float64 forward that runs out of GPU memory is repeated on the host and the record's note says so; a
+    reference already on the host passes the error on (the judge's own one-line out-of-memory verdict)."""
+    ref = judge.Reference.load(("file", str(CASES_DIR / "layernorm" / "ref.py")))
+    refs = expected._Refs(ref, ref.init(), 0, "cpu", "cpu")
+    x = ref.inputs(1, "cpu")
+    want = refs.expected(x, "fp32").r64[0]
+    refs.f64_device = "gpu that ran out"  # as if the plan had put it on the GPU
+    real, tries = expected._Refs._float64_try, []
+
+    def short_of_memory(self, x64):
+        tries.append(self.f64_device)
+        if self.f64_device != "cpu":
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(self, x64)
+    as64 = expected.as_float64
+    monkeypatch.setattr(expected, "as_float64", lambda xs, device: as64(xs, "cpu"))  # no such device to copy to
+    monkeypatch.setattr(expected._Refs, "_float64_try", short_of_memory)
+    got = refs.expected(x, "fp32").r64[0]
+    assert tries == ["gpu that ran out", "cpu"] and refs.f64_device == "cpu" and "ran out of memory" in refs.moved
+    assert not refs.to_host()  # already there
+    monkeypatch.setattr(expected._Refs, "_float64_try", lambda self, x64: (_ for _ in ()).throw(
+        torch.OutOfMemoryError("host")))
+    with pytest.raises(torch.OutOfMemoryError):
+        refs.expected(x, "fp32")
+    assert torch.equal(got, want)

@@ -81,6 +81,7 @@ class _Refs:
         self.how = FLOAT64
         self.k = 1.0  # the reduction length of the latest call (its budget's floor)
         self.initial = {k: b.detach().clone() for k, b in self.r32.named_buffers()}  # what the calls change
+        self.initial_state = {k: v.detach().clone() for k, v in self.r32.state_dict().items()}  # as built
 
     def state(self) -> dict:
         return self.r32.state_dict()

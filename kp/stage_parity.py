@@ -74,6 +74,23 @@ class ConstructStage:
         return (f"right at its own same-seed initialisation, wrong with the reference's weights loaded {how}: its "
                 f"parameters mean something else (e.g. pre-scaled, transposed or folded)")
 
+    def _eval_semantics(self, row: Row, init, label: str, pristine: list) -> str | None:
+        """A training-mode row wrong at its first call, judged once more against the reference in eval mode (a fresh
+        one, as built): when that passes, the candidate normalises with running statistics where a training Model
+        uses the batch's, the defect of BatchNorm folded or fused for inference, and the reason says so."""
+        if not (self.train and any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats
+                                   for m in self.refs.r32.modules())):
+            return None
+        try:
+            exp = _Refs(self.ref, init, self.seed, self.device, self.refs.f64_device, train=False).expected(
+                pristine, self.precision)
+            self._build(row, self.refs, init, self.seed, stage=label, state=self.refs.initial_state)
+            self._check_call(row, label, pristine, exp)
+        except Rejected:
+            return None
+        return ("it matches the reference in eval mode: it normalises with BatchNorm's running statistics where a "
+                "training-mode Model uses the batch's (--mode eval judges inference semantics)")
+
 
 class ParityStage:
     """Parity: one stateful sequence of checked calls on benchmark-shape inputs, then the declared cases (methods of
@@ -241,11 +258,12 @@ class ParityStage:
                     if changed and passed_before.get(row.label):
                         raise Rejected(f"{e}; it passed before the weights changed ({upd}): a value derived from "
                                        f"the weights is not recomputed (stale weight cache)") from None
-                    if not passed_before.get(row.label) and not upd and not derive and row.names and \
-                            ("relL2" in str(e) or "NaN/Inf" in str(e)):
-                        hint = self._own_init(row, init, label, pristine, exp)
-                        if hint:
-                            raise Rejected(f"{e}; {hint}") from None
+                    first = not passed_before.get(row.label) and not upd and not derive and \
+                        ("relL2" in str(e) or "NaN/Inf" in str(e))
+                    hint = first and row.names and self._own_init(row, init, label, pristine, exp)
+                    hint = hint or (first and self._eval_semantics(row, init, label, pristine))
+                    if hint:
+                        raise Rejected(f"{e}; {hint}") from None
                     raise
                 passed_before[row.label] = True
                 self._check_buffers(row, f"buffers after {label}", refs)

@@ -49,6 +49,7 @@ CAUSES = [
     ("import failed: its extension does not build", r"^rejected: import: .*(Error building extension|failed to build)"),
     ("import failed", r"^rejected: import"),
     ("eval mode where the reference trains", r"ModelNew is in eval mode"),
+    ("running statistics where the reference trains", r"matches the reference in eval mode"),
     ("construct failed", r"^rejected: construct"),
     ("tampering", r"the candidate replaced"),
     ("work escaped the timed stream", r"^rejected: escape"),

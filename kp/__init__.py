@@ -9,8 +9,9 @@ LAYER_ORDER = (
     "errors", "numerics", "float64", "premises", "sandbox", "registry",
     # building: a candidate's box paths, the compile cache, the layers models/ are made of
     "boxstart", "build", "layers",
-    # one judged call: the reference, timing, profiles, the worker that runs a model, the boxed worker's entry
-    "reference", "timing", "profile", "worker", "boxed",
+    # one judged call: the reference, timing, profiles, what is watched in a candidate's process, the worker that
+    # runs a model, the boxed worker's entry
+    "reference", "timing", "profile", "guards", "worker", "boxed",
     # reading and saying: Nsight Compute, the tables
     "ncu", "report",
     # the judge: its memory plan, what a call must return, its stages (construct and parity, escape and own kernel,

@@ -495,11 +495,13 @@ def has_experiments(path: Path) -> bool:
 
 
 def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] = ("sm_90a",),
-                  experiments: bool = False) -> tuple[bool, str]:
+                  experiments: bool = False, optimise: bool = True) -> tuple[bool, str]:
     """nvcc -c for the given architectures ('sm_XY[a]' names) in one invocation (device passes in parallel), with
     the shipped build's flags (experiments: the bench scripts' build, A/B hooks compiled in). The plain targets
     share one PTX (the lowest) with SASS for each of them, which is what a portable build runs on those GPUs; an
-    'a' target gets its own pass."""
+    'a' target gets its own pass. optimise=False: the device passes at -O0 (cicc and ptxas), which still parse,
+    type-check, lower and assemble every line for the target and check its resources, in half the time; what
+    only the optimiser can fail on is left to the real build."""
     from torch.utils.cpp_extension import include_paths
     flags = build_flags(parse_arch(archs[0]), experiments)
     plain = sorted((parse_arch(a) for a in archs if not a.endswith("a")))
@@ -508,6 +510,8 @@ def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] 
         sass = ",".join(f"sm_{M}{m}" for M, m in plain)
         gencodes.append(f"-gencode=arch=compute_{plain[0][0]}{plain[0][1]},code=[{sass}]")
     cuda_flags = [f for f in flags["cuda_cflags"] if not f.startswith("-gencode")] + gencodes + ["--threads", "0"]
+    if not optimise:
+        cuda_flags += ["-Xcicc", "-O0", "-Xptxas", "-O0"]
     py_inc = sysconfig.get_paths()["include"]
     incs = [f"-I{p}" for p in include_paths()] + [f"-I{py_inc}"] + [f"-I{p}" for p in flags["include_paths"]]
     obj = out_dir / (path.parent.name + "__" + path.stem + ("_experiments" if experiments else "") + ".o")

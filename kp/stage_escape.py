@@ -5,7 +5,7 @@ from __future__ import annotations
 from kp.errors import Rejected
 from kp.expected import Row
 from kp.profile import kernel_base_name
-from kp.worker import escape_threshold_ms, host_clock_excess_ms, window_violations
+from kp.guards import escape_threshold_ms, host_clock_excess_ms, window_violations
 
 ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import harness
-from kp import expected, judge, plan, profile, reference, stage_escape, stage_timing, worker
+from kp import expected, guards, judge, plan, profile, reference, stage_escape, stage_timing, worker
 from conftest import HAS_GPU, gpu, run_script as run
 
 WRONG = sorted((harness.ROOT / "tests" / "wrong").glob("*.py"))
@@ -132,20 +132,20 @@ def test_kernel_base_name():
 def test_window_violations():
     ev = lambda n, ts, dur, s=7: {"name": n, "ts": ts, "dur": dur, "stream": s, "kind": "kernel"}
     inside = [ev("mark", 0, 10), ev("k", 12, 100), ev("mark", 120, 10)]
-    assert worker.window_violations(inside, "mark") == ([], (10, 120))
+    assert guards.window_violations(inside, "mark") == ([], (10, 120))
     late = [ev("mark", 0, 10), ev("side", 12, 200, s=9), ev("mark", 20, 10)]
-    bad, w = worker.window_violations(late, "mark")
+    bad, w = guards.window_violations(late, "mark")
     assert [b["name"] for b in bad] == ["side"] and w == (10, 20)
-    assert worker.window_violations([ev("k", 0, 1)], "mark")[1] is None  # no markers: caller rejects
+    assert guards.window_violations([ev("k", 0, 1)], "mark")[1] is None  # no markers: caller rejects
 
 
 def test_host_clock_escape_rule():
     honest = [(3.45, 3.40, 0.05)] * 5  # wall = events + sync latency
     hidden = [(3.45, 0.01, 0.05)] * 5  # the events saw nothing: the work ran elsewhere
     slow_host = [(0.30, 0.02, 0.28)] * 5  # enqueue-bound call: wall follows the host, not an escape
-    assert worker.host_clock_excess_ms(honest) < worker.escape_threshold_ms(3.40)
-    assert worker.host_clock_excess_ms(hidden) > worker.escape_threshold_ms(0.01)
-    assert worker.host_clock_excess_ms(slow_host) < worker.escape_threshold_ms(0.02)
+    assert guards.host_clock_excess_ms(honest) < guards.escape_threshold_ms(3.40)
+    assert guards.host_clock_excess_ms(hidden) > guards.escape_threshold_ms(0.01)
+    assert guards.host_clock_excess_ms(slow_host) < guards.escape_threshold_ms(0.02)
 
 
 class _EscapeReplies:
@@ -226,32 +226,32 @@ def test_budget_reason_is_one_line():
 
 
 def test_fingerprint_sees_a_patched_torch_function():
-    before = worker.namespace_fingerprint()
+    before = guards.namespace_fingerprint()
     orig = torch.softmax
     try:
         torch.softmax = lambda *a, **k: orig(*a, **k)
-        assert "torch.softmax" in worker.fingerprint_changes(before)
+        assert "torch.softmax" in guards.fingerprint_changes(before)
     finally:
         torch.softmax = orig
-    assert worker.fingerprint_changes(before) == []
+    assert guards.fingerprint_changes(before) == []
 
 
 def test_fingerprint_sees_code_swapped_in_place_and_a_changed_constant():
     from kp import timing
-    before = worker.namespace_fingerprint()
+    before = guards.namespace_fingerprint()
     code, hold = timing.summarize.__code__, timing.HOLD_CYCLES
     try:
         timing.summarize.__code__ = (lambda samples: None).__code__  # same object, new behaviour
         assert "kp.timing.summarize (in place: its code, defaults, closure or contents)" in \
-            worker.fingerprint_changes(before)
+            guards.fingerprint_changes(before)
     finally:
         timing.summarize.__code__ = code
     try:
         timing.HOLD_CYCLES = 1
-        assert "kp.timing.HOLD_CYCLES" in worker.fingerprint_changes(before)
+        assert "kp.timing.HOLD_CYCLES" in guards.fingerprint_changes(before)
     finally:
         timing.HOLD_CYCLES = hold
-    assert worker.fingerprint_changes(before) == []
+    assert guards.fingerprint_changes(before) == []
 
 
 def test_late_threads_are_those_the_candidate_left_working(tmp_path):
@@ -273,7 +273,7 @@ def test_late_threads_are_those_the_candidate_left_working(tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     orig_start = threading.Thread.start
-    worker.watch_thread_starts(str(tmp_path))
+    guards.watch_thread_starts(str(tmp_path))
     before = {t.ident for t in threading.enumerate()}
     ev = threading.Event()
     try:
@@ -281,10 +281,10 @@ def test_late_threads_are_those_the_candidate_left_working(tmp_path):
         ours.start()
         p = mod.pool()
         time.sleep(0.05)
-        assert worker.late_threads(before, str(tmp_path)) == []
+        assert guards.late_threads(before, str(tmp_path)) == []
         started = [mod.timer(ev), mod.own_thread(ev), mod.builtin_thread(ev)]
         time.sleep(0.05)
-        late = worker.late_threads(before, str(tmp_path))
+        late = guards.late_threads(before, str(tmp_path))
         assert len(late) == 3, late
         assert any("Timer yet to fire" in x for x in late) and any("cand_threads.py:sleepy" in x for x in late)
     finally:
@@ -294,7 +294,7 @@ def test_late_threads_are_those_the_candidate_left_working(tmp_path):
             t.join(5)
         p.shutdown()
         threading.Thread.start = orig_start
-    assert worker.late_threads(before, str(tmp_path)) == []
+    assert guards.late_threads(before, str(tmp_path)) == []
 
 
 def test_state_map_by_name_then_by_order():

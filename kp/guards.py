@@ -1,0 +1,281 @@
+"""What the worker watches in a candidate's process besides its outputs: whether anything the judge, the timer or
+the baselines reach was replaced or changed in place (the namespace fingerprint), threads the candidate left
+working after a call, extension builds that failed before the candidate fell back to PyTorch, the libraries it
+loaded, its modules' train/eval sensitivity, and the escape check's arithmetic (GPU work outside the timed window,
+the host clock's excess over the CUDA events)."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+from pathlib import Path
+
+import torch
+
+def window_violations(events: list[dict], marker: str) -> tuple[list[dict], tuple[float, float] | None]:
+    """GPU activities outside the window between the first and the last `marker` kernel (trace microseconds).
+    Returns (violations, window); window None when the markers are missing (that itself is a failure)."""
+    marks = [e for e in events if e["name"] == marker]
+    if len(marks) < 2:
+        return [], None
+    lo = marks[0]["ts"] + marks[0]["dur"]
+    hi = marks[-1]["ts"]
+    inside = [e for e in events if e is not marks[0] and e is not marks[-1]]
+    bad = [e for e in inside if e["ts"] < lo - 1.0 or e["ts"] + e["dur"] > hi + 1.0]  # 1 us: trace rounding
+    return bad, (lo, hi)
+
+
+def host_clock_excess_ms(samples: list[tuple[float, float, float]]) -> float:
+    """samples: (wall ms from before the start event to after a device-wide synchronize, event ms, enqueue ms).
+    Work on the timed stream finishes within max(enqueue, event) plus a synchronize's latency; the median excess
+    beyond that is time the events did not see."""
+    ex = sorted(w - max(ev, enq) for w, ev, enq in samples)
+    return ex[len(ex) // 2] if ex else 0.0
+
+
+def escape_threshold_ms(event_ms: float) -> float:
+    """Excess over which the host clock says work escaped: 0.2 ms (synchronize + Python latency seen on an H200 is
+    tens of us) plus 20% of the call."""
+    return 0.2 + 0.2 * event_ms
+
+
+def _namespaces():
+    import time as time_mod
+    import torch.nn.functional as F
+    own = [(name, mod) for name, mod in list(sys.modules.items()) if mod is not None and _own_module(name)]
+    return {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
+            "torch._C.TensorBase": torch._C.TensorBase, "torch.nn.Module": torch.nn.Module,
+            "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
+            "torch.profiler": torch.profiler, "torch.special": torch.special, "torch.linalg": torch.linalg,
+            "torch.optim.SGD": torch.optim.SGD, "time": time_mod, "threading.Thread": threading.Thread, "os": os,
+            # the playground's own modules a candidate could patch (the façade and everything behind it), and the
+            # classes they define (kp.timing.L2Flusher, Timing, the Worker itself)
+            **{name: mod for name, mod in own},
+            **{f"{name}.{k}": c for name, mod in own for k, c in list(vars(mod).items())
+               if isinstance(c, type) and c.__module__ == name}}
+
+
+def _behaviour(v) -> tuple:
+    """What a callable's behaviour rests on besides its identity, each part by identity: a Python function's code
+    object, defaults, keyword defaults and closure cells with their contents (a function can be given new code in
+    place, `f.__code__ = g.__code__`, and keep its identity); a class's own attributes (its methods, each the same
+    way, as a namespace of its own: an attribute torch adds lazily is not a change). Builtins have none of these and
+    cannot be changed in place."""
+    f = getattr(v, "__func__", v)  # a bound method or classmethod: the function behind it
+    if isinstance(v, type):  # by identity here; the classes the timer uses are namespaces of their own
+        return ()
+    if isinstance(f, (staticmethod, classmethod)):
+        f = f.__func__
+    if isinstance(f, property):
+        return tuple(_behaviour(x) for x in (f.fget, f.fset, f.fdel))
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return ()
+    cells = tuple((c, c.cell_contents if _filled(c) else None) for c in (f.__closure__ or ()))
+    kwd = tuple(f.__kwdefaults__.items()) if f.__kwdefaults__ else ()
+    return (code, f.__defaults__, tuple((k, x) for k, x in kwd), cells)
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:  # an empty cell
+        return False
+
+
+def _own_module(name: str) -> bool:
+    return name == "harness" or name == "kp" or name.startswith("kp.")
+
+
+def namespace_fingerprint() -> dict[str, tuple]:
+    """Every callable the judge, the timer and the baselines can reach by attribute lookup: its identity and what
+    its behaviour rests on (_behaviour); and every other global of the playground's own modules (the timer's
+    constants), by identity, with a shallow copy of the contents of a constant (an UPPER_CASE list, dict or set;
+    private caches such as the kernel cache's table of loaded builds fill as they are used)."""
+    snap = {}
+    for ns_name, ns in _namespaces().items():
+        own = _own_module(ns_name)
+        for k, v in list(vars(ns).items()):
+            if isinstance(v, types.ModuleType):
+                continue
+            if callable(v):
+                snap[f"{ns_name}.{k}"] = (v, *_behaviour(v))
+            elif own and not (k.startswith("__") and k.endswith("__")):  # not __doc__, __spec__, ...
+                const = k.isupper() and not k.startswith("_")
+                contents = () if not const else tuple(v.items()) if isinstance(v, dict) else \
+                    tuple(v) if isinstance(v, (list, set)) else ()
+                snap[f"{ns_name}.{k}"] = (v, *contents)
+    return snap
+
+
+def fingerprint_changes(before: dict[str, tuple]) -> list[str]:
+    """The names whose object was replaced ('torch.softmax'), or kept but changed in place ('kp.timing.summarize
+    (its code, defaults or closure)'), since `before`."""
+    now = namespace_fingerprint()
+    out = []
+    for k, old in before.items():
+        new = now.get(k)
+        if new is None or new[0] is not old[0]:
+            out.append(k)
+        elif len(new) != len(old) or any(a is not b for a, b in zip(_flat(new), _flat(old))):
+            out.append(f"{k} (in place: its code, defaults, closure or contents)")
+    return sorted(out)
+
+
+def _flat(t):
+    for x in t:
+        if isinstance(x, tuple):
+            yield from _flat(x)
+        else:
+            yield x
+
+
+def loaded_objects() -> set[str]:
+    try:
+        with open("/proc/self/maps") as f:
+            return {ln.split(None, 5)[5].strip() for ln in f if ln.count(" ") >= 5 and ".so" in ln}
+    except OSError:
+        return set()
+
+
+def system_prefixes() -> list[str]:
+    import site
+    from torch.utils.cpp_extension import CUDA_HOME
+    pre = [os.path.dirname(torch.__file__), sys.prefix, sys.base_prefix, "/usr/lib", "/lib", "/usr/local/lib",
+           "/usr/local/nvidia", "/usr/local/cuda"]
+    pre += site.getsitepackages() + [site.getusersitepackages()]
+    if CUDA_HOME:
+        pre.append(CUDA_HOME)
+    return [p for p in pre if p]
+
+
+def first_compiler_error(text: str) -> str:
+    """The compiler's first error line in a failed extension build's message (nvcc, gcc and ninja alike)."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    for ln in lines:
+        if "error" in ln.lower() and not ln.lower().startswith(("ninja: build stopped", "[")) \
+                and "Error building extension" not in ln:
+            return ln[:240]
+    return lines[0][:240] if lines else ""
+
+
+def record_build_failures(sink: list) -> None:
+    """Wrap torch.utils.cpp_extension's load and load_inline so a build that fails is recorded (extension name,
+    the compiler's first error) before the exception reaches the candidate, which may catch it and fall back to
+    PyTorch: the verdict then says its kernel never ran. Installed before the namespace fingerprint is taken."""
+    import functools
+    from torch.utils import cpp_extension as ext
+
+    def wrap(fn):
+        if getattr(fn, "_kp_records_failures", False):
+            return fn
+
+        @functools.wraps(fn)
+        def recorded(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                name = kwargs.get("name", args[0] if args else "?")
+                sink.append({"extension": str(name), "error": first_compiler_error(e) or type(e).__name__})
+                raise
+        recorded._kp_records_failures = True
+        return recorded
+    for attr in ("load", "load_inline"):
+        setattr(ext, attr, wrap(getattr(ext, attr)))
+
+
+def settle_torch() -> None:
+    """What torch itself installs the first time it compiles (torch.compile wraps nn.Module.__init__/__setstate__
+    and every optimizer's _init_group), done before the fingerprint so that a candidate using torch.compile is
+    not mistaken for one that patches torch."""
+    try:
+        from torch._dynamo.mutation_guard import install_generation_tagging_init
+        install_generation_tagging_init()
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from torch._dynamo.eval_frame import TorchPatcher
+        TorchPatcher.patch()
+    except (ImportError, AttributeError):
+        pass
+
+
+def late_message(threads: list[str]) -> str:
+    return (f"a thread the candidate started is still working after the call returned ({'; '.join(threads[:3])}):"
+            f" work finished outside the call escapes the timer")
+
+
+_POOL = os.path.join("concurrent", "futures", "thread.py")
+
+
+def _in(folder: str, code) -> bool:
+    return code.co_filename.startswith(folder + os.sep)
+
+
+def watch_thread_starts(folder: str) -> None:
+    """Mark every thread started from code in the candidate's folder (the starting call's stack holds one of its
+    frames, also where it starts a thread through a library such as torch.compile's pools), so that threads the
+    judge's own machinery starts (multiprocessing's resource sharer) are not held against it. Installed before the
+    namespace fingerprint, which covers threading.Thread."""
+    orig = threading.Thread.start
+    if getattr(orig, "_kp_watch", False):
+        return
+
+    def start(self, *args, **kwargs):
+        f = sys._getframe(1)
+        while f is not None:
+            if _in(folder, f.f_code):
+                self._kp_by_candidate = True
+                break
+            f = f.f_back
+        return orig(self, *args, **kwargs)
+    start._kp_watch = True
+    threading.Thread.start = start
+
+
+def late_threads(before: set, folder: str) -> list[str]:
+    """Threads the candidate left working after a call: alive, not alive before its import, started by its code
+    (watch_thread_starts) or running its code, and now running its code, running a thread pool's work item, running
+    a target that is not Python code (a builtin, a functools.partial), or a Timer yet to fire. A thread that finishes
+    the work after the call returns hides that work from the timer. Threads parked in library code (torch.compile's
+    pools, a progress bar's monitor) are not counted."""
+    frames = sys._current_frames()
+    out = []
+    for t in threading.enumerate():
+        if t.ident in before or t is threading.current_thread() or not t.is_alive():
+            continue
+        stack, f = [], frames.get(t.ident)
+        while f is not None:
+            stack.append(f.f_code)
+            f = f.f_back
+        own = next((c for c in stack if _in(folder, c)), None)
+        if own is None and not getattr(t, "_kp_by_candidate", False):
+            continue
+        target = getattr(t, "_target", None)
+        if own:
+            out.append(f"{t.name} in {Path(own.co_filename).name}:{own.co_name}")
+        elif any(c.co_name == "run" and c.co_filename.endswith(_POOL) for c in stack):
+            out.append(f"{t.name} running a thread pool's work item")
+        elif isinstance(t, threading.Timer) and not t.finished.is_set():
+            out.append(f"{t.name}, a Timer yet to fire")
+        elif target is not None and not hasattr(getattr(target, "__func__", target), "__code__"):
+            out.append(f"{t.name} running {getattr(target, '__name__', type(target).__name__)}")
+    return out
+
+
+TRAIN_SENSITIVE = ("BatchNorm", "InstanceNorm", "Dropout", "SyncBatchNorm")
+
+
+def train_sensitive(model) -> list[str]:
+    """Module types in `model` whose forward differs between training and eval mode."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.nn.modules.dropout import _DropoutNd
+    from torch.nn.modules.instancenorm import _InstanceNorm
+    out = []
+    for m in (model.modules() if isinstance(model, torch.nn.Module) else []):
+        if isinstance(m, _BatchNorm) or (isinstance(m, _InstanceNorm) and m.track_running_stats) or \
+                (isinstance(m, _DropoutNd) and m.p > 0):
+            out.append(type(m).__name__)
+    return list(dict.fromkeys(out))

@@ -26,6 +26,21 @@ def window_violations(events: list[dict], marker: str) -> tuple[list[dict], tupl
     return bad, (lo, hi)
 
 
+def busy_ms(events: list[dict], marker: str, window: tuple[float, float] | None) -> float:
+    """How long the call's own GPU activities (those inside the marker window) kept the GPU busy, in ms: the union
+    of their intervals, so launch gaps do not count and overlapping streams count once. The profiler's activity
+    records (CUPTI) are made outside Python; a timed median far below this did not measure the whole call."""
+    if window is None:
+        return 0.0
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] != marker)
+    total, end = 0.0, float("-inf")
+    for a, b in spans:
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total / 1e3
+
+
 def host_clock_excess_ms(samples: list[tuple[float, float, float]]) -> float:
     """samples: (wall ms from before the start event to after a device-wide synchronize, event ms, enqueue ms).
     Work on the timed stream finishes within max(enqueue, event) plus a synchronize's latency; the median excess

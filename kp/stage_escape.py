@@ -5,7 +5,7 @@ from __future__ import annotations
 from kp.errors import Rejected
 from kp.expected import Row
 from kp.profile import kernel_base_name
-from kp.guards import escape_threshold_ms, host_clock_excess_ms, window_violations
+from kp.guards import busy_ms, escape_threshold_ms, host_clock_excess_ms, window_violations
 
 ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
 
@@ -31,7 +31,8 @@ class EscapeStage:
                 e, ev_ms, excess, bad, window = again
         info = {"host_excess_ms": excess, "threshold_ms": escape_threshold_ms(ev_ms), "event_ms": ev_ms,
                 "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
-                "outside_window": [(x["name"][:80], x["stream"]) for x in bad]}
+                "outside_window": [(x["name"][:80], x["stream"]) for x in bad],
+                "busy_ms": busy_ms(e["events"], e["marker"], window)}
         row.escape = info
         if window is None:
             raise Rejected("escape: the profiler saw no marker kernels (is the profiler working here?)")

@@ -22,6 +22,8 @@ EXTRA_CHECK_P = 0.05
 # since part of an input may rightly go unread (a triangular operand's zero half, an index that selects little).
 INPUT_FLOOR_FRACTION = 0.25
 FLOOR_MIN_MS = 0.005  # floors shorter than this are within the events' own resolution: not judged
+BUSY_FRACTION = 0.5  # a median under this fraction of the GPU busy time the profiler saw for the same call is not
+#                     the call's time (clocks and noise move one call's time by percents between two runs, not 2x)
 # The float64 reference of a checked timed call stays on the GPU only for problems up to this footprint: while the
 # worker times, its pool of inputs holds the GPU, and a float64 forward of a multi-GB problem beside it ran the worker
 # out of memory (a 6.4 GB GELU on an 80 GB GPU); the parity calls, where the worker waits, keep it on the GPU
@@ -72,6 +74,17 @@ def below_floor(median_ms: float, input_bytes: int, bandwidth: float) -> str | N
     return None
 
 
+def below_busy(median_ms: float, busy: float | None) -> str | None:
+    """Why a median cannot be the call's time, or None: under BUSY_FRACTION of the time the profiler saw the call's
+    own GPU work take in the escape stage (same inputs' shape, L2 flushed the same way). Two honest measurements of
+    one call differ by clocks and noise, never by half; a median that small was taken by events that do not bound the
+    call (a start event recorded again from inside it)."""
+    if busy and busy - median_ms > FLOOR_MIN_MS and median_ms < BUSY_FRACTION * busy:
+        return (f"timing: median {median_ms * 1e3:.1f} us is under {BUSY_FRACTION:g} x the {busy * 1e3:.1f} us the "
+                f"profiler saw the call's own GPU work take: the timed events did not bound the call")
+    return None
+
+
 class TimingStage:
     """Methods of kp.judge.Judge: the stage's state is the judge's."""
 
@@ -106,6 +119,11 @@ class TimingStage:
                         pass
             rec["peak_gpu_bytes"] = sum(peaks)
             rec["memory_need"] = memory_need(self.fp, len(self.rows))
+            for row in self.live():  # a time the call's own profiled work contradicts: not the call's time
+                if row.runner.isolated and row.label in rec.get("timing", {}):
+                    why = below_busy(rec["timing"][row.label]["median_ms"], (row.escape or {}).get("busy_ms"))
+                    if why:
+                        row.reject(why)
             if self.bench and rec.get("timing"):
                 rec.update(self.ceilings(rec["traffic"]["eager"]))
                 for row in self.live():  # a time the hardware cannot give: not measured

@@ -841,3 +841,18 @@ def test_float64_reference_falls_back_to_the_host_when_the_gpu_runs_out(monkeypa
     with pytest.raises(torch.OutOfMemoryError):
         refs.expected(x, "fp32")
     assert torch.equal(got, want)
+
+
+def test_a_median_under_half_the_profiled_busy_time_is_not_the_calls_time():
+    """The escape stage's profile of one call (activities inside the marker window: gaps between launches left out,
+    overlapping streams counted once) bounds what the timed events may report for the same call."""
+    ev = lambda name, ts, dur: {"name": name, "ts": ts, "dur": dur}
+    events = [ev("mark", 0, 10), ev("a", 20, 100), ev("b", 50, 100), ev("c", 400, 50), ev("mark", 1000, 10)]
+    window = guards.window_violations(events, "mark")[1]
+    assert guards.busy_ms(events, "mark", window) == pytest.approx((150 - 20 + 50) / 1e3)  # 180 us, the gap not
+    assert guards.busy_ms(events, "mark", None) == 0.0
+    assert stage_timing.below_busy(0.170, 0.180) is None  # within noise of the profiled time
+    why = stage_timing.below_busy(0.060, 0.180)  # a start event re-recorded two thirds of the way in
+    assert why.startswith("timing: median 60.0 us is under 0.5 x the 180.0 us") and "did not bound" in why
+    assert stage_timing.below_busy(0.001, 0.004) is None  # within the events' own resolution
+    assert stage_timing.below_busy(0.05, None) is None  # no escape profile (a CPU run)

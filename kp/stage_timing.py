@@ -24,9 +24,10 @@ INPUT_FLOOR_FRACTION = 0.25
 FLOOR_MIN_MS = 0.005  # floors shorter than this are within the events' own resolution: not judged
 BUSY_FRACTION = 0.5  # a median under this fraction of the GPU busy time the profiler saw for the same call is not
 #                     the call's time (clocks and noise move one call's time by percents between two runs, not 2x)
-# The float64 reference of a checked timed call stays on the GPU only for problems up to this footprint: while the
-# worker times, its pool of inputs holds the GPU, and a float64 forward of a multi-GB problem beside it ran the worker
-# out of memory (a 6.4 GB GELU on an 80 GB GPU); the parity calls, where the worker waits, keep it on the GPU
+# The float64 reference of a checked timed call stays on the GPU only for problems up to this footprint, as before it
+# ran parity there: while the worker times, its pool of inputs and its outputs need the GPU (a 6.4 GB GELU on an 80 GB
+# H100 ran out of memory in the worker's timing with 60 GiB allocated there), and a float64 forward of several GB
+# beside it would take 2-4x the problem's bytes more; the parity calls, where the worker waits, keep it on the GPU
 # wherever kp.plan.float64_on_gpu finds room.
 FLOAT64_TIMED_ON_GPU_MAX = 512 << 20
 

@@ -1,7 +1,9 @@
 """What models/ and a notebook import: one name space over the playground's pieces, each in a module of its own.
 
     kp/registry.py   the filesystem as the list of problems and rungs; what each rung needs (GPU architecture)
-    kp/build.py      compile on first use and cache by content hash; the CPU-side compile checks CI runs
+    kp/sources.py    what a .cu exports and includes, read without compiling it
+    kp/build.py      compile on first use and cache by content hash
+    kp/checks.py     the CPU-side compile checks CI runs on every .cu
     kp/layers.py     helpers ModelNew classes share (weight-derived caches, IEEE fp32 GEMMs, input checks)
     kp/numerics.py   relative L2 error against float64, bitwise equality through views, the error budget
     kp/timing.py     CUDA-event timing behind an L2 flush, interleaved; the copy and GEMM ceilings
@@ -9,9 +11,10 @@
 
 Nothing under kp/ imports this file.
 """
-from kp.build import (Built, Export, Kernel, arch_flag, binding_check_many, binding_source, build, build_all,
-                      build_flags, build_path, cache_key, cache_root, compile_check, has_experiments, local_headers,
-                      parse_arch, parse_exports, progress, require_gpu, strip_experiments, summarize_build_error)
+from kp.build import (Built, Kernel, arch_flag, build, build_all, build_flags, build_path, cache_key, cache_root,
+                      parse_arch, progress, require_gpu, summarize_build_error)
+from kp.checks import binding_check_many, compile_check, has_experiments
+from kp.sources import Export, binding_source, local_headers, parse_exports, strip_experiments
 from kp.errors import KernelBuildError, UsageError
 from kp.layers import (GEMM_MODES, PRECISIONS, DerivedCache, LinearGemm, check_input, ieee_fp32, mm_fp32,
                        set_precision, tf32_matmul)

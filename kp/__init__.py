@@ -7,8 +7,9 @@ those inside functions too, and fails on one against this order, which also rule
 LAYER_ORDER = (
     # foundations: errors, numerics, the float64 copy, derived-input premises, the sandbox, the kernel registry
     "errors", "numerics", "float64", "premises", "sandbox", "registry",
-    # building: a candidate's box paths, the compile cache, the layers models/ are made of
-    "boxstart", "build", "layers",
+    # building: a candidate's box paths, what a source exports and includes, the compile cache, the CPU-side compile
+    # checks, the layers models/ are made of
+    "boxstart", "sources", "build", "checks", "layers",
     # one judged call: the reference, timing, profiles, what is watched in a candidate's process, the worker that
     # runs a model, the boxed worker's entry
     "reference", "timing", "profile", "guards", "worker", "boxed",

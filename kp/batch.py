@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kp.errors import UsageError, first_line
 from kp.worker import JOB_TIMEOUT_S, exit_status, start_without_main
-from kp.build import local_headers
+from kp.sources import local_headers
 from kp.registry import KERNELS, MODELS, ROOT, problems
 
 DEFAULT_TIMEOUT_S = JOB_TIMEOUT_S  # per job: a cold build of every kernel it uses, parity and timing fit well inside

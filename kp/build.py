@@ -1,6 +1,6 @@
 """Compile and cache: a variant is built at first use with ``torch.utils.cpp_extension.load_inline`` into a
 directory named by a sha256 over everything that can change the binary (``cache_key``); a warm load is one dlopen.
-Also the CPU-side checks CI runs on every .cu (nvcc -c, and the generated binding through g++)."""
+What a source exports and includes is read in kp/sources.py; the CPU-side checks CI runs are in kp/checks.py."""
 from __future__ import annotations
 
 import contextlib
@@ -23,103 +23,12 @@ import torch
 from kp.boxstart import cache_root
 from kp.errors import KernelBuildError, UsageError, first_line
 from kp.registry import KERNELS, ROOT, capability, default_rung, problems, rung, runnable_variants, variants
+from kp.sources import Export, binding_source, local_headers, parse_exports
 
 KEY_VERSION = "kp-cache-1"  # bump when the build recipe below changes in a way the key would not see
 
 # ---------------------------------------------------------------------------------------------------------------
-# Exports: `KP_EXPORT void name(params)` in a .cu becomes torch.ops.<module>.<name>.
-
-_EXPORT_RE = re.compile(r"^KP_EXPORT\s+void\s+(\w+)\s*\(([^)]*)\)", re.M)
-_PARAM_TYPES = {  # C++ parameter type in the .cu -> type in the generated wrapper (what the dispatcher accepts)
-    "const at::TensorBase&": "const at::Tensor&",
-    "int64_t": "int64_t",
-    "double": "double",
-    "bool": "bool",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Export:
-    name: str
-    params: tuple[tuple[str, str], ...]  # (C++ type, name)
-
-
-_IF_RE = re.compile(r"^\s*#\s*if(n?def)?\b")
-_ENDIF_RE = re.compile(r"^\s*#\s*endif\b")
-_EXPERIMENTS_RE = re.compile(r"^\s*#\s*if\s+KP_EXPERIMENTS\b")
-
-
-def strip_experiments(src: str) -> str:
-    """The source as the shipped build sees it: `#if KP_EXPERIMENTS ... #endif` blocks (A/B hooks) removed."""
-    out, depth = [], 0  # depth > 0: inside an experiments block (counting nested #if's)
-    for line in src.splitlines():
-        if depth:
-            depth += 1 if _IF_RE.match(line) else -1 if _ENDIF_RE.match(line) else 0
-            continue
-        if _EXPERIMENTS_RE.match(line):
-            depth = 1
-            continue
-        out.append(line)
-    return "\n".join(out)
-
-
-def parse_exports(src: str, where: str = "<source>", experiments: bool = False) -> list[Export]:
-    """The KP_EXPORT functions of a .cu (those under `#if KP_EXPERIMENTS` only when experiments is set)."""
-    if not experiments:
-        src = strip_experiments(src)
-    out = []
-    for m in _EXPORT_RE.finditer(src):
-        params = []
-        for raw in filter(None, (p.strip() for p in m.group(2).split(","))):
-            pm = re.fullmatch(r"(.+?)\s*(\w+)", raw)
-            ctype = re.sub(r"\s+", " ", pm.group(1)).replace(" &", "&").strip() if pm else raw
-            if not pm or ctype not in _PARAM_TYPES:
-                raise KernelBuildError(f"{where}: KP_EXPORT {m.group(1)}: unsupported parameter {raw!r} "
-                                       f"(allowed types: {', '.join(_PARAM_TYPES)})")
-            params.append((ctype, pm.group(2)))
-        out.append(Export(m.group(1), tuple(params)))
-    if not out:
-        raise KernelBuildError(f"{where}: no `KP_EXPORT void name(...)` function found")
-    return out
-
-
-def binding_source(module: str, exports: list[Export]) -> str:
-    """The host-side registration, compiled by g++ with only <torch/library.h> (~6 s)."""
-    lines = ["#include <torch/library.h>", "#include <ATen/core/TensorBase.h>", ""]
-    for e in exports:
-        decl = ", ".join(f"{t} {n}" for t, n in e.params)
-        wrap = ", ".join(f"{_PARAM_TYPES[t]} {n}" for t, n in e.params)
-        args = ", ".join(n for _, n in e.params)
-        lines += [f"void {e.name}({decl});",
-                  f"static void {e.name}__kp({wrap}) {{ {e.name}({args}); }}"]
-    lines += ["", f"TORCH_LIBRARY({module}, m) {{"]
-    lines += [f'  m.def("{e.name}", &{e.name}__kp);' for e in exports]
-    lines += ["}", ""]
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # Cache key.
-
-_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-
-
-def local_headers(path: Path) -> list[Path]:
-    """Every quoted include reachable from `path` that resolves to a file in this repo, transitively."""
-    seen: dict[Path, None] = {}
-    todo = [path.resolve()]
-    while todo:
-        cur = todo.pop()
-        for inc in _INCLUDE_RE.findall(cur.read_text()):
-            for base in (cur.parent, KERNELS):
-                cand = (base / inc).resolve()
-                if cand.is_file():
-                    if cand not in seen and cand != path.resolve():
-                        seen[cand] = None
-                        todo.append(cand)
-                    break
-    return sorted(seen)
-
 
 @functools.lru_cache(maxsize=None)
 def nvcc_version() -> str:
@@ -485,69 +394,3 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"Kernel({self.problem}/{self.variant})"
-# ---------------------------------------------------------------------------------------------------------------
-# CPU-side compile check (CI): nvcc -c each .cu with the same flags, against the installed torch headers.
-
-def has_experiments(path: Path) -> bool:
-    """Whether the source or a local header it includes has `#if KP_EXPERIMENTS` blocks (A/B hooks, traces)."""
-    return any(re.search(_EXPERIMENTS_RE.pattern, f.read_text(), re.M)
-               for f in [Path(path), *local_headers(Path(path))])
-
-
-def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] = ("sm_90a",),
-                  experiments: bool = False, optimise: bool = True) -> tuple[bool, str]:
-    """nvcc -c for the given architectures ('sm_XY[a]' names) in one invocation (device passes in parallel), with
-    the shipped build's flags (experiments: the bench scripts' build, A/B hooks compiled in). The plain targets
-    share one PTX (the lowest) with SASS for each of them, which is what a portable build runs on those GPUs; an
-    'a' target gets its own pass. optimise=False: the device passes at -O0 (cicc and ptxas), which still parse,
-    type-check, lower and assemble every line for the target and check its resources, in half the time; what
-    only the optimiser can fail on is left to the real build."""
-    from torch.utils.cpp_extension import include_paths
-    flags = build_flags(parse_arch(archs[0]), experiments)
-    plain = sorted((parse_arch(a) for a in archs if not a.endswith("a")))
-    gencodes = [arch_flag(parse_arch(a)) for a in archs if a.endswith("a")]
-    if plain:
-        sass = ",".join(f"sm_{M}{m}" for M, m in plain)
-        gencodes.append(f"-gencode=arch=compute_{plain[0][0]}{plain[0][1]},code=[{sass}]")
-    cuda_flags = [f for f in flags["cuda_cflags"] if not f.startswith("-gencode")] + gencodes + ["--threads", "0"]
-    if not optimise:
-        cuda_flags += ["-Xcicc", "-O0", "-Xptxas", "-O0"]
-    py_inc = sysconfig.get_paths()["include"]
-    incs = [f"-I{p}" for p in include_paths()] + [f"-I{py_inc}"] + [f"-I{p}" for p in flags["include_paths"]]
-    obj = out_dir / (path.parent.name + "__" + path.stem + ("_experiments" if experiments else "") + ".o")
-    cmd = (["nvcc", "-c", str(path), "-o", str(obj), "-Xcompiler", "-fPIC", "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"]
-           + cuda_flags + incs)
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    return r.returncode == 0, (r.stdout + r.stderr)
-
-
-def binding_check_many(paths: list[Path], out_dir: Path, experiments: bool = False) -> dict[Path, tuple[bool, str]]:
-    """g++ -fsyntax-only on the generated bindings (the KP_EXPORT signatures and their registrations agree), for
-    many sources in one g++ run (the torch headers are parsed once): each generated binding
-    goes into its own header, inside its own namespace, and a compiler message is charged to the header it names.
-    experiments: the exports of the bench scripts' build (A/B hooks included)."""
-    from torch.utils.cpp_extension import include_paths
-    out: dict[Path, tuple[bool, str]] = {}
-    headers: dict[Path, Path] = {}
-    for i, path in enumerate(paths):
-        try:
-            body = binding_source(f"kp_check_{i}", parse_exports(path.read_text(), str(path), experiments))
-        except KernelBuildError as e:
-            out[path] = (False, str(e))
-            continue
-        body = "\n".join(line for line in body.splitlines() if not line.startswith("#include"))
-        h = out_dir / f"{path.parent.name}__{path.stem}_binding.h"
-        h.write_text(f"namespace kp_check_{i} {{\n{body}\n}}\n")
-        headers[path] = h
-    main = out_dir / "all_bindings.cpp"
-    main.write_text("#include <torch/library.h>\n#include <ATen/core/TensorBase.h>\n"
-                    + "".join(f'#include "{h}"\n' for h in headers.values()))
-    cmd = ["g++", "-fsyntax-only", build_flags(None)["cflags"][1], str(main)] + [f"-I{p}" for p in include_paths()]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    log = r.stdout + r.stderr
-    for path, h in headers.items():
-        mine = [ln for ln in log.splitlines() if ln.startswith(str(h))]
-        bad = any(" error" in ln for ln in mine) or (r.returncode != 0 and not any(
-            ln.startswith(str(hh)) for hh in headers.values() for ln in log.splitlines()))
-        out[path] = (not bad, "\n".join(mine) or log)
-    return out

@@ -246,15 +246,15 @@ def main(argv=None) -> int:
 def run_batch(args, opts: dict) -> int:
     """Many jobs: on the GPUs of this host (--gpus), on a Ray cluster (--ray), or one after another here."""
     from pathlib import Path
-    from kp import batch
+    from kp import batch, jobfile
     if args.jobs:
-        jobs = batch.read_job_file(args.jobs, opts)
+        jobs = jobfile.read_job_file(args.jobs, opts)
     else:
         refs = [("file", args.ref)] if args.ref else [("problem", p) for p in args.problem]
         for c in args.candidate or []:
             if not Path(c).is_file():
                 raise harness.UsageError(f"candidate file {c!r} does not exist")
-        jobs = [batch.make_job(r, c, opts) for r in refs for c in (args.candidate or [None])]
+        jobs = [jobfile.make_job(r, c, opts) for r in refs for c in (args.candidate or [None])]
     out = Path(args.out) if args.out else None
     timeout = args.timeout or batch.DEFAULT_TIMEOUT_S
     log_dir = out.with_name(out.name + ".logs") if out else None
@@ -265,10 +265,10 @@ def run_batch(args, opts: dict) -> int:
         results = batch.run_local(jobs, gpus, out, timeout, log_dir=log_dir)
     if out is not None:  # the table covers every job asked for, those recorded by an earlier run too
         keys = {j.key() for j in jobs}
-        lines = [d for d in batch.read_results(out) if d["key"] in keys]
+        lines = [d for d in jobfile.read_results(out) if d["key"] in keys]
     else:
         lines = results
-    print(batch.format_table(lines))
+    print(jobfile.format_table(lines))
     if out is not None:
         print(f"records: {out}" + (f"; the judges' own output: {log_dir}/" if log_dir and log_dir.exists() else ""))
     return 0 if lines and all(d["ok"] for d in lines) else 1

@@ -16,7 +16,8 @@ LAYER_ORDER = (
     # reading and saying: Nsight Compute, the tables
     "ncu", "report",
     # the judge: its memory plan, what a call must return, its stages (construct and parity, escape and own kernel,
-    # timing and ceilings, profiles), the driver that runs them in order; its roofline picture; many jobs
+    # timing and ceilings, profiles), the driver that runs them in order; its roofline picture; many jobs (what a
+    # job, a job file and a results file are; the slots and Ray tasks that judge them)
     "plan", "expected", "stage_parity", "stage_escape", "stage_timing", "stage_observe", "judge",
-    "plot", "batch",
+    "plot", "jobfile", "batch",
 )

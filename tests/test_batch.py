@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, gpu, run_script
-from kp import batch
+from kp import jobfile
 
 CASES = ROOT / "tests" / "batch"
 CANDS = sorted(p for p in CASES.glob("*.py") if p.name != "ref.py")
@@ -86,17 +86,17 @@ def test_job_file(tmp_path, cli):
     (tmp_path / "ref.py").write_text((CASES / "ref.py").read_text())
     f = tmp_path / "jobs.csv"
     f.write_text("reference,candidate\nref.py,cands/a.py\nsoftmax,\nsoftmax,cands/a.py\n")
-    jobs = batch.read_job_file(f, {"device": "cpu"})
+    jobs = jobfile.read_job_file(f, {"device": "cpu"})
     assert [j.name for j in jobs] == ["ref: a.py", "softmax (ladder)", "softmax: a.py"]
     assert jobs[0].ref == ("file", str(tmp_path / "ref.py")) and jobs[2].ref == ("problem", "softmax")
     k = jobs[0].key()
-    assert k == batch.read_job_file(f, {"device": "cpu"})[0].key()  # same contents, same key
-    assert k == batch.read_job_file(f, {"device": "cpu", "timeout_s": 5})[0].key()  # a limit is not the job
+    assert k == jobfile.read_job_file(f, {"device": "cpu"})[0].key()  # same contents, same key
+    assert k == jobfile.read_job_file(f, {"device": "cpu", "timeout_s": 5})[0].key()  # a limit is not the job
     (tmp_path / "cands" / "a.py").write_text((CASES / "good.py").read_text() + "\n# edited\n")
-    assert batch.read_job_file(f, {"device": "cpu"})[0].key() != k  # an edited file is a new job
-    assert batch.read_job_file(f, {"device": "cpu", "seed": 3})[1].key() != jobs[1].key()
+    assert jobfile.read_job_file(f, {"device": "cpu"})[0].key() != k  # an edited file is a new job
+    assert jobfile.read_job_file(f, {"device": "cpu", "seed": 3})[1].key() != jobs[1].key()
     f.write_text("reference,candidate,mode\nref.py,cands/a.py,eval\nref.py,cands/a.py,\n")
-    both = batch.read_job_file(f, {"device": "cpu", "mode": "train"})  # a row's mode overrides the run's
+    both = jobfile.read_job_file(f, {"device": "cpu", "mode": "train"})  # a row's mode overrides the run's
     assert [dict(j.opts)["mode"] for j in both] == ["eval", "train"] and both[0].key() != both[1].key()
     for bad, msg in (("reference,candidate\nnope.py,cands/a.py\n", "neither a file nor a built-in problem"),
                      ("reference,candidate,mode\nref.py,cands/a.py,infer\n", "neither train nor eval"),
@@ -104,8 +104,8 @@ def test_job_file(tmp_path, cli):
                      ("reference,candidate\nref.py,cands/missing.py\n", "does not exist"),
                      ("ref,cand\nref.py,cands/a.py\n", "header must be")):
         f.write_text(bad)
-        with pytest.raises(batch.UsageError, match=msg):
-            batch.read_job_file(f, {})
+        with pytest.raises(jobfile.UsageError, match=msg):
+            jobfile.read_job_file(f, {})
     r = cli("--jobs", tmp_path / "missing.csv", "--device", "cpu")
     assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
 
@@ -113,7 +113,7 @@ def test_job_file(tmp_path, cli):
 def test_torn_last_line_is_ignored(tmp_path):
     out = tmp_path / "r.jsonl"
     out.write_text(json.dumps({"key": "a", "ok": True}) + "\n" + '{"key": "b", "o')
-    assert batch.recorded_keys(out) == {"a"}
+    assert jobfile.recorded_keys(out) == {"a"}
 
 
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("ray"), reason="needs ray (pip install ray)")

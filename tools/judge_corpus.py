@@ -83,7 +83,7 @@ def kernelbench(line: dict) -> str:
 
 def classify(path: Path, md: bool) -> str:
     """One table per mode (a job file with a mode column judges the same pairs under both)."""
-    from kp.batch import read_results
+    from kp.jobfile import read_results
     lines = read_results(path)
     modes = collections.defaultdict(list)
     for d in lines:
@@ -220,7 +220,7 @@ def _reduction_length(ref: Path) -> float:
 def floors(path: Path) -> str:
     from kp.numerics import accumulation_floor
     pat = re.compile(r"relL2 ([\d.e+-]+) \(worst row ([\d.e+-]+)\) over budget ([\d.e+-]+) \(([\d.e+-]+)\)")
-    from kp.batch import read_results
+    from kp.jobfile import read_results
     out, ks = [], {}
     for line in read_results(path):
         m = pat.search(line.get("verdict", ""))

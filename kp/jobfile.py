@@ -1,0 +1,150 @@
+"""What many judgements are made of and leave behind: a job (one reference with one candidate, or a built-in
+problem's own ladder, keyed by the contents that decide its verdict), the job file that lists them, and the JSON-lines
+file of results a re-run resumes from, with its table."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from kp.errors import UsageError
+from kp.registry import KERNELS, MODELS, ROOT, problems
+from kp.sources import local_headers
+
+# Options that bound how a job is run, not what it is: a recorded job is not judged again when only these change
+# (a re-run with another --timeout resumes, it does not start over).
+NOT_IN_KEY = ("timeout_s",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    ref: tuple[str, str]  # ("file", absolute path) or ("problem", id)
+    candidate: str | None  # absolute path; None: the problem's own ladder
+    opts: tuple  # sorted (name, value) pairs of judge options (seed, trials, precision, device, bench, ...)
+
+    @property
+    def name(self) -> str:
+        ref = Path(self.ref[1]).stem if self.ref[0] == "file" else self.ref[1]
+        return f"{ref}: {Path(self.candidate).name}" if self.candidate else f"{ref} (ladder)"
+
+    def key(self) -> str:
+        """sha256 over what decides the verdict: the reference's and candidate's contents (a built-in problem's
+        model, kernel sources and the headers they include), the options. Files are read now, so an edited file is a new job."""
+        h = hashlib.sha256()
+        if self.ref[0] == "file":
+            h.update(b"ref-file:" + Path(self.ref[1]).read_bytes())
+        else:
+            h.update(b"problem:" + self.ref[1].encode())
+            sources = sorted((KERNELS / self.ref[1]).glob("*.cu"))
+            headers = sorted({hdr for src in sources for hdr in local_headers(src)})
+            for f in [MODELS / f"{self.ref[1]}.py", *sources, *headers]:
+                h.update(str(f.relative_to(ROOT)).encode() + b":" + f.read_bytes())
+        if self.candidate:
+            h.update(b"candidate:" + Path(self.candidate).read_bytes())
+        h.update(json.dumps([kv for kv in self.opts if kv[0] not in NOT_IN_KEY]).encode())
+        return h.hexdigest()[:24]
+
+    def as_dict(self) -> dict:
+        return {"ref": list(self.ref), "candidate": self.candidate, "opts": dict(self.opts)}
+
+
+def make_job(ref: tuple[str, str], candidate: str | Path | None, opts: dict) -> Job:
+    ref = (ref[0], str(Path(ref[1]).resolve())) if ref[0] == "file" else ref
+    return Job(ref, str(Path(candidate).resolve()) if candidate else None, tuple(sorted(opts.items())))
+
+
+def read_job_file(path: str | Path, opts: dict) -> list[Job]:
+    """A CSV with a header: `reference,candidate[,mode]`. A reference is a file or a built-in problem id; an empty
+    candidate judges the problem's own ladder; `mode` (train or eval, optional) overrides --mode for that row, so
+    one run can judge the same pairs under both semantics. Relative paths are relative to the CSV file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"job file {str(path)!r} does not exist")
+    base = path.resolve().parent
+    jobs = []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for i, row in enumerate(rows, start=2):
+        ref, cand = (row.get("reference") or "").strip(), (row.get("candidate") or "").strip()
+        if not ref:
+            raise UsageError(f"{path}:{i}: no reference (the header must be: reference,candidate)")
+        spec = ("problem", ref) if ref in problems() else ("file", str(base / ref))
+        if spec[0] == "file" and not Path(spec[1]).is_file():
+            raise UsageError(f"{path}:{i}: {ref!r} is neither a file nor a built-in problem")
+        if cand and not (base / cand).is_file():
+            raise UsageError(f"{path}:{i}: candidate {cand!r} does not exist")
+        if not cand and spec[0] == "file":
+            raise UsageError(f"{path}:{i}: a reference file needs a candidate")
+        mode = (row.get("mode") or "").strip()
+        if mode and mode not in ("train", "eval"):
+            raise UsageError(f"{path}:{i}: mode {mode!r} is neither train nor eval")
+        jobs.append(make_job(spec, base / cand if cand else None, {**opts, "mode": mode} if mode else opts))
+    return jobs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Results that survive: one JSON line per finished job.
+
+def read_results(out: Path) -> list[dict]:
+    """The result lines of a JSON-lines file, the latest per job (a torn last line, from a run killed mid-write,
+    is ignored)."""
+    by_key = {}
+    if out.exists():
+        for line in out.read_text().splitlines():
+            try:
+                d = json.loads(line)
+                by_key[d["key"]] = d
+            except (ValueError, KeyError, TypeError):
+                continue
+    return list(by_key.values())
+
+
+def recorded_keys(out: Path) -> set[str]:
+    return {d["key"] for d in read_results(out)}
+
+
+def append_result(out: Path, line: dict) -> None:
+    with open(out, "a") as f:
+        f.write(json.dumps(line, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def summary(res: dict) -> dict:
+    """Times of the judged row against the baselines, for the final table."""
+    rec = res.get("record") or {}
+    timing = rec.get("timing") or {}
+    rows = rec.get("rows") or {}
+    label = "candidate" if "candidate" in rows else min(
+        (k for k, r in rows.items() if r["accepted"] and k in timing), default=None,
+        key=lambda k: timing[k]["median_ms"])
+    t = timing.get(label) if label else None
+    out = {"row": None if label == "candidate" else label, "ms": t["median_ms"] if t else None}
+    for base in ("eager", "torch.compile"):
+        b = timing.get(base)
+        out[f"vs_{base}"] = b["median_ms"] / t["median_ms"] if b and t else None
+    return out
+
+
+def format_table(lines: list[dict]) -> str:
+    """Accepted first, fastest against eager first; rejected after, with their reasons."""
+    def sort_key(d):
+        s = d.get("summary") or {}
+        return (not d["ok"], -(s.get("vs_eager") or 0.0), d["job"]["name"])
+    rows = sorted(lines, key=sort_key)
+    w = max([20] + [len(d["job"]["name"]) for d in rows])
+    g = max([4] + [len(str(d.get("gpu", "-"))) for d in rows])
+    out = [f"{'job':{w}} {'gpu':>{g}} {'row':>16} {'ms':>8} {'vs eager':>8} {'vs comp':>7} {'s':>5}  verdict"]
+    for d in rows:
+        s = d.get("summary") or {}
+        ms = f"{s['ms']:8.3f}" if s.get("ms") else f"{'-':>8}"
+        ve = f"{s['vs_eager']:7.2f}x" if s.get("vs_eager") else f"{'-':>8}"
+        vc = f"{s['vs_torch.compile']:6.2f}x" if s.get("vs_torch.compile") else f"{'-':>7}"
+        out.append(f"{d['job']['name']:{w}} {str(d.get('gpu', '-')):>{g}} {str(s.get('row') or '-')[-16:]:>16} {ms} "
+                   f"{ve} {vc} {d.get('elapsed_s', 0):5.0f}  {d['verdict']}")
+    n_ok = sum(d["ok"] for d in lines)
+    out.append(f"{n_ok} accepted, {len(lines) - n_ok} rejected")
+    return "\n".join(out)

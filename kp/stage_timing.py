@@ -1,6 +1,8 @@
 """The judge's timing stage: every row interleaved with eager and torch.compile in the rows' own processes, the
 samples told call by call and reduced here, timed calls checked where this process decides, and the ceilings
-measured in the same run."""
+measured in the same run. Running out of GPU memory while timing is no verdict: the rows passed parity at the same
+shapes, and what timing adds is the judge's (a pool of fresh inputs, the baselines' outputs beside the rows'). It is
+never an acceptance either; a row that takes more memory with every call is not told apart from that here."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +10,7 @@ import time
 
 import torch
 
-from kp.errors import Rejected
+from kp.errors import Rejected, UsageError
 from kp.expected import _release, judge_output
 from kp.numerics import same_values
 from kp.plan import free_gpu_bytes, memory_need
@@ -190,6 +192,11 @@ class TimingStage:
                 check_told(t["timing"], self.timed_samples)
                 times = reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
             except Rejected as e:
+                if "raised OutOfMemoryError" in str(e):  # the harness's memory, not the row's (module doc)
+                    raise UsageError(f"{self.ref.name}: the GPU ran out of memory while timing, after parity passed "
+                                     f"at the same shapes: the timing's input pool and baselines beside the rows did "
+                                     f"not fit on this GPU, so there is no verdict; judge again with the GPU to itself"
+                                     f" or on one with more memory ({str(e)[:200]})") from None
                 for r in rows:
                     r.reject(str(e))
                 continue

@@ -856,3 +856,27 @@ def test_a_median_under_half_the_profiled_busy_time_is_not_the_calls_time():
     assert why.startswith("timing: median 60.0 us is under 0.5 x the 180.0 us") and "did not bound" in why
     assert stage_timing.below_busy(0.001, 0.004) is None  # within the events' own resolution
     assert stage_timing.below_busy(0.05, None) is None  # no escape profile (a CPU run)
+
+
+def test_running_out_of_gpu_memory_while_timing_is_no_verdict():
+    """A row that passed parity and runs out of GPU memory in the timing harness gets no verdict: one line that
+    says so (the judge's pool and baselines did not fit), not a rejection of the candidate."""
+    from kp.errors import Rejected
+    ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
+    j = judge.Judge(ref, seed=3, device="cpu", sandbox=False, bench=False)
+
+    class OutOfMemory:
+        def call(self, stage, cmd, *args):
+            if cmd == "time":
+                raise Rejected("timing: raised OutOfMemoryError: CUDA out of memory. Tried to "
+                                              "allocate 6.00 GiB (the GPU has 5.8 of 79.2 GiB free now)")
+            return {}
+    j.refs = None
+    j.runners = [OutOfMemory()]
+    j.rows = [expected.Row("candidate", j.runners[0])]
+    j._each_update = lambda *a: None
+    with pytest.raises(harness.UsageError) as ei:
+        j._timing()
+    msg = str(ei.value)
+    assert "ran out of memory while timing, after parity passed" in msg and "no verdict" in msg and "\n" not in msg
+    assert j.rows[0].accepted

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # (cause, pattern over the verdict line), first match wins; the order puts the judge's own failures first.
 CAUSES = [
     ("judge error", r"^error: the judge raised"),
+    ("no verdict: the GPU's memory (shared, or the plan did not hold)", r"^error: .*(ran out of memory|GiB of GPU memory)"),
     ("usage error", r"^error: "),
     ("accepted, own kernel", r"^accepted(?!.*pure PyTorch)"),
     ("accepted, pure PyTorch after its extension failed to build", r"^accepted.*pure PyTorch.*failed to build"),

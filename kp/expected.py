@@ -81,7 +81,6 @@ class _Refs:
         self.how = FLOAT64
         self.k = 1.0  # the reduction length of the latest call (its budget's floor)
         self.initial = {k: b.detach().clone() for k, b in self.r32.named_buffers()}  # what the calls change
-        self.initial_state = {k: v.detach().clone() for k, v in self.r32.state_dict().items()}  # as built
 
     def state(self) -> dict:
         return self.r32.state_dict()
@@ -119,19 +118,17 @@ class _Refs:
 
     def _float64(self, pristine: list):
         """The float64 reference's output, or None once none can be made (first FLOAT64, then PROMOTED). Buffers
-        a failed try changed are put back, so the stateful sequence stays in step."""
-        x64 = as_float64(pristine, self.f64_device)
-        while not self.fp32_only():
-            try:
-                return self._float64_try(x64)
-            except torch.OutOfMemoryError:  # the plan's estimate was short: the host has room, and says so
-                if self.f64_device == "cpu":
-                    raise
-                del x64
-                self.to_host()
-                self.moved = "moved to the host after the GPU ran out of memory in its forward"
-                x64 = as_float64(pristine, "cpu")
-        return None
+        a failed try changed are put back, so the stateful sequence stays in step. On the GPU, a forward that runs
+        out of memory (the plan's estimate was short) is repeated on the host, which has room, and says so."""
+        try:
+            return self._float64_try(as_float64(pristine, self.f64_device))
+        except torch.OutOfMemoryError:
+            if self.f64_device == "cpu":
+                raise
+        # here, past the except block, the failed try's GPU tensors are free before the host takes over
+        self.to_host()
+        self.moved = "moved to the host after the GPU ran out of memory in its forward"
+        return self._float64_try(as_float64(pristine, "cpu"))
 
     def _float64_try(self, x64: list):
         while not self.fp32_only():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+
 def window_violations(events: list[dict], marker: str) -> tuple[list[dict], tuple[float, float] | None]:
     """GPU activities outside the window between the first and the last `marker` kernel (trace microseconds).
     Returns (violations, window); window None when the markers are missing (that itself is a failure)."""
@@ -32,7 +33,9 @@ def busy_ms(events: list[dict], marker: str, window: tuple[float, float] | None)
     records (CUPTI) are made outside Python; a timed median far below this did not measure the whole call."""
     if window is None:
         return 0.0
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] != marker)
+    lo, hi = window
+    spans = sorted((max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in events if e["name"] != marker)
+    spans = [(a, b) for a, b in spans if b > a]  # clipped to the window: what lies outside it is the escape check's
     total, end = 0.0, float("-inf")
     for a, b in spans:
         if b > end:

@@ -128,7 +128,9 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
         self.input_buffers: dict[int, torch.Tensor] = {}
         self.t_start = time.perf_counter()
         self._fp = None
-        self._f64_device, self.f64_where = "cpu", "the host (--device cpu)"
+        # where the float64 reference runs: decided with the memory plan (kp.plan.float64_on_gpu); the host until
+        # then and on --device cpu
+        self.f64_device, self.f64_where = "cpu", "the host (--device cpu)"
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -139,12 +141,6 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
         if self._fp is None:
             self._fp = self.ref.footprint(self.device)
         return self._fp
-
-    @property
-    def f64_device(self) -> str:
-        """Where the float64 reference runs: decided with the memory plan (kp.plan.float64_on_gpu); the host
-        until then and on --device cpu."""
-        return self._f64_device
 
     # -- rows ---------------------------------------------------------------------------------------------------
     def add_candidate(self, path: str | Path) -> Row:
@@ -281,7 +277,7 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
             free = free_gpu_bytes()
             check_memory(self.ref.name, self.fp, len(self.rows), free)
             on_gpu, why = float64_on_gpu(self.fp, len(self.rows), free)
-            self._f64_device = self.device if on_gpu else "cpu"
+            self.f64_device = self.device if on_gpu else "cpu"
             self.f64_where = f"{'the GPU' if on_gpu else 'the host'} ({why})"
             self.log(f"{self.ref.name}: the float64 reference runs on {self.f64_where}")
         refs0 = self.ref.model(init, self.seed, self.device, self.train)

@@ -41,6 +41,11 @@ def cpu_bench_refusal(fp: dict, available: int) -> str | None:
     return None
 
 
+def footprint_bytes(fp: dict) -> int:
+    """The problem's inputs, outputs and weights, in bytes: what the plan multiplies."""
+    return fp["inputs"] + fp["outputs"] + fp["weights"]
+
+
 def free_gpu_bytes() -> int:
     """GPU memory free now, the figure the plan and the ceilings' probe sizes are made from."""
     import torch
@@ -51,7 +56,7 @@ def memory_need(fp: dict, models: int) -> int:
     """GPU bytes the judge plans for: MEMORY_FACTOR x the problem's inputs, outputs and weights (the model's copy of
     the inputs, its output, PyTorch's output, the timing pool, the references' weights), plus one copy of the
     weights for each judged model beyond the first (every row is alive while rows are timed side by side)."""
-    return MEMORY_FACTOR * (fp["inputs"] + fp["outputs"] + fp["weights"]) + max(models - 1, 0) * fp["weights"]
+    return MEMORY_FACTOR * footprint_bytes(fp) + max(models - 1, 0) * fp["weights"]
 
 
 def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
@@ -59,7 +64,7 @@ def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
     plan's need and the float64 forward's peak fit in what the GPU has free (a problem of a few GB then takes
     seconds where the host takes minutes); otherwise on the host."""
     need = memory_need(fp, models)
-    f64 = int(FLOAT64_PEAK_FACTOR * fp.get("peak", fp["inputs"] + fp["outputs"] + fp["weights"]))
+    f64 = int(FLOAT64_PEAK_FACTOR * fp.get("peak", footprint_bytes(fp)))
     where = (f"{(need + f64) / 2**30:.1f} GiB needed with the float64 forward's peak of {f64 / 2**30:.1f} GiB, "
              f"{free / 2**30:.1f} GiB free")
     return need + f64 <= free, where
@@ -68,7 +73,7 @@ def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
 def check_memory(name: str, fp: dict, models: int, free: int) -> None:
     """One line before any work when the judge would not fit."""
     need = memory_need(fp, models)
-    fbytes = fp["inputs"] + fp["outputs"] + fp["weights"]
+    fbytes = footprint_bytes(fp)
     if need > free:
         raise UsageError(f"{name} needs about {need / 2**30:.1f} GiB of GPU memory ({MEMORY_FACTOR} x "
                          f"{fbytes / 2**30:.1f} GiB of inputs, outputs and weights"

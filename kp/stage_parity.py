@@ -77,14 +77,17 @@ class ConstructStage:
     def _eval_semantics(self, row: Row, init, label: str, pristine: list) -> str | None:
         """A training-mode row wrong at its first call, judged once more against the reference in eval mode (a fresh
         one, as built): when that passes, the candidate normalises with running statistics where a training Model
-        uses the batch's, the defect of BatchNorm folded or fused for inference, and the reason says so."""
+        uses the batch's, the defect of BatchNorm folded or fused for inference, and the reason says so. Only the
+        first call comes here, before any weight change: the reference's state as built is its state now with the
+        buffers that call moved put back."""
         if not (self.train and any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats
                                    for m in self.refs.r32.modules())):
             return None
         try:
             exp = _Refs(self.ref, init, self.seed, self.device, self.refs.f64_device, train=False).expected(
                 pristine, self.precision)
-            self._build(row, self.refs, init, self.seed, stage=label, state=self.refs.initial_state)
+            as_built = {**self.refs.state(), **self.refs.initial}
+            self._build(row, self.refs, init, self.seed, stage=label, state=as_built)
             self._check_call(row, label, pristine, exp)
         except Rejected:
             return None

@@ -13,7 +13,7 @@ import torch
 from kp.errors import Rejected, UsageError
 from kp.expected import _release, judge_output
 from kp.numerics import same_values
-from kp.plan import free_gpu_bytes, memory_need
+from kp.plan import footprint_bytes, free_gpu_bytes, memory_need
 from kp.timing import copy_bandwidth, gemm_rates, gpu_to_itself
 
 # Timed calls checked per row: one at a secret rep below the least reps, and at random at most this many more (each
@@ -95,9 +95,8 @@ class TimingStage:
         """Escape and own kernel, timing, then the traffic, memory and ceilings of the record: with the GPU to this
         judge alone (no other judge's kernels)."""
         t0 = time.perf_counter()
-        fbytes = self.fp["inputs"] + self.fp["outputs"] + self.fp["weights"]
         refs = getattr(self, "refs", None)
-        if refs is not None and fbytes > FLOAT64_TIMED_ON_GPU_MAX and refs.to_host():
+        if refs is not None and footprint_bytes(self.fp) > FLOAT64_TIMED_ON_GPU_MAX and refs.to_host():
             self.f64_where += "; the host for the checked timed calls"
             rec["float64_reference"] = self.f64_where
         self._rebuild(init)
@@ -122,19 +121,15 @@ class TimingStage:
                         pass
             rec["peak_gpu_bytes"] = sum(peaks)
             rec["memory_need"] = memory_need(self.fp, len(self.rows))
-            for row in self.live():  # a time the call's own profiled work contradicts: not the call's time
-                if row.runner.isolated and row.label in rec.get("timing", {}):
-                    why = below_busy(rec["timing"][row.label]["median_ms"], (row.escape or {}).get("busy_ms"))
-                    if why:
-                        row.reject(why)
             if self.bench and rec.get("timing"):
                 rec.update(self.ceilings(rec["traffic"]["eager"]))
-                for row in self.live():  # a time the hardware cannot give: not measured
-                    if row.runner.isolated and row.label in rec["timing"]:
-                        why = below_floor(rec["timing"][row.label]["median_ms"], self.fp["inputs"],
-                                          rec["bandwidth"])
-                        if why:
-                            row.reject(why)
+            for row in self.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
+                if row.runner.isolated and row.label in rec.get("timing", {}):
+                    med = rec["timing"][row.label]["median_ms"]
+                    why = below_busy(med, (row.escape or {}).get("busy_ms")) or \
+                        ("bandwidth" in rec and below_floor(med, self.fp["inputs"], rec["bandwidth"]))
+                    if why:
+                        row.reject(why)
             mark("traffic, memory and ceilings")
 
     def _interim(self, msg: dict):

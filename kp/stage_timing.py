@@ -198,6 +198,8 @@ class TimingStage:
             result.setdefault("timing", {}).update(times)
             result.setdefault("rungs", {}).update(t["rungs"])
             result.setdefault("calls", {}).update(t["calls"])
+            if "memory" in t:  # the timing's own GPU memory in that process: its pool, outputs and baselines
+                result.setdefault("timing_memory", []).append({"rows": [r.label for r in rows], **t["memory"]})
             for r in rows:
                 if r.accepted and not self.timed_checks.get(r.label):
                     r.reject("timing: no timed call of this row was offered for a check")

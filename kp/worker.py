@@ -51,7 +51,21 @@ def raised(stage: str, error: str, gpu_memory=_gpu_memory) -> str:
         if mem:
             why += (f" (the GPU has {mem[0] / 2**30:.1f} of {mem[1] / 2**30:.1f} GiB free now; memory that other "
                     f"processes on this GPU hold counts against the call: judge again with the GPU to itself to tell)")
+        own = _own_gpu_memory()
+        if own:
+            why += f" [this process: {own}]"
     return why
+
+
+def _own_gpu_memory() -> str:
+    """This process's share of the GPU as its allocator sees it, for an out-of-memory reason: what it holds, what it
+    reserves, and its peak since the command began."""
+    import torch
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return ""
+    g = 2**30
+    return (f"{torch.cuda.memory_allocated() / g:.1f} GiB allocated, {torch.cuda.memory_reserved() / g:.1f} GiB "
+            f"reserved, peak {torch.cuda.max_memory_allocated() / g:.1f} GiB")
 
 
 def nan_fill_cached_free(reserve_bytes: int) -> None:
@@ -262,6 +276,11 @@ class Worker:
         output cross, so which calls are checked is decided in the judge's process after the fact. Returns every
         sample too; the judge keeps its own and takes the median itself."""
         dev = self.device
+        self.held_inputs = None  # parity's last inputs: the timing pool replaces them
+        if dev == "cuda":
+            torch.cuda.ipc_collect()
+            torch.cuda.reset_peak_memory_stats()
+            mem = {"start_allocated": torch.cuda.memory_allocated()}
         fns_models = self._with_baselines(labels)
         pool = [self.ref.inputs(fresh_seed(), dev) for _ in range(pool_size)]
         st = {"n": {k: 0 for k in fns_models}, "slot": 0, "calls": 0, "kept": None, "timed": None}
@@ -279,6 +298,9 @@ class Worker:
                 if self.interim({"label": label, "rep": rep, "seed": seed, "ms": ms, "ask": label in labels}):
                     self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
                                   "type": describe(out), "inputs": pool[slot]})
+                    del out
+                    if dev == "cuda":  # the judge has let go of the output it checked: its memory comes back now,
+                        torch.cuda.ipc_collect()  # not when the allocator next runs short
 
         def before(name, rep):
             hand_over()
@@ -314,10 +336,12 @@ class Worker:
                                       warmup=WARMUP, before=before, clock="cuda" if dev == "cuda" else "host",
                                       after=after)
             hand_over()
+        reply = {"timing": {k: dataclasses.asdict(t) for k, t in times.items()}, "calls": dict(st["n"]),
+                 "rungs": rungs}
         if dev == "cuda":
             torch.cuda.synchronize()
-        return {"timing": {k: dataclasses.asdict(t) for k, t in times.items()}, "calls": dict(st["n"]),
-                "rungs": rungs}
+            reply["memory"] = {**mem, "peak_allocated": torch.cuda.max_memory_allocated()}
+        return reply
 
     # -- escape + own kernel --------------------------------------------------------------------------------------
     def cmd_escape(self, label: str, seed: int):

@@ -259,7 +259,10 @@ def late_threads(before: set, folder: str) -> list[str]:
     a target that is not Python code (a builtin, a functools.partial), or a Timer yet to fire. A thread that finishes
     the work after the call returns hides that work from the timer. Threads parked in library code (torch.compile's
     pools, a progress bar's monitor) are not counted."""
-    frames = sys._current_frames()
+    # Not this thread's frame: kept in a local, it would make a cycle (frame -> locals -> dict -> frame) that holds
+    # its callers' frames and their locals -- a timing loop's 6 GiB input draw per call -- until the next collection.
+    me = threading.get_ident()
+    frames = {k: v for k, v in sys._current_frames().items() if k != me}
     out = []
     for t in threading.enumerate():
         if t.ident in before or t is threading.current_thread() or not t.is_alive():

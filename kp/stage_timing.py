@@ -13,7 +13,7 @@ import torch
 from kp.errors import Rejected, UsageError
 from kp.expected import _release, judge_output
 from kp.numerics import same_values
-from kp.plan import footprint_bytes, free_gpu_bytes, memory_need
+from kp.plan import free_gpu_bytes, memory_need
 from kp.timing import copy_bandwidth, gemm_rates, gpu_to_itself
 
 # Timed calls checked per row: one at a secret rep below the least reps, and at random at most this many more (each
@@ -26,12 +26,6 @@ INPUT_FLOOR_FRACTION = 0.25
 FLOOR_MIN_MS = 0.005  # floors shorter than this are within the events' own resolution: not judged
 BUSY_FRACTION = 0.5  # a median under this fraction of the GPU busy time the profiler saw for the same call is not
 #                     the call's time (clocks and noise move one call's time by percents between two runs, not 2x)
-# The float64 reference of a checked timed call stays on the GPU only for problems up to this footprint, as before it
-# ran parity there: while the worker times, its pool of inputs and its outputs need the GPU (a 6.4 GB GELU on an 80 GB
-# H100 ran out of memory in the worker's timing with 60 GiB allocated there), and a float64 forward of several GB
-# beside it would take 2-4x the problem's bytes more; the parity calls, where the worker waits, keep it on the GPU
-# wherever kp.plan.float64_on_gpu finds room.
-FLOAT64_TIMED_ON_GPU_MAX = 512 << 20
 
 
 def reduce_samples(timing: dict, wall_ms: float) -> dict:
@@ -95,16 +89,17 @@ class TimingStage:
         """Escape and own kernel, timing, then the traffic, memory and ceilings of the record: with the GPU to this
         judge alone (no other judge's kernels)."""
         t0 = time.perf_counter()
-        refs = getattr(self, "refs", None)
-        if refs is not None and footprint_bytes(self.fp) > FLOAT64_TIMED_ON_GPU_MAX and refs.to_host():
-            self.f64_where += "; the host for the checked timed calls"
-            rec["float64_reference"] = self.f64_where
         self._rebuild(init)
         with gpu_to_itself(self.log):
             self._each(self._escape)  # first: work that escapes the timer would also race the timing loop
             mark("escape")
+            moved = self.refs.moved
             timed = self._timing()
             mark("timing")
+            if self.refs.moved and self.refs.moved != moved:  # a checked timed call's forward did not fit beside
+                note = f"the float64 reference {self.refs.moved} during timing"  # the worker's pool: host from then
+                self.notes.append(note)
+                rec["float64_reference"] = f"{self.f64_where}; {note}"
             self.log(f"{self.ref.name}: escape checks and timing done in {time.perf_counter() - t0:.0f} s")
             rec.update(timed)
             x = self.ref.inputs(self.seed, self.device)

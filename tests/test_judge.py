@@ -282,6 +282,7 @@ def test_late_threads_are_those_the_candidate_left_working(tmp_path):
         p = mod.pool()
         time.sleep(0.05)
         assert guards.late_threads(before, str(tmp_path)) == []
+
         started = [mod.timer(ev), mod.own_thread(ev), mod.builtin_thread(ev)]
         time.sleep(0.05)
         late = guards.late_threads(before, str(tmp_path))
@@ -295,6 +296,28 @@ def test_late_threads_are_those_the_candidate_left_working(tmp_path):
         p.shutdown()
         threading.Thread.start = orig_start
     assert guards.late_threads(before, str(tmp_path)) == []
+
+
+def test_late_threads_keeps_no_caller_alive(tmp_path):
+    """The check runs before every timed call: it must not tie its callers' frames into a reference cycle, or each
+    call's input draw (6 GiB at KernelBench's GELU shape) stays allocated until the next garbage collection."""
+    import gc
+    import weakref
+
+    class Draw:
+        pass
+
+    def caller():
+        draw = Draw()
+        guards.late_threads(set(), str(tmp_path))
+        return weakref.ref(draw)
+
+    gc.disable()
+    try:
+        gone = caller()
+        assert gone() is None, "the caller's local outlived its frame: a reference cycle holds it"
+    finally:
+        gc.enable()
 
 
 def test_state_map_by_name_then_by_order():

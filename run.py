@@ -96,13 +96,13 @@ def start_box_early(argv) -> None:
             args = parse_args(argv)
     except SystemExit:  # --help or a usage error: said once, by main()
         return
-    if many_jobs(args) or args.list or args.build or args.no_sandbox or not args.candidate or \
+    if many_jobs(args) or args.list or args.build or not args.candidate or \
             (args.problem and len(args.problem) != 1):
         return
     spec = ("file", args.ref) if args.ref else ("problem", args.problem[0]) if args.problem else None
     if spec and spec[1] != "all":
         from kp import boxstart
-        boxstart.start_early(spec, args.candidate[0])
+        boxstart.start_early(spec, args.candidate[0], boxed=not args.no_sandbox)
 
 
 if __name__ == "__main__":

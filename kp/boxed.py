@@ -64,8 +64,9 @@ def main() -> None:
     multiprocessing.current_process().authkey = conn.recv_bytes()
     multiprocessing.current_process()._config["tempdir"] = shared
     import importlib
-    from kp.worker import PRELOAD, worker_main
-    for name in PRELOAD:  # what every job needs, imported while the judge gets ready (the box may start early)
+    from kp.boxstart import WORKER_PRELOAD
+    from kp.worker import worker_main
+    for name in WORKER_PRELOAD:  # what every job needs, imported while the judge gets ready (the box may start early)
         importlib.import_module(name)
     args = conn.recv()
     worker_main(conn, *args)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from kp.boxstart import WORKER_PRELOAD
 from kp.build import cache_root, shared_cache
 from kp.errors import Rejected, first_line
 from kp.guards import (fingerprint_changes, late_message, late_threads, loaded_objects, namespace_fingerprint,
@@ -474,11 +475,6 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
     Worker(ref_spec, device, precision, conn=conn, train=train).loop()
 
 
-# Imported once by the forkserver, so that a candidate's process starts as a fork of an interpreter that has them
-# (about 3 s of imports per candidate otherwise). The server never touches CUDA, so its children may.
-PRELOAD = ["kp.worker", "torch._dynamo", "torch.profiler"]
-
-
 def _context():
     """forkserver where the platform has it (Linux, macOS): each candidate gets a fresh process, forked from a
     server that has imported torch and the judge but has run no candidate and initialised no GPU; else spawn."""
@@ -486,7 +482,7 @@ def _context():
     import torch.multiprocessing as tmp
     if "forkserver" in mp.get_all_start_methods():
         ctx = tmp.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
+        ctx.set_forkserver_preload(WORKER_PRELOAD)
         return ctx
     return tmp.get_context("spawn")
 

@@ -1,29 +1,29 @@
 """What models/ and a notebook import: one name space over the playground's pieces, each in a module of its own.
 
-    kp/registry.py   the filesystem as the list of problems and rungs; what each rung needs (GPU architecture)
-    kp/sources.py    what a .cu exports and includes, read without compiling it
-    kp/build.py      compile on first use and cache by content hash
-    kp/checks.py     the CPU-side compile checks CI runs on every .cu
-    kp/layers.py     helpers ModelNew classes share (weight-derived caches, IEEE fp32 GEMMs, input checks)
-    kp/numerics.py   relative L2 error against float64, bitwise equality through views, the error budget
-    kp/timing.py     CUDA-event timing behind an L2 flush, interleaved; the copy and GEMM ceilings
-    kp/reference.py, kp/worker.py, kp/judge.py, kp/report.py   the judge (run.py) and its table
+    kp/lib/registry.py   the filesystem as the list of problems and rungs; what each rung needs (GPU architecture)
+    kp/lib/sources.py    what a .cu exports and includes, read without compiling it
+    kp/lib/build.py      compile on first use and cache by content hash
+    kp/lib/checks.py     the CPU-side compile checks CI runs on every .cu
+    kp/lib/layers.py     helpers ModelNew classes share (weight-derived caches, IEEE fp32 GEMMs, input checks)
+    kp/lib/numerics.py   relative L2 error against float64, bitwise equality through views, the error budget
+    kp/lib/timing.py     CUDA-event timing behind an L2 flush, interleaved; the copy and GEMM ceilings
+    kp/judge/reference.py, kp/judge/worker.py, kp/judge/driver.py, kp/observe/report.py   the judge (run.py) and its table
 
 Nothing under kp/ imports this file.
 """
-from kp.build import (Built, Kernel, arch_flag, build, build_all, build_flags, build_path, cache_key, cache_root,
+from kp.lib.build import (Built, Kernel, arch_flag, build, build_all, build_flags, build_path, cache_key, cache_root,
                       parse_arch, progress, require_gpu, summarize_build_error)
-from kp.checks import binding_check_many, compile_check, has_experiments
-from kp.sources import Export, binding_source, local_headers, parse_exports, strip_experiments
+from kp.lib.checks import binding_check_many, compile_check, has_experiments
+from kp.lib.sources import Export, binding_source, local_headers, parse_exports, strip_experiments
 from kp.errors import KernelBuildError, UsageError
-from kp.layers import (GEMM_MODES, PRECISIONS, DerivedCache, LinearGemm, check_input, ieee_fp32, mm_fp32,
+from kp.lib.layers import (GEMM_MODES, PRECISIONS, DerivedCache, LinearGemm, check_input, ieee_fp32, mm_fp32,
                        set_precision, tf32_matmul)
-from kp.numerics import ABS_FLOOR, REF_MULTIPLE, Err, budget_from, clone_layout, rel_error, same_values
-from kp.reference import problem_inputs as inputs
-from kp.registry import (KERNELS, MODELS, PROBES, ROOT, capability, default_rung, first_runnable, kernel_sources,
+from kp.lib.numerics import ABS_FLOOR, REF_MULTIPLE, Err, budget_from, clone_layout, rel_error, same_values
+from kp.judge.reference import problem_inputs as inputs
+from kp.lib.registry import (KERNELS, MODELS, PROBES, ROOT, capability, default_rung, first_runnable, kernel_sources,
                          picks_per_call, problem_module, problems, read_rung, required_exports, rung, runnable_variants,
                          runs_here, variants)
-from kp.timing import HOLD_CYCLES, L2Flusher, Timing, bench_interleaved, copy_bandwidth, gemm_rates, summarize
+from kp.lib.timing import HOLD_CYCLES, L2Flusher, Timing, bench_interleaved, copy_bandwidth, gemm_rates, summarize
 
 __all__ = [
     "Built", "Export", "Kernel", "arch_flag", "binding_check_many", "binding_source", "build", "build_all",

@@ -88,7 +88,7 @@ def many_jobs(args) -> bool:
 
 def start_box_early(argv) -> None:
     """One candidate judged in a box: start the box now, before torch is imported here, so that its own start-up
-    runs while this process gets ready (kp.boxstart; the judge adopts it, or starts another if the job differs)."""
+    runs while this process gets ready (kp.box.start; the judge adopts it, or starts another if the job differs)."""
     import contextlib
     import io
     try:
@@ -101,7 +101,7 @@ def start_box_early(argv) -> None:
         return
     spec = ("file", args.ref) if args.ref else ("problem", args.problem[0]) if args.problem else None
     if spec and spec[1] != "all":
-        from kp import boxstart
+        from kp.box import start as boxstart
         boxstart.start_early(spec, args.candidate[0], boxed=not args.no_sandbox)
 
 
@@ -140,7 +140,7 @@ def list_problems() -> None:
 def expand_variants(problem: str, asked: list[str] | None) -> list[str]:
     """The rows asked for: none -> the ladder this GPU runs (and auto); 'all' -> with the records. An unknown name,
     or a rung this GPU cannot run, is a UsageError in one line."""
-    from kp import judge
+    from kp.judge import driver as judge
     if not asked:
         return judge.default_variants(problem)
     out = []
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
     if args.plot and batch:
         return fail_usage("--plot draws one run's table; many jobs write their records to --out")
     if args.plot:
-        from kp import plot
+        from kp.observe import plot
         plot.require()
     if args.ref and (args.variant or args.build):
         return fail_usage("--variant and --build belong to built-in problems, not to --ref files")
@@ -207,9 +207,11 @@ def main(argv=None) -> int:
         print(f"built {len(res) - len(bad)}/{len(res)} kernels in {time.perf_counter() - t0:.1f} s wall")
         return 1 if bad else 0
 
-    from kp import judge, report
-    from kp.build import prebuild
-    from kp.worker import JOB_TIMEOUT_S
+    from kp.judge import driver as judge
+
+    from kp.observe import report
+    from kp.lib.build import prebuild
+    from kp.judge.worker import JOB_TIMEOUT_S
     opts = dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
                 bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
                 sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
@@ -232,7 +234,7 @@ def main(argv=None) -> int:
             print(report.verdict(rec), flush=True)
         status = max(status, 0 if rec["ok"] else 1)
         if args.plot:
-            from kp import plot
+            from kp.observe import plot
             path = Path(args.plot)
             if len(refs) > 1:
                 path = path.with_name(f"{path.stem}-{ref.name}{path.suffix}")
@@ -246,7 +248,7 @@ def main(argv=None) -> int:
 def run_batch(args, opts: dict) -> int:
     """Many jobs: on the GPUs of this host (--gpus), on a Ray cluster (--ray), or one after another here."""
     from pathlib import Path
-    from kp import batch, jobfile
+    from kp.batch import slots as batch, jobfile
     if args.jobs:
         jobs = jobfile.read_job_file(args.jobs, opts)
     else:

@@ -1,23 +1,28 @@
-"""The kernel playground's machinery behind harness.py (what models/ import) and run.py (the judge).
+"""The kernel playground's machinery behind harness.py (what models/ import) and run.py (the judge), a folder per
+concern: lib/ (the library models/ import), box/ (the sandbox), judge/ (the judge and its stages), observe/ (profiles,
+counters, tables, pictures), batch/ (many jobs).
 
 Its modules in layer order: a module imports only modules before it (tests/test_layers.py reads every import,
-those inside functions too, and fails on one against this order, which also rules out an import circle).
+those inside functions too, and fails on one against this order, which also rules out an import circle). The
+concerns interleave where one needs a low piece of another: the build keeps its cache where the box can mount it,
+and the worker reads the profiler's events.
 """
 
 LAYER_ORDER = (
     # foundations: errors, numerics, the float64 copy, derived-input premises, the sandbox, the kernel registry
-    "errors", "numerics", "float64", "premises", "sandbox", "registry",
-    # building: a candidate's box paths, what a source exports and includes, the compile cache, the CPU-side compile
-    # checks, the layers models/ are made of
-    "boxstart", "sources", "build", "checks", "layers",
-    # one judged call: the reference, timing, profiles, what is watched in a candidate's process, the worker that
-    # runs a model, the boxed worker's entry
-    "reference", "timing", "profile", "guards", "worker", "boxed",
+    "errors", "lib.numerics", "judge.float64", "judge.premises", "box.sandbox", "lib.registry",
+    # building: a candidate's box and paths, what a source exports and includes, the compile cache, the CPU-side
+    # compile checks, the layers models/ are made of
+    "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",
+    # one judged call: the reference, the timer, profiles, what is watched in a candidate's process, the worker that
+    # runs a model, the runners that talk to it, the boxed worker's entry
+    "judge.reference", "lib.timing", "observe.profile", "judge.guards", "judge.measure", "judge.worker",
+    "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables
-    "ncu", "report",
+    "observe.ncu", "observe.report",
     # the judge: its memory plan, what a call must return, its stages (construct and parity, escape and own kernel,
     # timing and ceilings, profiles), the driver that runs them in order; its roofline picture; many jobs (what a
     # job, a job file and a results file are; the slots and Ray tasks that judge them)
-    "plan", "expected", "stage_parity", "stage_escape", "stage_timing", "stage_observe", "judge",
-    "plot", "jobfile", "batch",
+    "judge.plan", "judge.expected", "judge.parity", "judge.escape", "judge.timed", "judge.observe", "judge.driver",
+    "observe.plot", "batch.jobfile", "batch.slots",
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, gpu, run_script
-from kp import jobfile
+from kp.batch import jobfile
 
 CASES = ROOT / "tests" / "batch"
 CANDS = sorted(p for p in CASES.glob("*.py") if p.name != "ref.py")

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 import harness
-import kp.build
+import kp.lib.build
 
 
 @pytest.fixture
@@ -18,8 +18,8 @@ def tree(tmp_path, monkeypatch):
     (k / "p" / "local.cuh").write_text("// local v1\n")
     (k / "p" / "1_a.cu").write_text('#include "../common/kp.cuh"\n#include "local.cuh"\nKP_EXPORT void f() {}\n')
     (k / "p" / "2_b.cu").write_text('#include "../common/kp.cuh"\nKP_EXPORT void g() {}\n')
-    monkeypatch.setattr(kp.build, "KERNELS", k)
-    monkeypatch.setattr(kp.build, "ROOT", tmp_path)
+    monkeypatch.setattr(kp.lib.build, "KERNELS", k)
+    monkeypatch.setattr(kp.lib.build, "ROOT", tmp_path)
     return k
 
 
@@ -56,11 +56,11 @@ def test_flags_arch_and_versions_change_key(tree, monkeypatch):
     assert harness.cache_key(tree / "p" / "1_a.cu", (8, 0)) != a0
     assert harness.cache_key(tree / "p" / "1_a.cu", (9, 0), experiments=True) != a0  # the bench scripts' build
     orig = harness.build_flags
-    monkeypatch.setattr(kp.build, "build_flags",
+    monkeypatch.setattr(kp.lib.build, "build_flags",
                         lambda cap, exp=False: {**orig(cap), "cflags": orig(cap)["cflags"] + ["-g"]})
     assert keys(tree)[0] != a0
-    monkeypatch.setattr(kp.build, "build_flags", orig)
-    monkeypatch.setattr(kp.build.torch, "__version__", "9.9.9")
+    monkeypatch.setattr(kp.lib.build, "build_flags", orig)
+    monkeypatch.setattr(kp.lib.build.torch, "__version__", "9.9.9")
     assert keys(tree)[0] != a0
 
 
@@ -103,16 +103,16 @@ def _entry(tmp_path, data=b"\x7fELF" + b"x" * 5000):
     tmp.mkdir()
     (tmp / "kp_m.so").write_bytes(data)
     bdir = tmp_path / "kp_m"
-    kp.build.publish_entry(tmp, bdir, "kp_m.so", "KEY")
+    kp.lib.build.publish_entry(tmp, bdir, "kp_m.so", "KEY")
     return bdir, bdir / "kp_m.so"
 
 
 def test_published_entry_verifies(tmp_path):
     bdir, so = _entry(tmp_path)
     assert not (tmp_path / ".build-kp_m").exists()  # moved, not copied
-    assert kp.build.verify_entry(bdir, so, "KEY") == "ok"
-    assert kp.build.verify_entry(tmp_path / "none", so, "KEY") == "missing"
-    assert kp.build.verify_entry(bdir, so, "OTHER") == "belongs to another source"
+    assert kp.lib.build.verify_entry(bdir, so, "KEY") == "ok"
+    assert kp.lib.build.verify_entry(tmp_path / "none", so, "KEY") == "missing"
+    assert kp.lib.build.verify_entry(bdir, so, "OTHER") == "belongs to another source"
 
 
 @pytest.mark.parametrize("damage, says", [
@@ -125,7 +125,7 @@ def test_published_entry_verifies(tmp_path):
 def test_damaged_entry_is_named_not_loaded(tmp_path, damage, says):
     bdir, so = _entry(tmp_path)
     damage(so)
-    assert says in kp.build.verify_entry(bdir, so, "KEY")
+    assert says in kp.lib.build.verify_entry(bdir, so, "KEY")
 
 
 def test_republish_replaces_whole_entry(tmp_path):
@@ -134,7 +134,7 @@ def test_republish_replaces_whole_entry(tmp_path):
     tmp = tmp_path / ".build-kp_m"
     tmp.mkdir()
     (tmp / "kp_m.so").write_bytes(b"new library")
-    kp.build.publish_entry(tmp, bdir, "kp_m.so", "KEY")
+    kp.lib.build.publish_entry(tmp, bdir, "kp_m.so", "KEY")
     assert not (bdir / "stale.o").exists() and so.read_bytes() == b"new library"
-    assert kp.build.verify_entry(bdir, so, "KEY") == "ok"
+    assert kp.lib.build.verify_entry(bdir, so, "KEY") == "ok"
     assert [p.name for p in tmp_path.iterdir()] == ["kp_m"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import harness
-import kp.registry
+import kp.lib.registry
 from conftest import gpu
 
 def _variants(p):
@@ -77,7 +77,7 @@ def test_compile_error_names_file_and_line(tmp_path, monkeypatch):
                                                                              "m = kp::block_max(m, scrach);")
     k = _scratch_tree(tmp_path, src)
     bad_line = src.splitlines().index(next(l for l in src.splitlines() if "scrach" in l)) + 1
-    monkeypatch.setattr(kp.registry, "KERNELS", k)
+    monkeypatch.setattr(kp.lib.registry, "KERNELS", k)
     monkeypatch.setenv("KP_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(harness.KernelBuildError) as ei:
         harness.build("zz", "1_k", quiet=True)

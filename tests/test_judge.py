@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import harness
-from kp import expected, guards, judge, plan, profile, reference, stage_escape, stage_timing, worker
+from kp.judge import driver as judge, escape as stage_escape, timed as stage_timing
+from kp.judge import expected, guards, plan, reference, runners, worker
+from kp.observe import profile
 from conftest import HAS_GPU, gpu, run_script as run
 
 WRONG = sorted((harness.ROOT / "tests" / "wrong").glob("*.py"))
@@ -202,7 +204,7 @@ def test_timing_holds_the_gpu_against_other_judges(monkeypatch, tmp_path):
     """Two judges sharing a GPU time one at a time: the second waits (and says so) until the first lets go."""
     import fcntl
     import os
-    from kp import timing
+    from kp.lib import timing
     monkeypatch.setattr(timing, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
     said = []
     with timing.gpu_to_itself(said.append):
@@ -237,18 +239,18 @@ def test_fingerprint_sees_a_patched_torch_function():
 
 
 def test_fingerprint_sees_code_swapped_in_place_and_a_changed_constant():
-    from kp import timing
+    from kp.lib import timing
     before = guards.namespace_fingerprint()
     code, hold = timing.summarize.__code__, timing.HOLD_CYCLES
     try:
         timing.summarize.__code__ = (lambda samples: None).__code__  # same object, new behaviour
-        assert "kp.timing.summarize (in place: its code, defaults, closure or contents)" in \
+        assert "kp.lib.timing.summarize (in place: its code, defaults, closure or contents)" in \
             guards.fingerprint_changes(before)
     finally:
         timing.summarize.__code__ = code
     try:
         timing.HOLD_CYCLES = 1
-        assert "kp.timing.HOLD_CYCLES" in guards.fingerprint_changes(before)
+        assert "kp.lib.timing.HOLD_CYCLES" in guards.fingerprint_changes(before)
     finally:
         timing.HOLD_CYCLES = hold
     assert guards.fingerprint_changes(before) == []
@@ -705,9 +707,9 @@ def test_inputs_refilled_in_place_are_complete_before_the_worker_reads_them():
     """The judge refills one input buffer per layout and the worker keeps it mapped, so torch's IPC cache hands the
     worker the same storage again without waiting on the judge's event: the runner must finish the judge's writes
     before it sends. Each refill here is queued behind a ~25 ms sleep kernel on the judge's stream."""
-    from kp.reference import Reference
+    from kp.judge.reference import Reference
     ref = Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
-    runner = worker.ProcessRunner(ref.spec, "cuda", "fp32", lambda msg: None)
+    runner = runners.ProcessRunner(ref.spec, "cuda", "fp32", lambda msg: None)
     try:
         runner.call("import", "load", str(CASES_DIR / "relu" / "torch_rewrite.py"))
         runner.call("construct", "build", "candidate", [], 0)
@@ -803,7 +805,7 @@ def test_samples_rewritten_from_the_candidate_frame_are_caught(tmp_path):
 def test_out_of_gpu_memory_says_what_the_gpu_has_free():
     """A candidate's call that runs out of GPU memory is rejected, and the reason says what the GPU has free, since
     on a shared GPU the memory of other processes counts against it; any other error is said as it was."""
-    from kp.worker import raised
+    from kp.judge.worker import raised
     oom = raised("trial 2 (seed 7)", "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.06 GiB",
                  gpu_memory=lambda: (1 << 30, 80 << 30))
     assert oom.startswith("trial 2 (seed 7): raised OutOfMemoryError") and "1.0 of 80.0 GiB free now" in oom
@@ -814,7 +816,7 @@ def test_out_of_gpu_memory_says_what_the_gpu_has_free():
 def test_a_zero_pattern_survives_stray_zeros_of_single_draws():
     """The pattern is what every draw has: a triangular input whose draws each hold an exact zero of their own in
     the upper half (large torch.randn draws do) keeps its premise, so the shifted input is skipped."""
-    from kp.premises import Premises
+    from kp.judge.premises import Premises
     p = Premises()
     for stray in (5, 9, 14):
         a = torch.triu(torch.randn(8, 8)) + torch.triu(torch.ones(8, 8))  # no accidental zeros above the diagonal
@@ -830,7 +832,7 @@ def test_a_zero_pattern_survives_stray_zeros_of_single_draws():
 
 def test_timing_stops_once_the_median_is_known_to_one_percent():
     """A tight distribution is known at ten samples; one whose IQR is 5% of the median needs about 60."""
-    from kp.timing import median_known, summarize
+    from kp.lib.timing import median_known, summarize
     tight = summarize([1.0 + 0.001 * (i % 5) for i in range(10)])
     assert median_known(tight, 0.01)
     noisy = [1.0 + 0.1 * ((i * 7) % 11) / 10 for i in range(10)]

@@ -8,30 +8,51 @@ import kp
 KP = Path(kp.__file__).parent
 
 
-def _imports(path: Path) -> set[str]:
+def _modules() -> dict[str, Path]:
+    """Every module of kp/ by its dotted name under kp ('judge.worker'); package __init__ files hold no code."""
+    return {".".join(p.relative_to(KP).with_suffix("").parts): p for p in sorted(KP.rglob("*.py"))
+            if p.name != "__init__.py"}
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """The kp modules `path` imports, by dotted name: `from kp.lib.build import x`, `from kp.judge import worker`,
+    `import kp.lib.timing`, anywhere in the file."""
     out = set()
     for n in ast.walk(ast.parse(path.read_text())):
         if isinstance(n, ast.ImportFrom) and n.module and (n.module == "kp" or n.module.startswith("kp.")):
-            parts = n.module.split(".")
-            out |= {parts[1]} if len(parts) > 1 else {a.name for a in n.names}
+            base = n.module[3:]
+            if base in known:
+                out.add(base)
+            else:
+                out |= {f"{base}.{a.name}".lstrip(".") for a in n.names} & known
         elif isinstance(n, ast.Import):
-            out |= {a.name.split(".")[1] for a in n.names if a.name.startswith("kp.")}
-    return out - {path.stem}
+            out |= {a.name[3:] for a in n.names if a.name.startswith("kp.")} & known
+    return out
 
 
 def test_every_module_has_a_layer():
-    mods = {p.stem for p in KP.glob("*.py")} - {"__init__"}
+    mods = set(_modules())
     assert mods == set(kp.LAYER_ORDER), (sorted(mods - set(kp.LAYER_ORDER)), sorted(set(kp.LAYER_ORDER) - mods))
 
 
+def test_package_inits_hold_no_code():
+    """A folder's __init__ says what the concern is and imports nothing: importing one module of it loads no other."""
+    for p in KP.rglob("__init__.py"):
+        body = [n for n in ast.parse(p.read_text()).body
+                if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        assert p == KP / "__init__.py" or not body, p
+
+
 def test_imports_follow_the_layer_order():
+    mods = _modules()
     rank = {m: i for i, m in enumerate(kp.LAYER_ORDER)}
-    upward = [f"kp/{p.name} imports kp.{m}" for p in sorted(KP.glob("*.py")) if p.stem in rank
-              for m in sorted(_imports(p)) if m in rank and rank[m] >= rank[p.stem]]
+    upward = [f"kp.{name} imports kp.{m}" for name, p in mods.items() if name in rank
+              for m in sorted(_imports(p, set(mods))) if m in rank and rank[m] >= rank[name] and m != name]
     assert not upward, upward
 
 
 def test_the_check_sees_an_import_inside_a_function(tmp_path):
     f = tmp_path / "timing.py"
-    f.write_text("def f():\n    from kp.judge import Judge\n    import kp.batch\n")
-    assert _imports(f) == {"judge", "batch"}
+    f.write_text("def f():\n    from kp.judge.driver import Judge\n    import kp.batch.slots\n"
+                 "    from kp.judge import worker, plan\n")
+    assert _imports(f, set(_modules())) == {"judge.driver", "batch.slots", "judge.worker", "judge.plan"}

@@ -319,7 +319,7 @@ def test_linear_gemm_modes_are_checked_on_cpu():
 
 
 def test_row_options_can_name_their_rungs():
-    from kp import judge
+    from kp.judge import driver as judge
     ref = judge.Reference.load(("problem", "matmul_gelu_softmax"))
     labels = [spec[0] for spec in judge.row_specs(ref, harness.variants("matmul_gelu_softmax"))]
     assert "1_cublas_fused_epilogue[gemm=fp32]" in labels

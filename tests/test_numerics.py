@@ -56,7 +56,7 @@ def test_quantiles():
 def test_budget_floor_follows_the_longest_reduction_of_any_operator():
     """A softmax, a norm or a prefix sum keeps its input's shape, yet each output sums a whole row: an honest kernel
     summing in another order must get the floor of that length (2 u sqrt(K)), and pure elementwise work none."""
-    from kp.numerics import ReductionLength, accumulation_floor
+    from kp.lib.numerics import ReductionLength, accumulation_floor
     F = torch.nn.functional
     x = torch.randn(4, 4096)
     cases = {

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from kp import plot, report
+from kp.observe import plot, report
 from kp.errors import UsageError
 
 RECORD = ROOT / "tests" / "data" / "relu_record.json"  # `run.py --ref ... --candidate ...` on an H200, 2026-11-22
@@ -71,7 +71,7 @@ def test_plot_takes_one_run(cli, tmp_path):
 
 
 def test_a_saved_record_is_redrawn_from_the_command_line(tmp_path):
-    """python -m kp.plot RECORD.json OUT.png: the picture of a run, drawn later on a machine without a GPU."""
+    """python -m kp.observe.plot RECORD.json OUT.png: the picture of a run, drawn later on a machine without a GPU."""
     pytest.importorskip("matplotlib")
     out = tmp_path / "again.png"
     assert plot.main([str(ROOT / "tests" / "data" / "relu_record.json"), str(out)]) == 0

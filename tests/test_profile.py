@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import ROOT
-from kp import profile
+from kp.observe import profile
 
 REF, GOOD = ROOT / "tests" / "batch" / "ref.py", ROOT / "tests" / "batch" / "good.py"
 

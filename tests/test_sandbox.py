@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, gpu, run_script
-from kp import sandbox
+from kp.box import sandbox
 
 BOX = ROOT / "tests" / "box"
 REF = ROOT / "tests" / "judge_cases" / "relu" / "ref.py"
@@ -123,7 +123,7 @@ def test_verdict_says_when_no_sandbox_was_available(cli, monkeypatch):
 def test_a_box_started_early_is_adopted_by_the_same_job_only(tmp_path):
     """The command line starts the candidate's box before torch is imported; the judge adopts it when the job it
     sets up is the one the box was made for (same folders and environment), and starts a fresh one otherwise."""
-    from kp import boxstart
+    from kp.box import start as boxstart
     cand = tmp_path / "cand.py"
     cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
     spec = ("file", str(REF))
@@ -222,7 +222,7 @@ def test_attempt_fails_inside_the_box_on_gpu(name, tmp_path):
 def _load(cache: Path, problem: str = "softmax", variant: str = "1_rowblock"):
     """Build or load one playground kernel in a fresh process; (built now?, library path, stderr)."""
     import subprocess
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from kp.build import build; "
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from kp.lib.build import build; "
             f"b = build({problem!r}, {variant!r}); print(b.built_now, b.so_path)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                        env={**os.environ, "KP_CACHE_DIR": str(cache)})
@@ -250,7 +250,7 @@ def test_cache_survives_a_boxed_writer_and_a_truncated_library_is_rebuilt(tmp_pa
 
 def _shipped(problem: str) -> list[str]:
     """Every rung of a built-in problem that runs on this GPU, records included, and auto where the model has it."""
-    from kp import registry
+    from kp.lib import registry
     return registry.runnable_variants(problem, include_records=True) + (
         ["auto"] if registry.picks_per_call(problem) else [])
 

@@ -10,13 +10,13 @@
       `python run.py --jobs jobs.csv --allow-torch --no-compile --no-bench --out results.jsonl [--gpus all]`.
   python -m tools.judge_corpus warm jobs.csv [--procs 8]
       import every candidate of a job file once, several at a time, so their own extensions are built into the
-      folders the judge keeps per candidate (kp.boxstart.candidate_build_dir) before the GPUs judge them one by one.
+      folders the judge keeps per candidate (kp.box.start.candidate_build_dir) before the GPUs judge them one by one.
       Unboxed: for a corpus on a machine of its own.
   python -m tools.judge_corpus classify results.jsonl [--md]
       the verdicts of such a run by cause (one example each), and how KernelBench's own check compares.
   python -m tools.judge_corpus floors results.jsonl
       every rejection over the error budget read again against today's floor: the reference's longest reduction
-      (kp.numerics.ReductionLength, traced on the meta device) and whether the recorded error fits under it. A
+      (kp.lib.numerics.ReductionLength, traced on the meta device) and whether the recorded error fits under it. A
       re-reading of the failed check only: the checks after it were not run.
 
 The corpora themselves are public (KernelBench's references, its leaderboard's machine-written solutions) and are
@@ -84,7 +84,7 @@ def kernelbench(line: dict) -> str:
 
 def classify(path: Path, md: bool) -> str:
     """One table per mode (a job file with a mode column judges the same pairs under both)."""
-    from kp.jobfile import read_results
+    from kp.batch.jobfile import read_results
     lines = read_results(path)
     modes = collections.defaultdict(list)
     for d in lines:
@@ -177,7 +177,7 @@ spec.loader.exec_module(importlib.util.module_from_spec(spec))
 def _warm_one(cand: str, timeout: float) -> tuple[str, str, float]:
     import os
     import tempfile
-    from kp.boxstart import candidate_build_dir
+    from kp.box.start import candidate_build_dir
     t0 = time.perf_counter()
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(candidate_build_dir(cand)), "MAX_JOBS": "2"}
     with tempfile.TemporaryDirectory() as cwd:
@@ -207,7 +207,7 @@ def warm(csv_path: Path, procs: int, timeout: float) -> None:
 def _reduction_length(ref: Path) -> float:
     import importlib.util
     import torch
-    from kp.numerics import ReductionLength
+    from kp.lib.numerics import ReductionLength
     spec = importlib.util.spec_from_file_location("kp_corpus_ref", ref)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -219,9 +219,9 @@ def _reduction_length(ref: Path) -> float:
 
 
 def floors(path: Path) -> str:
-    from kp.numerics import accumulation_floor
+    from kp.lib.numerics import accumulation_floor
     pat = re.compile(r"relL2 ([\d.e+-]+) \(worst row ([\d.e+-]+)\) over budget ([\d.e+-]+) \(([\d.e+-]+)\)")
-    from kp.jobfile import read_results
+    from kp.batch.jobfile import read_results
     out, ks = [], {}
     for line in read_results(path):
         m = pat.search(line.get("verdict", ""))

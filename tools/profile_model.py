@@ -9,7 +9,7 @@ import time
 import torch
 
 import harness
-from kp import judge
+from kp.judge import driver as judge
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--problem", required=True)

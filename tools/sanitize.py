@@ -12,7 +12,7 @@ import sys
 import torch
 
 import harness
-from kp import judge
+from kp.judge import driver as judge
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--only", default="", help="comma-separated problems (default: all)")

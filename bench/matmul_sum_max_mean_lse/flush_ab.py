@@ -1,8 +1,8 @@
 """What the L2 flush leaves for the timed call to pay: matmul_sum_max_mean_lse at the benchmark shape (6_phases
 and 4_overlap through ModelNew, uncached; 6_phases cached), a plain read of its 288 MiB (the bw probe) and a
-32 MiB torch copy, timed by kp.timing.bench_interleaved after each combination of
+32 MiB torch copy, timed by kp.lib.timing.bench_interleaved after each combination of
 
-  flush:  none; read (kp.timing.L2Flusher, the timer's: a sum over 2x the L2); write (fill_ of the same buffer);
+  flush:  none; read (kp.lib.timing.L2Flusher, the timer's: a sum over 2x the L2); write (fill_ of the same buffer);
           write + discard (then tools/probes/l2.cu drops the buffer's lines without writing them back);
   before: nothing, or the judge's refill of the inputs (x drawn afresh on the device under a new seed by the
           problem's own get_inputs, then copied into the call's input buffer, as the judge does before every call).
@@ -17,7 +17,7 @@ import torch
 import harness
 import models.matmul_sum_max_mean_lse as lse
 from bench.matmul_sum_max_mean_lse.operands import bench_operands
-from kp.reference import Reference
+from kp.judge.reference import Reference
 
 
 class WriteFlush:

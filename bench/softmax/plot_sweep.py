@@ -35,7 +35,7 @@ def col(name):
     return [float(r[head.index(name)].replace(",", "")) for r in rows]
 
 
-from kp.plot import bandwidth_curve
+from kp.observe.plot import bandwidth_curve
 
 series = {{"auto": "ours (ModelNew auto)"}.get(n, "torch " + n): col(n) for n in ("eager", "compile", "auto")}
 print("wrote", bandwidth_curve(col("cols"), series, ceiling, args.out,

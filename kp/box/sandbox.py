@@ -6,7 +6,7 @@ cache; it writes only to a private /tmp (a size-capped tmpfs that also holds its
 caches), to /dev/shm and to the judge's multiprocessing folder (tensors cross the box's wall through shared
 memory, handed-over file descriptors and CUDA IPC). It gets the GPU device
 nodes, its own pid, network (loopback only, down), IPC and host-name namespaces, a scrubbed environment, and limits
-on processes, open files and host memory (set by `kp.boxed` before anything else runs). The judge kills the box at
+on processes, open files and host memory (set by `kp.box.entry` before anything else runs). The judge kills the box at
 its time limits; every process in it dies with it (pid namespace).
 
 Why these choices:
@@ -16,8 +16,8 @@ Why these choices:
   `pid_max` (kernels from 6.14 keep one per namespace), else a `pids` cgroup where the judge may create one; where
   neither is possible the record says so.
 - Root keeps its capabilities in a box without a user namespace, and with them could remount the read-only binds
-  writable: the box is started with every capability dropped but the two `kp.boxed` needs to set `pid_max`, and
-  `kp.boxed` drops those (and the bounding set) before anything else runs, refusing to go on if any is left.
+  writable: the box is started with every capability dropped but the two `kp.box.entry` needs to set `pid_max`, and
+  `kp.box.entry` drops those (and the bounding set) before anything else runs, refusing to go on if any is left.
 - Host memory is bounded with RLIMIT_DATA, not RLIMIT_AS: CUDA reserves far more address space than it uses.
 
 `KP_BWRAP` names the bwrap binary when it is not on PATH; `KP_SANDBOX_MEM_GB` sets the host-memory limit.
@@ -65,7 +65,7 @@ class Limits:
         return max(16 * GiB, total // 2)
 
     def settings(self) -> dict[str, int]:
-        """What `kp.boxed` sets before anything else runs: rlimits, and the namespace's pid_max for root."""
+        """What `kp.box.entry` sets before anything else runs: rlimits, and the namespace's pid_max for root."""
         out = {"RLIMIT_NPROC": self.nproc, "RLIMIT_NOFILE": self.nofile, "RLIMIT_DATA": self.data_bytes(),
                "RLIMIT_CORE": 0}
         if process_limit() == "pid_max":
@@ -164,7 +164,7 @@ def command(argv: list[str], *, read_only: list[str], writable: list[str] = (), 
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "kp-box"]
     if os.geteuid() != 0:
         args += ["--unshare-user", "--disable-userns"]
-    else:  # root keeps capabilities unless told; kp.boxed drops the two it is left after setting pid_max
+    else:  # root keeps capabilities unless told; kp.box.entry drops the two it is left after setting pid_max
         args += ["--cap-drop", "ALL"]
         if process_limit() == "pid_max":
             args += ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]

@@ -1,6 +1,6 @@
 """Compile and cache: a variant is built at first use with ``torch.utils.cpp_extension.load_inline`` into a
 directory named by a sha256 over everything that can change the binary (``cache_key``); a warm load is one dlopen.
-What a source exports and includes is read in kp/sources.py; the CPU-side checks CI runs are in kp/checks.py."""
+What a source exports and includes is read in kp/lib/sources.py; the CPU-side checks CI runs are in kp/lib/checks.py."""
 from __future__ import annotations
 
 import contextlib
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from kp.boxstart import cache_root
+from kp.box.start import cache_root
 from kp.errors import KernelBuildError, UsageError, first_line
-from kp.registry import KERNELS, ROOT, capability, default_rung, problems, rung, runnable_variants, variants
-from kp.sources import Export, binding_source, local_headers, parse_exports
+from kp.lib.registry import KERNELS, ROOT, capability, default_rung, problems, rung, runnable_variants, variants
+from kp.lib.sources import Export, binding_source, local_headers, parse_exports
 
 KEY_VERSION = "kp-cache-1"  # bump when the build recipe below changes in a way the key would not see
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from kp.errors import KernelBuildError
-from kp.registry import KERNELS
+from kp.lib.registry import KERNELS
 
 # ---------------------------------------------------------------------------------------------------------------
 # Exports: `KP_EXPORT void name(params)` in a .cu becomes torch.ops.<module>.<name>.

@@ -68,7 +68,7 @@ def _namespaces():
             "torch.profiler": torch.profiler, "torch.special": torch.special, "torch.linalg": torch.linalg,
             "torch.optim.SGD": torch.optim.SGD, "time": time_mod, "threading.Thread": threading.Thread, "os": os,
             # the playground's own modules a candidate could patch (the façade and everything behind it), and the
-            # classes they define (kp.timing.L2Flusher, Timing, the Worker itself)
+            # classes they define (kp.lib.timing.L2Flusher, Timing, the Worker itself)
             **{name: mod for name, mod in own},
             **{f"{name}.{k}": c for name, mod in own for k, c in list(vars(mod).items())
                if isinstance(c, type) and c.__module__ == name}}
@@ -129,7 +129,7 @@ def namespace_fingerprint() -> dict[str, tuple]:
 
 
 def fingerprint_changes(before: dict[str, tuple]) -> list[str]:
-    """The names whose object was replaced ('torch.softmax'), or kept but changed in place ('kp.timing.summarize
+    """The names whose object was replaced ('torch.softmax'), or kept but changed in place ('kp.lib.timing.summarize
     (its code, defaults or closure)'), since `before`."""
     now = namespace_fingerprint()
     out = []

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from kp.errors import UsageError
-from kp.registry import KERNELS, MODELS, ROOT, problems
-from kp.sources import local_headers
+from kp.lib.registry import KERNELS, MODELS, ROOT, problems
+from kp.lib.sources import local_headers
 
 # Options that bound how a job is run, not what it is: a recorded job is not judged again when only these change
 # (a re-run with another --timeout resumes, it does not start over).

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from kp.errors import UsageError
-from kp.report import row_floor_s, row_label, row_names, row_traffic
+from kp.observe.report import row_floor_s, row_label, row_names, row_traffic
 
 COLORS = {"baseline": "0.45", "accepted": "tab:green", "rejected": "tab:red"}
 
@@ -146,11 +146,11 @@ def _save(fig, path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m kp.plot RECORD.json OUT.png`: the picture of a record saved with `run.py --json`, redrawn without
+    """`python -m kp.observe.plot RECORD.json OUT.png`: the picture of a record saved with `run.py --json`, redrawn without
     a GPU (the README's pictures are drawn this way from the records of their runs)."""
     import argparse
     import json
-    ap = argparse.ArgumentParser(prog="python -m kp.plot", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m kp.observe.plot", description=main.__doc__)
     ap.add_argument("record", help="a record written by run.py --json (one problem's, or a list of them)")
     ap.add_argument("png")
     args = ap.parse_args(argv)

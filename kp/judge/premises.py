@@ -6,7 +6,7 @@ diagonal or any fixed mask: a triangular-matrix product may skip the zero half) 
 are not premises: most reference files draw with ``torch.rand``, and a kernel that is right only on [0, 1) is what the
 derived inputs exist to catch; where a range matters to the problem itself, the float64 reference leaves the finite
 range, PyTorch's own fp32 result fails its check, or the reference raises, and the derived input is skipped for that
-reason instead (kp.judge).
+reason instead (kp.judge.driver).
 """
 from __future__ import annotations
 

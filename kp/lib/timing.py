@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from kp.layers import mm_fp32, tf32_matmul
+from kp.lib.layers import mm_fp32, tf32_matmul
 
 # ---------------------------------------------------------------------------------------------------------------
 # Timing.

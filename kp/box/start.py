@@ -2,8 +2,8 @@
 about two seconds) is most of a small job's time to verdict, so the command line starts the box before it imports
 torch itself (`start_early`), and the judge adopts it when it adds the candidate (`take`); a box that does not
 match the job the judge then sets up is killed and a new one started here. What the box reads and writes and the
-environment it gets are decided here once, early or not (kp.sandbox says how the box is made; kp.boxed is its
-entry point; kp.worker talks to it)."""
+environment it gets are decided here once, early or not (kp.box.sandbox says how the box is made; kp.box.entry is its
+entry point; kp.judge.worker talks to it)."""
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BOX_CWD = "/tmp/work"  # the candidate's working directory in the box: on its private /tmp, gone with the box
 
 
@@ -109,7 +109,7 @@ class Box:
 def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple[list[str], list[str], dict]:
     """What the box reads, what it writes, and its environment."""
     from multiprocessing import util
-    from kp import sandbox
+    from kp.box import sandbox
     ro = [str(ROOT), *read_only]
     if ref_spec[0] == "file":
         ro += [str(Path(ref_spec[1]).resolve().parent), str(Path(ref_spec[1]).resolve())]
@@ -119,7 +119,7 @@ def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple[list[s
     if cache_root().is_dir():  # the playground's kernels as built and verified here, read-only
         ro.append(str(cache_root().resolve()))
         env["KP_CACHE_SHARED"] = ro[-1]
-    writable = [util.get_temp_dir()]  # this process's multiprocessing folder (kp.boxed says why the box shares it)
+    writable = [util.get_temp_dir()]  # this process's multiprocessing folder (kp.box.entry says why the box shares it)
     if build_dir:  # the candidate's own extension builds, kept for its next judgement
         env["TORCH_EXTENSIONS_DIR"] = build_dir
         writable.append(build_dir)
@@ -127,16 +127,16 @@ def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple[list[s
 
 
 def _start(plan: tuple) -> Box:
-    """Start a box made to `plan` (_plan): bwrap runs kp.boxed, which confines itself, takes the judge's key,
-    imports what every job needs and waits for its job (kp.worker sends it)."""
+    """Start a box made to `plan` (_plan): bwrap runs kp.box.entry, which confines itself, takes the judge's key,
+    imports what every job needs and waits for its job (kp.judge.worker sends it)."""
     import multiprocessing
     from multiprocessing.connection import Connection
-    from kp import sandbox
+    from kp.box import sandbox
     ro, writable, env = plan
     limits = sandbox.Limits()
     stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
     ours, theirs = socket.socketpair()
-    inside = [sys.executable, "-m", "kp.boxed", str(theirs.fileno()), json.dumps(limits.settings()), writable[0]]
+    inside = [sys.executable, "-m", "kp.box.entry", str(theirs.fileno()), json.dumps(limits.settings()), writable[0]]
     argv = sandbox.command(inside, read_only=ro, writable=writable, cwd=BOX_CWD, env=env, limits=limits)
     cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
     popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL,
@@ -158,7 +158,7 @@ def candidate_paths(candidate: str | Path) -> list[str]:
 
 # What a candidate's worker imports before its job: the box while the judge gets ready, the forkserver an unboxed
 # worker is forked from once for all (about 3 s of imports per candidate otherwise). Neither touches CUDA there.
-WORKER_PRELOAD = ["kp.worker", "torch._dynamo", "torch.profiler"]
+WORKER_PRELOAD = ["kp.judge.worker", "torch._dynamo", "torch.profiler"]
 
 
 def start_forkserver_early() -> None:
@@ -181,7 +181,7 @@ def start_early(ref_spec, candidate: str, boxed: bool = True) -> None:
     started: the judge then starts its box or worker as usual, and says why if it cannot."""
     global _early
     try:
-        from kp import sandbox
+        from kp.box import sandbox
         if not Path(candidate).is_file():
             return
         if not boxed or sandbox.status()[0] is None:

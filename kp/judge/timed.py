@@ -11,10 +11,10 @@ import time
 import torch
 
 from kp.errors import Rejected, UsageError
-from kp.expected import _release, judge_output
-from kp.numerics import same_values
-from kp.plan import free_gpu_bytes, memory_need
-from kp.timing import copy_bandwidth, gemm_rates, gpu_to_itself
+from kp.judge.expected import _release, judge_output
+from kp.lib.numerics import same_values
+from kp.judge.plan import free_gpu_bytes, memory_need
+from kp.lib.timing import copy_bandwidth, gemm_rates, gpu_to_itself
 
 # Timed calls checked per row: one at a secret rep below the least reps, and at random at most this many more (each
 # check of a large problem computes a float64 reference: two in all is what the judge paid before the draw moved here)
@@ -33,7 +33,7 @@ def reduce_samples(timing: dict, wall_ms: float) -> dict:
     worker's own summary is not used), host_us as reported. Raises Rejected when the samples add up to more than
     `wall_ms`, the time the whole command took as seen from here: each sample is GPU time between two events inside
     it, one timed call after another."""
-    from kp.timing import summarize
+    from kp.lib.timing import summarize
     total = sum(sum(v.get("samples") or []) for v in timing.values())
     if total > wall_ms:
         raise Rejected(f"timing: the reported samples add up to {total:.1f} ms, more than the {wall_ms:.1f} ms the "
@@ -83,7 +83,7 @@ def below_busy(median_ms: float, busy: float | None) -> str | None:
 
 
 class TimingStage:
-    """Methods of kp.judge.Judge: the stage's state is the judge's."""
+    """Methods of kp.judge.driver.Judge: the stage's state is the judge's."""
 
     def _gpu_stages(self, rec: dict, init, mark) -> None:
         """Escape and own kernel, timing, then the traffic, memory and ceilings of the record: with the GPU to this

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from kp.build import require_gpu
+from kp.lib.build import require_gpu
 from kp.errors import UsageError, first_line
-from kp.registry import problem_module
+from kp.lib.registry import problem_module
 
 # The changes made to the weights between parity calls, in this order (cycled when there are more trials).
 UPDATES = ("optimizer step", "load_state_dict", "in-place edit")
@@ -70,7 +70,7 @@ class Reference:
     def model(self, init, seed: int, device, train: bool = True) -> torch.nn.Module:
         """Model(*init) after the seed, every tensor it holds on `device` (plain tensor attributes too), in training
         mode (a fresh module's) or, with train=False, in eval mode."""
-        from kp.float64 import hold_on
+        from kp.judge.float64 import hold_on
         torch.manual_seed(seed)
         return hold_on(self.module.Model(*init), device).train(train)
 

@@ -1,4 +1,4 @@
-"""Entry point of a candidate's worker inside the box (`python -m kp.boxed FD SETTINGS DIR`): confine this process
+"""Entry point of a candidate's worker inside the box (`python -m kp.box.entry FD SETTINGS DIR`): confine this process
 before anything else runs (pid_max of the box's pid namespace for root, every capability dropped, rlimits), take the
 judge's key for shared tensors, import what every job needs (while the judge gets ready: the box may be started
 before the judge imports torch), then take the job and serve the judge over the inherited socket."""
@@ -38,17 +38,17 @@ def drop_capabilities() -> None:
     libc.capset(ctypes.byref(_CapHeader(CAP_VERSION_3, 0)), data)
     left = {k: v for k, v in capabilities().items() if v and (k != "CapBnd" or os.geteuid() == 0)}
     if left:  # a non-root user's bounding set grants nothing; root's would come back with the next execve
-        sys.exit(f"kp.boxed: capabilities left after dropping them: {left}; refusing to run the candidate")
+        sys.exit(f"kp.box.entry: capabilities left after dropping them: {left}; refusing to run the candidate")
 
 
 def confine(settings: dict) -> None:
     pid_max = settings.pop("pid_max", None)
-    if pid_max:  # this namespace's own (kp.sandbox only asks for it on kernels that keep one per namespace)
+    if pid_max:  # this namespace's own (kp.box.sandbox only asks for it on kernels that keep one per namespace)
         with open("/proc/sys/kernel/pid_max", "w") as f:
             f.write(str(pid_max))
         with open("/proc/sys/kernel/pid_max") as f:
             if int(f.read()) != pid_max:
-                sys.exit("kp.boxed: the box's pid_max did not take; refusing to run the candidate")
+                sys.exit("kp.box.entry: the box's pid_max did not take; refusing to run the candidate")
     drop_capabilities()
     for name, value in settings.items():
         resource.setrlimit(getattr(resource, name), (value, value))
@@ -64,8 +64,8 @@ def main() -> None:
     multiprocessing.current_process().authkey = conn.recv_bytes()
     multiprocessing.current_process()._config["tempdir"] = shared
     import importlib
-    from kp.boxstart import WORKER_PRELOAD
-    from kp.worker import worker_main
+    from kp.box.start import WORKER_PRELOAD
+    from kp.judge.worker import worker_main
     for name in WORKER_PRELOAD:  # what every job needs, imported while the judge gets ready (the box may start early)
         importlib.import_module(name)
     args = conn.recv()

@@ -7,9 +7,9 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-from kp.build import arch_flag, build_flags, parse_arch
+from kp.lib.build import arch_flag, build_flags, parse_arch
 from kp.errors import KernelBuildError
-from kp.sources import EXPERIMENTS_RE, binding_source, local_headers, parse_exports
+from kp.lib.sources import EXPERIMENTS_RE, binding_source, local_headers, parse_exports
 
 
 def has_experiments(path: Path) -> bool:

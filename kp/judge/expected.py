@@ -8,10 +8,10 @@ import dataclasses
 import torch
 
 from kp.errors import Rejected, first_line
-from kp.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default, hold_on
-from kp.layers import set_precision
-from kp.numerics import Err, ReductionLength, budget_from, clone_layout, reduction_length, rel_error
-from kp.reference import Reference, _as_list, apply_update, describe
+from kp.judge.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default, hold_on
+from kp.lib.layers import set_precision
+from kp.lib.numerics import Err, ReductionLength, budget_from, clone_layout, reduction_length, rel_error
+from kp.judge.reference import Reference, _as_list, apply_update, describe
 
 # A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
 # reference has them, and a relL2 under this (~8,000 fp32 ulps: beyond it fp32 itself cannot compute the problem at
@@ -71,7 +71,7 @@ def _unread_counter(model: torch.nn.Module, key: str) -> bool:
 class _Refs:
     """The fp32 and float64 reference models, carrying state (BatchNorm running statistics) across calls like the
     judged models, with the same weight changes applied. `how` says what the float64 side is: FLOAT64, PROMOTED
-    (kp.float64.Promote), or 'fp32 only: <why>' when no float64 reference could be run."""
+    (kp.judge.float64.Promote), or 'fp32 only: <why>' when no float64 reference could be run."""
 
     def __init__(self, ref: Reference, init, seed: int, device: str, f64_device: str, train: bool = True):
         self.r32 = ref.model(init, seed, device, train)
@@ -181,7 +181,7 @@ class Expected:
     @classmethod
     def of(cls, r32, r64, fp32_only: bool = False, k: float = 1.0) -> "Expected":
         """fp32_only: r64 is PyTorch's fp32 output itself (no float64 reference could be made); the budget is then
-        kp.float64.FP32_ONLY_BUDGET. k: the reduction length behind each output element (the budget's floor)."""
+        kp.judge.float64.FP32_ONLY_BUDGET. k: the reduction length behind each output element (the budget's floor)."""
         r32l, r64l = _as_list(r32), _as_list(r64)
         specs, errs = [], []
         for a, b in zip(r32l, r64l):

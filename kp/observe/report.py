@@ -1,7 +1,7 @@
 """The report: one table and one verdict line for the playground's variants and for candidates."""
 from __future__ import annotations
 
-from kp.profile import kernel_base_name
+from kp.observe.profile import kernel_base_name
 
 def kernelbench_line(r: dict) -> str | None:
     """'kernelbench: pass (1e-4), fail (1e-2)': KernelBench's own check on the same candidate, beside the verdict."""
@@ -148,10 +148,10 @@ def format_record(rec: dict) -> str:
             lines.append(f"  {k}: own kernels " + "; ".join(f"{kernel_base_name(n)} ({lib})" for n, lib in
                                                            list(r["own_kernels"].items())[:4]))
     if rec.get("profile"):
-        from kp.profile import format_profile
+        from kp.observe.profile import format_profile
         lines += format_profile(rec["profile"])
     if rec.get("ncu"):
-        from kp.ncu import format_ncu
+        from kp.observe.ncu import format_ncu
         lines += format_ncu(rec["ncu"])
     n_checks = {k: len(r["checks"]) for k, r in rec["rows"].items()}
     if n_checks:

@@ -6,7 +6,7 @@ import functools
 
 import torch
 
-from kp.build import Kernel
+from kp.lib.build import Kernel
 from kp.errors import UsageError
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -22,15 +22,15 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
     that sees more than the events, rejects.
  4. own kernel: the profiled call must run a kernel from a shared object the row loaded (its load_inline build or
     the playground's kernel cache), unless ``allow_torch`` (the row is then labelled pure PyTorch).
- 5. timing: eager, torch.compile and every row interleaved (kp.timing.bench_interleaved), every call on inputs
+ 5. timing: eager, torch.compile and every row interleaved (kp.lib.timing.bench_interleaved), every call on inputs
     drawn just before it from an OS seed, after one more weight change; after each timed call the judge decides
     whether to check it (one per row at a secret rep, perhaps one more at random), outside the timed region and
     after a device-wide synchronize; the samples are told here call by call, reduced here and bounded by the wall
     time this process saw.
 
 This module holds the driver (Judge.run: the stages in order, the record); each stage lives in a module of its own,
-its methods mixed into Judge: kp.stage_parity (construct, parity, KernelBench's own check), kp.stage_escape (escape,
-own kernel), kp.stage_timing (timing, ceilings), kp.stage_observe (--profile, --ncu). A new check is a method in the
+its methods mixed into Judge: kp.judge.parity (construct, parity, KernelBench's own check), kp.judge.escape (escape,
+own kernel), kp.judge.timed (timing, ceilings), kp.judge.observe (--profile, --ncu). A new check is a method in the
 stage it belongs to, or a new stage module and one line of the driver.
 """
 from __future__ import annotations
@@ -42,19 +42,20 @@ from pathlib import Path
 
 import torch
 
-from kp.boxstart import candidate_build_dir, candidate_paths
-from kp.build import progress
+from kp.box.start import candidate_build_dir, candidate_paths
+from kp.lib.build import progress
 from kp.errors import Rejected, UsageError, first_line
-from kp.expected import Row
-from kp.layers import PRECISIONS
-from kp.plan import check_memory, float64_on_gpu, free_gpu_bytes, memory_need
-from kp.reference import Reference
-from kp.registry import picks_per_call, runnable_variants, variant_factory
-from kp.stage_escape import EscapeStage
-from kp.stage_observe import ObserveStage
-from kp.stage_parity import ConstructStage, KernelBenchCheck, MIN_TRIALS, ParityStage
-from kp.stage_timing import TimingStage
-from kp.worker import JOB_TIMEOUT_S, LocalRunner, ProcessRunner
+from kp.judge.expected import Row
+from kp.lib.layers import PRECISIONS
+from kp.judge.plan import check_memory, float64_on_gpu, free_gpu_bytes, memory_need
+from kp.judge.reference import Reference
+from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
+from kp.judge.escape import EscapeStage
+from kp.judge.observe import ObserveStage
+from kp.judge.parity import ConstructStage, KernelBenchCheck, MIN_TRIALS, ParityStage
+from kp.judge.timed import TimingStage
+from kp.judge.runners import LocalRunner, ProcessRunner
+from kp.judge.worker import JOB_TIMEOUT_S
 
 MODES = ("train", "eval")
 
@@ -128,7 +129,7 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
         self.input_buffers: dict[int, torch.Tensor] = {}
         self.t_start = time.perf_counter()
         self._fp = None
-        # where the float64 reference runs: decided with the memory plan (kp.plan.float64_on_gpu); the host until
+        # where the float64 reference runs: decided with the memory plan (kp.judge.plan.float64_on_gpu); the host until
         # then and on --device cpu
         self.f64_device, self.f64_where = "cpu", "the host (--device cpu)"
         if device == "cuda":
@@ -164,7 +165,7 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
         """Whether the candidate's worker runs in a sandbox, and what the record says about it."""
         if not self.sandbox:
             return False, "unsandboxed (--no-sandbox)"
-        from kp import sandbox
+        from kp.box import sandbox
         b, why = sandbox.status()
         if b is None:
             return False, f"unsandboxed: {why}"
@@ -217,8 +218,8 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
         return self.rows
 
     def run(self) -> dict:
-        """The driver: the stages in order (construct and parity in kp.stage_parity, escape and own kernel in
-        kp.stage_escape, timing and ceilings in kp.stage_timing, profiles in kp.stage_observe), the seconds each took
+        """The driver: the stages in order (construct and parity in kp.judge.parity, escape and own kernel in
+        kp.judge.escape, timing and ceilings in kp.judge.timed, profiles in kp.judge.observe), the seconds each took
         into the record."""
         gpu = self.device == "cuda"
         rec = self._record_head(gpu)

@@ -1,6 +1,6 @@
 """Hardware counters per kernel (`run.py --ncu`): one call of each row under Nsight Compute, in a fresh process.
 
-ncu starts a child interpreter (`python -m kp.ncu SPEC`) that builds the same rows as the judge (the eager and
+ncu starts a child interpreter (`python -m kp.observe.ncu SPEC`) that builds the same rows as the judge (the eager and
 torch.compile baselines, the playground's variants, a candidate that runs unsandboxed), warms each with one call,
 then, between cudaProfilerStart and Stop, makes one call of each row with a marker kernel (`torch.cuda._sleep`,
 named spin_kernel) before it. The marker splits ncu's kernel list into rows.
@@ -67,7 +67,7 @@ def version(path: str) -> str:
 def command(path: str, spec_file: str) -> list[str]:
     return [path, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw",
             "--metrics", ",".join(METRICS.values()),
-            sys.executable, "-m", "kp.ncu", spec_file]
+            sys.executable, "-m", "kp.observe.ncu", spec_file]
 
 
 def _number(s: str) -> float | None:
@@ -134,7 +134,7 @@ def _f(v, fmt: str) -> str:
 
 def format_ncu(res: dict, width: int = 44) -> list[str]:
     """The table's ncu section."""
-    from kp.profile import kernel_base_name
+    from kp.observe.profile import kernel_base_name
     if res.get("error"):
         return [f"  ncu: {res['error']}"]
     lines = [f"  ncu {res.get('version', '')} (clocks as they were, caches flushed before each kernel; "
@@ -202,8 +202,8 @@ def run(spec: dict, min_bytes: dict[str, float], copy_bw: float | None, timeout:
 def main(spec_file: str) -> None:
     """The profiled process: build the rows as the judge did, warm them, then one marked call of each."""
     import torch
-    from kp.registry import variant_factory
-    from kp.worker import Worker
+    from kp.lib.registry import variant_factory
+    from kp.judge.worker import Worker
     with open(spec_file) as f:
         spec = json.load(f)
     ref_spec, precision, init, seed = tuple(spec["ref_spec"]), spec["precision"], spec["init"], spec["seed"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kp.errors import UsageError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels"
 MODELS = ROOT / "models"
 PROBES = ROOT / "tools" / "probes"

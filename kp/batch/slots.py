@@ -17,9 +17,10 @@ from collections import deque
 from pathlib import Path
 
 from kp.errors import UsageError, first_line
-from kp.worker import JOB_TIMEOUT_S, exit_status, start_without_main
-from kp.jobfile import Job, append_result, recorded_keys, summary
-from kp.registry import ROOT
+from kp.judge.runners import exit_status, start_without_main
+from kp.judge.worker import JOB_TIMEOUT_S
+from kp.batch.jobfile import Job, append_result, recorded_keys, summary
+from kp.lib.registry import ROOT
 
 DEFAULT_TIMEOUT_S = JOB_TIMEOUT_S  # per job: a cold build of every kernel it uses, parity and timing fit well inside
 KILL_GRACE_S = 30  # the judge itself rejects a job at its limit, naming the stage; past this grace the slot is killed
@@ -31,8 +32,9 @@ STARTUP_S = 120  # a slot's own start (imports) before its first job; not charge
 
 def run_job(job: Job) -> dict:
     """Judge one job in this process; returns its result (verdict line, ok, the judge's full record)."""
-    from kp import judge, report
-    from kp.build import prebuild
+    from kp.judge import driver as judge
+    from kp.observe import report
+    from kp.lib.build import prebuild
     from kp.errors import KernelBuildError
     log: list[str] = []
     t0 = time.perf_counter()
@@ -65,7 +67,7 @@ def _noop() -> None:
 def _forks_workers(jobs: list[Job]) -> bool:
     """Whether any job judges a candidate outside the sandbox, in a worker forked from the forkserver (a boxed
     candidate gets a fresh interpreter; a ladder job judges in the slot itself)."""
-    from kp import sandbox
+    from kp.box import sandbox
     return any(j.candidate and not (dict(j.opts).get("sandbox", True) and sandbox.status()[0]) for j in jobs)
 
 
@@ -76,8 +78,8 @@ def _warm_up(forkserver_too: bool) -> None:
     import importlib
     import multiprocessing.forkserver as forkserver
     import torch
-    from kp.worker import _context
-    importlib.import_module("kp.judge")
+    from kp.judge.runners import _context
+    importlib.import_module("kp.judge.driver")
     ctx = _context()
     if forkserver_too and ctx.get_start_method() == "forkserver":
         forkserver.ensure_running()

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from kp.errors import Rejected
-from kp.expected import _release
+from kp.judge.expected import _release
 
 
 class ObserveStage:
-    """Methods of kp.judge.Judge: the stage's state is the judge's."""
+    """Methods of kp.judge.driver.Judge: the stage's state is the judge's."""
 
     def _profile(self) -> dict:
         """One call of each baseline and live row under the profiler, in the process that holds it (a candidate's
@@ -27,10 +27,10 @@ class ObserveStage:
         return out
 
     def _ncu(self, init, rec: dict) -> dict:
-        """One call of each baseline and live row under Nsight Compute (kp.ncu), in a process of its own started
-        after the judge's rows are released; a boxed candidate is left out (kp.ncu says why)."""
-        from kp import ncu
-        from kp.report import row_traffic
+        """One call of each baseline and live row under Nsight Compute (kp.observe.ncu), in a process of its own started
+        after the judge's rows are released; a boxed candidate is left out (kp.observe.ncu says why)."""
+        from kp.observe import ncu
+        from kp.observe.report import row_traffic
         rows, notes = [], []
         for r in self.live():
             if r.runner.isolated:

@@ -3,15 +3,15 @@ host clock around it, then the kernels that ran, matched against the row's own s
 from __future__ import annotations
 
 from kp.errors import Rejected
-from kp.expected import Row
-from kp.profile import kernel_base_name
-from kp.guards import busy_ms, escape_threshold_ms, host_clock_excess_ms, window_violations
+from kp.judge.expected import Row
+from kp.observe.profile import kernel_base_name
+from kp.judge.guards import busy_ms, escape_threshold_ms, host_clock_excess_ms, window_violations
 
 ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
 
 
 class EscapeStage:
-    """Methods of kp.judge.Judge: the stage's state is the judge's."""
+    """Methods of kp.judge.driver.Judge: the stage's state is the judge's."""
 
     def _escape_try(self, row: Row, seed: int) -> tuple:
         """One escape measurement: (reply, median event ms, host-clock excess ms, activities outside the window,

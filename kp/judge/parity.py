@@ -8,13 +8,13 @@ import time
 import torch
 
 from kp.errors import Rejected, UsageError, first_line
-from kp.expected import (Expected, Row, _Refs, _allclose, _out_bytes_hint, _release, _same_buffer, _unread_counter,
+from kp.judge.expected import (Expected, Row, _Refs, _allclose, _out_bytes_hint, _release, _same_buffer, _unread_counter,
                          judge_output)
-from kp.float64 import FP32_ONLY_BUDGET
-from kp.numerics import budget_from, clone_layout, rel_error, same_values
-from kp.plan import cpu_bench_refusal, host_available
-from kp.premises import Premises
-from kp.reference import UPDATES, _as_list, make_update, partial_map, rename_update, state_map, trial_seeds, unmapped
+from kp.judge.float64 import FP32_ONLY_BUDGET
+from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
+from kp.judge.plan import cpu_bench_refusal, host_available
+from kp.judge.premises import Premises
+from kp.judge.reference import UPDATES, _as_list, make_update, partial_map, rename_update, state_map, trial_seeds, unmapped
 
 MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
@@ -26,7 +26,7 @@ KERNELBENCH_TOLS = ("1e-4", "1e-2")  # atol = rtol for fp32 now, and in the v0/v
 
 class ConstructStage:
     """Construct: each row's model built after the reference's seed with the reference's state loaded as far as it
-    maps (methods of kp.judge.Judge)."""
+    maps (methods of kp.judge.driver.Judge)."""
 
     def _build(self, row: Row, refs: _Refs, init, seed: int, stage: str = "construct", state=None,
                load: bool = True) -> None:
@@ -97,7 +97,7 @@ class ConstructStage:
 
 class ParityStage:
     """Parity: one stateful sequence of checked calls on benchmark-shape inputs, then the declared cases (methods of
-    kp.judge.Judge: the stage's state is the judge's)."""
+    kp.judge.driver.Judge: the stage's state is the judge's)."""
 
     def _parity_stages(self, rec: dict, init, gpu: bool, mark) -> None:
         """Parity on the benchmark shape (where it can run here), the declared cases, then KernelBench's check."""
@@ -321,7 +321,7 @@ class ParityStage:
 
 class KernelBenchCheck:
     """KernelBench's own correctness check, reported beside the verdict, never deciding it (a method of
-    kp.judge.Judge)."""
+    kp.judge.driver.Judge)."""
 
     def _kernelbench(self, init, runs: bool = True) -> None:
         """KernelBench's own correctness check on each candidate, beside ours (it never decides the verdict):

@@ -1,0 +1,210 @@
+"""The worker's measuring commands: timing (baselines and rows interleaved, each call on inputs drawn just before it,
+every sample told to the judge as it is taken), the escape check's paired host-clock and event runs with a profile,
+the profile tables and the memory peak. A mixin of kp.judge.worker.Worker, whose state (models, baselines, the
+reference, the channel to the judge) they use."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from kp.judge.guards import late_message, late_threads, loaded_objects, system_prefixes
+from kp.judge.reference import describe
+from kp.lib.build import cache_root, shared_cache
+from kp.lib.layers import set_precision
+from kp.lib.timing import L2Flusher, bench_interleaved
+from kp.observe.profile import cpu_ops, gpu_events, kernel_base_name, summarize
+
+WARMUP = 3  # untimed calls of each row before timing
+
+
+def export_output(out, inputs=()):
+    """What leaves the worker: plain tensors and Python numbers, element by element for a tuple; anything else
+    as its description (the judge rejects it). An output that is, or is a view of, one of the judge's inputs (an
+    in-place activation) leaves as a copy: a tensor received from another process cannot be sent back through it."""
+    if type(out) is torch.Tensor:
+        ptrs = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+        return out.clone() if out.numel() and out.untyped_storage().data_ptr() in ptrs else out
+    if isinstance(out, (int, float, bool)):
+        return out
+    if isinstance(out, (tuple, list)):
+        return tuple(export_output(o, inputs) for o in out)
+    return describe(out)
+
+
+def fresh_seed() -> int:
+    """A timed call's input seed, drawn from the OS just before the call: nothing in the process knows it earlier."""
+    return int.from_bytes(os.urandom(4), "little")
+
+
+class MeasureCommands:
+    """Worker commands that measure; see the module doc."""
+
+    # -- timing -------------------------------------------------------------------------------------------------
+    def cmd_time(self, labels: list[str], pool_size: int, min_reps: int, max_reps: int, budget_s: float):
+        """Baselines and rows interleaved; every call gets inputs drawn just before it from a seed drawn from the
+        OS then (a pool slot refilled outside the timed region), so no input can be known before its call. After each
+        timed call, outside the timed region and before any other code of the models runs, the judge is told its
+        sample (`interim`), and for a judged row its seed, and answers whether it checks that call; only then does the
+        output cross, so which calls are checked is decided in the judge's process after the fact. Returns every
+        sample too; the judge keeps its own and takes the median itself."""
+        dev = self.device
+        self.held_inputs = None  # parity's last inputs: the timing pool replaces them
+        if dev == "cuda":
+            torch.cuda.ipc_collect()
+            torch.cuda.reset_peak_memory_stats()
+            mem = {"start_allocated": torch.cuda.memory_allocated()}
+        fns_models = self._with_baselines(labels)
+        pool = [self.ref.inputs(fresh_seed(), dev) for _ in range(pool_size)]
+        st = {"n": {k: 0 for k in fns_models}, "slot": 0, "calls": 0, "kept": None, "timed": None}
+        rungs = {k: m.rung(*pool[0]) for k, m in fns_models.items() if hasattr(m, "rung")}
+
+        def hand_over():
+            """The last timed call, told to the judge before any other code of the models runs: its sample, and for
+            a judged row its seed; the output crosses only if the judge asks for it."""
+            if st["kept"] is not None:
+                label, rep, seed, out, slot, ms = st["kept"]
+                st["kept"] = None
+                if dev == "cuda":
+                    torch.cuda.synchronize()  # device-wide, as for parity: work a row left elsewhere is the
+                    #                           escape check's to catch, with its own reason
+                if self.interim({"label": label, "rep": rep, "seed": seed, "ms": ms, "ask": label in labels}):
+                    self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
+                                  "type": describe(out), "inputs": pool[slot]})
+                    del out
+                    if dev == "cuda":  # the judge has let go of the output it checked: its memory comes back now,
+                        torch.cuda.ipc_collect()  # not when the allocator next runs short
+
+        def before(name, rep):
+            hand_over()
+            late = late_threads(self.threads_before, self.candidate_dir) if self.candidate_dir else []
+            if late:
+                raise RuntimeError(late_message(late))
+            slot = st["calls"] % pool_size
+            s = fresh_seed()
+            fresh = self.ref.inputs(s, dev)
+            for dst, src in zip(pool[slot], fresh):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+            del fresh, src  # a draw as large as the inputs: gone before the call, whatever holds this frame
+            st["n"][name] += 1
+            st["calls"] += 1
+            st["slot"] = slot
+            st["timed"] = (name, rep, s, slot) if rep >= 0 else None
+
+        def call(name, m):
+            def f():
+                out = m(*pool[st["slot"]])
+                if st["timed"] is not None:  # a baseline's output is not kept: only its sample is told
+                    st["kept"] = [*st["timed"][:3], out if name in labels else None, st["timed"][3], None]
+                    st["timed"] = None
+            return f
+
+        def after(name, rep, ms):
+            if st["kept"] is not None and st["kept"][0] == name and st["kept"][1] == rep:
+                st["kept"][5] = ms
+
+        fns = {k: call(k, m) for k, m in fns_models.items()}
+        set_precision(self.precision)
+        with torch.no_grad():
+            times = bench_interleaved(fns, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
+                                      warmup=WARMUP, before=before, clock="cuda" if dev == "cuda" else "host",
+                                      after=after)
+            hand_over()
+        reply = {"timing": {k: dataclasses.asdict(t) for k, t in times.items()}, "calls": dict(st["n"]),
+                 "rungs": rungs}
+        if dev == "cuda":
+            torch.cuda.synchronize()
+            reply["memory"] = {**mem, "peak_allocated": torch.cuda.max_memory_allocated()}
+        return reply
+
+    # -- escape + own kernel --------------------------------------------------------------------------------------
+    def cmd_escape(self, label: str, seed: int):
+        from torch.profiler import ProfilerActivity, profile
+        x = self.ref.inputs(seed, self.device)
+        model = self.models[label]
+        f = lambda: model(*x)
+        flush = L2Flusher()
+        set_precision(self.precision)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        samples, control = [], []
+        nothing = lambda: None
+        with torch.no_grad():
+            f()
+            torch.cuda.synchronize()
+            for _ in range(5):
+                for g, out in ((nothing, control), (f, samples)):  # the control: the same steps around no call,
+                    flush()  #                                        so a loaded host or a shared GPU shows there too
+                    torch.cuda.synchronize()
+                    h0 = time.perf_counter()
+                    start.record()
+                    e0 = time.perf_counter()
+                    g()
+                    e1 = time.perf_counter()
+                    stop.record()
+                    torch.cuda.synchronize()
+                    h1 = time.perf_counter()
+                    out.append(((h1 - h0) * 1e3, start.elapsed_time(stop), (e1 - e0) * 1e3))
+            marker = None  # the marker kernel's name, from a profile of the marker alone
+            with profile(activities=[ProfilerActivity.CUDA]) as p0:
+                torch.cuda._sleep(1000)
+                torch.cuda.synchronize()
+            evs = gpu_events(p0)
+            if evs:
+                marker = evs[0]["name"]
+            flush()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                torch.cuda._sleep(20000)
+                f()
+                torch.cuda._sleep(20000)
+                torch.cuda.synchronize()
+                time.sleep(0.05)  # work a thread defers by up to 50 ms still lands in the trace
+                torch.cuda.synchronize()
+        events = gpu_events(prof)
+        caches = tuple(str(c) for c in (cache_root(), shared_cache()) if c)
+        libs = sorted(p for p in loaded_objects()
+                      if p.startswith(caches) or (p not in self.objects_before
+                                                 and not any(p.startswith(pre) for pre in system_prefixes())))
+        own, blobs = {}, {}
+        for p in libs:
+            try:
+                blobs[p] = Path(p).read_bytes()
+            except OSError:
+                pass
+        for e in events:
+            if e["kind"] != "kernel" or e["name"] == marker:
+                continue
+            base = kernel_base_name(e["name"]).encode()
+            hit = next((p for p, b in blobs.items() if base and base in b), None)
+            if hit:
+                own.setdefault(e["name"], os.path.basename(hit))
+        return {"samples": samples, "control": control, "events": events, "marker": marker, "own": own}
+
+    def cmd_profile(self, labels: list[str], seed: int):
+        """One call of each baseline and row under PyTorch's profiler, after a warm call (and on the GPU an L2
+        flush): its kernels (on the CPU: operators) grouped by name."""
+        from torch.profiler import ProfilerActivity, profile
+        x = self.ref.inputs(seed, self.device)
+        gpu = self.device == "cuda"
+        flush = L2Flusher() if gpu else None
+        set_precision(self.precision)
+        out = {}
+        with torch.no_grad():
+            for label, model in self._with_baselines(labels).items():
+                model(*x)
+                if gpu:
+                    flush()
+                    torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA if gpu else ProfilerActivity.CPU]) as prof:
+                    model(*x)
+                    if gpu:
+                        torch.cuda.synchronize()
+                out[label] = summarize(gpu_events(prof) if gpu else cpu_ops(prof))
+        return {"profile": out}
+
+    def cmd_memory(self):
+        return {"peak": torch.cuda.max_memory_reserved() if torch.cuda.is_available() else 0}

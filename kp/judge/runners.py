@@ -1,0 +1,221 @@
+"""Runners: the judge's side of a worker. The same commands, to a worker in a process of its own (a candidate file:
+forked from a forkserver, or in its box) with the request/reply protocol, or to one in this process (the
+playground's own variants). A worker that dies, hangs or answers out of turn becomes a rejection here."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import types
+from pathlib import Path
+
+from kp.box.start import WORKER_PRELOAD
+from kp.errors import Rejected, first_line
+from kp.judge.guards import late_message
+from kp.judge.worker import REPLY_TIMEOUT_S, Worker, _settle_before_sending, raised, worker_main
+from kp.lib.registry import ROOT
+
+
+def _context():
+    """forkserver where the platform has it (Linux, macOS): each candidate gets a fresh process, forked from a
+    server that has imported torch and the judge but has run no candidate and initialised no GPU; else spawn."""
+    import multiprocessing as mp
+    import torch.multiprocessing as tmp
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = tmp.get_context("forkserver")
+        ctx.set_forkserver_preload(WORKER_PRELOAD)
+        return ctx
+    return tmp.get_context("spawn")
+
+
+
+
+def start_without_main(proc) -> None:
+    """Start a multiprocessing Process whose target needs nothing from __main__: multiprocessing would otherwise
+    re-run the caller's script in the child (a script without a __main__ guard would judge again) or fail where
+    there is none (a script read from stdin)."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        proc.start()
+    finally:
+        sys.modules["__main__"] = main
+
+
+def exit_status(exitcode: int | None) -> str:
+    """'signal 11, SIGSEGV' for a process a signal killed, else 'exit code N'."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"signal {-exitcode}, {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+FOREIGN = ("an answer that is not the worker's reply to this command came back: something in the candidate's "
+           "process wrote to the judge's channel (a forged reply)")
+
+
+class Reply(dict):
+    """A worker's answer to the command of `stage`: a key the judge needs that it lacks is a rejection (a reply
+    forged or cut short in the candidate's process), not an error of the judge."""
+
+    def __init__(self, stage: str, reply: dict):
+        super().__init__(reply)
+        self.stage = stage
+
+    def __missing__(self, key):
+        raise Rejected(f"{self.stage}: {FOREIGN}: its reply has no {key!r}")
+
+
+class ProcessRunner:
+    """A worker in a fresh process and the request/reply protocol; a dead worker or a timeout becomes a rejection.
+    The worker runs in a scratch working directory of its own (fresh, writable, removed with it) and its stderr is
+    kept in a file, whose last lines a verdict on its death carries (and which is echoed to this process's stderr
+    when the worker closes)."""
+    isolated = True
+
+    def __init__(self, ref_spec, device: str, precision: str, on_interim, sandbox: bool = False,
+                 read_only: list[str] = (), train: bool = True, deadline: float | None = None,
+                 limit_s: float | None = None, build_dir: str | None = None):
+        """sandbox: run the worker in a box (kp.box.sandbox) that can read read_only and the judge's own files.
+        deadline: time.monotonic() by which the whole job must be done (limit_s: its length, for the message).
+        build_dir: the candidate's own extension folder (kp.box.start.candidate_build_dir), writable in the box."""
+        import tempfile
+        self.on_interim, self.sandboxed, self.device = on_interim, sandbox, device
+        self.deadline, self.limit_s = deadline, limit_s
+        self.passed: dict = {}  # the judged row's passed checks (what a timeout's verdict lists)
+        self.seq = 0  # commands sent: each answer must carry its command's number
+        self.build_failures: list[dict] = []
+        if sandbox:
+            self.scratch = None  # the box's private /tmp holds its working directory
+            box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir)
+            self.conn, self.proc, self.stderr = box.conn, box.proc, box.stderr
+            return
+        self.stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
+        self.scratch = tempfile.mkdtemp(prefix="kp-cwd-")
+        ctx = _context()
+        self.conn, child = ctx.Pipe()
+        env = {**os.environ, **({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else {})}
+        self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT),
+                                                          env, self.scratch, train, self.stderr.name),
+                                daemon=True)
+        start_without_main(self.proc)
+        child.close()
+
+    def _died(self, stage: str) -> Rejected:
+        self.proc.join(5)
+        tail = stderr_tail(self.stderr.name)
+        return Rejected(f"{stage}: the candidate's process died ({exit_status(self.proc.exitcode)})"
+                        + (f"; its stderr ended: {tail}" if tail else ""))
+
+    def _timed_out(self, stage: str) -> Rejected:
+        self.proc.kill()
+        passed = ", ".join(self.passed) or "nothing yet"
+        return Rejected(f"{stage}: timeout after {self.limit_s:.0f} s, in this stage (passed before it: {passed})")
+
+    def call(self, stage: str, *msg, timeout: float = REPLY_TIMEOUT_S) -> dict:
+        limit = time.monotonic() + timeout
+        if self.deadline is not None and self.deadline < limit:
+            limit = self.deadline
+        _settle_before_sending(self.device)
+        self.seq += 1
+        try:
+            self.conn.send(msg)
+            while True:
+                while not self.conn.poll(1.0):
+                    if not self.proc.is_alive():
+                        raise self._died(stage)
+                    if time.monotonic() > limit:
+                        if self.deadline is not None and limit == self.deadline:
+                            raise self._timed_out(stage)
+                        raise Rejected(f"{stage}: no answer within {timeout:.0f} s")
+                reply = self.conn.recv()
+                if not isinstance(reply, dict):
+                    raise Rejected(f"{stage}: {FOREIGN} (a {type(reply).__name__})")
+                if not reply.get("interim"):
+                    break
+                self.conn.send(("ack", self.on_interim(reply)))
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            raise self._died(stage) from None
+        if reply.get("seq") != self.seq:
+            raise Rejected(f"{stage}: {FOREIGN} (numbered {reply.get('seq')!r}, the command was {self.seq})")
+        reply = Reply(stage, reply)
+        self.build_failures = reply.get("build_failures") or self.build_failures
+        if reply.get("patched"):
+            raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "
+                           f"(judge, timer and baselines depend on them)")
+        if reply.get("late_threads"):
+            raise Rejected(f"{stage}: {late_message(reply['late_threads'])}")
+        if not reply.get("ok"):
+            raise Rejected(raised(stage, str(reply.get("error"))))
+        return reply
+
+    def close(self):
+        """Quit the worker: once it has answered (nothing of the job is left in it), its process is killed rather
+        than waited for while its interpreter and torch tear down (seconds per job)."""
+        try:
+            if self.proc.is_alive():
+                self.conn.send(("quit",))
+                if self.conn.poll(10):
+                    self.conn.recv()
+        except (OSError, EOFError, BrokenPipeError):
+            pass
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+        getattr(self.proc, "cleanup", lambda: None)()
+        self.stderr.close()
+        try:
+            text = Path(self.stderr.name).read_text(errors="replace")
+            if text:
+                sys.stderr.write(text)
+            os.unlink(self.stderr.name)
+        except OSError:
+            pass
+        if self.scratch:
+            import shutil
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def stderr_tail(path: str, lines: int = 3, chars: int = 400) -> str:
+    """The last non-empty lines of a worker's stderr, joined with ' | ' (what a verdict on its death quotes)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+    return " | ".join(tail)[-chars:]
+
+
+def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], train: bool,
+                 build_dir: str | None = None):
+    """The candidate's box (the one the command line started early, if it matches) given its job."""
+    from kp.box import start as boxstart
+    box = boxstart.take(ref_spec, read_only, build_dir)
+    box.conn.send((ref_spec, device, precision, str(ROOT), box.env, boxstart.BOX_CWD, train))
+    return box
+
+
+class LocalRunner:
+    """The Worker in this process: for the playground's own variants (trusted code, same stages)."""
+    isolated = False
+
+    def __init__(self, ref_spec, device: str, precision: str, on_interim, factories: dict, train: bool = True):
+        self.worker = Worker(ref_spec, device, precision, factories=factories, train=train)
+        self.worker.interim = on_interim
+
+    def call(self, stage: str, cmd: str, *args, **_) -> dict:
+        try:
+            return getattr(self.worker, "cmd_" + cmd)(*args)
+        except Rejected:
+            raise
+        except Exception as e:
+            raise Rejected(raised(stage, f"{type(e).__name__}: {first_line(e)}")) from None
+
+    def close(self):
+        self.worker.models.clear()
+        self.worker.baselines.clear()
+
+

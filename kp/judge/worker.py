@@ -1,0 +1,282 @@
+"""The worker: holds the judged models and runs the judge's commands on them, in a process of its own for a candidate
+file or in the judge's own process for the playground's variants."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+import torch
+
+from kp.errors import first_line
+from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
+                             record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
+from kp.judge.measure import MeasureCommands, export_output
+from kp.judge.reference import Reference, apply_update, describe
+from kp.lib.layers import set_precision
+from kp.lib.timing import L2Flusher
+
+REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
+JOB_TIMEOUT_S = 600  # a candidate's whole job, single run or batch (--timeout): its builds, parity and timing
+RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")  # commands after which no thread
+#                                                                            the candidate started may be working
+
+# ---------------------------------------------------------------------------------------------------------------
+# Worker: holds the judged models; runs in a process of its own for a candidate file, in this process for variants.
+
+def _gpu_memory() -> tuple[int, int] | None:
+    import torch
+    return torch.cuda.mem_get_info() if torch.cuda.is_available() else None
+
+
+def raised(stage: str, error: str, gpu_memory=_gpu_memory) -> str:
+    """A call that raised. Out of GPU memory, the reason also says what the GPU has free now: on a GPU other
+    processes share, their memory counts against the call, and the author should know before changing the kernel."""
+    why = f"{stage}: raised {error}"
+    if "OutOfMemoryError" in error:
+        try:
+            mem = gpu_memory()
+        except RuntimeError:  # a GPU that cannot answer: the reason as it was
+            mem = None
+        if mem:
+            why += (f" (the GPU has {mem[0] / 2**30:.1f} of {mem[1] / 2**30:.1f} GiB free now; memory that other "
+                    f"processes on this GPU hold counts against the call: judge again with the GPU to itself to tell)")
+        own = _own_gpu_memory()
+        if own:
+            why += f" [this process: {own}]"
+    return why
+
+
+def _own_gpu_memory() -> str:
+    """This process's share of the GPU as its allocator sees it, for an out-of-memory reason: what it holds, what it
+    reserves, and its peak since the command began."""
+    import torch
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return ""
+    g = 2**30
+    return (f"{torch.cuda.memory_allocated() / g:.1f} GiB allocated, {torch.cuda.memory_reserved() / g:.1f} GiB "
+            f"reserved, peak {torch.cuda.max_memory_allocated() / g:.1f} GiB")
+
+
+def nan_fill_cached_free(reserve_bytes: int) -> None:
+    """Fill the caching allocator's free blocks (and at least reserve_bytes of them) with 0xFF bytes = NaN, so
+    memory a model allocates and never writes reads as NaN instead of stale, plausible values."""
+    if not torch.cuda.is_available():
+        return
+    held = []
+    if reserve_bytes > 0:
+        held.append(torch.empty(reserve_bytes, dtype=torch.uint8, device="cuda"))
+    small = 1 << 20  # requests up to 1 MiB come from the small pool
+    last_free = None
+    for _ in range(512):
+        free = [(b["size"], seg.get("segment_type", "large")) for seg in torch.cuda.memory_snapshot()
+                for b in seg["blocks"] if b["state"] == "inactive"]
+        total = sum(s for s, _ in free)
+        if not free or total == last_free:
+            break
+        last_free = total
+        size, kind = max(free)
+        held.append(torch.empty(min(size, small) if kind == "small" else size, dtype=torch.uint8, device="cuda"))
+    for t in held:
+        t.fill_(0xFF)
+    del held
+
+
+class Worker(MeasureCommands):
+    """Models under judgement ("rows", by label), the eager/torch.compile baselines, and the commands the judge
+    sends. `interim` is how a timed call's output reaches the judge for checking (a pipe round trip from a candidate's
+    worker, a plain call in-process)."""
+
+    def __init__(self, ref_spec, device: str, precision: str, factories: dict | None = None, conn=None,
+                 train: bool = True):
+        self.ref = Reference.load(ref_spec)
+        self.device, self.precision, self.conn, self.train = device, precision, conn, train
+        self.build_failures: list[dict] = []
+        self.factories = dict(factories or {})
+        self.held_inputs = None
+        self.models: dict[str, object] = {}
+        self.baselines = {}
+        self.fingerprint = None
+        self.candidate_dir: str | None = None  # the candidate file's folder, once imported
+        self.threads_before: set = set()  # thread idents alive before the candidate's import
+        self.objects_before = loaded_objects()
+        self.interim = self._interim_pipe
+
+    def loop(self):
+        seq = 0
+        while True:
+            try:
+                msg = self.conn.recv()
+            except EOFError:
+                return
+            cmd, args = msg[0], msg[1:]
+            seq += 1
+            if cmd == "quit":
+                self.conn.send({"ok": True})
+                return
+            try:
+                reply = getattr(self, "cmd_" + cmd)(*args)
+                reply["ok"] = True
+            except Exception as e:  # the candidate's failure is data for the judge, not a crash of the worker
+                reply = {"ok": False, "error": f"{type(e).__name__}: {first_line(e)}",
+                         "traceback": traceback.format_exc(limit=8)}
+            if self.fingerprint is not None:
+                reply["patched"] = fingerprint_changes(self.fingerprint)
+            if self.candidate_dir and cmd in RUNS_CANDIDATE:
+                reply["late_threads"] = late_threads(self.threads_before, self.candidate_dir)
+            reply["build_failures"] = self.build_failures
+            reply["seq"] = seq  # which command this answers: anything else on the channel is not this loop's
+            _settle_before_sending(self.device)
+            self.conn.send(reply)
+            if not reply["ok"] and self.device == "cuda" and _cuda_broken():
+                return  # a sticky CUDA error: this context is gone; the judge sees the pipe close
+
+    def _interim_pipe(self, msg: dict):
+        """Hand `msg` to the judge and return its answer."""
+        self.conn.send({"interim": True, **msg})
+        return self.conn.recv()[1]
+
+    def _with_baselines(self, labels: list[str]) -> dict:
+        """The baselines, then the rows of `labels`: what the timer and the profiler run, in the table's order."""
+        return {**self.baselines, **{k: self.models[k] for k in labels}}
+
+    # -- setup --------------------------------------------------------------------------------------------------
+    def cmd_baselines(self, init, seed, state, compile_baseline: bool, example_seed: int):
+        """Eager and torch.compile references for the timing table, built and run once before any judged model
+        exists (the fingerprint is taken after their first calls, so their own lazy setup is not a change)."""
+        eager = self.ref.model(init, seed, self.device, self.train)
+        eager.load_state_dict(state)
+        self.baselines = {"eager": eager}
+        if compile_baseline:  # shares eager's weights: one copy of them on the device
+            self.baselines["torch.compile"] = torch.compile(eager)
+        x = self.ref.inputs(example_seed, self.device)
+        set_precision(self.precision)
+        with torch.no_grad():
+            for m in self.baselines.values():
+                m(*x)
+        torch.cuda.synchronize()
+        return {}
+
+    def cmd_load(self, path: str):
+        # Everything the judge's own stages import or initialise happens before the snapshot: importing
+        # torch._dynamo (the profiler does) rebinds torch.manual_seed, which is torch's doing, not the candidate's.
+        import torch._dynamo  # noqa: F401
+        from torch.profiler import ProfilerActivity, profile
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch wraps SGD.step on first use
+        settle_torch()
+        record_build_failures(self.build_failures)
+        if self.device == "cuda":
+            L2Flusher()
+            e = torch.cuda.Event(enable_timing=True)
+            with profile(activities=[ProfilerActivity.CUDA]):
+                e.record()
+                torch.cuda._sleep(10)
+                torch.cuda.synchronize()
+        p = Path(path).resolve()
+        watch_thread_starts(str(p.parent))
+        self.fingerprint = namespace_fingerprint()
+        self.objects_before = loaded_objects()
+        self.threads_before = {t.ident for t in threading.enumerate()}
+        self.candidate_dir = str(p.parent)
+        sys.path.insert(0, str(p.parent))
+        spec = importlib.util.spec_from_file_location("kp_candidate", p)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["kp_candidate"] = module
+        spec.loader.exec_module(module)
+        if not isinstance(getattr(module, "ModelNew", None), type):
+            return {"has_model_new": False}
+        self.factories["candidate"] = module.ModelNew
+        return {"has_model_new": True}
+
+    def cmd_build(self, label: str, init, seed: int, source: str | None = None, train: bool | None = None):
+        """The model `label` from the factory `source` (default: the same name) after the seed; in eval mode when
+        the judge asks for inference semantics. Returns its state_dict keys and the train-sensitive modules
+        (BatchNorm, Dropout) it has in eval mode."""
+        self.models.pop(label, None)
+        torch.manual_seed(seed)
+        m = self.factories[source or label](*init)
+        is_module = isinstance(m, torch.nn.Module)
+        if is_module:
+            m = m.to(self.device)
+            if not (self.train if train is None else train):
+                m.eval()
+        self.models[label] = m
+        keys = [(k, tuple(v.shape)) for k, v in m.state_dict().items()] if is_module else []
+        frozen = train_sensitive(m) if is_module and not all(x.training for x in m.modules()) else []
+        return {"keys": keys, "eval_modules": frozen}
+
+    def cmd_update(self, label: str, update: dict):
+        apply_update(self.models[label], update)
+        return {}
+
+    def cmd_drop(self, label: str):
+        self.models.pop(label, None)
+        return {}
+
+    # -- parity -------------------------------------------------------------------------------------------------
+    def cmd_forward(self, label: str, inputs, reserve_bytes: int):
+        # Held until the next call's inputs have arrived: a buffer the judge refills then maps to the same address.
+        self.held_inputs = inputs
+        if self.device == "cuda":
+            torch.cuda.ipc_collect()
+            nan_fill_cached_free(reserve_bytes)
+        set_precision(self.precision)
+        with torch.no_grad():
+            out = self.models[label](*inputs)
+        if self.device == "cuda":
+            torch.cuda.synchronize()  # device-wide: side-stream work finishes before the output leaves
+        return {"out": export_output(out, inputs), "type": describe(out),
+                "tf32_after": torch.backends.cuda.matmul.allow_tf32}
+
+    def cmd_release_inputs(self):
+        self.held_inputs = None
+        return {}
+
+    def cmd_buffers(self, label: str):
+        m = self.models[label]
+        if not isinstance(m, torch.nn.Module):
+            return {"buffers": {}}
+        return {"buffers": {k: v.detach().clone() for k, v in m.state_dict().items()}}
+
+
+def _settle_before_sending(device: str) -> None:
+    """Finish this process's GPU work before a message with GPU tensors leaves it. A storage the receiver already
+    maps (the judge refills one input buffer per layout, so the worker keeps mapping the same one) is taken from
+    torch's IPC cache without waiting on the sender's event: unsynchronised, the receiver can read a buffer that is
+    still being written (seen as a correct kernel reading the previous call's inputs while other jobs kept the GPU
+    busy)."""
+    if device == "cuda" and torch.cuda.is_initialized():
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass  # a broken context: the reply says what failed
+
+
+def _cuda_broken() -> bool:
+    try:
+        torch.cuda.synchronize()
+        return False
+    except Exception:
+        return True
+
+
+def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dict, cwd: str, train: bool = True,
+                stderr_path: str | None = None):
+    import warnings
+    if stderr_path:  # the judge reads its last lines when this process dies
+        fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
+        os.dup2(fd, 2)
+        os.close(fd)
+    warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+    # A forkserver child has the environment and directory of the server's start; the judge's are the ones that
+    # count (CUDA_VISIBLE_DEVICES, KP_CAPABILITY, the candidate's relative paths). CUDA reads them at its first
+    # use, which happens here, after the fork.
+    os.environ.clear()
+    os.environ.update(env)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    os.chdir(cwd)
+    sys.path.insert(0, root)
+    Worker(ref_spec, device, precision, conn=conn, train=train).loop()

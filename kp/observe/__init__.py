@@ -1,0 +1,1 @@
+"""Where the time goes: PyTorch profiler tables, Nsight Compute counters, the verdict tables and the roofline picture."""

@@ -30,10 +30,11 @@ def test_nvcc_compiles_for_claimed_archs(path, tmp_path):
 @pytest.mark.parametrize("path", AB_SOURCES, ids=AB_IDS)
 def test_nvcc_compiles_with_ab_hooks(path, tmp_path):
     """The bench scripts' build (KP_EXPERIMENTS=1) for the newest architecture the source claims, the GPU they run on;
-    device passes unoptimised: the hooks are checked as CUDA C++ for that target, and the bench scripts build them
-    optimised on the GPU, where they run."""
+    device side only, unoptimised: the hooks are parsed, type-checked (host wrappers included) and assembled for that
+    target; the shipped build's host pass is the test above's, and the bench scripts build the hooks optimised on
+    the GPU, where they run."""
     arch = harness.read_rung(path).claimed_archs()[-1]
-    ok, log = harness.compile_check(path, tmp_path, [arch], experiments=True, optimise=False)
+    ok, log = harness.compile_check(path, tmp_path, [arch], experiments=True, optimise=False, host=False)
     assert ok, f"{arch} with KP_EXPERIMENTS=1:\n{log[-4000:]}"
 
 
@@ -65,3 +66,13 @@ def test_binding_check_names_the_bad_source(tmp_path):
     bad.write_text("KP_EXPORT void g(const at::TensorBase& x, float* p) {}\n")
     res = harness.binding_check_many([good, bad], tmp_path / "out")
     assert res[good][0] and not res[bad][0] and "unsupported parameter" in res[bad][1]
+
+
+@needs_nvcc
+def test_device_only_check_still_sees_host_code(tmp_path):
+    """The device-only check the A/B hooks get: a launch wrapper's error fails it, as it fails the full build."""
+    src = tmp_path / "1_bad_host.cu"
+    src.write_text("__global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n"
+                   "void launch(float* x) { int y = no_such_name; k<<<1, 32>>>(x); }\n")
+    ok, log = harness.compile_check(src, tmp_path, ["sm_90a"], optimise=False, host=False)
+    assert not ok and "no_such_name" in log, log[-2000:]

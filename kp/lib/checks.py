@@ -19,13 +19,16 @@ def has_experiments(path: Path) -> bool:
 
 
 def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] = ("sm_90a",),
-                  experiments: bool = False, optimise: bool = True) -> tuple[bool, str]:
+                  experiments: bool = False, optimise: bool = True, host: bool = True) -> tuple[bool, str]:
     """nvcc -c for the given architectures ('sm_XY[a]' names) in one invocation (device passes in parallel), with
     the shipped build's flags (experiments: the bench scripts' build, A/B hooks compiled in). The plain targets
     share one PTX (the lowest) with SASS for each of them, which is what a portable build runs on those GPUs; an
     'a' target gets its own pass. optimise=False: the device passes at -O0 (cicc and ptxas), which still parse,
     type-check, lower and assemble every line for the target and check its resources, in half the time; what
-    only the optimiser can fail on is left to the real build."""
+    only the optimiser can fail on is left to the real build. host=False (one architecture): the device side alone
+    to a cubin, without the host compiler's pass and cudafe++'s split; the device front end still parses and
+    type-checks every host function of the file (an undefined name or a missing member in a launch wrapper fails
+    there too), what is left out is the host compiler's own diagnostics, in a third of the time."""
     from torch.utils.cpp_extension import include_paths
     flags = build_flags(parse_arch(archs[0]), experiments)
     plain = sorted((parse_arch(a) for a in archs if not a.endswith("a")))
@@ -38,9 +41,12 @@ def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] 
         cuda_flags += ["-Xcicc", "-O0", "-Xptxas", "-O0"]
     py_inc = sysconfig.get_paths()["include"]
     incs = [f"-I{p}" for p in include_paths()] + [f"-I{py_inc}"] + [f"-I{p}" for p in flags["include_paths"]]
-    obj = out_dir / (path.parent.name + "__" + path.stem + ("_experiments" if experiments else "") + ".o")
-    cmd = (["nvcc", "-c", str(path), "-o", str(obj), "-Xcompiler", "-fPIC", "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"]
-           + cuda_flags + incs)
+    obj = out_dir / (path.parent.name + "__" + path.stem + ("_experiments" if experiments else "")
+                     + (".o" if host else ".cubin"))
+    if not host and len(archs) != 1:
+        raise ValueError("a device-only check builds one cubin: one architecture")
+    mode = ["-c", str(path), "-o", str(obj), "-Xcompiler", "-fPIC"] if host else ["-cubin", str(path), "-o", str(obj)]
+    cmd = ["nvcc", *mode, "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"] + cuda_flags + incs
     r = subprocess.run(cmd, capture_output=True, text=True)
     return r.returncode == 0, (r.stdout + r.stderr)
 

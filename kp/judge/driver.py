@@ -47,12 +47,12 @@ from kp.lib.build import progress
 from kp.errors import Rejected, UsageError, first_line
 from kp.judge.expected import Row
 from kp.lib.layers import PRECISIONS
-from kp.judge.plan import check_memory, float64_on_gpu, free_gpu_bytes, memory_need
+from kp.judge.plan import free_gpu_bytes, memory_need
 from kp.judge.reference import Reference
 from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
 from kp.judge.escape import EscapeStage
 from kp.judge.observe import ObserveStage
-from kp.judge.parity import ConstructStage, KernelBenchCheck, MIN_TRIALS, ParityStage
+from kp.judge.parity import MIN_TRIALS, CallCheck, ConstructStage, KernelBenchCheck, ParityStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner
 from kp.judge.worker import JOB_TIMEOUT_S
@@ -86,7 +86,7 @@ def default_variants(problem: str, include_records: bool = False) -> list[str]:
     return vs + (["auto"] if picks_per_call(problem) else [])
 
 
-class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingStage, ObserveStage):
+class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStage, TimingStage, ObserveStage):
     def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
@@ -271,32 +271,6 @@ class Judge(ConstructStage, ParityStage, KernelBenchCheck, EscapeStage, TimingSt
         if self.box_note:
             rec["sandbox"] = self.box_note
         return rec
-
-    def _setup(self, init, gpu: bool) -> None:
-        """The memory plan, then the eager and torch.compile baselines in every runner."""
-        if gpu:
-            free = free_gpu_bytes()
-            check_memory(self.ref.name, self.fp, len(self.rows), free)
-            on_gpu, why = float64_on_gpu(self.fp, len(self.rows), free)
-            self.f64_device = self.device if on_gpu else "cpu"
-            self.f64_where = f"{'the GPU' if on_gpu else 'the host'} ({why})"
-            self.log(f"{self.ref.name}: the float64 reference runs on {self.f64_where}")
-        refs0 = self.ref.model(init, self.seed, self.device, self.train)
-        state = refs0.state_dict()
-        if gpu and self.bench:
-            self.log(f"{self.ref.name}: building the eager{' and torch.compile' if self.compile_baseline else ''}"
-                     f" baselines")
-            for runner in self.runners:
-                runner.call("baselines", "baselines", init, self.seed, state, self.compile_baseline, self.seed)
-
-    def _import_rows(self) -> None:
-        for row in self.rows:
-            if row.runner.isolated:
-                try:
-                    if not row.runner.call("import", "load", str(Path(row.path).resolve()))["has_model_new"]:
-                        row.reject("import: the file defines no class ModelNew")
-                except Rejected as e:
-                    row.reject(str(e))
 
     def _record_tail(self, rec: dict, gpu: bool) -> dict:
         rec["elapsed_s"] = round(time.perf_counter() - self.t_start, 2)  # from the judge's start: footprint included

@@ -1,20 +1,23 @@
-"""The judge's construct and parity stages, and KernelBench's own check: the models built after the reference's
-seed with its state loaded, then one stateful sequence of checked calls (trials with weight changes, derived
-inputs, declared cases), each output against the float64 reference."""
+"""The judge's construct and parity stages, and KernelBench's own check. Construct: the memory plan, the baselines,
+each candidate's import, the models built after the reference's seed with its state loaded. Parity: one stateful
+sequence of checked calls (trials with weight changes, derived inputs, declared cases), each call checked the same
+way (CallCheck) against the float64 reference."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import torch
 
 from kp.errors import Rejected, UsageError, first_line
-from kp.judge.expected import (Expected, Row, _Refs, _allclose, _out_bytes_hint, _release, _same_buffer, _unread_counter,
-                         judge_output)
+from kp.judge.expected import (Expected, Row, _Refs, _allclose, _out_bytes_hint, _release, _same_buffer,
+                               _unread_counter, judge_output)
 from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
-from kp.judge.plan import cpu_bench_refusal, host_available
+from kp.judge.plan import check_memory, cpu_bench_refusal, float64_on_gpu, free_gpu_bytes, host_available
 from kp.judge.premises import Premises
-from kp.judge.reference import UPDATES, _as_list, make_update, partial_map, rename_update, state_map, trial_seeds, unmapped
+from kp.judge.reference import (UPDATES, _as_list, make_update, partial_map, rename_update, state_map, trial_seeds,
+                                unmapped)
+from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
 
 MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
@@ -94,28 +97,37 @@ class ConstructStage:
         return ("it matches the reference in eval mode: it normalises with BatchNorm's running statistics where a "
                 "training-mode Model uses the batch's (--mode eval judges inference semantics)")
 
+    def _setup(self, init, gpu: bool) -> None:
+        """The memory plan, then the eager and torch.compile baselines in every runner."""
+        if gpu:
+            free = free_gpu_bytes()
+            check_memory(self.ref.name, self.fp, len(self.rows), free)
+            on_gpu, why = float64_on_gpu(self.fp, len(self.rows), free)
+            self.f64_device = self.device if on_gpu else "cpu"
+            self.f64_where = f"{'the GPU' if on_gpu else 'the host'} ({why})"
+            self.log(f"{self.ref.name}: the float64 reference runs on {self.f64_where}")
+        refs0 = self.ref.model(init, self.seed, self.device, self.train)
+        state = refs0.state_dict()
+        if gpu and self.bench:
+            self.log(f"{self.ref.name}: building the eager{' and torch.compile' if self.compile_baseline else ''}"
+                     f" baselines")
+            for runner in self.runners:
+                runner.call("baselines", "baselines", init, self.seed, state, self.compile_baseline, self.seed)
 
-class ParityStage:
-    """Parity: one stateful sequence of checked calls on benchmark-shape inputs, then the declared cases (methods of
-    kp.judge.driver.Judge: the stage's state is the judge's)."""
+    def _import_rows(self) -> None:
+        for row in self.rows:
+            if row.runner.isolated:
+                try:
+                    if not row.runner.call("import", "load", str(Path(row.path).resolve()))["has_model_new"]:
+                        row.reject("import: the file defines no class ModelNew")
+                except Rejected as e:
+                    row.reject(str(e))
 
-    def _parity_stages(self, rec: dict, init, gpu: bool, mark) -> None:
-        """Parity on the benchmark shape (where it can run here), the declared cases, then KernelBench's check."""
-        t0 = time.perf_counter()
-        why_not = None if gpu else cpu_bench_refusal(self.fp, host_available())
-        bench_parity = why_not is None
-        if bench_parity:
-            self._parity_bench(init)
-            self._drop_input_buffers()
-        else:
-            rec["notes"] = f"{why_not}; declared cases only"
-        self._parity_cases()
-        self._drop_input_buffers()
-        mark("parity")
-        self._kernelbench(init, runs=bench_parity)
-        mark("kernelbench check")
-        self.log(f"{self.ref.name}: parity done in {time.perf_counter() - t0:.0f} s "
-                 f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
+
+class CallCheck:
+    """One checked call: the candidate's own copy of the inputs (one refilled buffer per layout), the call, its
+    inputs compared bit for bit afterwards, its output judged, its BatchNorm buffers against the reference's
+    (methods of kp.judge.driver.Judge, as the stages are)."""
 
     def _candidate_inputs(self, pristine: list) -> list:
         """The candidate's copy of the inputs. Successive calls whose inputs have one layout get one buffer,
@@ -190,6 +202,29 @@ class ParityStage:
             if not e.within(budget):
                 raise Rejected(f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget "
                                f"{budget.rel_l2:.2e})")
+
+
+class ParityStage:
+    """Parity: one stateful sequence of checked calls on benchmark-shape inputs, then the declared cases (methods of
+    kp.judge.driver.Judge: the stage's state is the judge's)."""
+
+    def _parity_stages(self, rec: dict, init, gpu: bool, mark) -> None:
+        """Parity on the benchmark shape (where it can run here), the declared cases, then KernelBench's check."""
+        t0 = time.perf_counter()
+        why_not = None if gpu else cpu_bench_refusal(self.fp, host_available())
+        bench_parity = why_not is None
+        if bench_parity:
+            self._parity_bench(init)
+            self._drop_input_buffers()
+        else:
+            rec["notes"] = f"{why_not}; declared cases only"
+        self._parity_cases()
+        self._drop_input_buffers()
+        mark("parity")
+        self._kernelbench(init, runs=bench_parity)
+        mark("kernelbench check")
+        self.log(f"{self.ref.name}: parity done in {time.perf_counter() - t0:.0f} s "
+                 f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
 
     def _sequence(self) -> list[tuple[str, int, str | None, str | None]]:
         """(label, input seed, weight change before the call, derived-input transform) of the stateful parity

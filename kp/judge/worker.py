@@ -279,4 +279,9 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.chdir(cwd)
     sys.path.insert(0, root)
+    if device == "cuda":  # the CUDA context now (a second or two), while the judge measures the footprint and plans,
+        try:              # not on its first command; a failure here is left for that command to report
+            torch.zeros(1, device="cuda")
+        except Exception:
+            pass
     Worker(ref_spec, device, precision, conn=conn, train=train).loop()

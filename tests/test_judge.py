@@ -891,10 +891,13 @@ def test_running_out_of_gpu_memory_while_timing_is_no_verdict():
     j = judge.Judge(ref, seed=3, device="cpu", sandbox=False, bench=False)
 
     class OutOfMemory:
+        def __init__(self, why="timing: raised OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB "
+                               "(the GPU has 5.8 of 79.2 GiB free now)"):
+            self.why = why
+
         def call(self, stage, cmd, *args):
             if cmd == "time":
-                raise Rejected("timing: raised OutOfMemoryError: CUDA out of memory. Tried to "
-                                              "allocate 6.00 GiB (the GPU has 5.8 of 79.2 GiB free now)")
+                raise Rejected(self.why)
             return {}
     j.refs = None
     j.runners = [OutOfMemory()]
@@ -905,3 +908,12 @@ def test_running_out_of_gpu_memory_while_timing_is_no_verdict():
     msg = str(ei.value)
     assert "ran out of memory while timing, after parity passed" in msg and "no verdict" in msg and "\n" not in msg
     assert j.rows[0].accepted
+
+    # torch's own line is long; the worker's figures it carries after it still reach the author
+    held = "[the raising process: 60.1 GiB allocated, 66.1 GiB reserved, peak 60.1 GiB]"
+    long = "timing: raised OutOfMemoryError: CUDA out of memory. " + "x" * 300 + " " + held
+    j.runners = [OutOfMemory(long)]
+    j.rows = [expected.Row("candidate", j.runners[0])]
+    with pytest.raises(harness.UsageError) as ei:
+        j._timing()
+    assert str(ei.value).endswith(f"... {held})") and len(str(ei.value)) < 700

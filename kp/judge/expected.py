@@ -105,13 +105,10 @@ class _Refs:
                     if saved and f"{id(m)}:{n}" in saved:
                         b.copy_(saved[f"{id(m)}:{n}"])
 
-    def to_host(self) -> bool:
-        """The float64 reference to the host from here on, its GPU memory handed back; False when it is there."""
-        if self.f64_device == "cpu":
-            return False
+    def to_host(self) -> None:
+        """The float64 reference to the host from here on, its GPU memory handed back."""
         self.r64, self.f64_device = hold_on(self.r64, "cpu"), "cpu"
         _release()
-        return True
 
     def fp32_only(self) -> bool:
         return self.how.startswith("fp32 only")

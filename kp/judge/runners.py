@@ -11,9 +11,9 @@ import types
 from pathlib import Path
 
 from kp.box.start import WORKER_PRELOAD
-from kp.errors import Rejected, first_line
+from kp.errors import Rejected
 from kp.judge.guards import late_message
-from kp.judge.worker import REPLY_TIMEOUT_S, Worker, _settle_before_sending, raised, worker_main
+from kp.judge.worker import REPLY_TIMEOUT_S, Worker, _settle_before_sending, error_text, raised, worker_main
 from kp.lib.registry import ROOT
 
 
@@ -212,7 +212,7 @@ class LocalRunner:
         except Rejected:
             raise
         except Exception as e:
-            raise Rejected(raised(stage, f"{type(e).__name__}: {first_line(e)}")) from None
+            raise Rejected(raised(stage, error_text(e))) from None
 
     def close(self):
         self.worker.models.clear()

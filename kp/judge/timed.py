@@ -183,10 +183,14 @@ class TimingStage:
                 times = reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
             except Rejected as e:
                 if "raised OutOfMemoryError" in str(e):  # the harness's memory, not the row's (module doc)
+                    why = str(e)
+                    held = why.find(" [the raising process:")  # the worker's own figures: kept past the cut
+                    held = why[held:why.index("]", held) + 1] if held > 200 else ""
+                    why = why[:200] + ("..." if len(why) > 200 else "") + held
                     raise UsageError(f"{self.ref.name}: the GPU ran out of memory while timing, after parity passed "
                                      f"at the same shapes: the timing's input pool and baselines beside the rows did "
                                      f"not fit on this GPU, so there is no verdict; judge again with the GPU to itself"
-                                     f" or on one with more memory ({str(e)[:200]})") from None
+                                     f" or on one with more memory ({why})") from None
                 for r in rows:
                     r.reject(str(e))
                 continue

@@ -28,7 +28,6 @@ RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")  # 
 # Worker: holds the judged models; runs in a process of its own for a candidate file, in this process for variants.
 
 def _gpu_memory() -> tuple[int, int] | None:
-    import torch
     return torch.cuda.mem_get_info() if torch.cuda.is_available() else None
 
 
@@ -44,21 +43,20 @@ def raised(stage: str, error: str, gpu_memory=_gpu_memory) -> str:
         if mem:
             why += (f" (the GPU has {mem[0] / 2**30:.1f} of {mem[1] / 2**30:.1f} GiB free now; memory that other "
                     f"processes on this GPU hold counts against the call: judge again with the GPU to itself to tell)")
-        own = _own_gpu_memory()
-        if own:
-            why += f" [this process: {own}]"
     return why
 
 
-def _own_gpu_memory() -> str:
-    """This process's share of the GPU as its allocator sees it, for an out-of-memory reason: what it holds, what it
-    reserves, and its peak since the command began."""
-    import torch
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        return ""
-    g = 2**30
-    return (f"{torch.cuda.memory_allocated() / g:.1f} GiB allocated, {torch.cuda.memory_reserved() / g:.1f} GiB "
-            f"reserved, peak {torch.cuda.max_memory_allocated() / g:.1f} GiB")
+def error_text(e: Exception) -> str:
+    """What a command that raised answers: 'Type: first line'. Out of GPU memory, also what the raising process's
+    allocator holds then (taken here, in that process: a worker's figures, not the judge's), since its own
+    tensors are the ones a reader can act on."""
+    text = f"{type(e).__name__}: {first_line(e)}"
+    if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_available() and torch.cuda.is_initialized():
+        g = 2**30
+        text += (f" [the raising process: {torch.cuda.memory_allocated() / g:.1f} GiB allocated, "
+                 f"{torch.cuda.memory_reserved() / g:.1f} GiB reserved, peak {torch.cuda.max_memory_allocated() / g:.1f}"
+                 f" GiB]")
+    return text
 
 
 def nan_fill_cached_free(reserve_bytes: int) -> None:
@@ -121,7 +119,7 @@ class Worker(MeasureCommands):
                 reply = getattr(self, "cmd_" + cmd)(*args)
                 reply["ok"] = True
             except Exception as e:  # the candidate's failure is data for the judge, not a crash of the worker
-                reply = {"ok": False, "error": f"{type(e).__name__}: {first_line(e)}",
+                reply = {"ok": False, "error": error_text(e),
                          "traceback": traceback.format_exc(limit=8)}
             if self.fingerprint is not None:
                 reply["patched"] = fingerprint_changes(self.fingerprint)

@@ -190,6 +190,20 @@ def test_box_scrubs_the_environment_and_hides_home(tmp_path, monkeypatch):
     assert not Path("/tmp", mine).exists()  # written to the box's own /tmp, not the host's
 
 
+@needs_box
+def test_box_runs_the_cpu_kernels_its_reference_runs():
+    """Torch picks its CPU vector code (and thread count) from what the machine says of its CPU: a boxed candidate
+    must pick the same as the judge's reference, or a pure-PyTorch candidate differs from its own reference."""
+    import subprocess
+    code = ("import torch; x = torch.linspace(-4, 4, 4099); "
+            "print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(), torch.tanh(x).sum().item())")
+    outside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    argv = sandbox.command([sys.executable, "-c", code], read_only=[str(ROOT)], cwd="/tmp",
+                           env=sandbox.box_env(dict(os.environ), str(ROOT)), limits=sandbox.Limits())
+    inside = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert inside.stdout == outside and outside, (outside, inside.stdout, inside.stderr[-2000:])
+
+
 def test_box_keeps_what_an_extension_build_reads(monkeypatch):
     """The compilers and nvcc settings torch.utils.cpp_extension puts into a build's command line reach the box, so
     a candidate's extension built outside it is not rebuilt inside it."""

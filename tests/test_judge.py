@@ -507,6 +507,17 @@ def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
     assert sum(k.startswith("case ") for k in r["checks"]) == 2 * 3 and any(k.startswith("trial 3") for k in r["checks"])
 
 
+def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch):
+    """PyTorch picks its CPU kernels per process from what the machine says of its CPU: where the candidate's
+    process picked others than the judge's, the record says so beside the verdict (its rounding may differ)."""
+    from kp.judge import parity
+    monkeypatch.setattr(parity, "cpu_kernels", lambda: "SCALAR CPU kernels on 1 threads")
+    ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
+    rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
+    assert rec["rows"]["candidate"]["accepted"]
+    assert any("the judge's its SCALAR CPU kernels on 1 threads" in n for n in rec["notes_list"]), rec["notes_list"]
+
+
 @pytest.mark.parametrize("folder,cand", [p for p in PAIRS if "cpu" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]],
                          ids=lambda x: str(x))
 def test_judge_case_on_cpu(tmp_path, cli, folder, cand):

@@ -17,7 +17,7 @@ from kp.judge.plan import check_memory, cpu_bench_refusal, float64_on_gpu, free_
 from kp.judge.premises import Premises
 from kp.judge.reference import (UPDATES, _as_list, make_update, partial_map, rename_update, state_map, trial_seeds,
                                 unmapped)
-from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
+from kp.lib.numerics import budget_from, clone_layout, cpu_kernels, rel_error, same_values
 
 MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
@@ -118,7 +118,11 @@ class ConstructStage:
         for row in self.rows:
             if row.runner.isolated:
                 try:
-                    if not row.runner.call("import", "load", str(Path(row.path).resolve()))["has_model_new"]:
+                    r = row.runner.call("import", "load", str(Path(row.path).resolve()))
+                    if r.get("cpu") not in (None, cpu_kernels()):  # one PyTorch, two choices of its CPU kernels
+                        self.notes.append(f"the candidate's process runs PyTorch's {r['cpu']}, the judge's its "
+                                          f"{cpu_kernels()}: PyTorch's own operators may round differently there")
+                    if not r["has_model_new"]:
                         row.reject("import: the file defines no class ModelNew")
                 except Rejected as e:
                     row.reject(str(e))

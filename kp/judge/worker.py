@@ -17,6 +17,7 @@ from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, 
 from kp.judge.measure import MeasureCommands, export_output
 from kp.judge.reference import Reference, apply_update, describe
 from kp.lib.layers import set_precision
+from kp.lib.numerics import cpu_kernels
 from kp.lib.timing import L2Flusher
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
@@ -173,6 +174,7 @@ class Worker(MeasureCommands):
                 e.record()
                 torch.cuda._sleep(10)
                 torch.cuda.synchronize()
+        cpu = cpu_kernels()  # before the candidate's code runs: what torch here picked, for the judge to compare
         p = Path(path).resolve()
         watch_thread_starts(str(p.parent))
         self.fingerprint = namespace_fingerprint()
@@ -185,9 +187,9 @@ class Worker(MeasureCommands):
         sys.modules["kp_candidate"] = module
         spec.loader.exec_module(module)
         if not isinstance(getattr(module, "ModelNew", None), type):
-            return {"has_model_new": False}
+            return {"has_model_new": False, "cpu": cpu}
         self.factories["candidate"] = module.ModelNew
-        return {"has_model_new": True}
+        return {"has_model_new": True, "cpu": cpu}
 
     def cmd_build(self, label: str, init, seed: int, source: str | None = None, train: bool | None = None):
         """The model `label` from the factory `source` (default: the same name) after the seed; in eval mode when

@@ -201,3 +201,10 @@ def clone_layout(x):
     view.copy_(x)
     return view
 
+
+
+def cpu_kernels() -> str:
+    """Which of PyTorch's CPU kernels this process runs: its vector instruction set (picked at import from what the
+    machine says of its CPU) and its thread count. Two processes that differ here may round one operator
+    differently."""
+    return f"{torch.backends.cpu.get_cpu_capability()} CPU kernels on {torch.get_num_threads()} threads"

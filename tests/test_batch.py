@@ -49,6 +49,10 @@ def test_many_candidates_crash_and_hang_cost_only_their_job(tmp_path, cli):
     check_verdicts(recs)
     assert all(d["gpu_name"] for d in recs)  # the hang's too: the slot named its device when the job started
     assert len({d["key"] for d in recs}) == len(CANDS)
+    # no --seed: one seed drawn for the reference, every candidate judged on it, each record saying it
+    assert len({d["job"]["opts"]["seed"] for d in recs}) == 1 and all(
+        d["job"]["opts"]["seed_from"] == "reference" for d in recs)
+    assert {d["record"]["seed"] for d in recs if d["record"]} == {recs[0]["job"]["opts"]["seed"]}
     table = r.stdout.strip().splitlines()
     n_ok = sum(expect(p) is None for p in CANDS)
     assert f"{n_ok} accepted, {len(CANDS) - n_ok} rejected" in table
@@ -77,6 +81,7 @@ def test_killed_run_resumes_with_only_the_missing_jobs(tmp_path):
     assert "2 of 3 jobs already recorded, 1 to run" in r.stderr, r.stderr
     recs = lines(out)
     assert len(recs) == 3 and recs[:2] == first and Path(recs[2]["job"]["candidate"]).name == "hang.py"
+    assert len({d["job"]["opts"]["seed"] for d in recs}) == 1  # the resumed job keeps the reference's seed
     check_verdicts(recs)
 
 

@@ -106,6 +106,30 @@ def recorded_keys(out: Path) -> set[str]:
     return {d["key"] for d in read_results(out)}
 
 
+def with_reference_seeds(jobs: list[Job], earlier: list[dict]) -> list[Job]:
+    """Jobs given no --seed judge every candidate of one reference on one seed sequence: the one its jobs already
+    recorded in this results file (a resumed run keeps it), else one drawn from the OS for this run. Their
+    candidates then meet the same inputs and weights, the reference's outputs are the same for each, and each
+    job's record says the seed; a candidate's process never sees it (inputs are drawn in the judge's). The job's
+    key stays that of a job without a seed, so a run resumes whatever seed it drew."""
+    seeds: dict[str, int] = {}
+    for d in earlier:
+        job = d.get("job") or {}
+        opts = job.get("opts") or {}
+        seed = opts.get("seed")
+        if isinstance(seed, int) and opts.get("seed_from") == "reference":
+            seeds.setdefault(json.dumps(job.get("ref")), seed)
+    out = []
+    for job in jobs:
+        opts = dict(job.opts)
+        if opts.get("seed") is None:
+            ref = json.dumps(list(job.ref))
+            opts.update(seed=seeds.setdefault(ref, int.from_bytes(os.urandom(4), "little")), seed_from="reference")
+            job = dataclasses.replace(job, opts=tuple(sorted(opts.items())))
+        out.append(job)
+    return out
+
+
 def append_result(out: Path, line: dict) -> None:
     with open(out, "a") as f:
         f.write(json.dumps(line, default=str) + "\n")

@@ -19,7 +19,7 @@ from pathlib import Path
 from kp.errors import UsageError, first_line
 from kp.judge.runners import exit_status, start_without_main
 from kp.judge.worker import JOB_TIMEOUT_S
-from kp.batch.jobfile import Job, append_result, recorded_keys, summary
+from kp.batch.jobfile import Job, append_result, read_results, summary, with_reference_seeds
 from kp.lib.registry import ROOT
 
 DEFAULT_TIMEOUT_S = JOB_TIMEOUT_S  # per job: a cold build of every kernel it uses, parity and timing fit well inside
@@ -39,6 +39,7 @@ def run_job(job: Job) -> dict:
     log: list[str] = []
     t0 = time.perf_counter()
     opts = dict(job.opts)
+    opts.pop("seed_from", None)  # said in the job's line of the results file, not the judge's business
     try:
         ref = judge.Reference.load(job.ref)
         variants = None
@@ -380,7 +381,8 @@ def _ray_task(job: Job, timeout_s: float):
 
 
 def _todo(jobs: list[Job], out: Path | None) -> tuple[list[tuple[Job, str]], list[dict]]:
-    done = recorded_keys(out) if out is not None else set()
+    earlier = read_results(out) if out is not None else []
+    done = {d["key"] for d in earlier}
     todo, seen = [], set()
     for job in jobs:
         key = job.key()
@@ -388,6 +390,7 @@ def _todo(jobs: list[Job], out: Path | None) -> tuple[list[tuple[Job, str]], lis
             continue
         seen.add(key)
         todo.append((job, key))
+    todo = list(zip(with_reference_seeds([job for job, _ in todo], earlier), [key for _, key in todo]))
     if out is not None and len(todo) < len(jobs):
         print(f"[kp] {out}: {len(jobs) - len(todo)} of {len(jobs)} jobs already recorded, {len(todo)} to run",
               file=sys.stderr, flush=True)

@@ -4,6 +4,7 @@ with its candidates through run.py from outside the repo, and every shipped vari
 import ast
 import importlib.util
 import json
+import inspect
 import re
 import shutil
 from pathlib import Path
@@ -505,6 +506,22 @@ def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
     r = rec["rows"]["candidate"]
     assert r["accepted"], r["reason"]
     assert sum(k.startswith("case ") for k in r["checks"]) == 2 * 3 and any(k.startswith("trial 3") for k in r["checks"])
+
+
+def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
+    """The judge is its stage table: each entry a Judge method with one signature, run in order where it applies,
+    its seconds in the record under its name; a stage added to the table runs with no other edit."""
+    stages = judge.STAGES + judge.AFTER_WORKERS
+    assert len({s.name for s in stages}) == len(stages)
+    for s in stages:
+        assert list(inspect.signature(getattr(judge.Judge, s.method)).parameters) == ["self", "rec", "init"], s
+    seen = []
+    monkeypatch.setattr(judge.Judge, "stage_seen", lambda self, rec, init: seen.append(list(rec)), raising=False)
+    monkeypatch.setattr(judge, "STAGES", judge.STAGES[:3] + (judge.Stage("seen", "stage_seen"),) + judge.STAGES[3:])
+    ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
+    rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
+    assert rec["rows"]["candidate"]["accepted"] and len(seen) == 1
+    assert list(rec["stage_seconds"]) == ["setup and baselines", "import", "parity", "seen", "kernelbench check"]
 
 
 def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch):

@@ -28,17 +28,21 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
     after a device-wide synchronize; the samples are told here call by call, reduced here and bounded by the wall
     time this process saw.
 
-This module holds the driver (Judge.run: the stages in order, the record); each stage lives in a module of its own,
-its methods mixed into Judge: kp.judge.parity (construct, parity, KernelBench's own check), kp.judge.escape (escape,
-own kernel), kp.judge.timed (timing, ceilings), kp.judge.observe (--profile, --ncu). A new check is a method in the
-stage it belongs to, or a new stage module and one line of the driver.
+This module holds the driver (Judge.run: the stages of STAGES in order, the record); each stage lives in a module of
+its own, its methods mixed into Judge: kp.judge.parity (construct, parity, KernelBench's own check), kp.judge.escape
+(escape, own kernel), kp.judge.timed (timing, ceilings), kp.judge.observe (--profile, --ncu). Every stage has one
+interface, a method ``stage_<name>(rec, init)``; a new check is a method in the stage it belongs to, or a new stage
+(a method and one entry of STAGES).
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import random
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -218,44 +222,33 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         return self.rows
 
     def run(self) -> dict:
-        """The driver: the stages in order (construct and parity in kp.judge.parity, escape and own kernel in
-        kp.judge.escape, timing and ceilings in kp.judge.timed, profiles in kp.judge.observe), the seconds each took
-        into the record."""
-        gpu = self.device == "cuda"
-        rec = self._record_head(gpu)
+        """The driver: every stage of STAGES that applies, in order, with the workers up; then those of
+        AFTER_WORKERS once the workers are closed. The seconds each took go into the record."""
+        rec = self._record_head(self.device == "cuda")
         init = self.ref.init()
-        stages, last = {}, [time.perf_counter()]
+        seconds: dict[str, float] = {}
 
-        def mark(stage: str) -> None:  # seconds spent since the previous mark, into `stage`
-            now = time.perf_counter()
-            stages[stage] = stages.get(stage, 0.0) + now - last[0]
-            last[0] = now
+        def run_stages(stages) -> None:
+            for stage in stages:
+                if stage.applies(self):
+                    t0 = time.perf_counter()
+                    getattr(self, stage.method)(rec, init)
+                    seconds[stage.name] = seconds.get(stage.name, 0.0) + time.perf_counter() - t0
         try:
-            self._setup(init, gpu)
-            rec["float64_reference"] = self.f64_where
-            mark("setup and baselines")
-            self._import_rows()
-            mark("import")
-            self._parity_stages(rec, init, gpu, mark)
-            if gpu:
-                self._gpu_stages(rec, init, mark)
-            if self.profile:
-                rec["profile"] = self._profile()
-                mark("profile")
+            with contextlib.ExitStack() as self.held:  # what a stage holds until the stages end (the GPU to itself)
+                run_stages(STAGES)
         except torch.OutOfMemoryError as e:  # the plan checked the free memory at the start; it can shrink since
             free = free_gpu_bytes() / 2**30
             raise UsageError(f"{self.ref.name}: the GPU ran out of memory in the judge's own process after "
-                             f"{', '.join(stages) or 'the start'} ({free:.1f} GiB free now; the plan needs "
+                             f"{', '.join(seconds) or 'the start'} ({free:.1f} GiB free now; the plan needs "
                              f"{memory_need(self.fp, len(self.rows)) / 2**30:.1f} GiB): another process took GPU "
                              f"memory during the run ({first_line(e)[:120]})") from None
         finally:
             for runner in self.runners:
                 runner.close()
-        if self.ncu and gpu:
-            rec["ncu"] = self._ncu(init, rec)
-            mark("ncu")
-        rec["stage_seconds"] = {k: round(v, 2) for k, v in stages.items()}
-        return self._record_tail(rec, gpu)
+        run_stages(AFTER_WORKERS)
+        rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+        return self._record_tail(rec, self.device == "cuda")
 
     def _record_head(self, gpu: bool) -> dict:
         seeds = [s for _, s, _, _ in self._sequence()]
@@ -286,6 +279,35 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         rec["ok"] = all(r.accepted or r.peer for r in self.rows)
         rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
         return rec
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of the judge: its name (its key in the record's stage_seconds), the Judge method that runs it,
+    called with the record and the reference's init arguments (a failure there rejects a row, through Row.reject,
+    or raises for the whole job), and whether it applies to this judge."""
+    name: str
+    method: str
+    applies: Callable[[Judge], bool] = lambda judge: True
+
+
+def _on_gpu(judge: Judge) -> bool:
+    return judge.device == "cuda"
+
+
+# The stages in order. Adding a check is a method in the stage module it belongs to, or a new stage: a method of a
+# mixin of Judge and one entry here.
+STAGES = (
+    Stage("setup and baselines", "stage_setup"),  # kp.judge.parity: memory plan, float64 placement, baselines
+    Stage("import", "stage_import"),  # the candidate's file imported in its worker
+    Stage("parity", "stage_parity"),  # construct, the stateful checked calls, derived inputs, declared cases
+    Stage("kernelbench check", "stage_kernelbench"),  # KernelBench's own check, beside the verdict
+    Stage("escape", "stage_escape", _on_gpu),  # kp.judge.escape: work outside the timer, own kernel
+    Stage("timing", "stage_timing", _on_gpu),  # kp.judge.timed
+    Stage("traffic, memory and ceilings", "stage_ceilings", _on_gpu),
+    Stage("profile", "stage_profile", lambda judge: judge.profile),  # kp.judge.observe
+)
+AFTER_WORKERS = (Stage("ncu", "stage_ncu", lambda judge: judge.ncu and _on_gpu(judge)),)
 
 
 def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants: list[str] | None = None,

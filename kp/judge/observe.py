@@ -11,6 +11,12 @@ from kp.judge.expected import _release
 class ObserveStage:
     """Methods of kp.judge.driver.Judge: the stage's state is the judge's."""
 
+    def stage_profile(self, rec: dict, init) -> None:
+        rec["profile"] = self._profile()
+
+    def stage_ncu(self, rec: dict, init) -> None:
+        rec["ncu"] = self._ncu(init, rec)
+
     def _profile(self) -> dict:
         """One call of each baseline and live row under the profiler, in the process that holds it (a candidate's
         own worker); a failure here is logged, never a verdict."""

@@ -97,6 +97,13 @@ class ConstructStage:
         return ("it matches the reference in eval mode: it normalises with BatchNorm's running statistics where a "
                 "training-mode Model uses the batch's (--mode eval judges inference semantics)")
 
+    def stage_setup(self, rec: dict, init) -> None:
+        self._setup(init, self.device == "cuda")
+        rec["float64_reference"] = self.f64_where
+
+    def stage_import(self, rec: dict, init) -> None:
+        self._import_rows()
+
     def _setup(self, init, gpu: bool) -> None:
         """The memory plan, then the eager and torch.compile baselines in every runner."""
         if gpu:
@@ -212,23 +219,18 @@ class ParityStage:
     """Parity: one stateful sequence of checked calls on benchmark-shape inputs, then the declared cases (methods of
     kp.judge.driver.Judge: the stage's state is the judge's)."""
 
-    def _parity_stages(self, rec: dict, init, gpu: bool, mark) -> None:
-        """Parity on the benchmark shape (where it can run here), the declared cases, then KernelBench's check."""
-        t0 = time.perf_counter()
-        why_not = None if gpu else cpu_bench_refusal(self.fp, host_available())
-        bench_parity = why_not is None
-        if bench_parity:
+    def stage_parity(self, rec: dict, init) -> None:
+        """Parity on the benchmark shape (where it can run here), then the declared cases."""
+        self.t_parity = time.perf_counter()
+        why_not = None if self.device == "cuda" else cpu_bench_refusal(self.fp, host_available())
+        self.bench_parity = why_not is None
+        if self.bench_parity:
             self._parity_bench(init)
             self._drop_input_buffers()
         else:
             rec["notes"] = f"{why_not}; declared cases only"
         self._parity_cases()
         self._drop_input_buffers()
-        mark("parity")
-        self._kernelbench(init, runs=bench_parity)
-        mark("kernelbench check")
-        self.log(f"{self.ref.name}: parity done in {time.perf_counter() - t0:.0f} s "
-                 f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
 
     def _sequence(self) -> list[tuple[str, int, str | None, str | None]]:
         """(label, input seed, weight change before the call, derived-input transform) of the stateful parity
@@ -361,6 +363,11 @@ class ParityStage:
 class KernelBenchCheck:
     """KernelBench's own correctness check, reported beside the verdict, never deciding it (a method of
     kp.judge.driver.Judge)."""
+
+    def stage_kernelbench(self, rec: dict, init) -> None:
+        self._kernelbench(init, runs=self.bench_parity)
+        self.log(f"{self.ref.name}: parity done in {time.perf_counter() - self.t_parity:.0f} s "
+                 f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
 
     def _kernelbench(self, init, runs: bool = True) -> None:
         """KernelBench's own correctness check on each candidate, beside ours (it never decides the verdict):

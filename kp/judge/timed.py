@@ -85,47 +85,52 @@ def below_busy(median_ms: float, busy: float | None) -> str | None:
 class TimingStage:
     """Methods of kp.judge.driver.Judge: the stage's state is the judge's."""
 
-    def _gpu_stages(self, rec: dict, init, mark) -> None:
-        """Escape and own kernel, timing, then the traffic, memory and ceilings of the record: with the GPU to this
-        judge alone (no other judge's kernels)."""
-        t0 = time.perf_counter()
+    def stage_escape(self, rec: dict, init) -> None:
+        """Escape and own kernel (kp.judge.escape), first of the stages with the GPU to this judge alone (no other
+        judge's kernels, until the driver's stages end): work that escapes the timer would also race the timing
+        loop."""
+        self.t_gpu_stages = time.perf_counter()
         self._rebuild(init)
-        with gpu_to_itself(self.log):
-            self._each(self._escape)  # first: work that escapes the timer would also race the timing loop
-            mark("escape")
-            moved = self.refs.moved
-            timed = self._timing()
-            mark("timing")
-            if self.refs.moved and self.refs.moved != moved:  # a checked timed call's forward did not fit beside
-                note = f"the float64 reference {self.refs.moved} during timing"  # the worker's pool: host from then
-                self.notes.append(note)
-                rec["float64_reference"] = f"{self.f64_where}; {note}"
-            self.log(f"{self.ref.name}: escape checks and timing done in {time.perf_counter() - t0:.0f} s")
-            rec.update(timed)
-            x = self.ref.inputs(self.seed, self.device)
-            rec["traffic"] = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
-            rec["traffic"]["eager"] = rec["traffic"]["torch.compile"] = self.ref.traffic(x, init, self.fp)
-            del x
-            _release()
-            peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
-            for runner in self.runners:
-                if runner.isolated:
-                    try:
-                        peaks.append(runner.call("memory", "memory")["peak"])
-                    except Rejected:
-                        pass
-            rec["peak_gpu_bytes"] = sum(peaks)
-            rec["memory_need"] = memory_need(self.fp, len(self.rows))
-            if self.bench and rec.get("timing"):
-                rec.update(self.ceilings(rec["traffic"]["eager"]))
-            for row in self.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
-                if row.runner.isolated and row.label in rec.get("timing", {}):
-                    med = rec["timing"][row.label]["median_ms"]
-                    why = below_busy(med, (row.escape or {}).get("busy_ms")) or \
-                        ("bandwidth" in rec and below_floor(med, self.fp["inputs"], rec["bandwidth"]))
-                    if why:
-                        row.reject(why)
-            mark("traffic, memory and ceilings")
+        self.held.enter_context(gpu_to_itself(self.log))
+        self._each(self._escape)
+
+    def stage_timing(self, rec: dict, init) -> None:
+        moved = self.refs.moved
+        timed = self._timing()
+        if self.refs.moved and self.refs.moved != moved:  # a checked timed call's forward did not fit beside
+            note = f"the float64 reference {self.refs.moved} during timing"  # the worker's pool: host from then
+            self.notes.append(note)
+            rec["float64_reference"] = f"{self.f64_where}; {note}"
+        self.log(f"{self.ref.name}: escape checks and timing done in "
+                 f"{time.perf_counter() - self.t_gpu_stages:.0f} s")
+        rec.update(timed)
+
+    def stage_ceilings(self, rec: dict, init) -> None:
+        """The traffic, memory and ceilings of the record; a median the call's own profiled work, or the hardware,
+        contradicts is rejected."""
+        x = self.ref.inputs(self.seed, self.device)
+        rec["traffic"] = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
+        rec["traffic"]["eager"] = rec["traffic"]["torch.compile"] = self.ref.traffic(x, init, self.fp)
+        del x
+        _release()
+        peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
+        for runner in self.runners:
+            if runner.isolated:
+                try:
+                    peaks.append(runner.call("memory", "memory")["peak"])
+                except Rejected:
+                    pass
+        rec["peak_gpu_bytes"] = sum(peaks)
+        rec["memory_need"] = memory_need(self.fp, len(self.rows))
+        if self.bench and rec.get("timing"):
+            rec.update(self.ceilings(rec["traffic"]["eager"]))
+        for row in self.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
+            if row.runner.isolated and row.label in rec.get("timing", {}):
+                med = rec["timing"][row.label]["median_ms"]
+                why = below_busy(med, (row.escape or {}).get("busy_ms")) or \
+                    ("bandwidth" in rec and below_floor(med, self.fp["inputs"], rec["bandwidth"]))
+                if why:
+                    row.reject(why)
 
     def _interim(self, msg: dict):
         """A timed call, reported by a worker outside the timed region, before any other code of the models has run.

@@ -508,6 +508,17 @@ def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
     assert sum(k.startswith("case ") for k in r["checks"]) == 2 * 3 and any(k.startswith("trial 3") for k in r["checks"])
 
 
+def test_kernelbench_check_agrees_with_torch_allclose():
+    """KernelBench's check beside the verdict takes the difference once for both tolerances; it must say what
+    torch.allclose(atol=rtol=tol) says on every pair of special and ordinary values."""
+    import itertools
+    vals = [0.0, 1.0, -1.0, 1.005, 1.00001, float("inf"), -float("inf"), float("nan"), 1e30, -2.5]
+    for g, w in itertools.product(vals, vals):
+        said = expected._allclose([torch.tensor([g])], [torch.tensor([w])], [1e-4, 1e-2])
+        want = [torch.allclose(torch.tensor([g]), torch.tensor([w]), atol=t, rtol=t) for t in (1e-4, 1e-2)]
+        assert [x == "pass" for x in said] == want, (g, w, said)
+
+
 def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
     """The judge is its stage table: each entry a Judge method with one signature, run in order where it applies,
     its seconds in the record under its name; a stage added to the table runs with no other edit."""

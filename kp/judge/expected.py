@@ -239,20 +239,28 @@ def judge_output(label: str, out, out_type: str, exp: Expected) -> dict:
     return worst
 
 
-def _allclose(got: list, want: list, tol: float) -> str:
-    """'pass', or why KernelBench's torch.allclose check fails (shape, or the largest difference)."""
+def _allclose(got: list, want: list, tols: list[float]) -> list[str]:
+    """Per tolerance, 'pass' or why KernelBench's torch.allclose(atol=rtol=tol) check fails (shape, or the largest
+    difference). The difference and the reference's magnitude are taken once for every tolerance; equal values
+    (infinities included) are close, a NaN never is, as in torch.allclose."""
     if len(got) != len(want):
-        return f"fail ({len(got)} outputs, expected {len(want)})"
+        return [f"fail ({len(got)} outputs, expected {len(want)})"] * len(tols)
+    out = ["pass"] * len(tols)
     for g, w in zip(got, want):
         if not isinstance(w, torch.Tensor):
             continue
         if not isinstance(g, torch.Tensor) or g.shape != w.shape:
-            return f"fail (output {describe(g) if not isinstance(g, str) else g}, expected {tuple(w.shape)})"
+            why = f"fail (output {describe(g) if not isinstance(g, str) else g}, expected {tuple(w.shape)})"
+            return [why if o == "pass" else o for o in out]
         g = g.to(w.device)
-        if not torch.allclose(g.to(w.dtype) if g.dtype != w.dtype else g, w, atol=tol, rtol=tol):
-            d = (g.double() - w.double()).abs().nan_to_num(float("inf")).max()
-            return f"fail (max difference {float(d):.2e})"
-    return "pass"
+        g = g.to(w.dtype) if g.dtype != w.dtype else g
+        d, a = (g - w).abs(), w.abs()
+        same, finite = g == w, torch.isfinite(d)  # a NaN or infinite difference is close only between equal values
+        for i, tol in enumerate(tols):
+            if out[i] == "pass" and not bool((same | (finite & (d <= tol + tol * a))).all()):
+                out[i] = f"fail (max difference {float(d.double().nan_to_num(float('inf')).max()):.2e})"
+        del d, a, same, finite
+    return out
 
 
 def _out_bytes_hint(pristine: list) -> int:

@@ -508,6 +508,29 @@ def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
     assert sum(k.startswith("case ") for k in r["checks"]) == 2 * 3 and any(k.startswith("trial 3") for k in r["checks"])
 
 
+def test_inputs_a_file_cannot_draw_on_the_device_come_from_the_host(tmp_path):
+    """A get_inputs() that cannot run with the device as the default (its own CPU generator, say) is drawn on the
+    host from then on, the same values for the same seed, and the reference says why; the device is not tried
+    again."""
+    (tmp_path / "host_ref.py").write_text(
+        "import torch\nimport torch.nn as nn\n\nTRIES = []\n\n\n"
+        "class Model(nn.Module):\n    def forward(self, x):\n        return x + 1\n\n\n"
+        "def get_inputs():\n"
+        "    TRIES.append(torch.empty(0).device.type)\n"
+        "    if TRIES[-1] != 'cpu':\n"
+        "        raise RuntimeError(\"Expected a 'cuda' device type for generator but found 'cpu'\")\n"
+        "    return [torch.rand(4, 5)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    ref = judge.Reference.load(("file", str(tmp_path / "host_ref.py")))
+    on_host = ref.inputs(7, "cpu")[0]
+    assert ref.host_draw is None
+    x = ref.inputs(7, "meta")[0]
+    assert x.device.type == "meta" and x.shape == on_host.shape
+    assert "raised RuntimeError with meta as the default device" in ref.host_draw
+    ref.inputs(8, "meta")
+    assert ref.module.TRIES == ["cpu", "meta", "cpu", "cpu"]
+
+
 def test_kernelbench_check_agrees_with_torch_allclose():
     """KernelBench's check beside the verdict takes the difference once for both tolerances; it must say what
     torch.allclose(atol=rtol=tol) says on every pair of special and ordinary values."""

@@ -276,6 +276,9 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                 "build_failures": getattr(row.runner, "build_failures", [])}
         if getattr(self, "refs", None) is not None:
             rec["reference_precision"] = self.refs.how
+        if self.ref.host_draw and self.ref.host_draw not in self.notes:
+            self.notes.append(self.ref.host_draw)
+        rec["inputs_drawn_on"] = "the host" if self.ref.host_draw or self.device == "cpu" else "the device"
         rec["ok"] = all(r.accepted or r.peer for r in self.rows)
         rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
         return rec

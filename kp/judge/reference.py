@@ -33,6 +33,7 @@ class Reference:
         self.precisions = tuple(getattr(module, "PRECISIONS", ("fp32",)))
         self.bound = getattr(module, "BOUND", None)
         self.problem = spec[1] if spec[0] == "problem" else None
+        self.host_draw: str | None = None  # why get_inputs() is drawn on the host, where it could not run on the device
 
     @classmethod
     def load(cls, spec: tuple[str, str]) -> "Reference":
@@ -57,10 +58,22 @@ class Reference:
 
     def inputs(self, seed: int, device) -> list:
         """get_inputs() under the seed, drawn straight on the device (KernelBench files draw from the global
-        generator; on a GPU this is far faster than drawing 6 GB on the host)."""
+        generator; on a GPU this is far faster than drawing 6 GB on the host). A file whose get_inputs() cannot run
+        with the device as the default (a CPU generator of its own, a host-only operator) is drawn on the host from
+        then on, in every process that draws (the same failure, the same choice), and `host_draw` says why."""
         torch.manual_seed(seed)
-        with torch.device(device):
-            xs = self.module.get_inputs()
+        if self.host_draw is None and str(device) != "cpu":
+            try:
+                with torch.device(device):
+                    xs = self.module.get_inputs()
+                return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
+            except torch.OutOfMemoryError:
+                raise  # the GPU's memory, not the file: the plan and the stages say so
+            except Exception as e:
+                self.host_draw = (f"get_inputs() raised {type(e).__name__} with {device} as the default device "
+                                  f"({first_line(e)[:120]}): inputs drawn on the host and moved")
+                torch.manual_seed(seed)
+        xs = self.module.get_inputs()
         return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
 
     def case(self, name: str, seed: int, device) -> tuple[list, list]:

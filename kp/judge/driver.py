@@ -136,6 +136,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         # where the float64 reference runs: decided with the memory plan (kp.judge.plan.float64_on_gpu); the host until
         # then and on --device cpu
         self.f64_device, self.f64_where = "cpu", "the host (--device cpu)"
+        self.f64_chunks = 0  # > 0: on the GPU in that many slices of the batch (kp.judge.plan.float64_chunks)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -276,6 +277,8 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                 "build_failures": getattr(row.runner, "build_failures", [])}
         if getattr(self, "refs", None) is not None:
             rec["reference_precision"] = self.refs.how
+            if self.refs.chunk_proof:
+                rec["float64_reference"] += f"; run {self.refs.chunk_proof}" if not self.refs.moved else ""
         if self.ref.host_draw and self.ref.host_draw not in self.notes:
             self.notes.append(self.ref.host_draw)
         rec["inputs_drawn_on"] = "the host" if self.ref.host_draw or self.device == "cpu" else "the device"

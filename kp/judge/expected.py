@@ -10,7 +10,8 @@ import torch
 from kp.errors import Rejected, first_line
 from kp.judge.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
-from kp.lib.numerics import Err, ReductionLength, budget_from, clone_layout, reduction_length, rel_error
+from kp.lib.numerics import (ABS_FLOOR, Err, ReductionLength, batch_rows, budget_from, clone_layout,
+                             reduction_length, rel_error)
 from kp.judge.reference import Reference, _as_list, apply_update, describe
 
 # A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
@@ -73,10 +74,15 @@ class _Refs:
     judged models, with the same weight changes applied. `how` says what the float64 side is: FLOAT64, PROMOTED
     (kp.judge.float64.Promote), or 'fp32 only: <why>' when no float64 reference could be run."""
 
-    def __init__(self, ref: Reference, init, seed: int, device: str, f64_device: str, train: bool = True):
+    def __init__(self, ref: Reference, init, seed: int, device: str, f64_device: str, train: bool = True,
+                 chunks: int = 1):
         self.r32 = ref.model(init, seed, device, train)
         self.r64 = float64_copy(self.r32, f64_device)
         self.f64_device = f64_device
+        # On the GPU, the float64 forward in this many slices of the batch (rows of dim 0) where its whole peak does
+        # not fit (kp.judge.plan.float64_chunks): proved on the first call, where the fp32 reference on a slice
+        # must give the same rows as on the whole batch, or it runs on the host.
+        self.chunks, self.chunk_proof = chunks, None
         self.moved = None  # why the float64 reference left the GPU during the run, if it did
         self.how = FLOAT64
         self.k = 1.0  # the reduction length of the latest call (its budget's floor)
@@ -118,22 +124,24 @@ class _Refs:
         a failed try changed are put back, so the stateful sequence stays in step. On the GPU, a forward that runs
         out of memory (the plan's estimate was short) is repeated on the host, which has room, and says so."""
         try:
-            return self._float64_try(as_float64(pristine, self.f64_device))
+            return self._float64_try(pristine, self.f64_device)
         except torch.OutOfMemoryError:
             if self.f64_device == "cpu":
                 raise
         # here, past the except block, the failed try's GPU tensors are free before the host takes over
         self.to_host()
         self.moved = "moved to the host after the GPU ran out of memory in its forward"
-        return self._float64_try(as_float64(pristine, "cpu"))
+        return self._float64_try(pristine, "cpu")
 
-    def _float64_try(self, x64: list):
+    def _float64_try(self, pristine: list, device: str):
         while not self.fp32_only():
             saved = {k: b.clone() for k, b in self.r64.named_buffers()}
             try:
                 with torch.no_grad(), float64_default(), (Promote() if self.how == PROMOTED else
                                                           contextlib.nullcontext()):
-                    return self.r64(*x64)
+                    if self.chunks > 1:
+                        return self._by_rows(pristine, device)
+                    return self.r64(*as_float64(pristine, device))
             except Exception as e:
                 with torch.no_grad():
                     for k, b in self.r64.named_buffers():
@@ -144,6 +152,45 @@ class _Refs:
                     f"fp32 only: the float64 copy raised {type(e).__name__}: {first_line(e)[:160]}"
         return None
 
+    def _by_rows(self, pristine: list, device: str):
+        """The float64 forward slice by slice of the batch, each slice's output copied into the whole one: the
+        peak is the whole float64 output and one slice's forward."""
+        rows = batch_rows(pristine)
+        step = -(-rows // self.chunks)
+        out, several = None, False
+        for i in range(0, rows, step):
+            part = self.r64(*as_float64(_rows(pristine, i, i + step), device))
+            several = isinstance(part, (tuple, list))
+            if out is None:
+                out = [torch.empty((rows, *p.shape[1:]), dtype=p.dtype, device=p.device) for p in _as_list(part)]
+            for o, p in zip(out, _as_list(part)):
+                o[i:i + p.shape[0]].copy_(p)
+            del part
+        return tuple(out) if several else out[0]
+
+    def _rows_apart(self, pristine: list, r32) -> str | None:
+        """Why the float64 forward cannot run slice by slice of the batch, or None: it must hold no state (buffers
+        a second slice would update again), every input and output must be rows of one batch, and the fp32
+        reference on the first slice must give the rows it gave on the whole batch (within ABS_FLOOR: a model that
+        mixes rows, a batch norm or a sum over the batch, differs far more)."""
+        if any(True for _ in self.r32.buffers()):
+            return "the reference holds buffers"
+        rows = batch_rows(pristine)
+        outs = _as_list(r32)
+        if rows < 2 or any(not isinstance(o, torch.Tensor) or o.dim() == 0 or o.shape[0] != rows for o in outs):
+            return "its inputs and outputs are not rows of one batch"
+        step = -(-rows // self.chunks)
+        try:
+            with torch.no_grad():
+                part = _as_list(self.r32(*[clone_layout(x) for x in _rows(pristine, 0, step)]))
+        except Exception as e:
+            return f"the fp32 reference raised {type(e).__name__} on a slice of the batch"
+        for p, o in zip(part, outs):
+            e = rel_error(p, o[:step].to(torch.float64)) if p.shape == o[:step].shape else None
+            if e is None or e.nonfinite_mismatch or e.rel_l2 > ABS_FLOOR:
+                return "the fp32 reference gives other rows on a slice of the batch than on the whole"
+        return None
+
     def expected(self, pristine: list, precision: str) -> Expected:
         from torch.utils.flop_counter import FlopCounterMode
         set_precision(precision)
@@ -151,6 +198,13 @@ class _Refs:
             counter, reductions = FlopCounterMode(display=False), ReductionLength()
             with torch.no_grad(), counter, reductions:
                 r32 = self.r32(*[clone_layout(x) for x in pristine])
+            if self.chunks > 1 and self.chunk_proof is None:
+                why = self._rows_apart(pristine, r32)
+                self.chunk_proof = why or f"in {self.chunks} slices of the batch"
+                if why:
+                    self.chunks = 1
+                    self.to_host()
+                    self.moved = f"on the host: its forward does not fit the GPU whole and cannot be sliced ({why})"
             r64 = self._float64(pristine)
         finally:
             set_precision("fp32")
@@ -164,6 +218,11 @@ class _Refs:
             r64 = tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64)) \
                 if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
         return Expected.of(r32, r64, k=self.k)
+
+
+def _rows(xs: list, start: int, stop: int) -> list:
+    """Rows start:stop of every batched input (a 0-dim tensor or a non-tensor argument whole)."""
+    return [x[start:stop] if isinstance(x, torch.Tensor) and x.dim() > 0 else x for x in xs]
 
 
 @dataclasses.dataclass

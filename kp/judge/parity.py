@@ -13,7 +13,8 @@ from kp.errors import Rejected, UsageError, first_line
 from kp.judge.expected import (Expected, Row, _Refs, _allclose, _out_bytes_hint, _release, _same_buffer,
                                _unread_counter, judge_output)
 from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.judge.plan import check_memory, cpu_bench_refusal, float64_on_gpu, free_gpu_bytes, host_available
+from kp.judge.plan import (check_memory, cpu_bench_refusal, float64_chunks, float64_on_gpu, free_gpu_bytes,
+                           host_available)
 from kp.judge.premises import Premises
 from kp.judge.reference import (UPDATES, _as_list, make_update, partial_map, rename_update, state_map, trial_seeds,
                                 unmapped)
@@ -110,8 +111,10 @@ class ConstructStage:
             free = free_gpu_bytes()
             check_memory(self.ref.name, self.fp, len(self.rows), free)
             on_gpu, why = float64_on_gpu(self.fp, len(self.rows), free)
-            self.f64_device = self.device if on_gpu else "cpu"
-            self.f64_where = f"{'the GPU' if on_gpu else 'the host'} ({why})"
+            self.f64_chunks = 0 if on_gpu else float64_chunks(self.fp, len(self.rows), free)
+            self.f64_device = self.device if on_gpu or self.f64_chunks else "cpu"
+            self.f64_where = f"{'the GPU' if on_gpu else 'the host'} ({why})" if not self.f64_chunks else \
+                f"the GPU in {self.f64_chunks} slices of the batch where it can be sliced, else the host ({why})"
             self.log(f"{self.ref.name}: the float64 reference runs on {self.f64_where}")
         refs0 = self.ref.model(init, self.seed, self.device, self.train)
         state = refs0.state_dict()
@@ -247,7 +250,8 @@ class ParityStage:
         return calls
 
     def _parity_bench(self, init) -> None:
-        refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train)
+        refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train,
+                                 chunks=max(self.f64_chunks, 1))
         self._each(lambda row: self._build(row, refs, init, self.seed))
         premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
         base_finite = None

@@ -70,6 +70,22 @@ def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
     return need + f64 <= free, where
 
 
+def float64_chunks(fp: dict, models: int, free: int) -> int:
+    """Where the float64 forward's whole peak does not fit beside the plan: the fewest slices of the batch (a power
+    of two, at most the batch's rows) it fits in on the GPU, holding its whole float64 output (twice PyTorch's fp32
+    output) and one slice's forward (the weights whole, the rest of the peak shared out); 0 where none fits or the
+    inputs share no batch dimension. Whether the forward may be sliced is proved on its first call
+    (kp.judge.expected._Refs)."""
+    rows, peak = fp.get("rows", 0), fp.get("peak", footprint_bytes(fp))
+    held = memory_need(fp, models) + 2 * fp["outputs"]
+    n = 2
+    while n <= rows:
+        if held + FLOAT64_PEAK_FACTOR * ((peak - fp["weights"]) / n + fp["weights"]) <= free:
+            return n
+        n *= 2
+    return 0
+
+
 def check_memory(name: str, fp: dict, models: int, free: int) -> None:
     """One line before any work when the judge would not fit."""
     need = memory_need(fp, models)

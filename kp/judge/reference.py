@@ -11,6 +11,7 @@ import torch
 
 from kp.lib.build import require_gpu
 from kp.errors import UsageError, first_line
+from kp.lib.numerics import batch_rows
 from kp.lib.registry import problem_module
 
 # The changes made to the weights between parity calls, in this order (cycled when there are more trials).
@@ -109,7 +110,7 @@ class Reference:
                 out = m(*xs)
         return {"shapes": ", ".join("x".join(map(str, t.shape)) for t in xs if isinstance(t, torch.Tensor)),
                 "inputs": nbytes(xs), "outputs": nbytes(_as_list(out)), "weights": weights,
-                "flops": int(counter.get_total_flops()), "peak": live.peak}
+                "flops": int(counter.get_total_flops()), "peak": live.peak, "rows": batch_rows(list(xs))}
 
     def traffic(self, inputs, init, fp: dict, opts: dict | None = None) -> dict:
         """Fewest bytes and FLOPs of one call: the file's own `traffic` when it has one, else the unique bytes of

@@ -208,3 +208,9 @@ def cpu_kernels() -> str:
     machine says of its CPU) and its thread count. Two processes that differ here may round one operator
     differently."""
     return f"{torch.backends.cpu.get_cpu_capability()} CPU kernels on {torch.get_num_threads()} threads"
+
+
+def batch_rows(xs: list) -> int:
+    """The batch size the tensors of a call share along dim 0, or 0 where they share none (or hold none)."""
+    sizes = {x.shape[0] for x in xs if isinstance(x, torch.Tensor) and x.dim() > 0}
+    return sizes.pop() if len(sizes) == 1 else 0

@@ -20,9 +20,10 @@ LAYER_ORDER = (
     "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables
     "observe.ncu", "observe.report",
-    # the judge: its memory plan, what a call must return, its stages (construct and parity, escape and own kernel,
-    # timing and ceilings, profiles), the driver that runs them in order; its roofline picture; many jobs (what a
-    # job, a job file and a results file are; the slots and Ray tasks that judge them)
-    "judge.plan", "judge.expected", "judge.parity", "judge.escape", "judge.timed", "judge.observe", "judge.driver",
+    # the judge: its memory plan, what a call must return, its stages (construct and parity, KernelBench's own
+    # check, escape and own kernel, timing and ceilings, profiles), the driver that runs them in order; its roofline
+    # picture; many jobs (what a job, a job file and a results file are; the slots and Ray tasks that judge them)
+    "judge.plan", "judge.expected", "judge.parity", "judge.kernelbench", "judge.escape", "judge.timed",
+    "judge.observe", "judge.driver",
     "observe.plot", "batch.jobfile", "batch.slots",
 )

@@ -358,7 +358,8 @@ def test_weight_updates_change_both_sides_alike(kind):
 def test_footprint_and_flops_from_the_reference():
     fp = judge.Reference.load(("problem", "softmax")).footprint("cpu")
     assert fp == {"shapes": "4096x393216", "inputs": 4096 * 393216 * 4, "outputs": 4096 * 393216 * 4, "weights": 0,
-                  "flops": 0, "peak": 2 * 4096 * 393216 * 4}  # the input and its softmax alive at once
+                  "flops": 0, "peak": 2 * 4096 * 393216 * 4,  # the input and its softmax alive at once
+                  "rows": 4096}  # the batch (dim 0) the float64 reference may be sliced over
     lin = judge.Reference.load(("problem", "matmul_gelu_softmax")).footprint("cpu")
     assert lin["flops"] == 2 * 1024 * 8192 * 8192  # FlopCounterMode on the reference, not a hand count
     assert lin["weights"] == (8192 * 8192 + 8192) * 4
@@ -603,7 +604,9 @@ def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
     ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
     rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
     assert rec["rows"]["candidate"]["accepted"] and len(seen) == 1
-    assert list(rec["stage_seconds"]) == ["setup and baselines", "import", "parity", "seen", "kernelbench check"]
+    assert list(rec["stage_seconds"]) == ["footprint", "setup and baselines", "import", "parity", "seen",
+                                          "kernelbench check"]
+    assert rec["process_s_before_judge"] > 0  # this test process's age when the judge started
 
 
 def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch):

@@ -6,8 +6,10 @@
 
 Each case is one `run.py --ref ... --candidate ... --no-compile` command in a process of its own, one at a time
 (a candidate's own build cached: each case is run once untimed first with --warm), as a user or a search loop would
-run it; the wall time is the command's, the stage seconds the record's (`stage_seconds`). Prints a markdown table:
-the case, what it is, the verdict, the wall seconds and where they went. Not a test: nothing is asserted.
+run it; the wall time is the command's, the stage seconds the record's (`stage_seconds`), with the process's seconds
+before the judge started (interpreter, imports, a box's start) and after its verdict (output, teardown). Prints a
+markdown table: the case, what it is, the verdict, the wall seconds and where they went. Not a test: nothing is
+asserted.
 """
 from __future__ import annotations
 
@@ -77,7 +79,11 @@ def run_case(case, device: str | None, tmp: Path, timeout: float) -> dict:
     except subprocess.TimeoutExpired:
         verdict = f"did not finish in {timeout:.0f} s"
     wall = time.perf_counter() - t0
-    stages = json.loads(out.read_text()).get("stage_seconds", {}) if out.exists() else {}
+    rec = json.loads(out.read_text()) if out.exists() else {}
+    stages = dict(rec.get("stage_seconds", {}))
+    if "process_s_before_judge" in rec and "elapsed_s" in rec:  # the command's wall time around the judge's own
+        stages = {"before the judge": rec["process_s_before_judge"], **stages,
+                  "after the verdict": wall - rec["process_s_before_judge"] - rec["elapsed_s"]}
     return {"case": name, "what": what, "verdict": verdict, "wall_s": round(wall, 2), "stages": stages}
 
 

@@ -29,8 +29,9 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
     time this process saw.
 
 This module holds the driver (Judge.run: the stages of STAGES in order, the record); each stage lives in a module of
-its own, its methods mixed into Judge: kp.judge.parity (construct, parity, KernelBench's own check), kp.judge.escape
-(escape, own kernel), kp.judge.timed (timing, ceilings), kp.judge.observe (--profile, --ncu). Every stage has one
+its own, its methods mixed into Judge: kp.judge.parity (construct, parity), kp.judge.kernelbench (KernelBench's own
+check), kp.judge.escape (escape, own kernel), kp.judge.timed (timing, ceilings), kp.judge.observe (--profile,
+--ncu). Every stage has one
 interface, a method ``stage_<name>(rec, init)``; a new check is a method in the stage it belongs to, or a new stage
 (a method and one entry of STAGES).
 """
@@ -56,7 +57,8 @@ from kp.judge.reference import Reference
 from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
 from kp.judge.escape import EscapeStage
 from kp.judge.observe import ObserveStage
-from kp.judge.parity import MIN_TRIALS, CallCheck, ConstructStage, KernelBenchCheck, ParityStage
+from kp.judge.kernelbench import KernelBenchCheck
+from kp.judge.parity import MIN_TRIALS, CallCheck, ConstructStage, ParityStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner
 from kp.judge.worker import JOB_TIMEOUT_S
@@ -132,6 +134,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         self.timed_samples: dict[str, list] = {}  # each timed call's sample, as the worker told it right after it
         self.input_buffers: dict[int, torch.Tensor] = {}
         self.t_start = time.perf_counter()
+        self.before_judge_s = _process_age_s()  # the interpreter's start, imports, argument parsing, a box's start
         self._fp = None
         # where the float64 reference runs: decided with the memory plan (kp.judge.plan.float64_on_gpu); the host until
         # then and on --device cpu
@@ -225,9 +228,10 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
     def run(self) -> dict:
         """The driver: every stage of STAGES that applies, in order, with the workers up; then those of
         AFTER_WORKERS once the workers are closed. The seconds each took go into the record."""
-        rec = self._record_head(self.device == "cuda")
+        t0 = time.perf_counter()
+        rec = self._record_head(self.device == "cuda")  # measures the footprint: a meta-device forward
         init = self.ref.init()
-        seconds: dict[str, float] = {}
+        seconds: dict[str, float] = {"footprint": time.perf_counter() - t0}
 
         def run_stages(stages) -> None:
             for stage in stages:
@@ -268,6 +272,8 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
 
     def _record_tail(self, rec: dict, gpu: bool) -> dict:
         rec["elapsed_s"] = round(time.perf_counter() - self.t_start, 2)  # from the judge's start: footprint included
+        if self.before_judge_s is not None:
+            rec["process_s_before_judge"] = round(self.before_judge_s, 2)
         for row in self.rows:
             rec["rows"][row.label] = {
                 "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
@@ -285,6 +291,16 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         rec["ok"] = all(r.accepted or r.peer for r in self.rows)
         rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
         return rec
+
+
+def _process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc), or None where that cannot be read."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,7 +323,7 @@ STAGES = (
     Stage("setup and baselines", "stage_setup"),  # kp.judge.parity: memory plan, float64 placement, baselines
     Stage("import", "stage_import"),  # the candidate's file imported in its worker
     Stage("parity", "stage_parity"),  # construct, the stateful checked calls, derived inputs, declared cases
-    Stage("kernelbench check", "stage_kernelbench"),  # KernelBench's own check, beside the verdict
+    Stage("kernelbench check", "stage_kernelbench"),  # kp.judge.kernelbench: KernelBench's own, beside the verdict
     Stage("escape", "stage_escape", _on_gpu),  # kp.judge.escape: work outside the timer, own kernel
     Stage("timing", "stage_timing", _on_gpu),  # kp.judge.timed
     Stage("traffic, memory and ceilings", "stage_ceilings", _on_gpu),

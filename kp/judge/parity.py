@@ -10,13 +10,13 @@ from pathlib import Path
 import torch
 
 from kp.errors import Rejected, UsageError, first_line
-from kp.judge.expected import (Expected, Row, _Refs, _allclose, _out_bytes_hint, _release, _same_buffer,
-                               _unread_counter, judge_output)
+from kp.judge.expected import (Expected, Row, _Refs, _out_bytes_hint, _release, _same_buffer, _unread_counter,
+                               judge_output)
 from kp.judge.float64 import FP32_ONLY_BUDGET
 from kp.judge.plan import (check_memory, cpu_bench_refusal, float64_chunks, float64_on_gpu, free_gpu_bytes,
                            host_available)
 from kp.judge.premises import Premises
-from kp.judge.reference import (UPDATES, _as_list, make_update, partial_map, rename_update, state_map, trial_seeds,
+from kp.judge.reference import (UPDATES, make_update, partial_map, rename_update, state_map, trial_seeds,
                                 unmapped)
 from kp.lib.numerics import budget_from, clone_layout, cpu_kernels, rel_error, same_values
 
@@ -24,8 +24,6 @@ MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
 # [0, 1) fails one of them (e.g. a softmax without the max subtraction overflows at x100).
 DERIVED = {"negated": lambda x: -x, "scaled x100": lambda x: x * 100, "shifted -3": lambda x: x - 3}
-KERNELBENCH_TRIALS = 5  # KernelBench's own correctness check: same-seed models, 5 draws, torch.allclose
-KERNELBENCH_TOLS = ("1e-4", "1e-2")  # atol = rtol for fp32 now, and in the v0/v0.1 era of its leaderboard
 
 
 class ConstructStage:
@@ -362,50 +360,3 @@ class ParityStage:
 
                 self._each(one)
                 del c_refs, c_inputs, exp
-
-
-class KernelBenchCheck:
-    """KernelBench's own correctness check, reported beside the verdict, never deciding it (a method of
-    kp.judge.driver.Judge)."""
-
-    def stage_kernelbench(self, rec: dict, init) -> None:
-        self._kernelbench(init, runs=self.bench_parity)
-        self.log(f"{self.ref.name}: parity done in {time.perf_counter() - self.t_parity:.0f} s "
-                 f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
-
-    def _kernelbench(self, init, runs: bool = True) -> None:
-        """KernelBench's own correctness check on each candidate, beside ours (it never decides the verdict):
-        Model and ModelNew built after the same seed, nothing loaded or changed, KERNELBENCH_TRIALS draws of
-        get_inputs(), torch.allclose at each of KERNELBENCH_TOLS (atol = rtol) on every output. Training mode, as
-        KernelBench builds its models. runs=False: the benchmark shape is not run here (over the CPU limit), and the
-        check is said not to have run."""
-        for row in self.rows:
-            if not row.runner.isolated:
-                continue
-            if not runs:
-                row.kernelbench = {t: "not run (the benchmark shape is over the CPU limit)" for t in KERNELBENCH_TOLS}
-                continue
-            out = {}
-            try:
-                seed = (self.seed + 4000) % 2**32
-                model = self.ref.model(init, seed, self.device)
-                row.runner.call("kernelbench check", "build", "kernelbench", init, seed, "candidate", True)
-                for s in trial_seeds(seed, KERNELBENCH_TRIALS):
-                    x = self.ref.inputs(s, self.device)
-                    with torch.no_grad():
-                        want = _as_list(model(*[clone_layout(t) for t in x]))
-                    got = row.runner.call("kernelbench check", "forward", "kernelbench", x, 0)["out"]
-                    got = list(got) if isinstance(got, tuple) else [got]
-                    for tol, said in zip(KERNELBENCH_TOLS, _allclose(got, want, [float(t) for t in KERNELBENCH_TOLS])):
-                        if out.get(tol, "pass") == "pass":
-                            out[tol] = said
-                    del x, want, got
-                row.runner.call("kernelbench check", "drop", "kernelbench")
-                row.runner.call("kernelbench check", "release_inputs")
-            except Rejected as e:
-                out = {t: f"not run ({e})" for t in KERNELBENCH_TOLS if out.get(t, "pass") == "pass"} \
-                    | {k: v for k, v in out.items() if v != "pass"}
-                if "timeout after" in str(e):  # the job's time ran out here: that is the verdict
-                    row.reject(str(e))
-            row.kernelbench = {k: out[k] for k in sorted(out, key=float)}
-            _release()

@@ -1,0 +1,63 @@
+"""KernelBench's own correctness check, run beside the judge's and reported next to the verdict, never deciding it:
+what a candidate would get from KernelBench itself (a kernel the judge rejects and KernelBench passes is a gap that
+check leaves open)."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from kp.errors import Rejected
+from kp.judge.expected import _allclose, _release
+from kp.judge.reference import _as_list, trial_seeds
+from kp.lib.numerics import clone_layout
+
+KERNELBENCH_TRIALS = 5  # KernelBench's own correctness check: same-seed models, 5 draws, torch.allclose
+KERNELBENCH_TOLS = ("1e-4", "1e-2")  # atol = rtol for fp32 now, and in the v0/v0.1 era of its leaderboard
+
+
+class KernelBenchCheck:
+    """KernelBench's own correctness check, reported beside the verdict, never deciding it (a method of
+    kp.judge.driver.Judge)."""
+
+    def stage_kernelbench(self, rec: dict, init) -> None:
+        self._kernelbench(init, runs=self.bench_parity)
+        self.log(f"{self.ref.name}: parity done in {time.perf_counter() - self.t_parity:.0f} s "
+                 f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
+
+    def _kernelbench(self, init, runs: bool = True) -> None:
+        """KernelBench's own correctness check on each candidate, beside ours (it never decides the verdict):
+        Model and ModelNew built after the same seed, nothing loaded or changed, KERNELBENCH_TRIALS draws of
+        get_inputs(), torch.allclose at each of KERNELBENCH_TOLS (atol = rtol) on every output. Training mode, as
+        KernelBench builds its models. runs=False: the benchmark shape is not run here (over the CPU limit), and the
+        check is said not to have run."""
+        for row in self.rows:
+            if not row.runner.isolated:
+                continue
+            if not runs:
+                row.kernelbench = {t: "not run (the benchmark shape is over the CPU limit)" for t in KERNELBENCH_TOLS}
+                continue
+            out = {}
+            try:
+                seed = (self.seed + 4000) % 2**32
+                model = self.ref.model(init, seed, self.device)
+                row.runner.call("kernelbench check", "build", "kernelbench", init, seed, "candidate", True)
+                for s in trial_seeds(seed, KERNELBENCH_TRIALS):
+                    x = self.ref.inputs(s, self.device)
+                    with torch.no_grad():
+                        want = _as_list(model(*[clone_layout(t) for t in x]))
+                    got = row.runner.call("kernelbench check", "forward", "kernelbench", x, 0)["out"]
+                    got = list(got) if isinstance(got, tuple) else [got]
+                    for tol, said in zip(KERNELBENCH_TOLS, _allclose(got, want, [float(t) for t in KERNELBENCH_TOLS])):
+                        if out.get(tol, "pass") == "pass":
+                            out[tol] = said
+                    del x, want, got
+                row.runner.call("kernelbench check", "drop", "kernelbench")
+                row.runner.call("kernelbench check", "release_inputs")
+            except Rejected as e:
+                out = {t: f"not run ({e})" for t in KERNELBENCH_TOLS if out.get(t, "pass") == "pass"} \
+                    | {k: v for k, v in out.items() if v != "pass"}
+                if "timeout after" in str(e):  # the job's time ran out here: that is the verdict
+                    row.reject(str(e))
+            row.kernelbench = {k: out[k] for k in sorted(out, key=float)}
+            _release()

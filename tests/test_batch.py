@@ -152,3 +152,29 @@ def test_sixteen_own_kernel_candidates_over_every_gpu(tmp_path):
     assert sorted(Path(d["job"]["candidate"]).name for d in recs) == sorted(p.name for p in cands)
     check_verdicts(recs)
     assert {d["gpu"] for d in recs} == {f"gpu{i}" for i in range(torch.cuda.device_count())}
+
+
+def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
+    """Where a batch has more candidates that build an extension than slots, and the host more cores: each is
+    imported once beforehand in its box with its build folder, and the judging's import finds what that left.
+    Here the 'build' is a file the import writes into its build folder; the candidate is right only when it finds
+    it there at its import (a judged import that had to build gives the identity instead of the ReLU)."""
+    from kp.batch import ahead, slots
+    src = ("import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
+           "# noqa: F401\n\n# {tag}\nmark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) / 'built'\n"
+           "AHEAD = mark.exists()\nmark.write_text('x')\n\n\nclass ModelNew(nn.Module):\n"
+           "    def forward(self, x):\n        return torch.relu(x) if AHEAD else x\n")
+    opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
+    jobs = []
+    for name in ("cold", "ahead"):  # contents of their own: build folders of their own
+        (tmp_path / f"{name}.py").write_text(src.format(tag=f"{name} {tmp_path}"))
+        jobs.append(jobfile.make_job(("file", str(CASES / "ref.py")), tmp_path / f"{name}.py", opts))
+    pure = jobfile.make_job(("file", str(CASES / "ref.py")), CASES / "good.py", opts)
+    assert ahead.worth_it(jobs + [pure], slots=1, procs=4) == jobs  # good.py builds nothing
+    assert ahead.worth_it(jobs + [pure], slots=1, procs=1) == [] and ahead.worth_it(jobs, slots=2, procs=8) == []
+    said = []
+    assert ahead.build_ahead(jobs[1:], procs=2, timeout_s=120, log=said.append) == {jobs[1].candidate: None}
+    assert "building 1 candidates' own extensions ahead" in said[0] and said[-1].startswith("[kp] built ahead in")
+    cold, warm = slots.run_job(jobs[0]), slots.run_job(jobs[1])
+    assert not cold["ok"] and "trial 1" in cold["verdict"], cold["verdict"]
+    assert warm["ok"], warm["verdict"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from kp.errors import UsageError, first_line
 from kp.judge.runners import exit_status, start_without_main
 from kp.judge.worker import JOB_TIMEOUT_S
+from kp.batch.ahead import build_ahead_of_slots
 from kp.batch.jobfile import Job, append_result, read_results, summary, with_reference_seeds
 from kp.lib.registry import ROOT
 
@@ -313,6 +314,7 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     """Every job on the slots of this host, one per entry of `gpus` (None: a CPU slot). Returns the result lines
     of this run (jobs already in `out` are skipped)."""
     todo, results = _todo(jobs, out)
+    build_ahead_of_slots([job for job, _ in todo], gpus, timeout_s)
     bar = Progress(len(todo), progress)
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,106 @@
+"""Candidates' own extensions built before many jobs are judged, over the host's cores.
+
+A candidate that calls torch's `load_inline` or `load` compiles its extension when its file is imported: about 80
+CPU-seconds for the usual pair of sources that include `torch/extension.h`. In a batch each slot judges one job at a
+time, so with one slot per GPU those builds would queue behind each other while most of the host's cores sit idle.
+Here every such candidate is imported once beforehand, as the judge's import stage imports it (the same box, the
+same build folder kept per file contents, the same device, the same GPUs visible), several at a time; the judging's
+import then loads the build. A failure here is left for the judging to report: an import that raises here raises
+there, with its reason.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kp.batch.jobfile import Job
+from kp.errors import Rejected
+
+MARKERS = (b"cpp_extension", b"load_inline")  # what a file that builds its own extension mentions
+
+
+def builds_own_extension(path: str | Path) -> bool:
+    try:
+        src = Path(path).read_bytes()
+    except OSError:
+        return False
+    return any(m in src for m in MARKERS)
+
+
+def worth_it(jobs: list[Job], slots: int, procs: int) -> list[Job]:
+    """The jobs whose candidates to build ahead, one per candidate file: none unless there are more such files than
+    slots and more builders than slots (otherwise the slots build as fast themselves)."""
+    seen, out = set(), []
+    for job in jobs:
+        if job.candidate and job.candidate not in seen and builds_own_extension(job.candidate):
+            seen.add(job.candidate)
+            out.append(job)
+    return out if len(out) > slots and procs > slots else []
+
+
+def build_one(job: Job, timeout_s: float) -> str | None:
+    """Import one candidate as the judge's import stage does; None, or why it did not import."""
+    from kp.box import sandbox
+    from kp.box.start import candidate_build_dir, candidate_paths
+    from kp.judge.runners import ProcessRunner
+    opts = dict(job.opts)
+    device = opts.get("device") or "cuda"
+    boxed = bool(opts.get("sandbox", True)) and sandbox.status()[0] is not None
+    try:
+        runner = ProcessRunner(job.ref, device, opts.get("precision") or "fp32", lambda msg: False, sandbox=boxed,
+                               read_only=candidate_paths(job.candidate), train=opts.get("mode", "train") == "train",
+                               deadline=time.monotonic() + timeout_s, limit_s=timeout_s,
+                               build_dir=str(candidate_build_dir(job.candidate)))
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    try:
+        runner.call("import", "load", str(Path(job.candidate).resolve()))
+        return None
+    except Rejected as e:
+        return str(e)
+    finally:
+        runner.close()
+
+
+def build_ahead(jobs: list[Job], procs: int, timeout_s: float, log=print) -> dict[str, str | None]:
+    """Import every job's candidate, `procs` at a time; returns per candidate file None or why it failed."""
+    if not jobs:
+        return {}
+    t0 = time.perf_counter()
+    log(f"[kp] building {len(jobs)} candidates' own extensions ahead of judging, {procs} at a time")
+    with ThreadPoolExecutor(max_workers=procs) as pool:
+        res = dict(zip((j.candidate for j in jobs), pool.map(lambda j: build_one(j, timeout_s), jobs)))
+    bad = sum(v is not None for v in res.values())
+    log(f"[kp] built ahead in {time.perf_counter() - t0:.0f} s"
+        + (f"; {bad} did not import (the judging says why)" if bad else ""))
+    return res
+
+
+def builders() -> int:
+    """How many candidates build at once: half the cores this process may use (each build runs two compilers)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:
+        n = os.cpu_count() or 1
+    return max(1, n // 2)
+
+
+def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: float) -> None:
+    """A batch's builds ahead, where worth it (`worth_it`), on the first slot's GPU: the kind the builds target
+    (torch reads the visible GPUs for its architecture flags), as the slots' own imports will see it."""
+    ahead = worth_it(jobs, len(gpus), builders())
+    if not ahead:
+        return
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if gpus[0] is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]
+    try:
+        build_ahead(ahead, builders(), timeout_s, log=lambda s: print(s, file=sys.stderr, flush=True))
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved

@@ -604,8 +604,8 @@ def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
     ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
     rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
     assert rec["rows"]["candidate"]["accepted"] and len(seen) == 1
-    assert list(rec["stage_seconds"]) == ["footprint", "setup and baselines", "import", "parity", "seen",
-                                          "kernelbench check"]
+    assert list(rec["stage_seconds"]) == ["judge start", "footprint", "setup and baselines", "import", "parity",
+                                          "seen", "kernelbench check"]
     assert rec["process_s_before_judge"] > 0  # this test process's age when the judge started
 
 

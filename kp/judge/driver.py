@@ -231,7 +231,8 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         t0 = time.perf_counter()
         rec = self._record_head(self.device == "cuda")  # measures the footprint: a meta-device forward
         init = self.ref.init()
-        seconds: dict[str, float] = {"footprint": time.perf_counter() - t0}
+        seconds: dict[str, float] = {"judge start": t0 - self.t_start,  # its CUDA context, the workers started
+                                     "footprint": time.perf_counter() - t0}
 
         def run_stages(stages) -> None:
             for stage in stages:

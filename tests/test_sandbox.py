@@ -202,6 +202,11 @@ def test_box_runs_the_cpu_kernels_its_reference_runs():
                            env=sandbox.box_env(dict(os.environ), str(ROOT)), limits=sandbox.Limits())
     inside = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert inside.stdout == outside and outside, (outside, inside.stdout, inside.stderr[-2000:])
+    # started after this process imported torch, a box is told the kernels this process picked; a choice of the
+    # user's own is kept
+    import torch
+    assert sandbox.box_env({}, str(ROOT))["ATEN_CPU_CAPABILITY"] == torch.backends.cpu.get_cpu_capability().lower()
+    assert sandbox.box_env({"ATEN_CPU_CAPABILITY": "default"}, str(ROOT))["ATEN_CPU_CAPABILITY"] == "default"
 
 
 def test_box_keeps_what_an_extension_build_reads(monkeypatch):

@@ -203,6 +203,9 @@ def box_env(env: dict, root: str) -> dict:
     out.update(HOME="/tmp/home", TMPDIR="/tmp", XDG_CACHE_HOME="/tmp/cache", PYTHONPATH=root,
                TORCH_EXTENSIONS_DIR="/tmp/torch_extensions", TRITON_CACHE_DIR="/tmp/triton",
                TORCHINDUCTOR_CACHE_DIR="/tmp/inductor", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    torch = sys.modules.get("torch")  # a box started after this process imported torch runs the CPU kernels this
+    if torch is not None and "ATEN_CPU_CAPABILITY" not in out:  # process picked (one PyTorch can round an operator
+        out["ATEN_CPU_CAPABILITY"] = torch.backends.cpu.get_cpu_capability().lower()  # differently on each)
     return out
 
 

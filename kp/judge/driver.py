@@ -159,13 +159,17 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         boxed, self.box_note = self._box()
         if boxed:
             self.log(f"candidate {path.name}: in a sandbox ({self.box_note})")
-        runner = ProcessRunner(self.ref.spec, self.device, self.precision, self._interim, sandbox=boxed,
-                               read_only=candidate_paths(path), train=self.train,
-                               deadline=self.deadline, limit_s=self.timeout_s,
-                               build_dir=str(candidate_build_dir(path)))
-        self.runners.append(runner)
-        row = Row("candidate", runner, path=str(path))
-        runner.passed = row.checks
+
+        def start() -> ProcessRunner:
+            runner = ProcessRunner(self.ref.spec, self.device, self.precision, self._interim, sandbox=boxed,
+                                   read_only=candidate_paths(path), train=self.train,
+                                   deadline=self.deadline, limit_s=self.timeout_s,
+                                   build_dir=str(candidate_build_dir(path)))
+            self.runners.append(runner)
+            runner.passed = row.checks
+            return runner
+        row = Row("candidate", None, path=str(path), respawn=start)
+        row.runner = start()
         self.rows.append(row)
         return row
 

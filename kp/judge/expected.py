@@ -47,6 +47,7 @@ class Row:
     variant: str | None = None  # the built-in rung a row runs (its label may carry options: "v[cache=False]")
     weights: str | None = None  # how the reference's weights reached the row, when not whole (same-seed contract)
     kernelbench: dict | None = None  # KernelBench's own correctness check on the same candidate: tolerance -> verdict
+    respawn: object = None  # a candidate's: starts a fresh worker for it as its first one was started
 
     def reject(self, reason: str) -> None:
         if self.accepted:

@@ -127,7 +127,14 @@ class ConstructStage:
             if row.runner.isolated:
                 try:
                     r = row.runner.call("import", "load", str(Path(row.path).resolve()))
-                    if r.get("cpu") not in (None, cpu_kernels()):  # one PyTorch, two choices of its CPU kernels
+                    if r.get("cpu") not in (None, cpu_kernels()) and row.respawn is not None:
+                        # one PyTorch, two choices of its CPU kernels (a box started before this process imported
+                        # torch chose its own): a fresh worker is told this process's choice
+                        row.runner.close()
+                        self.runners.remove(row.runner)
+                        row.runner = row.respawn()
+                        r = row.runner.call("import", "load", str(Path(row.path).resolve()))
+                    if r.get("cpu") not in (None, cpu_kernels()):  # still: said beside the verdict
                         self.notes.append(f"the candidate's process runs PyTorch's {r['cpu']}, the judge's its "
                                           f"{cpu_kernels()}: PyTorch's own operators may round differently there")
                     if not r["has_model_new"]:

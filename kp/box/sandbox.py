@@ -47,7 +47,6 @@ KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER
             "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "TORCH_DONT_CHECK_COMPILER_ABI",
             "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES", "ATEN_CPU_CAPABILITY", "MKL_NUM_THREADS")
 KEEP_PREFIXES = ("KP_", "NVIDIA_")
-CPU_SYSFS = "/sys/devices/system/cpu"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,8 +171,6 @@ def command(argv: list[str], *, read_only: list[str], writable: list[str] = (), 
     args += ["--proc", "/proc", "--dev", "/dev", "--dev-bind", "/dev/shm", "/dev/shm"]
     for d in sorted(glob.glob("/dev/nvidia*")):
         args += ["--dev-bind", d, d]
-    if os.path.isdir(CPU_SYSFS):  # what the CPU can do, read by torch to pick its vector code: without it a boxed
-        args += ["--ro-bind", CPU_SYSFS, CPU_SYSFS]  # candidate may run other CPU kernels than its reference did
     for link in ("/lib", "/lib64", "/lib32", "/bin", "/sbin"):
         if os.path.islink(link):
             args += ["--symlink", os.readlink(link), link]

@@ -8,10 +8,10 @@
       a job file (reference,candidate) from the KernelBench leaderboard's layout: problems/l{L}_p{N}.py,
       solutions/<hash>.py and data.json ("Level L: N_Name" -> [{"file": hash, ...}]); then judge it with
       `python run.py --jobs jobs.csv --allow-torch --no-compile --no-bench --out results.jsonl [--gpus all]`.
-  python -m tools.judge_corpus warm jobs.csv [--procs 8]
-      import every candidate of a job file once, several at a time, so their own extensions are built into the
-      folders the judge keeps per candidate (kp.box.start.candidate_build_dir) before the GPUs judge them one by one.
-      Unboxed: for a corpus on a machine of its own.
+  python -m tools.judge_corpus warm jobs.csv [--procs 8] [--device cuda]
+      import every candidate of a job file that builds its own extension once, several at a time, in its box, so
+      its build lands in the folder the judge keeps for it (kp.batch.ahead, which `run.py --jobs` also runs where
+      a run has more such candidates than slots) before the GPUs judge them one by one.
   python -m tools.judge_corpus classify results.jsonl [--md]
       the verdicts of such a run by cause (one example each), and how KernelBench's own check compares.
   python -m tools.judge_corpus floors results.jsonl
@@ -167,41 +167,20 @@ def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float)
             print(f"{res['ref']}: exit {res['code']} {res['elapsed_s']} s {res['last'][:150]}", flush=True)
 
 
-WARM = """
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("kp_candidate", sys.argv[1])
-spec.loader.exec_module(importlib.util.module_from_spec(spec))
-"""
-
-
-def _warm_one(cand: str, timeout: float) -> tuple[str, str, float]:
-    import os
-    import tempfile
-    from kp.box.start import candidate_build_dir
+def warm(csv_path: Path, procs: int, timeout: float, device: str) -> None:
+    """Every candidate of the job file that builds its own extension, imported once as the judge's import stage
+    does (kp.batch.ahead: in its box, into the build folder the judge keeps for it), `procs` at a time."""
+    from kp.batch import ahead, jobfile
+    seen, jobs = set(), []
+    for job in jobfile.read_job_file(csv_path, {"device": device}):
+        if job.candidate not in seen and ahead.builds_own_extension(job.candidate):
+            seen.add(job.candidate)
+            jobs.append(job)
     t0 = time.perf_counter()
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(candidate_build_dir(cand)), "MAX_JOBS": "2"}
-    with tempfile.TemporaryDirectory() as cwd:
-        try:
-            r = subprocess.run([sys.executable, "-c", WARM, cand], env=env, cwd=cwd, capture_output=True, text=True,
-                               timeout=timeout)
-            status = "ok" if r.returncode == 0 else (r.stderr.strip().splitlines() or ["failed"])[-1][:120]
-        except subprocess.TimeoutExpired:
-            status = "timeout"
-    return cand, status, time.perf_counter() - t0
-
-
-def warm(csv_path: Path, procs: int, timeout: float) -> None:
-    with open(csv_path, newline="") as f:
-        cands = sorted({row["candidate"] for row in csv.DictReader(f) if row.get("candidate")})
-    base = csv_path.resolve().parent
-    cands = [str(base / c) for c in cands]
-    t0 = time.perf_counter()
-    ok = 0
-    with cf.ThreadPoolExecutor(procs) as ex:
-        for cand, status, secs in ex.map(lambda c: _warm_one(c, timeout), cands):
-            ok += status == "ok"
-            print(f"{Path(cand).name}: {status} ({secs:.0f} s)", flush=True)
-    print(f"warmed {ok}/{len(cands)} candidates in {time.perf_counter() - t0:.0f} s")
+    res = ahead.build_ahead(jobs, procs, timeout)
+    for cand, why in res.items():
+        print(f"{Path(cand).name}: {why or 'ok'}", flush=True)
+    print(f"warmed {sum(v is None for v in res.values())}/{len(res)} candidates in {time.perf_counter() - t0:.0f} s")
 
 
 def _reduction_length(ref: Path) -> float:
@@ -263,6 +242,7 @@ def main(argv=None) -> int:
     w.add_argument("csv", type=Path)
     w.add_argument("--procs", type=int, default=8)
     w.add_argument("--timeout", type=float, default=300)
+    w.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     c = sub.add_parser("classify")
     c.add_argument("results", type=Path)
     c.add_argument("--md", action="store_true")
@@ -273,7 +253,7 @@ def main(argv=None) -> int:
     if args.cmd == "refs":
         judge_refs(args.folder, args.out, args.device, args.procs, args.timeout)
     elif args.cmd == "warm":
-        warm(args.csv, args.procs, args.timeout)
+        warm(args.csv, args.procs, args.timeout, args.device)
     elif args.cmd == "jobs":
         modes = tuple(m for m in args.modes.split(",") if m)
         print(f"{leaderboard_jobs(args.root, args.csv, args.every, modes)} jobs written to {args.csv}")

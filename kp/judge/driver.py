@@ -140,6 +140,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         # then and on --device cpu
         self.f64_device, self.f64_where = "cpu", "the host (--device cpu)"
         self.f64_chunks = 0  # > 0: on the GPU in that many slices of the batch (kp.judge.plan.float64_chunks)
+        self.baseline_args = None  # what built the eager and torch.compile baselines in each worker, where built
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 

@@ -1,7 +1,7 @@
-"""The judge's construct and parity stages, and KernelBench's own check. Construct: the memory plan, the baselines,
-each candidate's import, the models built after the reference's seed with its state loaded. Parity: one stateful
-sequence of checked calls (trials with weight changes, derived inputs, declared cases), each call checked the same
-way (CallCheck) against the float64 reference."""
+"""The judge's construct and parity stages (KernelBench's own check is kp.judge.kernelbench). Construct: the memory
+plan, the baselines, each candidate's import, the models built after the reference's seed with its state loaded.
+Parity: one stateful sequence of checked calls (trials with weight changes, derived inputs, declared cases), each
+call checked the same way (CallCheck) against the float64 reference."""
 from __future__ import annotations
 
 import time
@@ -119,8 +119,9 @@ class ConstructStage:
         if gpu and self.bench:
             self.log(f"{self.ref.name}: building the eager{' and torch.compile' if self.compile_baseline else ''}"
                      f" baselines")
+            self.baseline_args = (init, self.seed, state, self.compile_baseline, self.seed)
             for runner in self.runners:
-                runner.call("baselines", "baselines", init, self.seed, state, self.compile_baseline, self.seed)
+                runner.call("baselines", "baselines", *self.baseline_args)
 
     def _import_rows(self) -> None:
         for row in self.rows:
@@ -133,6 +134,8 @@ class ConstructStage:
                         row.runner.close()
                         self.runners.remove(row.runner)
                         row.runner = row.respawn()
+                        if self.baseline_args:  # the baselines every worker holds for the timing stage
+                            row.runner.call("baselines", "baselines", *self.baseline_args)
                         r = row.runner.call("import", "load", str(Path(row.path).resolve()))
                     if r.get("cpu") not in (None, cpu_kernels()):  # still: said beside the verdict
                         self.notes.append(f"the candidate's process runs PyTorch's {r['cpu']}, the judge's its "

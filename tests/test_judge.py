@@ -609,12 +609,18 @@ def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
     assert rec["process_s_before_judge"] > 0  # this test process's age when the judge started
 
 
-def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch):
+@pytest.mark.parametrize("judges", ["SCALAR", None], ids=["instruction_set", "threads"])
+def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch, judges):
     """PyTorch picks its CPU kernels per process from what the machine says of its CPU: where the candidate's
-    process picked others than the judge's, a fresh worker is started (told the judge's choice), and where that
-    still differs the record says so beside the verdict (its rounding may differ)."""
+    process picked another instruction set than the judge's, a fresh worker is started (told the judge's choice),
+    and where that still differs, or the thread counts alone differ, the record says so beside the verdict (its
+    rounding may differ)."""
     from kp.judge import parity
-    monkeypatch.setattr(parity, "cpu_kernels", lambda: "SCALAR CPU kernels on 1 threads")
+    import torch
+    judges = judges or torch.backends.cpu.get_cpu_capability()  # the same instruction set, other threads
+    workers = 2 if judges == "SCALAR" else 1
+    mine = f"{judges} CPU kernels on 1 threads" if judges == "SCALAR" else f"{judges} CPU kernels on 999 threads"
+    monkeypatch.setattr(parity, "cpu_kernels", lambda: mine)
     started = []
     real = runners.ProcessRunner.__init__
     monkeypatch.setattr(runners.ProcessRunner, "__init__", lambda self, *a, **k: started.append(1) or real(self, *a,
@@ -622,8 +628,8 @@ def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch):
     ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
     rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
     assert rec["rows"]["candidate"]["accepted"]
-    assert any("the judge's its SCALAR CPU kernels on 1 threads" in n for n in rec["notes_list"]), rec["notes_list"]
-    assert len(started) == 2  # the first worker and the fresh one
+    assert any(f"the judge's its {mine}" in n for n in rec["notes_list"]), rec["notes_list"]
+    assert len(started) == workers  # the first worker, and a fresh one for another instruction set only
 
 
 @pytest.mark.parametrize("folder,cand", [p for p in PAIRS if "cpu" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]],

@@ -128,7 +128,8 @@ class ConstructStage:
             if row.runner.isolated:
                 try:
                     r = row.runner.call("import", "load", str(Path(row.path).resolve()))
-                    if r.get("cpu") not in (None, cpu_kernels()) and row.respawn is not None:
+                    mine = cpu_kernels()  # instruction set first: what a fresh worker can be told to use
+                    if r.get("cpu") and r["cpu"].split()[0] != mine.split()[0] and row.respawn is not None:
                         # one PyTorch, two choices of its CPU kernels (a box started before this process imported
                         # torch chose its own): a fresh worker is told this process's choice
                         row.runner.close()
@@ -137,9 +138,9 @@ class ConstructStage:
                         if self.baseline_args:  # the baselines every worker holds for the timing stage
                             row.runner.call("baselines", "baselines", *self.baseline_args)
                         r = row.runner.call("import", "load", str(Path(row.path).resolve()))
-                    if r.get("cpu") not in (None, cpu_kernels()):  # still: said beside the verdict
+                    if r.get("cpu") not in (None, mine):  # still, or threads alone: said beside the verdict
                         self.notes.append(f"the candidate's process runs PyTorch's {r['cpu']}, the judge's its "
-                                          f"{cpu_kernels()}: PyTorch's own operators may round differently there")
+                                          f"{mine}: PyTorch's own operators may round differently there")
                     if not r["has_model_new"]:
                         row.reject("import: the file defines no class ModelNew")
                 except Rejected as e:

@@ -44,16 +44,14 @@ def worth_it(jobs: list[Job], slots: int, procs: int) -> list[Job]:
 def build_one(job: Job, timeout_s: float) -> str | None:
     """Import one candidate as the judge's import stage does; None, or why it did not import."""
     from kp.box import sandbox
-    from kp.box.start import candidate_build_dir, candidate_paths
-    from kp.judge.runners import ProcessRunner
+    from kp.judge.runners import candidate_runner
     opts = dict(job.opts)
-    device = opts.get("device") or "cuda"
-    boxed = bool(opts.get("sandbox", True)) and sandbox.status()[0] is not None
     try:
-        runner = ProcessRunner(job.ref, device, opts.get("precision") or "fp32", lambda msg: False, sandbox=boxed,
-                               read_only=candidate_paths(job.candidate), train=opts.get("mode", "train") == "train",
-                               deadline=time.monotonic() + timeout_s, limit_s=timeout_s,
-                               build_dir=str(candidate_build_dir(job.candidate)))
+        runner = candidate_runner(job.ref, job.candidate, opts.get("device") or "cuda",
+                                  opts.get("precision") or "fp32", lambda msg: False,
+                                  boxed=sandbox.choice(opts.get("sandbox", True))[0],
+                                  train=opts.get("mode", "train") == "train",
+                                  deadline=time.monotonic() + timeout_s, limit_s=timeout_s)
     except Exception as e:
         return f"{type(e).__name__}: {e}"
     try:

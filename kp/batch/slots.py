@@ -70,7 +70,7 @@ def _forks_workers(jobs: list[Job]) -> bool:
     """Whether any job judges a candidate outside the sandbox, in a worker forked from the forkserver (a boxed
     candidate gets a fresh interpreter; a ladder job judges in the slot itself)."""
     from kp.box import sandbox
-    return any(j.candidate and not (dict(j.opts).get("sandbox", True) and sandbox.status()[0]) for j in jobs)
+    return any(j.candidate and not sandbox.choice(dict(j.opts).get("sandbox", True))[0] for j in jobs)
 
 
 def _warm_up(forkserver_too: bool) -> None:

@@ -194,6 +194,16 @@ def command(argv: list[str], *, read_only: list[str], writable: list[str] = (), 
     return args + ["--"] + argv
 
 
+def choice(wanted: bool) -> tuple[bool, str]:
+    """Whether a candidate's worker runs in a box (wanted, and one can be made here), and what the record says."""
+    if not wanted:
+        return False, "unsandboxed (--no-sandbox)"
+    b, why = status()
+    if b is None:
+        return False, f"unsandboxed: {why}"
+    return True, f"bwrap; process limit by {process_limit()}"
+
+
 def box_env(env: dict, root: str) -> dict:
     """The judge's environment scrubbed to what a candidate needs; home, caches and builds go to the private /tmp."""
     out = {k: v for k, v in env.items() if k in KEEP_ENV or k.startswith(KEEP_PREFIXES)}

@@ -31,9 +31,8 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
 This module holds the driver (Judge.run: the stages of STAGES in order, the record); each stage lives in a module of
 its own, its methods mixed into Judge: kp.judge.parity (construct, parity), kp.judge.kernelbench (KernelBench's own
 check), kp.judge.escape (escape, own kernel), kp.judge.timed (timing, ceilings), kp.judge.observe (--profile,
---ncu). Every stage has one
-interface, a method ``stage_<name>(rec, init)``; a new check is a method in the stage it belongs to, or a new stage
-(a method and one entry of STAGES).
+--ncu). Every stage has one interface, a method ``stage_<name>(rec, init)``; a new check is a method in the stage it
+belongs to, or a new stage (a method and one entry of STAGES).
 """
 from __future__ import annotations
 
@@ -47,7 +46,7 @@ from typing import Callable
 
 import torch
 
-from kp.box.start import candidate_build_dir, candidate_paths
+from kp.box import sandbox
 from kp.lib.build import progress
 from kp.errors import Rejected, UsageError, first_line
 from kp.judge.expected import Row
@@ -60,7 +59,7 @@ from kp.judge.observe import ObserveStage
 from kp.judge.kernelbench import KernelBenchCheck
 from kp.judge.parity import MIN_TRIALS, CallCheck, ConstructStage, ParityStage
 from kp.judge.timed import TimingStage
-from kp.judge.runners import LocalRunner, ProcessRunner
+from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
 from kp.judge.worker import JOB_TIMEOUT_S
 
 MODES = ("train", "eval")
@@ -157,15 +156,13 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         path = Path(path)
         if not path.is_file():
             raise UsageError(f"candidate file {str(path)!r} does not exist")
-        boxed, self.box_note = self._box()
+        boxed, self.box_note = sandbox.choice(self.sandbox)
         if boxed:
             self.log(f"candidate {path.name}: in a sandbox ({self.box_note})")
 
         def start() -> ProcessRunner:
-            runner = ProcessRunner(self.ref.spec, self.device, self.precision, self._interim, sandbox=boxed,
-                                   read_only=candidate_paths(path), train=self.train,
-                                   deadline=self.deadline, limit_s=self.timeout_s,
-                                   build_dir=str(candidate_build_dir(path)))
+            runner = candidate_runner(self.ref.spec, path, self.device, self.precision, self._interim, boxed=boxed,
+                                      train=self.train, deadline=self.deadline, limit_s=self.timeout_s)
             self.runners.append(runner)
             runner.passed = row.checks
             return runner
@@ -173,16 +170,6 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         row.runner = start()
         self.rows.append(row)
         return row
-
-    def _box(self) -> tuple[bool, str]:
-        """Whether the candidate's worker runs in a sandbox, and what the record says about it."""
-        if not self.sandbox:
-            return False, "unsandboxed (--no-sandbox)"
-        from kp.box import sandbox
-        b, why = sandbox.status()
-        if b is None:
-            return False, f"unsandboxed: {why}"
-        return True, f"bwrap; process limit by {sandbox.process_limit()}"
 
     def add_variants(self, rows: list[tuple[str, str, dict, bool]]) -> list[Row]:
         if not rows:

@@ -10,7 +10,7 @@ import time
 import types
 from pathlib import Path
 
-from kp.box.start import WORKER_PRELOAD
+from kp.box.start import WORKER_PRELOAD, candidate_build_dir, candidate_paths
 from kp.errors import Rejected
 from kp.judge.guards import late_message
 from kp.judge.worker import REPLY_TIMEOUT_S, Worker, _settle_before_sending, error_text, raised, worker_main
@@ -67,6 +67,14 @@ class Reply(dict):
 
     def __missing__(self, key):
         raise Rejected(f"{self.stage}: {FOREIGN}: its reply has no {key!r}")
+
+
+def candidate_runner(ref_spec, path: str | Path, device: str, precision: str, on_interim, *, boxed: bool,
+                     train: bool, deadline: float | None, limit_s: float | None) -> "ProcessRunner":
+    """A candidate file's worker as the judge starts it: its folder and file readable, its own build folder
+    (kept per file contents) writable, in a box where boxed."""
+    return ProcessRunner(ref_spec, device, precision, on_interim, sandbox=boxed, read_only=candidate_paths(path),
+                         train=train, deadline=deadline, limit_s=limit_s, build_dir=str(candidate_build_dir(path)))
 
 
 class ProcessRunner:

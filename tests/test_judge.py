@@ -619,8 +619,9 @@ def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch, judges):
     import torch
     judges = judges or torch.backends.cpu.get_cpu_capability()  # the same instruction set, other threads
     workers = 2 if judges == "SCALAR" else 1
-    mine = f"{judges} CPU kernels on 1 threads" if judges == "SCALAR" else f"{judges} CPU kernels on 999 threads"
-    monkeypatch.setattr(parity, "cpu_kernels", lambda: mine)
+    kernels = (judges, 1 if judges == "SCALAR" else 999)
+    mine = f"{kernels[0]} CPU kernels on {kernels[1]} threads"
+    monkeypatch.setattr(parity, "cpu_kernels", lambda: kernels)
     started = []
     real = runners.ProcessRunner.__init__
     monkeypatch.setattr(runners.ProcessRunner, "__init__", lambda self, *a, **k: started.append(1) or real(self, *a,

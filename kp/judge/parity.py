@@ -128,8 +128,8 @@ class ConstructStage:
             if row.runner.isolated:
                 try:
                     r = row.runner.call("import", "load", str(Path(row.path).resolve()))
-                    mine = cpu_kernels()  # instruction set first: what a fresh worker can be told to use
-                    if r.get("cpu") and r["cpu"].split()[0] != mine.split()[0] and row.respawn is not None:
+                    mine = cpu_kernels()
+                    if r.get("cpu") and r["cpu"][0] != mine[0] and row.respawn is not None:
                         # one PyTorch, two choices of its CPU kernels (a box started before this process imported
                         # torch chose its own): a fresh worker is told this process's choice
                         row.runner.close()
@@ -139,8 +139,9 @@ class ConstructStage:
                             row.runner.call("baselines", "baselines", *self.baseline_args)
                         r = row.runner.call("import", "load", str(Path(row.path).resolve()))
                     if r.get("cpu") not in (None, mine):  # still, or threads alone: said beside the verdict
-                        self.notes.append(f"the candidate's process runs PyTorch's {r['cpu']}, the judge's its "
-                                          f"{mine}: PyTorch's own operators may round differently there")
+                        said = "{} CPU kernels on {} threads".format
+                        self.notes.append(f"the candidate's process runs PyTorch's {said(*r['cpu'])}, the judge's "
+                                          f"its {said(*mine)}: PyTorch's own operators may round differently there")
                     if not r["has_model_new"]:
                         row.reject("import: the file defines no class ModelNew")
                 except Rejected as e:

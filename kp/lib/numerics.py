@@ -203,11 +203,11 @@ def clone_layout(x):
 
 
 
-def cpu_kernels() -> str:
+def cpu_kernels() -> tuple[str, int]:
     """Which of PyTorch's CPU kernels this process runs: its vector instruction set (picked at import from what the
-    machine says of its CPU) and its thread count. Two processes that differ here may round one operator
-    differently."""
-    return f"{torch.backends.cpu.get_cpu_capability()} CPU kernels on {torch.get_num_threads()} threads"
+    machine says of its CPU, or from ATEN_CPU_CAPABILITY) and its thread count. Two processes that differ here may
+    round one operator differently."""
+    return torch.backends.cpu.get_cpu_capability(), torch.get_num_threads()
 
 
 def batch_rows(xs: list) -> int:

@@ -102,10 +102,6 @@ def read_results(out: Path) -> list[dict]:
     return list(by_key.values())
 
 
-def recorded_keys(out: Path) -> set[str]:
-    return {d["key"] for d in read_results(out)}
-
-
 def with_reference_seeds(jobs: list[Job], earlier: list[dict]) -> list[Job]:
     """Jobs given no --seed judge every candidate of one reference on one seed sequence: the one its jobs already
     recorded in this results file (a resumed run keeps it), else one drawn from the OS for this run. Their

@@ -67,14 +67,15 @@ class Reference:
             try:
                 with torch.device(device):
                     xs = self.module.get_inputs()
-                return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
             except torch.OutOfMemoryError:
                 raise  # the GPU's memory, not the file: the plan and the stages say so
             except Exception as e:
                 self.host_draw = (f"get_inputs() raised {type(e).__name__} with {device} as the default device "
                                   f"({first_line(e)[:120]}): inputs drawn on the host and moved")
                 torch.manual_seed(seed)
-        xs = self.module.get_inputs()
+                xs = self.module.get_inputs()
+        else:
+            xs = self.module.get_inputs()
         return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
 
     def case(self, name: str, seed: int, device) -> tuple[list, list]:

@@ -171,11 +171,7 @@ def warm(csv_path: Path, procs: int, timeout: float, device: str) -> None:
     """Every candidate of the job file that builds its own extension, imported once as the judge's import stage
     does (kp.batch.ahead: in its box, into the build folder the judge keeps for it), `procs` at a time."""
     from kp.batch import ahead, jobfile
-    seen, jobs = set(), []
-    for job in jobfile.read_job_file(csv_path, {"device": device}):
-        if job.candidate not in seen and ahead.builds_own_extension(job.candidate):
-            seen.add(job.candidate)
-            jobs.append(job)
+    jobs = ahead.own_builders(jobfile.read_job_file(csv_path, {"device": device}))
     t0 = time.perf_counter()
     res = ahead.build_ahead(jobs, procs, timeout)
     for cand, why in res.items():

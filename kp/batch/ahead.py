@@ -30,14 +30,20 @@ def builds_own_extension(path: str | Path) -> bool:
     return any(m in src for m in MARKERS)
 
 
-def worth_it(jobs: list[Job], slots: int, procs: int) -> list[Job]:
-    """The jobs whose candidates to build ahead, one per candidate file: none unless there are more such files than
-    slots and more builders than slots (otherwise the slots build as fast themselves)."""
+def own_builders(jobs: list[Job]) -> list[Job]:
+    """One job per candidate file that builds its own extension."""
     seen, out = set(), []
     for job in jobs:
         if job.candidate and job.candidate not in seen and builds_own_extension(job.candidate):
             seen.add(job.candidate)
             out.append(job)
+    return out
+
+
+def worth_it(jobs: list[Job], slots: int, procs: int) -> list[Job]:
+    """The jobs whose candidates to build ahead (`own_builders`): none unless there are more of them than slots and
+    more builders than slots (otherwise the slots build as fast themselves)."""
+    out = own_builders(jobs)
     return out if len(out) > slots and procs > slots else []
 
 
@@ -89,14 +95,15 @@ def builders() -> int:
 def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: float) -> None:
     """A batch's builds ahead, where worth it (`worth_it`), on the first slot's GPU: the kind the builds target
     (torch reads the visible GPUs for its architecture flags), as the slots' own imports will see it."""
-    ahead = worth_it(jobs, len(gpus), builders())
+    procs = builders()
+    ahead = worth_it(jobs, len(gpus), procs)
     if not ahead:
         return
     saved = os.environ.get("CUDA_VISIBLE_DEVICES")
     if gpus[0] is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]
     try:
-        build_ahead(ahead, builders(), timeout_s, log=lambda s: print(s, file=sys.stderr, flush=True))
+        build_ahead(ahead, procs, timeout_s, log=lambda s: print(s, file=sys.stderr, flush=True))
     finally:
         if saved is None:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)

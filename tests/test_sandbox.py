@@ -145,6 +145,45 @@ def test_a_box_started_early_is_adopted_by_the_same_job_only(tmp_path):
         other.discard()
 
 
+@needs_box
+def test_a_discarded_box_leaves_no_process(tmp_path, monkeypatch):
+    """A box killed right after its start (an early box the judge does not adopt, a timeout) takes its init with
+    it: bwrap inside the box's pid namespace sits in a session of its own, and killed that early on a loaded host it
+    outlived bwrap outside (7 of 20 boxes left one, sleeping, orphaned)."""
+    import time
+    from kp.box import start as boxstart
+    mark = f"kp-box-mark-{os.getpid()}-{tmp_path.name}"  # on each box's command line (its environment), so its
+    monkeypatch.setenv("KP_TEST_MARK", mark)  # processes are told from other tests' boxes
+    plan = boxstart._plan(("file", str(REF)), boxstart.candidate_paths(ROOT / "tests" / "batch" / "good.py"), None)
+
+    def ours() -> list[str]:
+        out = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and mark.encode() in (d / "cmdline").read_bytes() and \
+                        (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":  # a zombie is gone
+                    out.append(d.name)
+            except OSError:
+                pass
+        return out
+    box = boxstart._start(plan)
+    assert ours()  # the mark finds a box's processes
+    box.discard()
+    import subprocess
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3 * (os.cpu_count() or 1))]
+    try:  # a loaded host: the race the init lost showed there (7 of 20 boxes)
+        for _ in range(20):
+            boxstart._start(plan).discard()
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    deadline = time.monotonic() + 5
+    while ours() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not ours()
+
+
 def test_a_script_run_from_tmp_leaves_the_box_its_own_tmp(monkeypatch):
     """A judging script saved in /tmp puts /tmp on sys.path: bound read-only, it would be the box's /tmp, and the
     box could not make its working directory there (the worker dies before it starts)."""

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,8 +75,27 @@ class BoxProcess:
             pass
 
     def kill(self) -> None:
+        """The box's init first (bwrap inside the box's pid namespace, a session of its own: killing it ends every
+        process in the box), then bwrap outside, stopped beforehand so it forks no init while its children are
+        read. The init's parent-death signal alone does not end it: killed right after their start on a loaded
+        host, boxes left their init sleeping, orphaned."""
+        pid = self.popen.pid
         try:
-            self.popen.kill()  # bwrap; the box's pid namespace, and all in it, dies with it
+            os.kill(pid, signal.SIGSTOP)
+            for _ in range(1000):  # until it has stopped: a stop signal arrives on its way back from the kernel
+                if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "TtZX":
+                    break
+                time.sleep(0.001)
+            inits = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except (OSError, IndexError):
+            inits = []
+        for child in inits:
+            try:
+                os.kill(int(child), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        try:
+            self.popen.kill()
         except OSError:
             pass
 

@@ -42,7 +42,7 @@ def test_many_candidates_crash_and_hang_cost_only_their_job(tmp_path, cli):
     # The timeout has to outlast a good job on a loaded machine (on a GPU host under pytest-xdist, with the box and
     # a CPU torch.compile baseline, a good job took over 10 s); the compile baseline is not what this test is about.
     r = cli("--ref", CASES / "ref.py", "--candidate", *CANDS, "--device", "cpu", "--allow-torch", "--no-compile",
-            "--timeout", "20", "--out", out)
+            "--timeout", "30", "--out", out)
     assert r.returncode == 1, r.stdout + r.stderr
     recs = lines(out)
     assert sorted(Path(d["job"]["candidate"]).name for d in recs) == sorted(p.name for p in CANDS)

@@ -16,6 +16,25 @@ class Rejected(Exception):
     """A judged row failed a check; str() is the one-line reason."""
 
 
+class OutOfMemory(Rejected):
+    """A judged row's call ran out of GPU memory. held: the bytes the raising process's allocator held then (0 for
+    the judge's own process, whose memory the judge reads itself); asked: the bytes the failed request wanted (0 if
+    not known). Whether that is the row's doing or another process's is decided by the judge, not here."""
+
+    def __init__(self, reason: str, held: int = 0, asked: int = 0):
+        super().__init__(reason)
+        self.held, self.asked = held, asked
+
+
+def oom_request_bytes(message: str) -> int:
+    """The bytes a PyTorch out-of-memory error says the request wanted ('Tried to allocate 12.06 GiB'), or 0."""
+    import re
+    m = re.search(r"Tried to allocate ([0-9.]+) (GiB|MiB|KiB|bytes|B)\b", message)
+    if not m:
+        return 0
+    return int(float(m.group(1)) * {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}.get(m.group(2), 1))
+
+
 def first_line(e: BaseException) -> str:
     s = str(e).strip().splitlines()
     return s[0][:300] if s else ""

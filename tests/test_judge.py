@@ -1009,6 +1009,59 @@ def test_a_median_under_half_the_profiled_busy_time_is_not_the_calls_time():
     assert stage_timing.below_busy(0.05, None) is None  # no escape profile (a CPU run)
 
 
+def test_a_call_out_of_gpu_memory_is_judged_by_whose_memory_filled_the_gpu(monkeypatch):
+    """A row's call that runs out of GPU memory: no verdict when other processes took the memory since the plan
+    (on a shared GPU a right kernel would be turned away), a rejection that says so when the row's own process
+    filled what the plan left or asked for more than the GPU had free; the other workers' memory is the judge's."""
+    from kp.errors import OutOfMemory, oom_request_bytes
+    ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
+    g = 2**30
+    why = "trial 2: raised OutOfMemoryError: CUDA out of memory. Tried to allocate 12.06 GiB."
+    assert oom_request_bytes(why) == int(12.06 * g)
+
+    class Worker:
+        isolated = True
+
+        def __init__(self, held, asked=0, fails=False):
+            self.held, self.asked, self.fails = held, asked, fails
+
+        def call(self, stage, cmd, *args):
+            if cmd == "memory":
+                return {"peak": self.held, "held": self.held}
+            if self.fails:
+                raise OutOfMemory(why, self.held, self.asked)
+            return {}
+
+    def judged(now_free, held, others_held=0, asked=int(12.06 * g)):
+        j = judge.Judge(ref, seed=3, device="cpu", sandbox=False, bench=False)
+        j._fp = {"inputs": 6 * g, "outputs": 6 * g, "weights": 0}
+        j.gpu_at_plan = (70 * g, 1 * g)  # free, the judge's own, when the plan was made
+        monkeypatch.setattr(judge, "gpu_snapshot", lambda: (now_free, 1 * g))
+        j.runners = [Worker(held, asked, fails=True), Worker(others_held)]
+        j.rows = [expected.Row("candidate", j.runners[0]), expected.Row("other", j.runners[1])]
+        j._each(lambda row: row.runner.call("trial 2", "forward"))
+        return j.rows[0]
+
+    # the GPU lost 67 GiB, the row's process holds 12.7: another process took the rest, no verdict
+    with pytest.raises(harness.UsageError) as ei:
+        judged(3 * g, int(12.67 * g))
+    assert "other processes took 54.3 GiB" in str(ei.value) and "no verdict" in str(ei.value)
+    # ... unless that was the judge's other worker
+    row = judged(3 * g, int(12.67 * g), others_held=54 * g)
+    assert not row.accepted and "no other process took GPU memory" in row.reason and "held 12.7 GiB" in row.reason
+    # the row's own process filled it
+    row = judged(3 * g, 66 * g, asked=2 * g)
+    assert not row.accepted and "no other process took GPU memory" in row.reason and "held 66.0 GiB" in row.reason
+    # a request beyond what the GPU had free at the start is the row's, whatever else came
+    row = judged(3 * g, 1 * g, asked=80 * g)
+    assert not row.accepted and "more than the 70.0 GiB the GPU had free" in row.reason
+    # a plain rejection is untouched
+    j = judge.Judge(ref, seed=3, device="cpu", sandbox=False, bench=False)
+    j.rows = [expected.Row("candidate", Worker(0))]
+    j._each(lambda row: (_ for _ in ()).throw(judge.Rejected("trial 1: wrong")))
+    assert j.rows[0].reason == "trial 1: wrong"
+
+
 def test_running_out_of_gpu_memory_while_timing_is_no_verdict():
     """A row that passed parity and runs out of GPU memory in the timing harness gets no verdict: one line that
     says so (the judge's pool and baselines did not fit), not a rejection of the candidate."""

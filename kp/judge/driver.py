@@ -48,10 +48,10 @@ import torch
 
 from kp.box import sandbox
 from kp.lib.build import progress
-from kp.errors import Rejected, UsageError, first_line
+from kp.errors import OutOfMemory, Rejected, UsageError, first_line
 from kp.judge.expected import Row
 from kp.lib.layers import PRECISIONS
-from kp.judge.plan import free_gpu_bytes, memory_need
+from kp.judge.plan import OTHERS_SLACK, free_gpu_bytes, gpu_snapshot, memory_need, memory_taken_by_others
 from kp.judge.reference import Reference
 from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
 from kp.judge.escape import EscapeStage
@@ -140,6 +140,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         self.f64_device, self.f64_where = "cpu", "the host (--device cpu)"
         self.f64_chunks = 0  # > 0: on the GPU in that many slices of the batch (kp.judge.plan.float64_chunks)
         self.baseline_args = None  # what built the eager and torch.compile baselines in each worker, where built
+        self.gpu_at_plan = None  # (free, the judge's own) GPU bytes when the memory plan was made (kp.judge.plan)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -202,8 +203,35 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
             try:
                 stage_fn(row)
             except Rejected as e:
-                row.reject(str(e))
-                self.log(f"{self.ref.name}: {row.label} rejected: {e}")
+                row.reject(self._out_of_memory(row, e) if isinstance(e, OutOfMemory) else str(e))
+                self.log(f"{self.ref.name}: {row.label} rejected: {row.reason}")
+
+    def _out_of_memory(self, row: Row, e: OutOfMemory) -> str:
+        """A row's call ran out of GPU memory. If other processes took GPU memory since the plan found room for the
+        judge, that is no verdict (UsageError: on a shared GPU a right kernel would be turned away); otherwise the
+        row's own process filled what the plan left, and the reason says what it held."""
+        if self.gpu_at_plan is None:
+            return str(e)
+        held = e.held
+        for runner in self.runners:  # the other workers' memory is the judge's, not another process's
+            if runner is not row.runner and runner.isolated:
+                try:
+                    held += int(runner.call("memory", "memory").get("held", 0))
+                except (Rejected, TypeError, ValueError):
+                    pass
+        others = memory_taken_by_others(self.gpu_at_plan, gpu_snapshot(), held)
+        g, need = 2**30, memory_need(self.fp, len(self.rows))
+        mine = e.held if row.runner.isolated else gpu_snapshot()[1]
+        if mine + e.asked > self.gpu_at_plan[0]:  # more than the GPU had free at the start: whoever else came
+            return (f"{e}; its process asked for {(mine + e.asked) / g:.1f} GiB in all, more than the "
+                    f"{self.gpu_at_plan[0] / g:.1f} GiB the GPU had free when the judge started")
+        if others > OTHERS_SLACK:
+            raise UsageError(f"{self.ref.name}: {row.label} ran out of GPU memory after other processes took "
+                             f"{others / g:.1f} GiB of the GPU during the run (the plan found room for "
+                             f"{need / g:.1f} GiB at its start): no verdict; judge again with the GPU to itself "
+                             f"({str(e)[:240]})")
+        return (f"{e}; no other process took GPU memory during the run: the row's process held {mine / g:.1f} GiB "
+                f"when it asked for more (the judge plans {need / g:.1f} GiB for this problem)")
 
 
     # -- the whole run ------------------------------------------------------------------------------------------

@@ -207,4 +207,6 @@ class MeasureCommands:
         return {"profile": out}
 
     def cmd_memory(self):
-        return {"peak": torch.cuda.max_memory_reserved() if torch.cuda.is_available() else 0}
+        cuda = torch.cuda.is_available()
+        return {"peak": torch.cuda.max_memory_reserved() if cuda else 0,
+                "held": torch.cuda.memory_reserved() if cuda else 0}

@@ -13,7 +13,7 @@ from kp.errors import Rejected, UsageError, first_line
 from kp.judge.expected import (Expected, Row, _Refs, _out_bytes_hint, _release, _same_buffer, _unread_counter,
                                judge_output)
 from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.judge.plan import (check_memory, cpu_bench_refusal, float64_chunks, float64_on_gpu, free_gpu_bytes,
+from kp.judge.plan import (check_memory, cpu_bench_refusal, float64_chunks, float64_on_gpu, gpu_snapshot,
                            host_available)
 from kp.judge.premises import Premises
 from kp.judge.reference import (UPDATES, make_update, partial_map, rename_update, state_map, trial_seeds,
@@ -106,7 +106,8 @@ class ConstructStage:
     def _setup(self, init, gpu: bool) -> None:
         """The memory plan, then the eager and torch.compile baselines in every runner."""
         if gpu:
-            free = free_gpu_bytes()
+            self.gpu_at_plan = gpu_snapshot()
+            free = self.gpu_at_plan[0]
             check_memory(self.ref.name, self.fp, len(self.rows), free)
             on_gpu, why = float64_on_gpu(self.fp, len(self.rows), free)
             self.f64_chunks = 0 if on_gpu else float64_chunks(self.fp, len(self.rows), free)

@@ -52,6 +52,26 @@ def free_gpu_bytes() -> int:
     return torch.cuda.mem_get_info()[0]
 
 
+# How much the GPU memory of the judge's own processes may grow outside PyTorch's allocators during a run (a worker's
+# CUDA context, about 0.5 GiB, created after the plan; library handles and workspaces): below this, memory the GPU
+# lost is not said to be another process's.
+OTHERS_SLACK = 2 << 30
+
+
+def gpu_snapshot() -> tuple[int, int]:
+    """(bytes the GPU has free, bytes this process's allocator holds) now: taken with the plan and again when a call
+    runs out of memory, to tell whose memory filled the GPU."""
+    import torch
+    return torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved()
+
+
+def memory_taken_by_others(then: tuple[int, int], now: tuple[int, int], workers_held: int) -> int:
+    """Bytes of GPU memory that processes other than the judge and its workers took between two gpu_snapshot()s:
+    what the GPU lost beyond the judge's own allocator's growth and what its workers' allocators hold now (they
+    held none when the plan was made)."""
+    return (then[0] - now[0]) - (now[1] - then[1]) - workers_held
+
+
 def memory_need(fp: dict, models: int) -> int:
     """GPU bytes the judge plans for: MEMORY_FACTOR x the problem's inputs, outputs and weights (the model's copy of
     the inputs, its output, PyTorch's output, the timing pool, the references' weights), plus one copy of the

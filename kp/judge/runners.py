@@ -11,7 +11,7 @@ import types
 from pathlib import Path
 
 from kp.box.start import WORKER_PRELOAD, candidate_build_dir, candidate_paths
-from kp.errors import Rejected
+from kp.errors import OutOfMemory, Rejected, oom_request_bytes
 from kp.judge.guards import late_message
 from kp.judge.worker import REPLY_TIMEOUT_S, Worker, _settle_before_sending, error_text, raised, worker_main
 from kp.lib.registry import ROOT
@@ -157,7 +157,11 @@ class ProcessRunner:
         if reply.get("late_threads"):
             raise Rejected(f"{stage}: {late_message(reply['late_threads'])}")
         if not reply.get("ok"):
-            raise Rejected(raised(stage, str(reply.get("error"))))
+            why = raised(stage, str(reply.get("error")))
+            held, asked = reply.get("gpu_held"), reply.get("gpu_asked")
+            if isinstance(held, int) and isinstance(asked, int):
+                raise OutOfMemory(why, held, asked)
+            raise Rejected(why)
         return reply
 
     def close(self):
@@ -220,7 +224,11 @@ class LocalRunner:
         except Rejected:
             raise
         except Exception as e:
-            raise Rejected(raised(stage, error_text(e))) from None
+            import torch
+            why = raised(stage, error_text(e))
+            if isinstance(e, torch.OutOfMemoryError):
+                raise OutOfMemory(why, 0, oom_request_bytes(str(e))) from None
+            raise Rejected(why) from None
 
     def close(self):
         self.worker.models.clear()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from kp.errors import first_line
+from kp.errors import first_line, oom_request_bytes
 from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
 from kp.judge.measure import MeasureCommands, export_output
@@ -33,8 +33,8 @@ def _gpu_memory() -> tuple[int, int] | None:
 
 
 def raised(stage: str, error: str, gpu_memory=_gpu_memory) -> str:
-    """A call that raised. Out of GPU memory, the reason also says what the GPU has free now: on a GPU other
-    processes share, their memory counts against the call, and the author should know before changing the kernel."""
+    """A call that raised. Out of GPU memory, the reason also says what the GPU has free now (whose doing that was,
+    the row's or another process's, the judge decides: kp.judge.plan.memory_taken_by_others)."""
     why = f"{stage}: raised {error}"
     if "OutOfMemoryError" in error:
         try:
@@ -42,8 +42,7 @@ def raised(stage: str, error: str, gpu_memory=_gpu_memory) -> str:
         except RuntimeError:  # a GPU that cannot answer: the reason as it was
             mem = None
         if mem:
-            why += (f" (the GPU has {mem[0] / 2**30:.1f} of {mem[1] / 2**30:.1f} GiB free now; memory that other "
-                    f"processes on this GPU hold counts against the call: judge again with the GPU to itself to tell)")
+            why += f" (the GPU has {mem[0] / 2**30:.1f} of {mem[1] / 2**30:.1f} GiB free now)"
     return why
 
 
@@ -122,6 +121,9 @@ class Worker(MeasureCommands):
             except Exception as e:  # the candidate's failure is data for the judge, not a crash of the worker
                 reply = {"ok": False, "error": error_text(e),
                          "traceback": traceback.format_exc(limit=8)}
+                if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_initialized():
+                    reply["gpu_held"] = torch.cuda.memory_reserved()  # what this process held: see OutOfMemory
+                    reply["gpu_asked"] = oom_request_bytes(str(e))
             if self.fingerprint is not None:
                 reply["patched"] = fingerprint_changes(self.fingerprint)
             if self.candidate_dir and cmd in RUNS_CANDIDATE:

@@ -115,9 +115,9 @@ def main(argv=None) -> int:
             runs = sorted((run_case(case, args.device, tmp, args.timeout) for _ in range(args.repeat)),
                           key=lambda r: r["wall_s"])
             rows.append({**runs[len(runs) // 2], "walls": [r["wall_s"] for r in runs]})
-            print(f"{case[0]}: {rows[-1]['wall_s']:.1f} s, {rows[-1]['verdict'][:100]}", file=sys.stderr, flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+            print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)  # a run cut short keeps its rows
+            if args.json:
+                Path(args.json).write_text(json.dumps(rows, indent=1))
     print(table(rows))
     return 0
 

@@ -48,3 +48,12 @@ def test_classify_names_each_cause_once_per_mode(tmp_path):
                             "rejected: trial 1 (seed 1): input 0 was modified"])
     out = judge_corpus.classify(f, md=False)
     assert out.startswith("2 jobs") and "1  accepted" in out and "1  input modified" in out
+
+
+def test_out_of_memory_is_no_verdict_or_the_rows_own_doing():
+    """The two ends of a row's out-of-memory error (kp.judge.driver.Judge._out_of_memory) are classed apart."""
+    assert judge_corpus.cause("error: l1_p2: candidate ran out of GPU memory after other processes took 54.3 GiB of "
+                              "the GPU during the run (...): no verdict").startswith("no verdict: the GPU's memory")
+    assert judge_corpus.cause("rejected: trial 1 (seed 1): raised OutOfMemoryError: CUDA out of memory. ...; no "
+                              "other process took GPU memory during the run") == \
+        "out of GPU memory, its own process's doing"

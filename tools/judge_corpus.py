@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # (cause, pattern over the verdict line), first match wins; the order puts the judge's own failures first.
 CAUSES = [
     ("judge error", r"^error: the judge raised"),
-    ("no verdict: the GPU's memory (shared, or the plan did not hold)", r"^error: .*(ran out of memory|GiB of GPU memory)"),
+    ("no verdict: the GPU's memory (shared, or the plan did not hold)",
+     r"^error: .*(ran out of (GPU )?memory|GiB of GPU memory)"),
     ("usage error", r"^error: "),
     ("accepted, own kernel", r"^accepted(?!.*pure PyTorch)"),
     ("accepted, pure PyTorch after its extension failed to build", r"^accepted.*pure PyTorch.*failed to build"),
@@ -61,6 +62,7 @@ CAUSES = [
     ("BatchNorm buffers", r"buffer"),
     ("NaN/Inf positions", r"NaN/Inf positions"),
     ("wrong output type or shape", r"output is"),
+    ("out of GPU memory, its own process's doing", r": raised OutOfMemoryError"),
     ("raised in a call", r": raised "),
     ("timed call wrong", r"^rejected: timed call"),
     ("derived input wrong", r"^rejected: inputs (negated|scaled|shifted)"),

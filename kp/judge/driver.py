@@ -207,11 +207,16 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                 self.log(f"{self.ref.name}: {row.label} rejected: {row.reason}")
 
     def _out_of_memory(self, row: Row, e: OutOfMemory) -> str:
-        """A row's call ran out of GPU memory. If other processes took GPU memory since the plan found room for the
-        judge, that is no verdict (UsageError: on a shared GPU a right kernel would be turned away); otherwise the
-        row's own process filled what the plan left, and the reason says what it held."""
+        """A row's call ran out of GPU memory. If it asked for more than the GPU had free when the plan was made, or
+        no other process took GPU memory since, the row is rejected and the reason says which; if other processes
+        took memory, there is no verdict (UsageError: on a shared GPU a right kernel would be turned away)."""
         if self.gpu_at_plan is None:
             return str(e)
+        g, need, free_then = 2**30, memory_need(self.fp, len(self.rows)), self.gpu_at_plan[0]
+        mine = e.held if row.runner.isolated else gpu_snapshot()[1]
+        if mine + e.asked > free_then:  # whoever else came
+            return (f"{e}; its process asked for {(mine + e.asked) / g:.1f} GiB in all, more than the "
+                    f"{free_then / g:.1f} GiB the GPU had free when the judge started")
         held = e.held
         for runner in self.runners:  # the other workers' memory is the judge's, not another process's
             if runner is not row.runner and runner.isolated:
@@ -220,11 +225,6 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                 except (Rejected, TypeError, ValueError):
                     pass
         others = memory_taken_by_others(self.gpu_at_plan, gpu_snapshot(), held)
-        g, need = 2**30, memory_need(self.fp, len(self.rows))
-        mine = e.held if row.runner.isolated else gpu_snapshot()[1]
-        if mine + e.asked > self.gpu_at_plan[0]:  # more than the GPU had free at the start: whoever else came
-            return (f"{e}; its process asked for {(mine + e.asked) / g:.1f} GiB in all, more than the "
-                    f"{self.gpu_at_plan[0] / g:.1f} GiB the GPU had free when the judge started")
         if others > OTHERS_SLACK:
             raise UsageError(f"{self.ref.name}: {row.label} ran out of GPU memory after other processes took "
                              f"{others / g:.1f} GiB of the GPU during the run (the plan found room for "

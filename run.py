@@ -248,7 +248,7 @@ def main(argv=None) -> int:
 def run_batch(args, opts: dict) -> int:
     """Many jobs: on the GPUs of this host (--gpus), on a Ray cluster (--ray), or one after another here."""
     from pathlib import Path
-    from kp.batch import slots as batch, jobfile
+    from kp.batch import backends as batch, jobfile
     if args.jobs:
         jobs = jobfile.read_job_file(args.jobs, opts)
     else:

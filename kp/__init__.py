@@ -23,8 +23,8 @@ LAYER_ORDER = (
     # the judge: its memory plan, what a call must return, its stages (construct and parity, KernelBench's own
     # check, escape and own kernel, timing and ceilings, profiles), the driver that runs them in order; its roofline
     # picture; many jobs (what a job, a job file and a results file are; candidates' builds ahead of judging; the
-    # slots and Ray tasks that judge them)
+    # slot a job runs in; which slots or Ray tasks run which jobs)
     "judge.plan", "judge.expected", "judge.parity", "judge.kernelbench", "judge.escape", "judge.timed",
     "judge.observe", "judge.driver",
-    "observe.plot", "batch.jobfile", "batch.ahead", "batch.slots",
+    "observe.plot", "batch.jobfile", "batch.ahead", "batch.slots", "batch.backends",
 )

@@ -7,6 +7,11 @@ class UsageError(ValueError):
     """Bad request from a user (unknown problem or variant, bad shapes, no GPU). run.py maps it to exit 2."""
 
 
+class GpuMemoryShort(UsageError):
+    """No verdict for want of GPU memory: the plan found too little free, or other processes took memory during the
+    run. With the GPU to itself the same job may get a verdict (a batch judges it again so)."""
+
+
 class KernelBuildError(RuntimeError):
     """A kernel failed to compile; the message names the .cu file and line with the compiler's own words."""
 

@@ -178,3 +178,59 @@ def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     cold, warm = slots.run_job(jobs[0]), slots.run_job(jobs[1])
     assert not cold["ok"] and "trial 1" in cold["verdict"], cold["verdict"]
     assert warm["ok"], warm["verdict"]
+
+
+def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_path, monkeypatch):
+    """Several slots on one GPU: a job that got no verdict for want of GPU memory (the plan found too little free,
+    or other processes took memory mid-run) is judged once more at the end with the GPU to itself, and only that
+    verdict is recorded; on a GPU of its own, no verdict is recorded as it is."""
+    from kp.batch import backends
+
+    busy = {"now": 0, "most": 0, "most_again": 0}
+
+    class FakeSlot:  # in this process: answers each job's first try with no verdict for memory, its second accepted
+        tries: dict = {}
+
+        def __init__(self, gpu, log_path, forks):
+            self.gpu, self.job, self.key = gpu, None, None
+
+        def submit(self, job, key=None):
+            self.job, self.key, self.polls = job, key, 0
+            busy["now"] += 1
+            which = "most_again" if key in FakeSlot.tries else "most"
+            busy[which] = max(busy[which], busy["now"])
+
+        def poll(self, timeout_s):
+            self.polls += 1
+            if self.job is None or self.polls < 3:
+                return None
+            n = FakeSlot.tries[self.key] = FakeSlot.tries.get(self.key, 0) + 1
+            self.job, busy["now"] = None, busy["now"] - 1
+            if n == 1:
+                return {"ok": False, "verdict": "error: softmax needs about 36.0 GiB; 9.4 GiB are free",
+                        "record": None, "gpu_memory": True}
+            return {"ok": True, "verdict": "accepted", "record": None}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(backends, "Slot", FakeSlot)
+    monkeypatch.setattr(backends, "build_ahead_of_slots", lambda *a: None)
+    monkeypatch.setattr(backends, "_forks_workers", lambda jobs: False)
+    jobs = [jobfile.make_job(("file", CASES / "ref.py"), c, {"device": "cuda", "seed": 1}) for c in CANDS[:4]]
+    out = tmp_path / "r.jsonl"
+    res = backends.run_local(jobs, ["0", "0", "0"], out, progress=False)
+    assert [d["verdict"] for d in res] == ["accepted"] * 4 and len(lines(out)) == 4
+    assert busy["most"] == 3 and busy["most_again"] == 1 and busy["now"] == 0  # the second tries one at a time
+    FakeSlot.tries.clear()
+    busy["most"] = 0
+    res = backends.run_local(jobs, ["0", "1"], tmp_path / "r2.jsonl", progress=False)  # each GPU to one slot
+    assert all(d["verdict"].startswith("error: softmax needs") for d in res) and len(res) == 4
+    # what marks such a job: the judge's GpuMemoryShort, not any usage error
+    from kp.batch import slots
+    from kp.errors import GpuMemoryShort, UsageError
+    from kp.judge import driver
+    for error, marked in ((GpuMemoryShort("softmax needs about 36.0 GiB"), True), (UsageError("no such file"), False)):
+        monkeypatch.setattr(driver, "evaluate", lambda *a, error=error, **k: (_ for _ in ()).throw(error))
+        r = slots.run_job(jobs[0])
+        assert r["verdict"].startswith("error: ") and r["gpu_memory"] is marked

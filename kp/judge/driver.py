@@ -48,7 +48,7 @@ import torch
 
 from kp.box import sandbox
 from kp.lib.build import progress
-from kp.errors import OutOfMemory, Rejected, UsageError, first_line
+from kp.errors import GpuMemoryShort, OutOfMemory, Rejected, UsageError, first_line
 from kp.judge.expected import Row
 from kp.lib.layers import PRECISIONS
 from kp.judge.plan import OTHERS_SLACK, free_gpu_bytes, gpu_snapshot, memory_need, memory_taken_by_others
@@ -226,10 +226,10 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                     pass
         others = memory_taken_by_others(self.gpu_at_plan, gpu_snapshot(), held)
         if others > OTHERS_SLACK:
-            raise UsageError(f"{self.ref.name}: {row.label} ran out of GPU memory after other processes took "
-                             f"{others / g:.1f} GiB of the GPU during the run (the plan found room for "
-                             f"{need / g:.1f} GiB at its start): no verdict; judge again with the GPU to itself "
-                             f"({str(e)[:240]})")
+            raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory after other processes took "
+                                f"{others / g:.1f} GiB of the GPU during the run (the plan found room for "
+                                f"{need / g:.1f} GiB at its start): no verdict; judge again with the GPU to itself "
+                                f"({str(e)[:240]})")
         return (f"{e}; no other process took GPU memory during the run: the row's process held {mine / g:.1f} GiB "
                 f"when it asked for more (the judge plans {need / g:.1f} GiB for this problem)")
 
@@ -265,10 +265,10 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                 run_stages(STAGES)
         except torch.OutOfMemoryError as e:  # the plan checked the free memory at the start; it can shrink since
             free = free_gpu_bytes() / 2**30
-            raise UsageError(f"{self.ref.name}: the GPU ran out of memory in the judge's own process after "
-                             f"{', '.join(seconds) or 'the start'} ({free:.1f} GiB free now; the plan needs "
-                             f"{memory_need(self.fp, len(self.rows)) / 2**30:.1f} GiB): another process took GPU "
-                             f"memory during the run ({first_line(e)[:120]})") from None
+            raise GpuMemoryShort(f"{self.ref.name}: the GPU ran out of memory in the judge's own process after "
+                                f"{', '.join(seconds) or 'the start'} ({free:.1f} GiB free now; the plan needs "
+                                f"{memory_need(self.fp, len(self.rows)) / 2**30:.1f} GiB): another process took GPU "
+                                f"memory during the run ({first_line(e)[:120]})") from None
         finally:
             for runner in self.runners:
                 runner.close()

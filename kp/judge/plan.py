@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kp.errors import UsageError
+from kp.errors import GpuMemoryShort
 
 MEMORY_FACTOR = 3  # the judge's peak GPU memory target: this many times the problem's inputs + outputs + weights
 FLOAT64_PEAK_FACTOR = 2.3  # GPU bytes the float64 reference needs: its forward's fp32 peak (LivePeak: inputs, weights,
@@ -111,7 +111,7 @@ def check_memory(name: str, fp: dict, models: int, free: int) -> None:
     need = memory_need(fp, models)
     fbytes = footprint_bytes(fp)
     if need > free:
-        raise UsageError(f"{name} needs about {need / 2**30:.1f} GiB of GPU memory ({MEMORY_FACTOR} x "
-                         f"{fbytes / 2**30:.1f} GiB of inputs, outputs and weights"
-                         + (f", and the weights of {models} models" if models > 1 and fp["weights"] else "")
-                         + f"); {free / 2**30:.1f} GiB are free")
+        raise GpuMemoryShort(f"{name} needs about {need / 2**30:.1f} GiB of GPU memory ({MEMORY_FACTOR} x "
+                            f"{fbytes / 2**30:.1f} GiB of inputs, outputs and weights"
+                            + (f", and the weights of {models} models" if models > 1 and fp["weights"] else "")
+                            + f"); {free / 2**30:.1f} GiB are free")

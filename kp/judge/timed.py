@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from kp.errors import Rejected, UsageError
+from kp.errors import GpuMemoryShort, Rejected
 from kp.judge.expected import _release, judge_output
 from kp.lib.numerics import same_values
 from kp.judge.plan import free_gpu_bytes, memory_need
@@ -192,10 +192,10 @@ class TimingStage:
                     held = why.find(" [the raising process:")  # the worker's own figures: kept past the cut
                     held = why[held:why.index("]", held) + 1] if held > 200 else ""
                     why = why[:200] + ("..." if len(why) > 200 else "") + held
-                    raise UsageError(f"{self.ref.name}: the GPU ran out of memory while timing, after parity passed "
-                                     f"at the same shapes: the timing's input pool and baselines beside the rows did "
-                                     f"not fit on this GPU, so there is no verdict; judge again with the GPU to itself"
-                                     f" or on one with more memory ({why})") from None
+                    raise GpuMemoryShort(f"{self.ref.name}: the GPU ran out of memory while timing, after parity "
+                                         f"passed at the same shapes: the timing's input pool and baselines beside "
+                                         f"the rows did not fit on this GPU, so there is no verdict; judge again with "
+                                         f"the GPU to itself or on one with more memory ({why})") from None
                 for r in rows:
                     r.reject(str(e))
                 continue

@@ -1,0 +1,211 @@
+"""Where a batch's jobs run: the slots of this host (kp.batch.slots), one or more per GPU, or Ray tasks that each
+ask for one GPU; the progress bar, and each finished job appended to the results file at once."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+from kp.errors import UsageError, first_line
+from kp.batch.ahead import build_ahead_of_slots
+from kp.batch.jobfile import Job, append_result, read_results, summary, with_reference_seeds
+from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, _forks_workers, isolated_job
+from kp.lib.registry import ROOT
+
+
+def gpu_list(spec: str) -> list[str]:
+    """'all' -> every visible GPU; '0,1' -> those; a number N -> the first N."""
+    import torch
+    n = torch.cuda.device_count()
+    if spec == "all":
+        ids = [str(i) for i in range(n)]
+    elif spec.isdigit() and "," not in spec and int(spec) > 0 and spec != "0":
+        ids = [str(i) for i in range(int(spec))]
+    else:
+        ids = [s.strip() for s in spec.split(",") if s.strip()]
+    if not ids:
+        raise UsageError("--gpus: no GPU visible")
+    bad = [i for i in ids if not i.isdigit() or int(i) >= n]
+    if bad:
+        raise UsageError(f"--gpus: no GPU {', '.join(bad)} here ({n} visible)")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:  # indices are of the visible devices; slots pin the real ones
+        real = [v.strip() for v in visible.split(",")]
+        ids = [real[int(i)] for i in ids]
+    return ids
+
+
+class _NoBar:
+    def __init__(self, **_):
+        pass
+
+    def write(self, line, file=None):
+        print(line, file=file or sys.stderr, flush=True)
+
+    def update(self, n):
+        pass
+
+    def set_postfix_str(self, s, refresh=False):
+        pass
+
+    def close(self):
+        pass
+
+
+class Progress:
+    """A progress bar (tqdm) with accepted/rejected counts and what each slot is doing."""
+
+    def __init__(self, total: int, enabled: bool = True):
+        try:
+            from tqdm import tqdm
+        except ImportError:  # in requirements.txt; without it, the one line per finished job only
+            enabled, tqdm = False, _NoBar
+        # a bar on a terminal; elsewhere (a log, a pipe) only the one line per finished job
+        self.bar = tqdm(total=total, unit="job", disable=None if enabled else True, dynamic_ncols=True,
+                        file=sys.stderr)
+        self.ok = self.bad = 0
+        self.activity: dict[str, str] = {}
+
+    def set(self, where: str, what: str) -> None:
+        self.activity[where] = what
+        self._post()
+
+    def done(self, ok: bool, line: str) -> None:
+        self.ok += ok
+        self.bad += not ok
+        self.bar.write(line, file=sys.stderr)
+        self.bar.update(1)
+        self._post()
+
+    def _post(self) -> None:
+        act = " ".join(f"[{k}: {v}]" for k, v in self.activity.items())
+        self.bar.set_postfix_str(f"accepted {self.ok} rejected {self.bad} {act}", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results: list, progress: Progress) -> None:
+    line = {"key": key, "job": {"name": job.name, **job.as_dict()}, "gpu": where, "ok": res["ok"],
+            "verdict": res["verdict"], "elapsed_s": res.get("elapsed_s"), "gpu_name": res.get("gpu_name"),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "summary": summary(res), "log": res.get("log", []), "record": res.get("record")}
+    if res.get("traceback"):
+        line["traceback"] = res["traceback"]
+    if out is not None:
+        append_result(out, line)
+    results.append(line)
+    progress.done(res["ok"], f"{where:>4}  {job.name}: {res['verdict']}")
+
+
+def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S,
+              progress: bool = True, log_dir: Path | None = None) -> list[dict]:
+    """Every job on the slots of this host, one per entry of `gpus` (None: a CPU slot). Returns the result lines
+    of this run (jobs already in `out` are skipped). A job that got no verdict for want of GPU memory on a GPU that
+    several slots share is judged once more at the end, with its GPU to itself, and recorded then."""
+    todo, results = _todo(jobs, out)
+    build_ahead_of_slots([job for job, _ in todo], gpus, timeout_s)
+    bar = Progress(len(todo), progress)
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    forks = _forks_workers([job for job, _ in todo])
+    slots = [Slot(g, str(log_dir / f"slot{i}.log") if log_dir else None, forks) for i, g in enumerate(gpus)]
+    names = [f"gpu{g}" if g is not None else f"cpu{i}" for i, g in enumerate(gpus)]
+    shared = {g for g in gpus if g is not None and gpus.count(g) > 1}
+    again: list[tuple[Job, str]] = []
+
+    def finished(slot: Slot, name: str, job: Job, key: str, res: dict) -> None:
+        if res.get("gpu_memory") and slot.gpu in shared:
+            again.append((job, key))
+            bar.bar.write(f"{name:>4}  {job.name}: no verdict for want of GPU memory beside other slots; judged again "
+                          f"at the end with the GPU to itself", file=sys.stderr)
+        else:
+            _record(out, job, key, res, name, results, bar)
+    try:
+        _drain(deque(todo), list(zip(slots, names)), timeout_s, bar, finished)
+        if again:
+            alone = {}
+            for s, name in zip(slots, names):
+                alone.setdefault(s.gpu, (s, name))
+            shared.clear()
+            _drain(deque(again), list(alone.values()), timeout_s, bar, finished)
+    finally:
+        for s in slots:
+            s.close()
+        bar.close()
+    return results
+
+
+def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: Progress, finished) -> None:
+    """Run the queue's jobs on these slots until every one has finished; finished(slot, name, job, key, result)."""
+    while queue or any(s.job for s, _ in slots):
+        for s, name in slots:
+            if s.job is None and queue:
+                job, key = queue.popleft()
+                s.submit(job, key)
+                bar.set(name, job.name)
+        time.sleep(0.2)
+        for s, name in slots:
+            job, key = s.job, s.key
+            res = s.poll(timeout_s)
+            if res is not None:
+                finished(s, name, job, key, res)
+                bar.set(name, "idle")
+
+
+def run_ray(jobs: list[Job], address: str, out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S,
+            progress: bool = True) -> list[dict]:
+    """Every job as a Ray task asking for one GPU (one CPU for --device cpu jobs); each task runs the job in a fresh
+    slot with the same time limit and death handling. Ray does the scheduling across hosts."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--ray needs Ray: pip install ray") from None
+    todo, results = _todo(jobs, out)
+    if not todo:
+        return results
+    ray.init(address=None if address == "local" else address, ignore_reinit_error=True, include_dashboard=False,
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    bar = Progress(len(todo), progress)
+    tasks = {cpu: ray.remote(num_gpus=0 if cpu else 1, num_cpus=1, max_retries=0)(_ray_task) for cpu in (False, True)}
+    pending = {tasks[dict(job.opts).get("device") == "cpu"].remote(job, timeout_s): (job, key) for job, key in todo}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in done:
+                job, key = pending.pop(ref)
+                try:
+                    res, where = ray.get(ref)
+                except Exception as e:  # the task's own process died (the job's slot would have said why)
+                    res, where = {"ok": False, "verdict": f"rejected: ray task failed: {type(e).__name__}: "
+                                                          f"{first_line(e)}", "record": None}, "ray"
+                _record(out, job, key, res, where, results, bar)
+    finally:
+        bar.close()
+    return results
+
+
+def _ray_task(job: Job, timeout_s: float):
+    import socket
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")  # what Ray gave this task
+    where = f"{socket.gethostname()}:{gpus}" if gpus else socket.gethostname()
+    return isolated_job(job, timeout_s, gpus or None), where
+
+
+def _todo(jobs: list[Job], out: Path | None) -> tuple[list[tuple[Job, str]], list[dict]]:
+    earlier = read_results(out) if out is not None else []
+    done = {d["key"] for d in earlier}
+    todo, seen = [], set()
+    for job in jobs:
+        key = job.key()
+        if key in done or key in seen:
+            continue
+        seen.add(key)
+        todo.append((job, key))
+    todo = list(zip(with_reference_seeds([job for job, _ in todo], earlier), [key for _, key in todo]))
+    if out is not None and len(todo) < len(jobs):
+        print(f"[kp] {out}: {len(jobs) - len(todo)} of {len(jobs)} jobs already recorded, {len(todo)} to run",
+              file=sys.stderr, flush=True)
+    return todo, []

@@ -234,3 +234,22 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
         monkeypatch.setattr(driver, "evaluate", lambda *a, error=error, **k: (_ for _ in ()).throw(error))
         r = slots.run_job(jobs[0])
         assert r["verdict"].startswith("error: ") and r["gpu_memory"] is marked
+
+
+def test_a_slot_does_not_charge_waiting_for_the_gpu_to_its_job():
+    """The judge in a slot tells each wait for other judges on its GPU; the slot moves the limit it kills the job at
+    by it, and the job's elapsed time still counts it."""
+    import multiprocessing as mp
+    from kp.batch import slots
+    s = slots.Slot.__new__(slots.Slot)
+    s.conn, child = mp.Pipe()
+    s.proc = type("Alive", (), {"is_alive": lambda self: True})()
+    s.job, s.key, s.t0, s.started, s.waited, s.gpu_name = "job", "k", time.monotonic() - 140, True, 0.0, "gpu"
+    child.send({"waited": 40.0})
+    time.sleep(0.1)
+    assert s.poll(timeout_s=90) is None  # 140 s in, 40 of them waiting: 100 s of its own, under 90 + 30 s grace
+    assert s.waited == 40.0
+    child.send({"ok": True, "verdict": "accepted"})
+    time.sleep(0.1)
+    res = s.poll(timeout_s=90)
+    assert res["verdict"] == "accepted" and 139 < res["elapsed_s"] < 150

@@ -220,6 +220,60 @@ def test_timing_holds_the_gpu_against_other_judges(monkeypatch, tmp_path):
     assert said[0].startswith("waiting for the GPU") and said[1].startswith("GPU free after")
 
 
+def test_no_judge_times_while_another_is_in_a_gpu_stage(monkeypatch, tmp_path):
+    """Judges sharing a GPU: a judge about to time waits until the stages other judges are in (parity, KernelBench's
+    check) end; a stage asked for after it waits until its timing ends, so its times see no other judge's kernels;
+    every wait is told (a judge moves its deadline by it, a batch slot its limit)."""
+    import threading
+    import time
+    from kp.lib import timing
+    monkeypatch.setattr(timing, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
+    told, events = [], []
+    monkeypatch.setattr(timing, "GPU_WAITS", [told.append])
+    in_stage, leave_stage = threading.Event(), threading.Event()
+
+    def judge_in_parity():
+        with timing.gpu_shared():
+            events.append("A in parity")
+            in_stage.set()
+            leave_stage.wait(5)
+            events.append("A leaves parity")
+
+    def judge_starting_parity():
+        with timing.gpu_shared():
+            events.append("C in parity")
+
+    a = threading.Thread(target=judge_in_parity)
+    a.start()
+    in_stage.wait(5)
+    with timing.gpu_shared():  # two judges' stages side by side: no wait
+        events.append("D in parity beside A")
+    c = threading.Thread(target=judge_starting_parity)
+    threading.Timer(0.3, c.start).start()  # asks for its stage while B waits to time
+    threading.Timer(0.6, leave_stage.set).start()
+    with timing.gpu_to_itself():
+        events.append("B times")
+        time.sleep(0.3)
+        events.append("B done")
+    a.join(5)
+    c.join(5)
+    assert events == ["A in parity", "D in parity beside A", "A leaves parity", "B times", "B done", "C in parity"]
+    assert len(told) == 2 and told[0] > 0.4 and told[1] > 0.2  # B waited for A's stage, C for B's timing
+
+
+def test_a_judge_waiting_for_the_gpu_moves_its_deadline():
+    ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
+    j = judge.Judge(ref, seed=3, device="cpu", sandbox=False, bench=False, timeout_s=100)
+
+    class Runner:
+        deadline = 50.0
+    j.runners = [Runner(), judge.LocalRunner.__new__(judge.LocalRunner)]
+    before = j.deadline
+    j._waited_for_gpu(7.5)
+    assert j.deadline == before + 7.5 and j.runners[0].deadline == 57.5 and j.gpu_wait_s == 7.5
+    assert [s.name for s in judge.STAGES if s.shares_gpu] == ["setup and baselines", "parity", "kernelbench check"]
+
+
 def test_budget_reason_is_one_line():
     e = harness.Err(0.5, 0.9, 0)
     b = harness.budget_from(harness.Err(1e-8, 2e-8, 0))

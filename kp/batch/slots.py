@@ -110,6 +110,8 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         os.dup2(fd, 2)
     _warm_up(forkserver_too)
     import torch
+    from kp.lib import timing
+    timing.GPU_WAITS.append(lambda seconds: conn.send({"waited": seconds}))  # not charged to the job's limit
     gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     while True:
         try:
@@ -135,7 +137,7 @@ class Slot:
         self.gpu, self.log_path, self.forkserver_too = gpu, log_path, forkserver_too
         self.job: Job | None = None
         self.key: str | None = None
-        self.t0, self.started, self.gpu_name = 0.0, False, None
+        self.t0, self.started, self.gpu_name, self.waited = 0.0, False, None, 0.0
         self._start()
 
     def _start(self) -> None:
@@ -149,7 +151,7 @@ class Slot:
         child.close()
 
     def submit(self, job: Job, key: str | None = None) -> None:
-        self.job, self.key, self.t0, self.started = job, key, time.monotonic(), False
+        self.job, self.key, self.t0, self.started, self.waited = job, key, time.monotonic(), False, 0.0
         self.conn.send(job)
 
     def kill(self) -> None:
@@ -170,6 +172,8 @@ class Slot:
                 res = self.conn.recv()
                 if res.get("started"):
                     self.t0, self.started, self.gpu_name, res = time.monotonic(), True, res["gpu_name"], None
+                elif "waited" in res:  # for other judges on its GPU: the limit moves with it, as the judge's does
+                    self.t0, self.waited, res = self.t0 + res["waited"], self.waited + res["waited"], None
         except (EOFError, OSError):
             pass
         if res is None and not self.proc.is_alive():
@@ -187,7 +191,7 @@ class Slot:
             self._start()
         if res is None:
             return None
-        res.setdefault("elapsed_s", round(time.monotonic() - self.t0, 1))
+        res.setdefault("elapsed_s", round(time.monotonic() - self.t0 + self.waited, 1))
         res.setdefault("gpu_name", self.gpu_name)
         self.job = None
         return res

@@ -61,6 +61,7 @@ from kp.judge.parity import MIN_TRIALS, CallCheck, ConstructStage, ParityStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
 from kp.judge.worker import JOB_TIMEOUT_S
+from kp.lib import timing
 
 MODES = ("train", "eval")
 
@@ -141,6 +142,8 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         self.f64_chunks = 0  # > 0: on the GPU in that many slices of the batch (kp.judge.plan.float64_chunks)
         self.baseline_args = None  # what built the eager and torch.compile baselines in each worker, where built
         self.gpu_at_plan = None  # (free, the judge's own) GPU bytes when the memory plan was made (kp.judge.plan)
+        self.gpu_wait_s = 0.0  # waiting for other judges on this GPU (kp.lib.timing.gpu_shared, gpu_to_itself)
+        self.gpu_own = False  # the GPU held against every other judge on this host, from the escape stage on
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -258,8 +261,11 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
             for stage in stages:
                 if stage.applies(self):
                     t0 = time.perf_counter()
-                    getattr(self, stage.method)(rec, init)
+                    shared = stage.shares_gpu and self.device == "cuda" and not self.gpu_own
+                    with timing.gpu_shared(self.log) if shared else contextlib.nullcontext():
+                        getattr(self, stage.method)(rec, init)
                     seconds[stage.name] = seconds.get(stage.name, 0.0) + time.perf_counter() - t0
+        timing.GPU_WAITS.append(self._waited_for_gpu)
         try:
             with contextlib.ExitStack() as self.held:  # what a stage holds until the stages end (the GPU to itself)
                 run_stages(STAGES)
@@ -270,11 +276,22 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                                 f"{memory_need(self.fp, len(self.rows)) / 2**30:.1f} GiB): another process took GPU "
                                 f"memory during the run ({first_line(e)[:120]})") from None
         finally:
+            timing.GPU_WAITS.remove(self._waited_for_gpu)
             for runner in self.runners:
                 runner.close()
         run_stages(AFTER_WORKERS)
         rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+        rec["gpu_wait_s"] = round(self.gpu_wait_s, 2)
         return self._record_tail(rec, self.device == "cuda")
+
+    def _waited_for_gpu(self, seconds: float) -> None:
+        """Time spent waiting for other judges on this GPU is not the job's: its deadline, and its workers', move."""
+        self.gpu_wait_s += seconds
+        if self.deadline is not None:
+            self.deadline += seconds
+        for runner in self.runners:
+            if getattr(runner, "deadline", None) is not None:
+                runner.deadline += seconds
 
     def _record_head(self, gpu: bool) -> dict:
         seeds = [s for _, s, _, _ in self._sequence()]
@@ -332,6 +349,7 @@ class Stage:
     name: str
     method: str
     applies: Callable[[Judge], bool] = lambda judge: True
+    shares_gpu: bool = False  # runs GPU work beside other judges' stages, never beside another judge's timing
 
 
 def _on_gpu(judge: Judge) -> bool:
@@ -341,10 +359,12 @@ def _on_gpu(judge: Judge) -> bool:
 # The stages in order. Adding a check is a method in the stage module it belongs to, or a new stage: a method of a
 # mixin of Judge and one entry here.
 STAGES = (
-    Stage("setup and baselines", "stage_setup"),  # kp.judge.parity: memory plan, float64 placement, baselines
-    Stage("import", "stage_import"),  # the candidate's file imported in its worker
-    Stage("parity", "stage_parity"),  # construct, the stateful checked calls, derived inputs, declared cases
-    Stage("kernelbench check", "stage_kernelbench"),  # kp.judge.kernelbench: KernelBench's own, beside the verdict
+    Stage("setup and baselines", "stage_setup", shares_gpu=True),  # kp.judge.parity: memory plan, float64
+    #                                                                    placement, baselines
+    Stage("import", "stage_import"),  # the candidate's file imported in its worker (its build: the host's work)
+    Stage("parity", "stage_parity", shares_gpu=True),  # construct, the stateful checked calls, derived inputs,
+    #                                                    declared cases
+    Stage("kernelbench check", "stage_kernelbench", shares_gpu=True),  # kp.judge.kernelbench: KernelBench's own
     Stage("escape", "stage_escape", _on_gpu),  # kp.judge.escape: work outside the timer, own kernel
     Stage("timing", "stage_timing", _on_gpu),  # kp.judge.timed
     Stage("traffic, memory and ceilings", "stage_ceilings", _on_gpu),

@@ -92,6 +92,7 @@ class TimingStage:
         self.t_gpu_stages = time.perf_counter()
         self._rebuild(init)
         self.held.enter_context(gpu_to_itself(self.log))
+        self.gpu_own = True
         self._each(self._escape)
 
     def stage_timing(self, rec: dict, init) -> None:

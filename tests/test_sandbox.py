@@ -236,11 +236,18 @@ def test_box_runs_the_cpu_kernels_its_reference_runs():
     import subprocess
     code = ("import torch; x = torch.linspace(-4, 4, 4099); "
             "print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(), torch.tanh(x).sum().item())")
-    outside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
-    argv = sandbox.command([sys.executable, "-c", code], read_only=[str(ROOT)], cwd="/tmp",
-                           env=sandbox.box_env(dict(os.environ), str(ROOT)), limits=sandbox.Limits())
+    env = sandbox.box_env(dict(os.environ), str(ROOT))
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    # the same environment outside the box: what the box itself changes (its view of /proc, /sys, the CPU), apart
+    # from what this test process's environment holds (once, in a full parallel run, a process started with it
+    # computed another tanh sum on the same kernels and threads)
+    outside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                             cwd="/tmp").stdout
+    argv = sandbox.command([sys.executable, "-c", code], read_only=[str(ROOT)], cwd="/tmp", env=env,
+                           limits=sandbox.Limits())
     inside = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert inside.stdout == outside and outside, (outside, inside.stdout, inside.stderr[-2000:])
+    assert inside.stdout.split()[:2] == plain.split()[:2], (plain, inside.stdout)  # instruction set and threads
     # started after this process imported torch, a box is told the kernels this process picked; a choice of the
     # user's own is kept
     import torch

@@ -1119,7 +1119,7 @@ def test_a_call_out_of_gpu_memory_is_judged_by_whose_memory_filled_the_gpu(monke
 def test_running_out_of_gpu_memory_while_timing_is_no_verdict():
     """A row that passed parity and runs out of GPU memory in the timing harness gets no verdict: one line that
     says so (the judge's pool and baselines did not fit), not a rejection of the candidate."""
-    from kp.errors import Rejected
+    from kp.errors import OutOfMemory as Raised
     ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
     j = judge.Judge(ref, seed=3, device="cpu", sandbox=False, bench=False)
 
@@ -1130,7 +1130,7 @@ def test_running_out_of_gpu_memory_while_timing_is_no_verdict():
 
         def call(self, stage, cmd, *args):
             if cmd == "time":
-                raise Rejected(self.why)
+                raise Raised(self.why, 60 << 30, 6 << 30)
             return {}
     j.refs = None
     j.runners = [OutOfMemory()]

@@ -116,21 +116,23 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     shared = {g for g in gpus if g is not None and gpus.count(g) > 1}
     again: list[tuple[Job, str]] = []
 
-    def finished(slot: Slot, name: str, job: Job, key: str, res: dict) -> None:
+    def record(slot: Slot, name: str, job: Job, key: str, res: dict) -> None:
+        _record(out, job, key, res, name, results, bar)
+
+    def first_try(slot: Slot, name: str, job: Job, key: str, res: dict) -> None:
         if res.get("gpu_memory") and slot.gpu in shared:
             again.append((job, key))
             bar.bar.write(f"{name:>4}  {job.name}: no verdict for want of GPU memory beside other slots; judged again "
                           f"at the end with the GPU to itself", file=sys.stderr)
         else:
-            _record(out, job, key, res, name, results, bar)
+            record(slot, name, job, key, res)
     try:
-        _drain(deque(todo), list(zip(slots, names)), timeout_s, bar, finished)
+        _drain(deque(todo), list(zip(slots, names)), timeout_s, bar, first_try)
         if again:
             alone = {}
             for s, name in zip(slots, names):
                 alone.setdefault(s.gpu, (s, name))
-            shared.clear()
-            _drain(deque(again), list(alone.values()), timeout_s, bar, finished)
+            _drain(deque(again), list(alone.values()), timeout_s, bar, record)
     finally:
         for s in slots:
             s.close()

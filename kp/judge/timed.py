@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from kp.errors import GpuMemoryShort, Rejected
+from kp.errors import GpuMemoryShort, OutOfMemory, Rejected
 from kp.judge.expected import _release, judge_output
 from kp.lib.numerics import same_values
 from kp.judge.plan import free_gpu_bytes, memory_need
@@ -188,7 +188,7 @@ class TimingStage:
                 check_told(t["timing"], self.timed_samples)
                 times = reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
             except Rejected as e:
-                if "raised OutOfMemoryError" in str(e):  # the harness's memory, not the row's (module doc)
+                if isinstance(e, OutOfMemory):  # the harness's memory, not the row's (module doc)
                     why = str(e)
                     held = why.find(" [the raising process:")  # the worker's own figures: kept past the cut
                     held = why[held:why.index("]", held) + 1] if held > 200 else ""

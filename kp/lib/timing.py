@@ -47,6 +47,12 @@ def _flock(fd: int, mode: int, log, why: str) -> float:
     return waited
 
 
+def _lock_files() -> tuple[int, int]:
+    """The GPU's two lock files, opened: the turn and the gate (gpu_to_itself, gpu_shared)."""
+    path = gpu_lock_path()
+    return (os.open(path, os.O_RDWR | os.O_CREAT, 0o666), os.open(path + ".gate", os.O_RDWR | os.O_CREAT, 0o666))
+
+
 def _waited(seconds: float) -> None:
     if seconds > 0:
         for told in list(GPU_WAITS):
@@ -61,8 +67,7 @@ def gpu_to_itself(log=None):
     read as work escaping the timer. Two lock files per GPU (its UUID names them): the turn, taken exclusively here,
     which stops other judges from starting a stage (gpu_shared), then the gate, taken exclusively once the stages
     that other judges are in have ended."""
-    turn = os.open(gpu_lock_path(), os.O_RDWR | os.O_CREAT, 0o666)
-    gate = os.open(gpu_lock_path() + ".gate", os.O_RDWR | os.O_CREAT, 0o666)
+    turn, gate = _lock_files()
     import fcntl
     try:
         waited = _flock(turn, fcntl.LOCK_EX, log, "another judge on this host is timing on it")
@@ -80,8 +85,7 @@ def gpu_shared(log=None):
     while another judge times on this GPU, and keeps any from starting to time until the stage ends. The turn is
     held only for as long as it takes to enter the gate, so a judge waiting to time is not kept out by stages that
     start after it asked."""
-    turn = os.open(gpu_lock_path(), os.O_RDWR | os.O_CREAT, 0o666)
-    gate = os.open(gpu_lock_path() + ".gate", os.O_RDWR | os.O_CREAT, 0o666)
+    turn, gate = _lock_files()
     import fcntl
     try:
         waited = _flock(turn, fcntl.LOCK_SH, log, "another judge on this host is timing on it")

@@ -40,6 +40,15 @@ def oom_request_bytes(message: str) -> int:
     return int(float(m.group(1)) * {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}.get(m.group(2), 1))
 
 
-def first_line(e: BaseException) -> str:
-    s = str(e).strip().splitlines()
-    return s[0][:300] if s else ""
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """An error's message on one line: its first line, and where that line only announces a list (it ends with a
+    colon, as load_state_dict's "Error(s) in loading state_dict for ModelNew:" does), the lines of the list after
+    it joined with "; ", so the missing and unexpected keys are part of the reason."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    text = lines[0]
+    if text.endswith(":") and len(lines) > 1:
+        text += " " + "; ".join(lines[1:])
+        limit = max(limit, 900)
+    return text[:limit] + ("..." if len(text) > limit else "")

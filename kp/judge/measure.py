@@ -27,6 +27,7 @@ def export_output(out, inputs=()):
     in-place activation) leaves as a copy: a tensor received from another process cannot be sent back through it."""
     if type(out) is torch.Tensor:
         ptrs = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+        out = out.detach() if out.requires_grad else out  # values, not autograd's graph (which cannot cross)
         return out.clone() if out.numel() and out.untyped_storage().data_ptr() in ptrs else out
     if isinstance(out, (int, float, bool)):
         return out

@@ -115,8 +115,12 @@ class ProcessRunner:
     def _died(self, stage: str) -> Rejected:
         self.proc.join(5)
         tail = stderr_tail(self.stderr.name)
-        return Rejected(f"{stage}: the candidate's process died ({exit_status(self.proc.exitcode)})"
-                        + (f"; its stderr ended: {tail}" if tail else ""))
+        code = self.proc.exitcode
+        why = f"{stage}: the candidate's process died ({exit_status(code)})"
+        if code == 0:  # the worker answers every command, a Python exit included: this ended below Python
+            why += (" in the middle of the judge's command, without a Python error: code that exits the process "
+                    "directly (os._exit, or exit() from native code or a library)")
+        return Rejected(why + (f"; its stderr ended: {tail}" if tail else "; nothing on its stderr"))
 
     def _timed_out(self, stage: str) -> Rejected:
         self.proc.kill()

@@ -46,10 +46,13 @@ def raised(stage: str, error: str, gpu_memory=_gpu_memory) -> str:
     return why
 
 
-def error_text(e: Exception) -> str:
+def error_text(e: BaseException) -> str:
     """What a command that raised answers: 'Type: first line'. Out of GPU memory, also what the raising process's
     allocator holds then (taken here, in that process: a worker's figures, not the judge's), since its own
-    tensors are the ones a reader can act on."""
+    tensors are the ones a reader can act on. An exit asked for from inside a command (sys.exit, exit()) says so."""
+    if isinstance(e, SystemExit):
+        return (f"SystemExit: the candidate's code asked its process to exit (sys.exit or exit() with code "
+                f"{e.code!r}) in the middle of the judge's command")
     text = f"{type(e).__name__}: {first_line(e)}"
     if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_available() and torch.cuda.is_initialized():
         g = 2**30
@@ -118,7 +121,9 @@ class Worker(MeasureCommands):
             try:
                 reply = getattr(self, "cmd_" + cmd)(*args)
                 reply["ok"] = True
-            except Exception as e:  # the candidate's failure is data for the judge, not a crash of the worker
+            except BaseException as e:  # the candidate's failure is data for the judge, not a crash of the worker:
+                #                         sys.exit() inside a forward too, which would end this process with
+                #                         exit code 0 and nothing said
                 reply = {"ok": False, "error": error_text(e),
                          "traceback": traceback.format_exc(limit=8)}
                 if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_initialized():
@@ -131,13 +136,13 @@ class Worker(MeasureCommands):
             reply["build_failures"] = self.build_failures
             reply["seq"] = seq  # which command this answers: anything else on the channel is not this loop's
             _settle_before_sending(self.device)
-            self.conn.send(reply)
+            send(self.conn, reply)
             if not reply["ok"] and self.device == "cuda" and _cuda_broken():
                 return  # a sticky CUDA error: this context is gone; the judge sees the pipe close
 
     def _interim_pipe(self, msg: dict):
         """Hand `msg` to the judge and return its answer."""
-        self.conn.send({"interim": True, **msg})
+        send(self.conn, {"interim": True, **msg})
         return self.conn.recv()[1]
 
     def _with_baselines(self, labels: list[str]) -> dict:
@@ -244,6 +249,33 @@ class Worker(MeasureCommands):
         return {"buffers": {k: v.detach().clone() for k, v in m.state_dict().items()}}
 
 
+def owned_copy(msg):
+    """`msg` with every tensor replaced by a detached copy in memory this process owns: what is sent when a tensor
+    cannot cross as it is (CUDA-graph pool memory, which CUDA cannot export; a non-leaf tensor that requires
+    grad, which pickling refuses)."""
+    if isinstance(msg, torch.Tensor):
+        with torch.no_grad():
+            return msg.detach().clone()
+    if isinstance(msg, dict):
+        return {k: owned_copy(v) for k, v in msg.items()}
+    if isinstance(msg, (tuple, list)):
+        return type(msg)(owned_copy(v) for v in msg)
+    return msg
+
+
+def send(conn, msg: dict) -> None:
+    """Send `msg` to the judge; where a tensor in it cannot be shared as it is, send owned copies instead. The
+    message is pickled whole before anything is written, so a failed first try leaves the channel clean."""
+    import pickle
+    try:
+        conn.send(msg)
+    except (RuntimeError, TypeError, pickle.PicklingError):
+        msg = owned_copy(msg)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # the copies are written before the judge reads them
+        conn.send(msg)
+
+
 def _settle_before_sending(device: str) -> None:
     """Finish this process's GPU work before a message with GPU tensors leaves it. A storage the receiver already
     maps (the judge refills one input buffer per layout, so the worker keeps mapping the same one) is taken from
@@ -272,6 +304,8 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
         fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
         os.dup2(fd, 2)
         os.close(fd)
+    import faulthandler
+    faulthandler.enable()  # a crash in native code (a signal) leaves its Python stack on stderr, for the verdict
     warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
     # A forkserver child has the environment and directory of the server's start; the judge's are the ones that
     # count (CUDA_VISIBLE_DEVICES, KP_CAPABILITY, the candidate's relative paths). CUDA reads them at its first

@@ -7,6 +7,7 @@ import json
 import inspect
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -1150,3 +1151,33 @@ def test_running_out_of_gpu_memory_while_timing_is_no_verdict():
     with pytest.raises(harness.UsageError) as ei:
         j._timing()
     assert str(ei.value).endswith(f"... {held})") and len(str(ei.value)) < 700
+
+
+def test_a_stateful_reference_is_followed_through_every_timed_call():
+    """KernelBench's vanilla RNN keeps its hidden state in a plain attribute: the judge finds that on the first call,
+    says so, and judges a checked timed call against the reference advanced through every call the row made before
+    it (warm-ups and untimed calls included). Run on the CPU through the timing stage itself: the rewrite is
+    accepted with a timed call checked (judged against a reference that saw only parity's calls it was rejected
+    there, relL2 0.4); one that never keeps its new state is rejected at its second call, for that reason."""
+    folder = CASES_DIR / "stateful_rnn"
+    ref = judge.Reference.load(("file", str(folder / "ref.py")))
+    for name in ("two_matmuls.py", "wrong_stale_state.py"):
+        j = judge.Judge(ref, seed=5, device="cpu", sandbox=False, min_reps=4, max_reps=6, budget_s=5.0)
+        row = j.add_candidate(folder / name)
+        rec, init = j._record_head(False), ref.init()
+        try:
+            for stage in ("stage_setup", "stage_import", "stage_parity"):
+                getattr(j, stage)(rec, init)
+            assert j.refs.state_attrs == ["hidden"]
+            assert any("carries state from call to call (hidden)" in n for n in j.notes)
+            if name.startswith("wrong"):
+                assert not row.accepted and "trial 2" in row.reason and "does not follow it" in row.reason
+                continue
+            assert row.accepted, row.reason
+            j.t_gpu_stages = time.perf_counter()  # what the escape stage, GPU-only, starts
+            j.stage_timing(rec, init)
+        finally:
+            for runner in j.runners:
+                runner.close()
+        assert row.accepted, row.reason
+        assert [k for k in row.checks if k.startswith("timed call")], row.checks

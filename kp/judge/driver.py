@@ -132,6 +132,8 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         self.check_at: dict[str, int] = {}
         self.timed_checks: dict[str, int] = {}
         self.timed_samples: dict[str, list] = {}  # each timed call's sample, as the worker told it right after it
+        self.call_log: dict[str, list] | None = None  # a stateful reference: each row's calls while timing, in order
+        self.row_refs: dict | None = None  # ... and each row's own references, advanced through them
         self.input_buffers: dict[int, torch.Tensor] = {}
         self.t_start = time.perf_counter()
         self.before_judge_s = _process_age_s()  # the interpreter's start, imports, argument parsing, a box's start

@@ -88,6 +88,10 @@ class _Refs:
         self.how = FLOAT64
         self.k = 1.0  # the reduction length of the latest call (its budget's floor)
         self.initial = {k: b.detach().clone() for k, b in self.r32.named_buffers()}  # what the calls change
+        # The plain tensor attributes a call replaces or changes (KernelBench's RNN cells keep their hidden state
+        # in `self.hidden`): found on the first call; [] when there are none. Each call's output then depends on the
+        # calls before it, and the judge keeps this reference in step with the candidate through every stage.
+        self.state_attrs: list[str] | None = None
 
     def state(self) -> dict:
         return self.r32.state_dict()
@@ -102,15 +106,22 @@ class _Refs:
                 p64.copy_(p32)
 
     def save_buffers(self) -> dict:
-        return {k: b.clone() for m in (self.r32, self.r64) for k, b in
-                ((f"{id(m)}:{n}", b) for n, b in m.named_buffers())}
+        """The state a call may change, buffers and plain tensor attributes, of both references."""
+        out = {k: b.clone() for m in (self.r32, self.r64) for k, b in
+               ((f"{id(m)}:{n}", b) for n, b in m.named_buffers())}
+        out["plain"] = [(sub, k, v) for m in (self.r32, self.r64) for sub, k, v in plain_tensors(m)]
+        return out
 
     def restore_buffers(self, saved: dict | None) -> None:
+        """Back to the state save_buffers() took: a call whose check is skipped leaves the references as they were
+        (the candidate is not called either)."""
         with torch.no_grad():
             for m in (self.r32, self.r64):
                 for n, b in m.named_buffers():
                     if saved and f"{id(m)}:{n}" in saved:
                         b.copy_(saved[f"{id(m)}:{n}"])
+        for sub, k, v in (saved or {}).get("plain", []):  # an attribute a call re-assigns: the old tensor back
+            sub.__dict__[k] = v
 
     def to_host(self) -> None:
         """The float64 reference to the host from here on, its GPU memory handed back."""
@@ -197,8 +208,13 @@ class _Refs:
         set_precision(precision)
         try:
             counter, reductions = FlopCounterMode(display=False), ReductionLength()
+            before = None if self.state_attrs is not None else \
+                {k: v.detach().clone() for k, (_, _, v) in _named_plain(self.r32).items()}
             with torch.no_grad(), counter, reductions:
                 r32 = self.r32(*[clone_layout(x) for x in pristine])
+            if before is not None:
+                self.state_attrs = sorted(k for k, (_, _, v) in _named_plain(self.r32).items()
+                                          if k not in before or not _same_buffer(v.detach(), before[k]))
             if self.chunks > 1 and self.chunk_proof is None:
                 why = self._rows_apart(pristine, r32)
                 self.chunk_proof = why or f"in {self.chunks} slices of the batch"
@@ -219,6 +235,18 @@ class _Refs:
             r64 = tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64)) \
                 if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
         return Expected.of(r32, r64, k=self.k)
+
+
+def plain_tensors(model: torch.nn.Module) -> list:
+    """(submodule, attribute name, tensor) for every plain tensor attribute of the model's submodules: tensors
+    it holds that are neither parameters nor buffers."""
+    return [(sub, k, v) for sub in model.modules() for k, v in vars(sub).items() if isinstance(v, torch.Tensor)]
+
+
+def _named_plain(model: torch.nn.Module) -> dict:
+    """plain_tensors by dotted name ("hidden", "cell.h0")."""
+    names = {id(sub): n for n, sub in model.named_modules()}
+    return {(f"{names[id(sub)]}." if names[id(sub)] else "") + k: (sub, k, v) for sub, k, v in plain_tensors(model)}
 
 
 def _rows(xs: list, start: int, stop: int) -> list:

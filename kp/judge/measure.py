@@ -45,13 +45,16 @@ class MeasureCommands:
     """Worker commands that measure; see the module doc."""
 
     # -- timing -------------------------------------------------------------------------------------------------
-    def cmd_time(self, labels: list[str], pool_size: int, min_reps: int, max_reps: int, budget_s: float):
+    def cmd_time(self, labels: list[str], pool_size: int, min_reps: int, max_reps: int, budget_s: float,
+                 every_call: bool = False):
         """Baselines and rows interleaved; every call gets inputs drawn just before it from a seed drawn from the
         OS then (a pool slot refilled outside the timed region), so no input can be known before its call. After each
         timed call, outside the timed region and before any other code of the models runs, the judge is told its
         sample (`interim`), and for a judged row its seed, and answers whether it checks that call; only then does the
         output cross, so which calls are checked is decided in the judge's process after the fact. Returns every
-        sample too; the judge keeps its own and takes the median itself."""
+        sample too; the judge keeps its own and takes the median itself. every_call (a reference whose calls carry
+        state): the untimed calls of judged rows are told too, seed only, before each runs, so the judge can advance
+        its reference through the same calls."""
         dev = self.device
         self.held_inputs = None  # parity's last inputs: the timing pool replaces them
         if dev == "cuda":
@@ -95,6 +98,8 @@ class MeasureCommands:
             st["calls"] += 1
             st["slot"] = slot
             st["timed"] = (name, rep, s, slot) if rep >= 0 else None
+            if every_call and rep < 0 and name in labels:
+                self.interim({"label": name, "rep": rep, "seed": s, "advance": True})
 
         def call(name, m):
             def f():

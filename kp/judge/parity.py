@@ -12,7 +12,7 @@ import torch
 from kp.errors import Rejected, UsageError, first_line
 from kp.judge.expected import (Expected, Row, _Refs, _out_bytes_hint, _release, _same_buffer, _unread_counter,
                                judge_output)
-from kp.judge.float64 import FP32_ONLY_BUDGET
+from kp.judge.float64 import FP32_ONLY_BUDGET, float64_copy
 from kp.judge.plan import (check_memory, cpu_bench_refusal, float64_chunks, float64_on_gpu, gpu_snapshot,
                            host_available)
 from kp.judge.premises import Premises
@@ -63,6 +63,17 @@ class ConstructStage:
         if names and load:
             state = {names[k]: v for k, v in (refs.state() if state is None else state).items() if k in names}
             row.runner.call(stage, "update", row.label, {"kind": "load_state_dict", "state": state})
+
+    def _fresh_refs(self, init) -> _Refs:
+        """The references as built after the seed, holding the current weights and buffers: where calls carry
+        state, both they and the rows start again from here."""
+        old = self.refs
+        new = _Refs(self.ref, init, self.seed, self.device, old.f64_device, self.train, chunks=old.chunks)
+        new.r32.load_state_dict(old.state())
+        new.r64 = float64_copy(new.r32, new.f64_device)
+        new.how, new.moved, new.chunk_proof, new.state_attrs = old.how, old.moved, old.chunk_proof, old.state_attrs
+        new.initial = old.initial
+        return new
 
     def _own_init(self, row: Row, init, label: str, pristine: list, exp: Expected) -> str | None:
         """A row wrong with the reference's weights loaded, judged once more at its own same-seed initialisation
@@ -314,6 +325,10 @@ class ParityStage:
                 try:
                     row.checks[label] = self._check_call(row, label, pristine, exp)
                 except Rejected as e:
+                    if refs.state_attrs and passed_before.get(row.label):
+                        raise Rejected(f"{e}; it passed the call before: the reference carries state from call to "
+                                       f"call ({', '.join(refs.state_attrs)}) and the candidate's output does not "
+                                       f"follow it") from None
                     if changed and passed_before.get(row.label):
                         raise Rejected(f"{e}; it passed before the weights changed ({upd}): a value derived from "
                                        f"the weights is not recomputed (stale weight cache)") from None
@@ -331,6 +346,9 @@ class ParityStage:
             del pristine, exp
             _release()
         premises.forget()
+        if refs.state_attrs:
+            self.notes.append(f"the reference carries state from call to call ({', '.join(refs.state_attrs)}): every "
+                              f"checked call is judged against it advanced through the same calls")
         if refs.moved:
             self.notes.append(f"the float64 reference {refs.moved}")
         if refs.fp32_only():

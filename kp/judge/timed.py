@@ -5,6 +5,7 @@ shapes, and what timing adds is the judge's (a pool of fresh inputs, the baselin
 never an acceptance either; a row that takes more memory with every call is not told apart from that here."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 
@@ -96,6 +97,9 @@ class TimingStage:
         self._each(self._escape)
 
     def stage_timing(self, rec: dict, init) -> None:
+        if self.refs.state_attrs:  # a reference whose calls carry state: it and the rows start again from the seed
+            self.refs = self._fresh_refs(init)  # with the current weights, and each row's calls are followed
+            self._rebuild(init)
         moved = self.refs.moved
         timed = self._timing()
         if self.refs.moved and self.refs.moved != moved:  # a checked timed call's forward did not fit beside
@@ -142,7 +146,10 @@ class TimingStage:
         if "ms" in msg:
             self.timed_samples.setdefault(msg["label"], []).append(float(msg["ms"]))
         row = next((r for r in self.rows if r.label == msg["label"] and r.accepted), None)
-        if row is None or ("ms" in msg and not msg.get("ask")):
+        log = self.call_log.get(msg["label"]) if self.call_log is not None else None
+        if log is not None and "seed" in msg and "out" not in msg:
+            log.append(int(msg["seed"]))  # a stateful reference: every call of the row, in order
+        if row is None or msg.get("advance") or ("ms" in msg and not msg.get("ask")):
             return False
         if msg.get("ask"):
             n = self.timed_checks.setdefault(row.label, 0)
@@ -157,13 +164,26 @@ class TimingStage:
             for i, (a, b) in enumerate(zip(msg["inputs"], pristine)):
                 if isinstance(b, torch.Tensor) and not same_values(a, b):
                     raise Rejected(f"{label}: input {i} was modified (or is not the draw of the seed it reported)")
-            exp = self.refs.expected(pristine, self.precision)
+            exp = self._advanced(row.label, seed).expected(pristine, self.precision)
             row.checks[label] = judge_output(label, msg["out"], msg["type"], exp)
         except Rejected as e:
             row.reject(str(e))
         del msg
         _release()
         return True
+
+    def _advanced(self, label: str, seed: int):
+        """The references a row's checked timed call is judged against: the judge's own where calls carry no state;
+        for a stateful reference the row's copy, advanced through every call the row made before this one."""
+        if self.call_log is None:
+            return self.refs
+        refs, log = self.row_refs[label], self.call_log[label]
+        if not log or log[-1] != seed:
+            raise Rejected(f"timing: the calls the worker reported do not end with the checked call's seed {seed}")
+        for s in log[:-1]:
+            refs.expected(self.ref.inputs(s, self.device), self.precision)
+        log.clear()
+        return refs
 
     def _rebuild(self, init) -> None:
         """The declared cases built models of their own shapes: back to the benchmark's, with the current weights."""
@@ -176,6 +196,9 @@ class TimingStage:
         refs = self.refs
         self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
         self.check_at, self.timed_checks = {}, {}
+        stateful = bool(refs.state_attrs)
+        self.call_log = {r.label: [] for r in self.live()} if stateful else None
+        self.row_refs = {r.label: copy.deepcopy(refs) for r in self.live()} if stateful else None
         _release()
         result = {}
         timed = [(runner, [r for r in self.live() if r.runner is runner]) for runner in self.runners]
@@ -184,7 +207,7 @@ class TimingStage:
             t0 = time.perf_counter()
             self.timed_samples = {}
             try:
-                t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps)
+                t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps, stateful)
                 check_told(t["timing"], self.timed_samples)
                 times = reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
             except Rejected as e:

@@ -12,6 +12,10 @@ class GpuMemoryShort(UsageError):
     run. With the GPU to itself the same job may get a verdict (a batch judges it again so)."""
 
 
+class NoVerdict(UsageError):
+    """The judge could not check enough to give a verdict (too few checked calls); exit 2 with what was missing."""
+
+
 class KernelBuildError(RuntimeError):
     """A kernel failed to compile; the message names the .cu file and line with the compiler's own words."""
 

@@ -1181,3 +1181,40 @@ def test_a_stateful_reference_is_followed_through_every_timed_call():
                 runner.close()
         assert row.accepted, row.reason
         assert [k for k in row.checks if k.startswith("timed call")], row.checks
+
+
+def test_no_row_is_accepted_on_fewer_than_the_minimum_checked_calls():
+    """Whatever the device and however a stage went, the driver gives no verdict (exit 2) to a row that would be
+    accepted after fewer than MIN_CHECKED checked calls, and says why; rejections and enough checks pass through."""
+    from kp.errors import NoVerdict
+    ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
+    for device in ("cpu", "cuda"):
+        j = judge.Judge.__new__(judge.Judge)
+        j.ref, j.device = ref, device
+        checks = {f"trial {i}": {} for i in range(judge.MIN_CHECKED - 1)}
+        j.rows = [expected.Row("candidate", None, checks=dict(checks))]
+        with pytest.raises(NoVerdict, match=r"no verdict: candidate passed 2 checked calls, fewer than the 3 .*"
+                                            r"declared cases only"):
+            j._enough_checks({"notes": "the benchmark shape (12,288 MiB) was not run on the CPU; declared cases only"})
+        j.rows[0].checks["trial 9"] = {}
+        j._enough_checks({})  # enough
+        j.rows = [expected.Row("candidate", None, accepted=False, reason="trial 1: relL2 ...")]
+        j._enough_checks({})  # a rejection needs no count
+
+
+def test_a_shape_too_large_for_the_cpu_is_judged_at_a_smaller_one_of_its_family():
+    """On the CPU a reference whose benchmark shape does not fit is judged at a smaller shape of its own family: the
+    batch halved until it fits, the model's sizes and every matrix input's rows kept; where nothing may shrink
+    (a size the model reads, or only the rows), nothing changes and the caller gives no verdict."""
+    scaled = CASES_DIR / "scaled"
+    fits = lambda fp: plan.cpu_bench_refusal(fp, 64 << 30) is None
+    gelu = judge.Reference.load(("file", str(scaled / "gelu" / "ref.py")))
+    assert gelu.scale_to_fit(fits) == {"batch_size": (4096, 64)}
+    assert gelu.module.dim == 393216
+    ce = judge.Reference.load(("file", str(scaled / "cross_entropy" / "ref.py")))
+    assert ce.scale_to_fit(fits) == {"batch_size": (32768, 8192)}  # targets (N,) follow the logits' batch
+    ln = judge.Reference.load(("file", str(scaled / "layernorm" / "ref.py")))
+    assert ln.scale_to_fit(fits) == {"batch_size": (16, 8)}  # features, dim1, dim2 are the model's
+    assert ln.init() == [(64, 256, 256)]
+    tiny = lambda fp: fp["inputs"] < 1024  # nothing but a change of the model or the rows would fit this
+    assert ln.scale_to_fit(tiny) == {} and ln.module.batch_size == 8

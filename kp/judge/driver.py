@@ -48,7 +48,7 @@ import torch
 
 from kp.box import sandbox
 from kp.lib.build import progress
-from kp.errors import GpuMemoryShort, OutOfMemory, Rejected, UsageError, first_line
+from kp.errors import GpuMemoryShort, NoVerdict, OutOfMemory, Rejected, UsageError, first_line
 from kp.judge.expected import Row
 from kp.lib.layers import PRECISIONS
 from kp.judge.plan import OTHERS_SLACK, free_gpu_bytes, gpu_snapshot, memory_need, memory_taken_by_others
@@ -64,6 +64,7 @@ from kp.judge.worker import JOB_TIMEOUT_S
 from kp.lib import timing
 
 MODES = ("train", "eval")
+MIN_CHECKED = MIN_TRIALS  # checked calls a row must pass to be accepted, on any device
 
 # ---------------------------------------------------------------------------------------------------------------
 # The judge.
@@ -282,9 +283,20 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
             for runner in self.runners:
                 runner.close()
         run_stages(AFTER_WORKERS)
+        self._enough_checks(rec)
         rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
         rec["gpu_wait_s"] = round(self.gpu_wait_s, 2)
         return self._record_tail(rec, self.device == "cuda")
+
+    def _enough_checks(self, rec: dict) -> None:
+        """No acceptance without checks: a row that would be accepted on fewer than MIN_CHECKED checked calls (its
+        shapes did not fit where it ran, and it declares too few cases) gets no verdict, on any device."""
+        short = [r for r in self.rows if r.accepted and not r.peer and len(r.checks) < MIN_CHECKED]
+        if short:
+            why = rec.get("notes") or "too few calls could be checked here"
+            raise NoVerdict(f"{self.ref.name}: no verdict: {', '.join(r.label for r in short)} passed "
+                            f"{min(len(r.checks) for r in short)} checked calls, fewer than the {MIN_CHECKED} an "
+                            f"acceptance needs ({why}); judge it on a GPU, or on a host with room for its shapes")
 
     def _waited_for_gpu(self, seconds: float) -> None:
         """Time spent waiting for other judges on this GPU is not the job's: its deadline, and its workers', move."""

@@ -248,6 +248,16 @@ class ParityStage:
         """Parity on the benchmark shape (where it can run here), then the declared cases."""
         self.t_parity = time.perf_counter()
         why_not = None if self.device == "cuda" else cpu_bench_refusal(self.fp, host_available())
+        if why_not:  # on the CPU: a smaller shape of the reference's own family, where one fits
+            room = host_available()
+            scaled = self.ref.scale_to_fit(lambda fp: cpu_bench_refusal(fp, room) is None)
+            if scaled:
+                self._fp = self.ref.footprint(self.device)
+                said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in scaled.items())
+                self.notes.append(f"{why_not}; judged at a smaller shape of the reference's family ({said}: "
+                                  f"{self.fp['shapes']})")
+                rec["judged_shape"] = self.fp["shapes"]
+                why_not = None
         self.bench_parity = why_not is None
         if self.bench_parity:
             self._parity_bench(init)

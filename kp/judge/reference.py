@@ -78,6 +78,65 @@ class Reference:
             xs = self.module.get_inputs()
         return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
 
+    def scale_to_fit(self, fits) -> dict[str, tuple[int, int]]:
+        """Shrink the reference's own shape family until `fits(footprint)` holds, and return what changed
+        ({global: (benchmark value, judged value)}), or {} where no allowed change makes it fit (nothing is
+        changed then). Only module-level integers that get_inputs() reads and that neither get_init_inputs() nor
+        Model's code reads may change, so the model, its weights and every operator's parameters stay as they
+        are. The batch (a size that moves only dimension 0 of the inputs) is halved first; then sizes that move no
+        input's last dimension (spatial extents, sequence lengths); the last dimension, the row most operators
+        reduce, is kept. Each size is halved down to 2 at the least; sizes are tried on the meta device, where
+        nothing is allocated."""
+        g = vars(self.module)
+        reads = lambda f: _code_names(getattr(f, "__code__", None))
+        model_names = set().union(*(_code_names(getattr(v, "__code__", None))
+                                    for c in self.module.Model.__mro__ if c.__module__ == self.module.__name__
+                                    for v in vars(c).values()), set())
+        names = [n for n in sorted(reads(self.module.get_inputs) - reads(self.module.get_init_inputs) - model_names)
+                 if type(g.get(n)) is int and g[n] > 2]
+        base = self._meta_shapes()
+        if base is None:
+            return {}
+        moves = {}
+        for n in names:
+            old = g[n]
+            g[n] = old // 2
+            shapes = self._meta_shapes()
+            g[n] = old
+            if shapes is None or len(shapes) != len(base):
+                continue
+            if any(len(a) != len(b) for a, b in zip(base, shapes)):
+                continue
+            moved = [(len(a), {d for d in range(len(a)) if a[d] != b[d]}) for a, b in zip(base, shapes)]
+            rows = any(nd >= 2 and nd - 1 in dims for nd, dims in moved)  # a matrix's last dimension: its rows
+            wide = any(nd >= 2 and dims for nd, dims in moved)  # a 1-D input alone is one row: kept too
+            if wide and not rows:
+                moves[n] = 0 if all(dims <= {0} for _, dims in moved) else 1  # the batch first
+        original = {n: g[n] for n in moves}
+        for n in sorted(moves, key=lambda n: (moves[n], -g[n])):
+            while not self._fits(fits) and g[n] > 2:
+                g[n] = max(2, g[n] // 2)
+            if self._fits(fits):
+                return {k: (v, g[k]) for k, v in original.items() if g[k] != v}
+        g.update(original)
+        return {}
+
+    def _fits(self, fits) -> bool:
+        try:
+            return bool(fits(self._footprint("meta", _flop_counter())))
+        except Exception:
+            return False
+
+    def _meta_shapes(self) -> list[tuple] | None:
+        """The shapes get_inputs() draws, traced on the meta device, or None where it cannot run there."""
+        try:
+            with torch.device("meta"):
+                torch.manual_seed(0)
+                xs = self.module.get_inputs()
+        except Exception:
+            return None
+        return [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in xs]
+
     def case(self, name: str, seed: int, device) -> tuple[list, list]:
         g = torch.Generator().manual_seed(seed)
         return self.cases[name](g, device)
@@ -119,6 +178,22 @@ class Reference:
         if hasattr(self.module, "traffic"):
             return self.module.traffic(*inputs, init=init, **(opts or {}))
         return {"bytes": fp["inputs"] + fp["outputs"] + fp["weights"], "flops": fp["flops"]}
+
+
+def _flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+    return FlopCounterMode
+
+
+def _code_names(code) -> set[str]:
+    """The global names a function's code reads, its nested functions' and comprehensions' included."""
+    if code is None:
+        return set()
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            out |= _code_names(c)
+    return out
 
 
 class LivePeak:

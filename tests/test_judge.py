@@ -1159,7 +1159,7 @@ def test_a_stateful_reference_is_followed_through_every_timed_call():
     it (warm-ups and untimed calls included). Run on the CPU through the timing stage itself: the rewrite is
     accepted with a timed call checked (judged against a reference that saw only parity's calls it was rejected
     there, relL2 0.4); one that never keeps its new state is rejected at its second call, for that reason."""
-    folder = CASES_DIR / "stateful_rnn"
+    folder = CASES_DIR / "contract" / "stateful_rnn"
     ref = judge.Reference.load(("file", str(folder / "ref.py")))
     for name in ("two_matmuls.py", "wrong_stale_state.py"):
         j = judge.Judge(ref, seed=5, device="cpu", sandbox=False, min_reps=4, max_reps=6, budget_s=5.0)
@@ -1206,7 +1206,7 @@ def test_a_shape_too_large_for_the_cpu_is_judged_at_a_smaller_one_of_its_family(
     """On the CPU a reference whose benchmark shape does not fit is judged at a smaller shape of its own family: the
     batch halved until it fits, the model's sizes and every matrix input's rows kept; where nothing may shrink
     (a size the model reads, or only the rows), nothing changes and the caller gives no verdict."""
-    scaled = CASES_DIR / "scaled"
+    scaled = CASES_DIR / "contract" / "scaled"
     fits = lambda fp: plan.cpu_bench_refusal(fp, 64 << 30) is None
     gelu = judge.Reference.load(("file", str(scaled / "gelu" / "ref.py")))
     assert gelu.scale_to_fit(fits) == {"batch_size": (4096, 64)}

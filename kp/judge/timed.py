@@ -97,7 +97,7 @@ class TimingStage:
         self._each(self._escape)
 
     def stage_timing(self, rec: dict, init) -> None:
-        if self.refs.state_attrs:  # a reference whose calls carry state: it and the rows start again from the seed
+        if self.refs is not None and self.refs.state_attrs:  # a reference whose calls carry state: it and the rows start again from the seed
             self.refs = self._fresh_refs(init)  # with the current weights, and each row's calls are followed
             self._rebuild(init)
         moved = self.refs.moved
@@ -196,7 +196,7 @@ class TimingStage:
         refs = self.refs
         self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
         self.check_at, self.timed_checks = {}, {}
-        stateful = bool(refs.state_attrs)
+        stateful = bool(refs is not None and refs.state_attrs)
         self.call_log = {r.label: [] for r in self.live()} if stateful else None
         self.row_refs = {r.label: copy.deepcopy(refs) for r in self.live()} if stateful else None
         _release()

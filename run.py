@@ -229,7 +229,7 @@ def main(argv=None) -> int:
                 prebuild(ref.problem, variants)
         rec = judge.evaluate(ref, args.candidate[0] if args.candidate else None, variants, **opts)
         records.append(rec)
-        print(report.format_record(rec), flush=True)
+        print(report.format_record(rec, verdict_follows=bool(args.candidate)), flush=True)
         if args.candidate:
             print(report.verdict(rec), flush=True)
         status = max(status, 0 if rec["ok"] else 1)

@@ -35,8 +35,8 @@ def test_floors_reads_a_softmax_rejection_against_its_row_length(tmp_path):
     """A softmax keeps its input's shape but sums rows of 16384: 2.0e-06 fits the floor 2 u sqrt(16384) = 1.5e-05,
     a tanh-for-erf error of 2e-04 does not."""
     f = _results(tmp_path, [
-        "rejected: trial 1 (seed 1): relL2 1.98e-06 (worst row 4.28e-06) over budget 1.00e-06 (1.00e-06)",
-        "rejected: trial 1 (seed 1): relL2 1.98e-04 (worst row 2.04e-04) over budget 1.00e-06 (1.00e-06)",
+        "rejected: trial 1 (seed 1): relL2 1.98e-06 over budget 1.00e-06 (worst row 4.28e-06, row budget 1.00e-06)",
+        "rejected: trial 1 (seed 1): relL2 1.98e-04 over budget 1.00e-06 (worst row 2.04e-04, row budget 1.00e-06)",
         "accepted (kernelbench: pass (1e-4), pass (1e-2))"])
     lines = judge_corpus.floors(f).splitlines()
     assert len(lines) == 2 and "K 16384, floor 1.53e-05" in lines[0]

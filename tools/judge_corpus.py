@@ -197,14 +197,14 @@ def _reduction_length(ref: Path) -> float:
 
 def floors(path: Path) -> str:
     from kp.lib.numerics import accumulation_floor
-    pat = re.compile(r"relL2 ([\d.e+-]+) \(worst row ([\d.e+-]+)\) over budget ([\d.e+-]+) \(([\d.e+-]+)\)")
+    pat = re.compile(r"relL2 ([\d.e+-]+) over budget ([\d.e+-]+) \(worst row ([\d.e+-]+), row budget ([\d.e+-]+)\)")
     from kp.batch.jobfile import read_results
     out, ks = [], {}
     for line in read_results(path):
         m = pat.search(line.get("verdict", ""))
         if not m:
             continue
-        rel, row, b, b_row = map(float, m.groups())
+        rel, b, row, b_row = map(float, m.groups())
         ref = line["job"]["ref"][1]
         if ref not in ks:
             try:

@@ -209,8 +209,8 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
             try:
                 stage_fn(row)
             except Rejected as e:
-                row.reject(self._out_of_memory(row, e) if isinstance(e, OutOfMemory) else str(e))
-                self.log(f"{self.ref.name}: {row.label} rejected: {row.reason}")
+                row.reject(self._out_of_memory(row, e) if isinstance(e, OutOfMemory) else e)
+                self.log(f"{self.ref.name}: {row.label} rejected at {row.reason.split(':')[0]}")
 
     def _out_of_memory(self, row: Row, e: OutOfMemory) -> str:
         """A row's call ran out of GPU memory. If it asked for more than the GPU had free when the plan was made, or
@@ -309,12 +309,13 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
 
     def _record_head(self, gpu: bool) -> dict:
         seeds = [s for _, s, _, _ in self._sequence()]
-        self.log(f"{self.ref.name}: seed {self.seed} (calls {', '.join(map(str, seeds))}; replay with --seed "
+        self.log(f"{self.ref.name}: seed {self.seed} (every input of the run is drawn from it; replay with --seed "
                  f"{self.seed})")
         self.skipped = []
         rec = {"reference": self.ref.name, "ref_spec": list(self.ref.spec), "seed": self.seed, "mode": self.mode,
                "notes_list": self.notes, "timeout_s": self.timeout_s,
-               "trial_seeds": seeds[:self.trials], "precision": self.precision, "device":
+               "trial_seeds": seeds[:self.trials], "precision": self.precision, "allow_torch": self.allow_torch,
+               "device":
                torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": self.fp,
                "shape": self.fp["shapes"],
                "rows": {}, "skipped": self.skipped}
@@ -331,7 +332,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                 "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
                 "pure_torch": row.pure_torch, "own_kernels": row.own_kernels,
                 "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
-                "weights": row.weights, "kernelbench": row.kernelbench,
+                "weights": row.weights, "kernelbench": row.kernelbench, "traceback": row.traceback,
                 "build_failures": getattr(row.runner, "build_failures", [])}
         if getattr(self, "refs", None) is not None:
             rec["reference_precision"] = self.refs.how

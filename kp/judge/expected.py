@@ -25,8 +25,8 @@ def budget_reason(label: str, err, budget) -> str:
     if err.nonfinite_mismatch:
         return (f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference (an overflow, "
                 f"or elements never written: the judge's output memory reads as NaN until written)")
-    return (f"{label}: relL2 {err.rel_l2:.2e} (worst row {err.worst_row:.2e}) over budget {budget.rel_l2:.2e} "
-            f"({budget.worst_row:.2e})")
+    return (f"{label}: relL2 {err.rel_l2:.2e} over budget {budget.rel_l2:.2e} (worst row {err.worst_row:.2e}, "
+            f"row budget {budget.worst_row:.2e})")
 
 
 @dataclasses.dataclass
@@ -48,10 +48,13 @@ class Row:
     weights: str | None = None  # how the reference's weights reached the row, when not whole (same-seed contract)
     kernelbench: dict | None = None  # KernelBench's own correctness check on the same candidate: tolerance -> verdict
     respawn: object = None  # a candidate's: starts a fresh worker for it as its first one was started
+    traceback: str | None = None  # where the candidate's own code raised, when a rejection is a raise
 
-    def reject(self, reason: str) -> None:
+    def reject(self, reason, traceback: str | None = None) -> None:
+        """Reject with `reason` (a string, or the Rejected raised: its traceback, if it carries one, is kept)."""
         if self.accepted:
-            self.accepted, self.reason = False, reason
+            self.accepted, self.reason = False, str(reason)
+            self.traceback = traceback or getattr(reason, "traceback", None)
 
 
 def _same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -58,6 +58,6 @@ class KernelBenchCheck:
                 out = {t: f"not run ({e})" for t in KERNELBENCH_TOLS if out.get(t, "pass") == "pass"} \
                     | {k: v for k, v in out.items() if v != "pass"}
                 if "timeout after" in str(e):  # the job's time ran out here: that is the verdict
-                    row.reject(str(e))
+                    row.reject(e)
             row.kernelbench = {k: out[k] for k in sorted(out, key=float)}
             _release()

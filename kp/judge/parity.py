@@ -157,7 +157,7 @@ class ConstructStage:
                     if not r["has_model_new"]:
                         row.reject("import: the file defines no class ModelNew")
                 except Rejected as e:
-                    row.reject(str(e))
+                    row.reject(e)
 
 
 class CallCheck:

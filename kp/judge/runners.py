@@ -163,9 +163,9 @@ class ProcessRunner:
         if not reply.get("ok"):
             why = raised(stage, str(reply.get("error")))
             held, asked = reply.get("gpu_held"), reply.get("gpu_asked")
-            if isinstance(held, int) and isinstance(asked, int):
-                raise OutOfMemory(why, held, asked)
-            raise Rejected(why)
+            e = OutOfMemory(why, held, asked) if isinstance(held, int) and isinstance(asked, int) else Rejected(why)
+            e.traceback = reply.get("traceback") if isinstance(reply.get("traceback"), str) else None
+            raise e
         return reply
 
     def close(self):
@@ -229,10 +229,12 @@ class LocalRunner:
             raise
         except Exception as e:
             import torch
+            import traceback
             why = raised(stage, error_text(e))
-            if isinstance(e, torch.OutOfMemoryError):
-                raise OutOfMemory(why, 0, oom_request_bytes(str(e))) from None
-            raise Rejected(why) from None
+            err = OutOfMemory(why, 0, oom_request_bytes(str(e))) if isinstance(e, torch.OutOfMemoryError) else \
+                Rejected(why)
+            err.traceback = traceback.format_exc(limit=-40)
+            raise err from None
 
     def close(self):
         self.worker.models.clear()

@@ -167,7 +167,7 @@ class TimingStage:
             exp = self._advanced(row.label, seed).expected(pristine, self.precision)
             row.checks[label] = judge_output(label, msg["out"], msg["type"], exp)
         except Rejected as e:
-            row.reject(str(e))
+            row.reject(e)
         del msg
         _release()
         return True
@@ -221,7 +221,7 @@ class TimingStage:
                                          f"the rows did not fit on this GPU, so there is no verdict; judge again with "
                                          f"the GPU to itself or on one with more memory ({why})") from None
                 for r in rows:
-                    r.reject(str(e))
+                    r.reject(e)
                 continue
             result.setdefault("timing", {}).update(times)
             result.setdefault("rungs", {}).update(t["rungs"])

@@ -125,7 +125,7 @@ class Worker(MeasureCommands):
                 #                         sys.exit() inside a forward too, which would end this process with
                 #                         exit code 0 and nothing said
                 reply = {"ok": False, "error": error_text(e),
-                         "traceback": traceback.format_exc(limit=8)}
+                         "traceback": traceback.format_exc(limit=-40)}  # the innermost frames: the raise
                 if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_initialized():
                     reply["gpu_held"] = torch.cuda.memory_reserved()  # what this process held: see OutOfMemory
                     reply["gpu_asked"] = oom_request_bytes(str(e))

@@ -4,12 +4,34 @@ from __future__ import annotations
 from kp.observe.profile import kernel_base_name
 
 def kernelbench_line(r: dict) -> str | None:
-    """'kernelbench: pass (1e-4), fail (1e-2)': KernelBench's own check on the same candidate, beside the verdict."""
+    """KernelBench's own check on the same candidate, beside the verdict and never deciding it:
+    "KernelBench's own check (torch.allclose, atol = rtol): pass at 1e-4, fail at 1e-2"."""
     kb = r.get("kernelbench")
     if not kb:
         return None
     word = lambda v: v if v in ("pass",) else v.split(" ")[0] + (" run" if v.startswith("not") else "")
-    return "kernelbench: " + ", ".join(f"{word(v)} ({k})" for k, v in kb.items())
+    return "KernelBench's own check (torch.allclose, atol = rtol): " + ", ".join(f"{word(v)} at {k}"
+                                                                              for k, v in kb.items())
+
+
+def own_frames(traceback: str | None, path: str | None, most: int = 3) -> list[str]:
+    """The candidate's own frames of a traceback its call raised ("file.py:12 in forward: y = x.view(-1, 7)"),
+    innermost last: where in its code the author should look. Frames of other files (torch, the judge) are left
+    out; the record keeps the whole traceback."""
+    import os
+    import re
+    if not traceback or not path:
+        return []
+    folder = os.path.dirname(os.path.realpath(path))
+    out = []
+    lines = traceback.splitlines()
+    for i, ln in enumerate(lines):
+        m = re.match(r'\s*File "([^"]+)", line (\d+), in (.+)', ln)
+        if m and os.path.dirname(os.path.realpath(m[1])) == folder:
+            code = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") \
+                else ""
+            out.append(f"{os.path.basename(m[1])}:{m[2]} in {m[3]}" + (f": {code}" if code else ""))
+    return out[-most:]
 
 
 def row_notes(rec: dict, r: dict) -> list[str]:
@@ -47,6 +69,9 @@ def _verdict(rec: dict, label: str) -> str:
                      f"were not run")
     if r.get("pure_torch"):
         notes.append("pure PyTorch: no kernel of its own ran (--allow-torch)")
+    elif rec.get("allow_torch") and rec.get("stages_not_run"):
+        notes.append("--allow-torch: a pure-PyTorch rewrite is accepted; whether a kernel of its own runs is seen "
+                     "on a GPU only")
     if rec.get("mode") == "eval":
         notes.append("eval mode: inference semantics")
     if unboxed:
@@ -82,7 +107,20 @@ def row_floor_s(rec: dict, label: str) -> float:
     return max(tr["bytes"] / rec["bandwidth"], tr["flops"] / rec["flops_rate"] if rec.get("flops_rate") else 0.0)
 
 
-def format_record(rec: dict) -> str:
+def checks_line(r: dict) -> str:
+    """How many checked calls a row passed, by kind, in words."""
+    kinds = {"trial": "on fresh inputs", "inputs": "on derived inputs", "case": "on declared cases",
+             "timed": "timed calls checked"}
+    n = {k: sum(1 for c in r["checks"] if c.split(" ")[0] == k) for k in kinds}
+    changed = sum(1 for c in r["checks"] if c.startswith("trial") and ", after a" in c)
+    parts = [f"{v} {kinds[k]}" + (f" ({changed} after a change of the weights)" if k == "trial" and changed else "")
+             for k, v in n.items() if v]
+    return f"{len(r['checks'])} checked calls passed" + (f": {', '.join(parts)}" if parts else "")
+
+
+def format_record(rec: dict, verdict_follows: bool = False) -> str:
+    """The table (and the notes above it). verdict_follows: a verdict line with the reason comes after the table,
+    so a rejected row's column says only that."""
     gpu_peak = rec.get("peak_gpu_bytes")
     mode = {"train": "training mode (a fresh Model trains, as KernelBench builds it)",
             "eval": "eval mode (inference: both models in eval mode, calls under no_grad)"}.get(rec.get("mode"))
@@ -111,13 +149,15 @@ def format_record(rec: dict) -> str:
         lines.append("  the reference's own fp32 Model judged against its float64 copy, every parity stage (on "
                      f"{rec['device']}: nothing timed)")
     timing = rec.get("timing", {})
+    timed = bool(timing) and "bandwidth" in rec  # no timing columns where nothing was timed (the CPU)
     compute = rec.get("bound") == "compute"
     unit, scale, what = ("TFLOP/s", 1e12, "flops") if compute else ("GB/s", 1e9, "bytes")
     names = row_names(rec)
     label_of = lambda k: row_label(rec, k)
     w = max([16] + [len(label_of(k)) for k in names])
-    lines.append(f"{'':{w}} {'median ms':>9} {'IQR ms':>7} {unit:>8} {'%roof':>6} {'vs eager':>8} {'vs comp':>7} "
-                 f"{'host us':>7} {'relL2':>8} {'worst row':>9}  verdict")
+    lines.append(f"{'':{w}} " + (f"{'median ms':>9} {'IQR ms':>7} {unit:>8} {'%roof':>6} {'vs eager':>8} "
+                                 f"{'vs comp':>7} {'host us':>7} " if timed else "")
+                 + f"{'relL2':>8} {'worst row':>9}  verdict")
     torch_err = max([c.get("torch_rel_l2", 0.0) for r in rec["rows"].values() for c in r["checks"].values()],
                     default=None)
     for k in names:
@@ -130,16 +170,17 @@ def format_record(rec: dict) -> str:
                   else "-")
             cols += (f" {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {tr[what] / secs / scale:8,.0f} "
                      f"{100 * floor / secs:5.1f}% {ve:7.2f}x {vc:>7} {t['host_us']:7.0f}")
-        else:
+        elif timed:
             cols += " " * 62
         r = rec["rows"].get(k)
         if r:
-            errs = list(r["checks"].values())
-            e = max((c["rel_l2"] for c in errs), default=float("nan"))
-            wr = max((c["worst_row"] for c in errs), default=float("nan"))
+            errs = list(r["checks"].values())  # the calls it passed: a rejected row's failing one is in its reason
+            e = f"{max(c['rel_l2'] for c in errs):8.1e}" if errs else f"{'-':>8}"
+            wr = f"{max(c['worst_row'] for c in errs):9.1e}" if errs else f"{'-':>9}"
             v = ("accepted" + (" (pure PyTorch)" if r["pure_torch"] else "")) if r["accepted"] else \
-                (f"rejected{' (peer, not gated)' if r['peer'] else ''}: {r['reason']}")
-            cols += f" {e:8.1e} {wr:9.1e}  {v}"
+                (f"rejected{' (peer, not gated)' if r['peer'] else ''}" +
+                 (" (the reason is on the last line)" if verdict_follows else f": {r['reason']}"))
+            cols += f" {e} {wr}  {v}"
         elif k == "eager" and torch_err is not None:
             cols += f" {torch_err:8.1e} {'':9}  (PyTorch fp32's own error, worst call)"
         lines.append(cols)
@@ -153,8 +194,15 @@ def format_record(rec: dict) -> str:
     if rec.get("ncu"):
         from kp.observe.ncu import format_ncu
         lines += format_ncu(rec["ncu"])
-    n_checks = {k: len(r["checks"]) for k, r in rec["rows"].items()}
-    if n_checks:
-        lines.append(f"  parity: {max(n_checks.values())} checked calls per row (trials with weight changes, derived "
-                     f"inputs, declared cases, timed calls)")
+    said = {checks_line(r) for r in rec["rows"].values()}
+    if len(said) == 1:
+        lines.append(f"  {said.pop()}" + (" (each row)" if len(rec["rows"]) > 1 else ""))
+    else:
+        lines += [f"  {k}: {checks_line(r)}" for k, r in rec["rows"].items()]
+    for k, r in rec["rows"].items():
+        frames = own_frames(r.get("traceback"), r.get("path"))
+        if frames:
+            lines.append(f"  {k} raised in its own code (innermost last; the whole traceback is in the --json "
+                         f"record):")
+            lines += [f"    {f}" for f in frames]
     return "\n".join(lines)

@@ -4,7 +4,7 @@ call is already wrong, and the reason names no weight change (ReLU has no weight
 import torch
 import torch.nn as nn
 
-EXPECT = r"^rejected: trial 2 \(seed \d+\): relL2 \S+ \(worst row \S+\) over budget [^;]*$"
+EXPECT = r"^trial 2 \(seed \d+\): relL2 \S+ over budget \S+ \(worst row \S+, row budget \S+\)$"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

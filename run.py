@@ -10,7 +10,12 @@ the kernels timed side by side against the ceilings measured in the same run.
                                                        judge a file defining ModelNew in its own process:
                                                        exit 0 accepted, 1 rejected (reason on one line)
   python run.py --list                                 problems, their variants and what each needs
-  python run.py --build                                build every kernel in parallel (first use does this lazily)
+  python run.py --build                                build every kernel in parallel (first use does this lazily);
+                                                       without a GPU: compile-check every rung with nvcc
+
+Without a GPU (parity only: nothing is timed, and whether a kernel of its own runs is not checked):
+  python run.py --ref path/to/19_ReLU.py --candidate my_relu.py --device cpu --allow-torch
+  python run.py --problem softmax --device cpu          the reference's own Model against its float64 copy
 
 Many at once (one job = one reference and one candidate, or a problem's ladder; one job per GPU at a time):
   python run.py --ref ref.py --candidate cands/*.py --gpus all --out results.jsonl
@@ -19,8 +24,9 @@ Many at once (one job = one reference and one candidate, or a problem's ladder; 
   python run.py --jobs jobs.csv --ray auto --out results.jsonl     the same jobs as Ray tasks (pip install ray)
   Each finished job is one line of --out at once; re-running skips the jobs already there (same file contents).
 
-Exit codes: 0 ok, 1 a row or the candidate rejected, 2 usage error (unknown problem/variant, no CUDA device, too
-little GPU memory).
+Exit codes: 0 ok, 1 a row or the candidate rejected (or a kernel that does not compile), 2 no verdict: a usage error
+(unknown problem/variant, no CUDA device, a reference file without the KernelBench contract), too little GPU memory,
+or too few calls checkable here for an acceptance.
 """
 import argparse
 import json
@@ -33,7 +39,7 @@ from pathlib import Path
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group()
-    src.add_argument("--problem", action="append", help="built-in problem id (repeatable)")
+    src.add_argument("--problem", action="append", help="built-in problem id (repeatable), or all")
     src.add_argument("--ref", metavar="FILE", help="a KernelBench-format reference file (Model, get_inputs, "
                                                    "get_init_inputs)")
     src.add_argument("--jobs", metavar="CSV", help="(reference, candidate) pairs to judge, one per line")
@@ -44,9 +50,11 @@ def parse_args(argv):
                                                        "adds the records)")
     ap.add_argument("--list", action="store_true", help="list problems and variants")
     ap.add_argument("--build", action="store_true", help="build kernels in parallel and exit")
-    ap.add_argument("--build-jobs", type=int, default=None, help="parallel builds for --build")
+    ap.add_argument("--build-jobs", type=int, default=None, help="parallel builds for --build (default: one per "
+                                                                 "CPU core)")
     ap.add_argument("--gpus", metavar="SPEC", help="judge jobs on these GPUs of this host, one job per GPU at a "
-                                                   "time: all, 0,1 or a count")
+                                                   "time: all, 0,1 or a count (default with many jobs: 1, the "
+                                                   "first GPU)")
     ap.add_argument("--ray", metavar="ADDRESS", help="judge jobs as Ray tasks of one GPU each: auto (a running "
                                                      "cluster), an address, or local (start one here)")
     ap.add_argument("--out", metavar="JSONL", help="append each finished job's record here; a re-run skips the "
@@ -58,7 +66,8 @@ def parse_args(argv):
                     help="train (default: a fresh Model trains, KernelBench's contract) or eval (inference "
                          "semantics: both models in eval mode, calls under no_grad, weights still changed)")
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: from the OS, printed)")
-    ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3)")
+    ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3; "
+                                                          "default 3)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
     ap.add_argument("--no-sandbox", action="store_true", help="run candidates without the sandbox (bubblewrap "
@@ -191,7 +200,12 @@ def main(argv=None) -> int:
         plot.require()
     if args.ref and (args.variant or args.build):
         return fail_usage("--variant and --build belong to built-in problems, not to --ref files")
+    if args.variant and args.device == "cpu" and not args.build:
+        return fail_usage("--variant runs the playground's kernels, which need a GPU; on the CPU --problem judges the "
+                          "reference's own Model, and --candidate a pure-PyTorch ModelNew")
     import torch
+    if args.build and (args.device == "cpu" or not torch.cuda.is_available()):
+        return compile_check(args)
     if args.device is None and not torch.cuda.is_available() and not args.ray:
         return fail_usage("no CUDA device visible (torch.cuda.is_available() is False): the kernels need an "
                           "NVIDIA GPU; --device cpu runs the parity checks of a pure-torch candidate")
@@ -223,10 +237,12 @@ def main(argv=None) -> int:
     records, status = [], 0
     for ref in refs:
         variants = None
-        if ref.problem and not args.candidate:
+        if ref.problem and not args.candidate and args.device != "cpu":
             variants = expand_variants(ref.problem, args.variant)
-            if (args.device or "cuda") == "cuda":
-                prebuild(ref.problem, variants)
+            prebuild(ref.problem, variants)
+        elif ref.problem and not args.candidate:  # every problem alike on the CPU: its own Model, no kernels
+            print(f"{ref.problem}: the playground's kernels run on a GPU; on the CPU the reference's own Model is "
+                  f"judged against its float64 copy", file=sys.stderr)
         rec = judge.evaluate(ref, args.candidate[0] if args.candidate else None, variants, **opts)
         records.append(rec)
         print(report.format_record(rec, verdict_follows=bool(args.candidate)), flush=True)
@@ -243,6 +259,39 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(records[0] if len(records) == 1 else records, f, indent=2, default=str)
     return status
+
+
+def compile_check(args) -> int:
+    """--build without a GPU: every rung (or the ones named) compiled by nvcc for each architecture its `Requires`
+    line claims, as CI does; nothing is linked or loaded. Exit 1 if any fails, with the compiler's words."""
+    import concurrent.futures as cf
+    import shutil
+    import tempfile
+    if shutil.which("nvcc") is None:
+        return fail_usage("--build without a GPU compile-checks the kernels with nvcc, and no nvcc is on PATH (the "
+                          "CUDA toolkit's bin folder)")
+    items = []
+    for p in args.problem or harness.problems():
+        names = harness.variants(p) if not args.variant or "all" in args.variant else args.variant
+        items += [harness.rung(p, v) for v in names if v != "auto"]
+    out = Path(tempfile.mkdtemp(prefix="kp_check_"))
+    t0 = time.perf_counter()
+    print(f"no GPU: compile-checking {len(items)} rungs with nvcc for the architectures each claims (nothing is "
+          f"linked or run)", file=sys.stderr)
+
+    def one(r):
+        archs = r.claimed_archs()
+        ok, log = harness.compile_check(r.path, out, archs)
+        print(f"{r.problem}/{r.name} ({' '.join(archs)}): {'ok' if ok else 'FAILED'}", file=sys.stderr, flush=True)
+        return r, ok, log
+    with cf.ThreadPoolExecutor(max_workers=max(1, args.build_jobs or (os.cpu_count() or 1))) as ex:
+        res = list(ex.map(one, items))
+    bad = [(r, log) for r, ok, log in res if not ok]
+    for r, log in bad:
+        print(f"{r.path}:\n{log[-4000:]}", file=sys.stderr)
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"compile-checked {len(res) - len(bad)}/{len(res)} rungs in {time.perf_counter() - t0:.1f} s wall")
+    return 1 if bad else 0
 
 
 def run_batch(args, opts: dict) -> int:

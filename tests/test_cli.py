@@ -1,5 +1,6 @@
 """run.py's usage errors and exit codes (no GPU needed): `python run.py --list` as a script, the rest through the
 same command-line entry in this process."""
+import shutil
 import subprocess
 import sys
 
@@ -78,3 +79,40 @@ def test_non_hopper_default_path(problem):
     r = run_script("--problem", problem, "--no-bench", "--no-compile", env={"KP_CAPABILITY": "8.0"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "sm_90a" not in r.stdout
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a GPU does")
+def test_every_built_in_problem_alike_on_the_cpu(cli):
+    """Without a GPU a built-in problem's kernels cannot run: every problem judges its reference's own Model against
+    float64 (exit 0), none rejects its rows for want of a GPU; asking for a variant there is a usage error."""
+    for p in ("softmax", "matmul_gelu_softmax"):
+        r = cli("--problem", p, "--device", "cpu", "--seed", "3")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "the reference's own Model" in r.stderr and "\neager " in r.stdout and "accepted" in r.stdout
+    r = cli("--problem", "softmax", "--variant", "2_online", "--device", "cpu")
+    assert r.returncode == 2 and "need a GPU" in r.stderr
+
+
+@pytest.mark.skipif(HAS_GPU or shutil.which("nvcc") is None, reason="needs nvcc and no GPU")
+def test_build_without_a_gpu_compile_checks_the_rungs(cli):
+    r = cli("--build", "--problem", "softmax", "--variant", "1_rowblock", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "softmax/1_rowblock (sm_80 sm_89 sm_90a): ok" in r.stderr and "compile-checked 1/1 rungs" in r.stdout
+
+
+def test_a_raise_in_forward_shows_the_candidates_own_lines(cli, tmp_path):
+    """An exception inside the candidate's forward: its own frames (file:line and code) under the table, the whole
+    traceback in the record."""
+    import json
+    f = tmp_path / "raises.py"
+    f.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+                 "        return self.shape_it(x)\n\n    def shape_it(self, x):\n"
+                 "        return torch.relu(x).view(-1, 7)\n")
+    ref = harness.ROOT / "tests" / "judge_cases" / "relu" / "ref.py"
+    r = cli("--ref", ref, "--candidate", f, "--device", "cpu", "--allow-torch", "--json", tmp_path / "r.json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "raises.py:7 in forward: return self.shape_it(x)" in r.stdout
+    assert "raises.py:10 in shape_it: return torch.relu(x).view(-1, 7)" in r.stdout
+    assert r.stdout.strip().splitlines()[-1].startswith("rejected: trial 1")
+    row = json.loads((tmp_path / "r.json").read_text())["rows"]["candidate"]
+    assert "Traceback" in row["traceback"] and "raises.py" in row["traceback"]

@@ -1221,3 +1221,16 @@ def test_a_shape_too_large_for_the_cpu_is_judged_at_a_smaller_one_of_its_family(
     assert ln.init() == [(64, 256, 256)]
     tiny = lambda fp: fp["inputs"] < 1024  # nothing but a change of the model or the rows would fit this
     assert ln.scale_to_fit(tiny) == {} and ln.module.batch_size == 8
+
+
+def test_an_error_that_announces_a_list_keeps_the_list():
+    """load_state_dict's error opens with "Error(s) in loading state_dict for ModelNew:" and lists the keys on the
+    lines after it: the one-line reason carries them, so the author sees which keys."""
+    from kp.errors import first_line
+    m = torch.nn.Linear(4, 3)
+    with pytest.raises(RuntimeError) as ei:
+        m.load_state_dict({"weight": torch.zeros(3, 5), "bias": torch.zeros(3), "extra": torch.zeros(1)})
+    line = first_line(ei.value)
+    assert "\n" not in line and line.startswith("Error(s) in loading state_dict for Linear: ")
+    assert "extra" in line and "size mismatch for weight" in line
+    assert first_line(RuntimeError("one line\nand a second")) == "one line"

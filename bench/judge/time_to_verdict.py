@@ -84,15 +84,18 @@ def run_case(case, device: str | None, tmp: Path, timeout: float) -> dict:
     if "process_s_before_judge" in rec and "elapsed_s" in rec:  # the command's wall time around the judge's own
         stages = {"before the judge": rec["process_s_before_judge"], **stages,
                   "after the verdict": wall - rec["process_s_before_judge"] - rec["elapsed_s"]}
-    return {"case": name, "what": what, "verdict": verdict, "wall_s": round(wall, 2), "stages": stages}
+    return {"case": name, "what": what, "verdict": verdict, "wall_s": round(wall, 2), "stages": stages,
+            "detail": rec.get("stage_detail", {})}
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| case | what | verdict | wall s | stages (s) |", "|---|---|---|---|---|"]
+    out = ["| case | what | verdict | wall s | stages (s) | inside them, largest first (s) |",
+           "|---|---|---|---|---|---|"]
     for r in rows:
         v = r["verdict"].split(" (")[0] if r["verdict"].startswith("accepted") else r["verdict"][:90]
         st = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
-        out.append(f"| {r['case']} | {r['what']} | {v} | {r['wall_s']:.1f} | {st} |")
+        dt = ", ".join(f"{k} {v:.1f}" for k, v in list(r.get("detail", {}).items())[:5])
+        out.append(f"| {r['case']} | {r['what']} | {v} | {r['wall_s']:.1f} | {st} | {dt} |")
     return "\n".join(out)
 
 

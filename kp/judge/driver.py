@@ -147,6 +147,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         self.gpu_at_plan = None  # (free, the judge's own) GPU bytes when the memory plan was made (kp.judge.plan)
         self.gpu_wait_s = 0.0  # waiting for other judges on this GPU (kp.lib.timing.gpu_shared, gpu_to_itself)
         self.gpu_own = False  # the GPU held against every other judge on this host, from the escape stage on
+        self.detail: dict[str, float] = {}  # seconds inside the stages, by part (_timed)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -285,6 +286,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         run_stages(AFTER_WORKERS)
         self._enough_checks(rec)
         rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+        rec["stage_detail"] = {k: round(v, 2) for k, v in sorted(self.detail.items(), key=lambda kv: -kv[1])}
         rec["gpu_wait_s"] = round(self.gpu_wait_s, 2)
         return self._record_tail(rec, self.device == "cuda")
 
@@ -297,6 +299,16 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
             raise NoVerdict(f"{self.ref.name}: no verdict: {', '.join(r.label for r in short)} passed "
                             f"{min(len(r.checks) for r in short)} checked calls, fewer than the {MIN_CHECKED} an "
                             f"acceptance needs ({why}); judge it on a GPU, or on a host with room for its shapes")
+
+    @contextlib.contextmanager
+    def _timed(self, what: str):
+        """Seconds spent in `what` inside a stage, added up over the run (the record's stage_detail): where a
+        stage's time goes, e.g. the float64 reference against the candidate's own calls."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.detail[what] = self.detail.get(what, 0.0) + time.perf_counter() - t0
 
     def _waited_for_gpu(self, seconds: float) -> None:
         """Time spent waiting for other judges on this GPU is not the job's: its deadline, and its workers', move."""

@@ -16,7 +16,8 @@ class EscapeStage:
     def _escape_try(self, row: Row, seed: int) -> tuple:
         """One escape measurement: (reply, median event ms, host-clock excess ms, activities outside the window,
         the window)."""
-        e = row.runner.call("escape", "escape", row.label, seed % 2**32)
+        with self._timed("escape: profiled calls (each try)"):
+            e = row.runner.call("escape", "escape", row.label, seed % 2**32)
         ev_ms = sorted(s[1] for s in e["samples"])[len(e["samples"]) // 2]
         control = max(host_clock_excess_ms(e["control"]), 0.0)  # what the same steps cost around no call, now
         return (e, ev_ms, host_clock_excess_ms(e["samples"]) - control, *window_violations(e["events"], e["marker"]))

@@ -133,13 +133,15 @@ class ConstructStage:
                      f" baselines")
             self.baseline_args = (init, self.seed, state, self.compile_baseline, self.seed)
             for runner in self.runners:
-                runner.call("baselines", "baselines", *self.baseline_args)
+                with self._timed("setup: the baselines built and run once"):
+                    runner.call("baselines", "baselines", *self.baseline_args)
 
     def _import_rows(self) -> None:
         for row in self.rows:
             if row.runner.isolated:
                 try:
-                    r = row.runner.call("import", "load", str(Path(row.path).resolve()))
+                    with self._timed("import: the candidate's worker ready and its file imported"):
+                        r = row.runner.call("import", "load", str(Path(row.path).resolve()))
                     mine = cpu_kernels()
                     if r.get("cpu") and r["cpu"][0] != mine[0] and row.respawn is not None:
                         # one PyTorch, two choices of its CPU kernels (a box started before this process imported
@@ -308,7 +310,8 @@ class ParityStage:
                             for x in pristine]
             saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
             try:
-                exp = refs.expected(pristine, self.precision)
+                with self._timed("parity: the references (fp32 and float64) on benchmark-shape calls"):
+                    exp = refs.expected(pristine, self.precision)
             except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
                 raise
             except Exception as e:
@@ -352,7 +355,8 @@ class ParityStage:
                 passed_before[row.label] = True
                 self._check_buffers(row, f"buffers after {label}", refs)
 
-            self._each(one)
+            with self._timed("parity: the rows' benchmark-shape calls and their checks"):
+                self._each(one)
             del pristine, exp
             _release()
         premises.forget()
@@ -388,10 +392,11 @@ class ParityStage:
                 if not self.live():
                     return
                 c_init, c_inputs = self.ref.case(name, s, self.device)
-                c_refs = _Refs(self.ref, c_init, s, self.device, self.device, self.train)
-                label = f"case {name} (seed {s})"
-                state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
-                exp = c_refs.expected(c_inputs, self.precision)
+                with self._timed("cases: the references built and run"):
+                    c_refs = _Refs(self.ref, c_init, s, self.device, self.device, self.train)
+                    label = f"case {name} (seed {s})"
+                    state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
+                    exp = c_refs.expected(c_inputs, self.precision)
 
                 def one(row):
                     self._build(row, c_refs, c_init, s, stage=label, state=state0)
@@ -399,5 +404,6 @@ class ParityStage:
                     self._check_buffers(row, f"buffers after {label}", c_refs)
                     row.runner.call(label, "drop", row.label)
 
-                self._each(one)
+                with self._timed("cases: the rows built, called and checked"):
+                    self._each(one)
                 del c_refs, c_inputs, exp

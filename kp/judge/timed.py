@@ -128,7 +128,8 @@ class TimingStage:
         rec["peak_gpu_bytes"] = sum(peaks)
         rec["memory_need"] = memory_need(self.fp, len(self.rows))
         if self.bench and rec.get("timing"):
-            rec.update(self.ceilings(rec["traffic"]["eager"]))
+            with self._timed("ceilings: copy bandwidth and GEMM rates measured"):
+                rec.update(self.ceilings(rec["traffic"]["eager"]))
         for row in self.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
             if row.runner.isolated and row.label in rec.get("timing", {}):
                 med = rec["timing"][row.label]["median_ms"]
@@ -164,7 +165,8 @@ class TimingStage:
             for i, (a, b) in enumerate(zip(msg["inputs"], pristine)):
                 if isinstance(b, torch.Tensor) and not same_values(a, b):
                     raise Rejected(f"{label}: input {i} was modified (or is not the draw of the seed it reported)")
-            exp = self._advanced(row.label, seed).expected(pristine, self.precision)
+            with self._timed("timing: the checked timed calls' references"):
+                exp = self._advanced(row.label, seed).expected(pristine, self.precision)
             row.checks[label] = judge_output(label, msg["out"], msg["type"], exp)
         except Rejected as e:
             row.reject(e)
@@ -207,7 +209,8 @@ class TimingStage:
             t0 = time.perf_counter()
             self.timed_samples = {}
             try:
-                t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps, stateful)
+                with self._timed("timing: the interleaved timing command (its checked calls included)"):
+                    t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps, stateful)
                 check_told(t["timing"], self.timed_samples)
                 times = reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
             except Rejected as e:

@@ -284,9 +284,11 @@ class ParityStage:
         return calls
 
     def _parity_bench(self, init) -> None:
-        refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train,
-                                 chunks=max(self.f64_chunks, 1))
-        self._each(lambda row: self._build(row, refs, init, self.seed))
+        with self._timed("parity: the references (fp32 and its float64 copy) built"):
+            refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train,
+                                     chunks=max(self.f64_chunks, 1))
+        with self._timed("construct: the rows built with the reference's weights"):
+            self._each(lambda row: self._build(row, refs, init, self.seed))
         premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
         base_finite = None
         passed_before = {}

@@ -115,7 +115,8 @@ def checks_line(r: dict) -> str:
     changed = sum(1 for c in r["checks"] if c.startswith("trial") and ", after a" in c)
     parts = [f"{v} {kinds[k]}" + (f" ({changed} after a change of the weights)" if k == "trial" and changed else "")
              for k, v in n.items() if v]
-    return f"{len(r['checks'])} checked calls passed" + (f": {', '.join(parts)}" if parts else "")
+    n_all = len(r["checks"])
+    return f"{n_all} checked call{'' if n_all == 1 else 's'} passed" + (f": {', '.join(parts)}" if parts else "")
 
 
 def format_record(rec: dict, verdict_follows: bool = False) -> str:

@@ -1,6 +1,8 @@
 """The report: one table and one verdict line for the playground's variants and for candidates."""
 from __future__ import annotations
 
+import re
+
 from kp.observe.profile import kernel_base_name
 
 def kernelbench_line(r: dict) -> str | None:
@@ -19,7 +21,6 @@ def own_frames(traceback: str | None, path: str | None, most: int = 3) -> list[s
     innermost last: where in its code the author should look. Frames of other files (torch, the judge) are left
     out; the record keeps the whole traceback."""
     import os
-    import re
     if not traceback or not path:
         return []
     folder = os.path.dirname(os.path.realpath(path))
@@ -175,9 +176,12 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
             cols += " " * 62
         r = rec["rows"].get(k)
         if r:
-            errs = list(r["checks"].values())  # the calls it passed: a rejected row's failing one is in its reason
+            errs = list(r["checks"].values())  # an accepted row: the worst of the calls it passed
             e = f"{max(c['rel_l2'] for c in errs):8.1e}" if errs else f"{'-':>8}"
             wr = f"{max(c['worst_row'] for c in errs):9.1e}" if errs else f"{'-':>9}"
+            if not r["accepted"]:  # a rejected row: the call that failed, where its reason has the figures
+                m = re.search(r"relL2 (\S+) over budget \S+ \(worst row ([^,]+),", r["reason"])
+                e, wr = (f"{float(m[1]):8.1e}", f"{float(m[2]):9.1e}") if m else (f"{'-':>8}", f"{'-':>9}")
             v = ("accepted" + (" (pure PyTorch)" if r["pure_torch"] else "")) if r["accepted"] else \
                 (f"rejected{' (peer, not gated)' if r['peer'] else ''}" +
                  (" (the reason is on the last line)" if verdict_follows else f": {r['reason']}"))

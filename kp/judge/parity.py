@@ -265,7 +265,8 @@ class ParityStage:
             self._parity_bench(init)
             self._drop_input_buffers()
         else:
-            rec["notes"] = f"{why_not}; declared cases only"
+            rec["notes"] = (f"{why_not}, nor a smaller shape of its family (none fits, or none runs: only "
+                            f"module-level sizes that get_inputs() alone reads may shrink); declared cases only")
         self._parity_cases()
         self._drop_input_buffers()
 

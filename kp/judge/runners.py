@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 import types
 from pathlib import Path
 
@@ -229,7 +230,6 @@ class LocalRunner:
             raise
         except Exception as e:
             import torch
-            import traceback
             why = raised(stage, error_text(e))
             err = OutOfMemory(why, 0, oom_request_bytes(str(e))) if isinstance(e, torch.OutOfMemoryError) else \
                 Rejected(why)

@@ -97,9 +97,9 @@ class TimingStage:
         self._each(self._escape)
 
     def stage_timing(self, rec: dict, init) -> None:
-        if self.refs is not None and self.refs.state_attrs:  # a reference whose calls carry state: it and the rows start again from the seed
-            self.refs = self._fresh_refs(init)  # with the current weights, and each row's calls are followed
-            self._rebuild(init)
+        if self.refs is not None and self.refs.state_attrs:  # a reference whose calls carry state: it and the rows
+            self.refs = self._fresh_refs(init)  # start again from the seed with the current weights, and each row's
+            self._rebuild(init)  #                 calls are followed (_advanced)
         moved = self.refs.moved
         timed = self._timing()
         if self.refs.moved and self.refs.moved != moved:  # a checked timed call's forward did not fit beside

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pickle
 import sys
 import threading
 import traceback
@@ -266,7 +267,6 @@ def owned_copy(msg):
 def send(conn, msg: dict) -> None:
     """Send `msg` to the judge; where a tensor in it cannot be shared as it is, send owned copies instead. The
     message is pickled whole before anything is written, so a failed first try leaves the channel clean."""
-    import pickle
     try:
         conn.send(msg)
     except (RuntimeError, TypeError, pickle.PicklingError):

@@ -260,6 +260,7 @@ class ParityStage:
                                   f"{self.fp['shapes']})")
                 rec["judged_shape"] = self.fp["shapes"]
                 why_not = None
+                self._each(lambda row: row.runner.isolated and row.runner.call("scale", "scale", scaled))
         self.bench_parity = why_not is None
         if self.bench_parity:
             self._parity_bench(init)

@@ -1,10 +1,39 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
+
+
+def host_gpus() -> list[str]:
+    """The GPUs this run may use, found without starting CUDA (which reads CUDA_VISIBLE_DEVICES once, at its
+    start): CUDA_VISIBLE_DEVICES's list where it is set, else one per GPU nvidia-smi lists; [] without either."""
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if seen is not None:
+        return [d.strip() for d in seen.split(",") if d.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i, ln in enumerate(ln for ln in out.splitlines() if ln.startswith("GPU "))]
+
+
+def worker_gpu(worker: str | None, gpus: list[str]) -> str | None:
+    """The GPU an xdist worker ("gw3") is pinned to where the host has several: worker k takes GPU k mod their
+    number, so `-n <GPUs>` gives each GPU one worker."""
+    if not worker or not worker.startswith("gw") or len(gpus) < 2:
+        return None
+    return gpus[int(worker[2:]) % len(gpus)]
+
+
+GPUS = host_gpus()
+_PIN = worker_gpu(os.environ.get("PYTEST_XDIST_WORKER"), GPUS)
+if _PIN is not None:  # before torch starts CUDA in this process
+    os.environ["CUDA_VISIBLE_DEVICES"] = _PIN
+
+import torch  # noqa: E402 (after the worker's GPU is chosen)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -15,8 +44,26 @@ HAS_GPU = torch.cuda.is_available()
 def gpu(test):
     """Needs a CUDA GPU. Every such test is in one xdist group, so under `-n` they run one at a time in one worker:
     the device is shared (two judges of the 12 GiB softmax problem do not fit an 80 GB card together), while the
-    CPU tests spread over the other workers."""
+    CPU tests spread over the other workers. On a host of several GPUs the group is split, one per GPU
+    (pytest_collection_modifyitems), and each worker is pinned to a GPU of its own: `-n <GPUs>` runs them all."""
     return pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")(pytest.mark.xdist_group("gpu")(test))
+
+
+def gpu_groups(names: list[str], n_gpus: int) -> dict[str, str]:
+    """The GPU tests (by node id, in collection order) dealt round-robin into one xdist group per GPU, so each
+    group's heavy tests (the 36 GiB softmax cases sit together in the order) are shared out; every worker computes
+    the same deal from the same collection."""
+    return {name: f"gpu{i % n_gpus}" for i, name in enumerate(names)} if n_gpus > 1 else {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    marked = [it for it in items if any(m.args[:1] == ("gpu",) for m in it.iter_markers("xdist_group"))]
+    deal = gpu_groups([it.nodeid for it in marked], len(GPUS))
+    for it in marked:
+        if it.nodeid in deal:
+            it.own_markers = [m for m in it.own_markers if m.name != "xdist_group"]
+            it.add_marker(pytest.mark.xdist_group(deal[it.nodeid]))
 
 
 def run_script(*args, env=None, timeout=1200):

@@ -116,3 +116,15 @@ def test_a_raise_in_forward_shows_the_candidates_own_lines(cli, tmp_path):
     assert r.stdout.strip().splitlines()[-1].startswith("rejected: trial 1")
     row = json.loads((tmp_path / "r.json").read_text())["rows"]["candidate"]
     assert "Traceback" in row["traceback"] and "raises.py" in row["traceback"]
+
+
+def test_gpu_tests_spread_one_group_per_gpu():
+    """On a host of several GPUs each xdist worker is pinned to one (worker k: GPU k mod their number) and the GPU
+    tests are dealt round-robin into one group per GPU; with one GPU or none, nothing changes."""
+    from conftest import gpu_groups, worker_gpu
+    assert worker_gpu("gw0", ["0", "1", "2", "3"]) == "0" and worker_gpu("gw5", ["0", "1", "2", "3"]) == "1"
+    assert worker_gpu("gw1", ["4", "6"]) == "6"  # CUDA_VISIBLE_DEVICES's own list
+    assert worker_gpu("gw1", ["0"]) is None and worker_gpu(None, ["0", "1"]) is None
+    deal = gpu_groups([f"t{i}" for i in range(6)], 4)
+    assert [deal[f"t{i}"] for i in range(6)] == ["gpu0", "gpu1", "gpu2", "gpu3", "gpu0", "gpu1"]
+    assert gpu_groups(["t0", "t1"], 1) == {}

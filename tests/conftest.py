@@ -56,6 +56,20 @@ def gpu_groups(names: list[str], n_gpus: int) -> dict[str, str]:
     return {name: f"gpu{i % n_gpus}" for i, name in enumerate(names)} if n_gpus > 1 else {}
 
 
+@pytest.fixture(autouse=True)
+def _one_test_per_gpu(request):
+    """A GPU test holds its pinned GPU's lock for its run: where more workers than GPUs are started (`-n auto`),
+    two workers pinned to one GPU take turns there, as the one-group rule intends."""
+    if _PIN is None or not any(m.name == "xdist_group" for m in request.node.iter_markers()):
+        yield
+        return
+    import fcntl
+    import tempfile
+    with open(Path(tempfile.gettempdir()) / f"kp-test-gpu-{_PIN}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     marked = [it for it in items if any(m.args[:1] == ("gpu",) for m in it.iter_markers("xdist_group"))]

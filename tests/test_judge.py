@@ -1234,3 +1234,22 @@ def test_an_error_that_announces_a_list_keeps_the_list():
     assert "\n" not in line and line.startswith("Error(s) in loading state_dict for Linear: ")
     assert "extra" in line and "size mismatch for weight" in line
     assert first_line(RuntimeError("one line\nand a second")) == "one line"
+
+
+def test_a_value_a_reference_builds_once_is_not_state(tmp_path):
+    """A reference that keeps a value it builds on its first call (a lazily made cache) has no state between calls:
+    only what its second call still changes counts; an RNN's hidden state changes at every call."""
+    lazy = ("class Model(nn.Module):\n    def forward(self, x):\n        if not hasattr(self, 'scale'):\n"
+            "            self.scale = torch.full((x.shape[-1],), 2.0)\n        return x * self.scale\n")
+    cell = ("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.h = torch.zeros(3)\n\n    def forward(self, x):\n        self.h = torch.tanh(x + self.h)\n"
+            "        return self.h\n")
+    for name, body, want in (("lazy", lazy, []), ("cell", cell, ["h"])):
+        f = tmp_path / f"{name}.py"
+        f.write_text("import torch\nimport torch.nn as nn\n\n\n" + body +
+                     "\n\ndef get_inputs():\n    return [torch.randn(4, 3)]\n\n\ndef get_init_inputs():\n    return []\n")
+        ref = judge.Reference.load(("file", str(f)))
+        refs = expected._Refs(ref, [], 1, "cpu", "cpu")
+        for s in range(3):
+            refs.expected(ref.inputs(s, "cpu"), "fp32")
+        assert refs.state_attrs == want, name

@@ -92,9 +92,12 @@ class _Refs:
         self.k = 1.0  # the reduction length of the latest call (its budget's floor)
         self.initial = {k: b.detach().clone() for k, b in self.r32.named_buffers()}  # what the calls change
         # The plain tensor attributes a call replaces or changes (KernelBench's RNN cells keep their hidden state
-        # in `self.hidden`): found on the first call; [] when there are none. Each call's output then depends on the
-        # calls before it, and the judge keeps this reference in step with the candidate through every stage.
+        # in `self.hidden`): watched over the first two calls and taken from the second, so a value a forward
+        # builds once and keeps (a lazily made cache) is not state; [] when there are none. Each call's output then
+        # depends on the calls before it, and the judge keeps this reference in step with the candidate through
+        # every stage.
         self.state_attrs: list[str] | None = None
+        self._state_calls = 0  # calls watched so far (two at most)
 
     def state(self) -> dict:
         return self.r32.state_dict()
@@ -241,11 +244,12 @@ class _Refs:
         set_precision(precision)
         try:
             counter, reductions = FlopCounterMode(display=False), ReductionLength()
-            before = None if self.state_attrs is not None else \
+            before = None if self._state_calls >= 2 else \
                 {k: v.detach().clone() for k, (_, _, v) in _named_plain(self.r32).items()}
             with torch.no_grad(), counter, reductions:
                 r32 = self.r32(*[clone_layout(x) for x in pristine])
             if before is not None:
+                self._state_calls += 1
                 self.state_attrs = sorted(k for k, (_, _, v) in _named_plain(self.r32).items()
                                           if k not in before or not _same_buffer(v.detach(), before[k]))
             if self.chunks > 1 and self.chunk_proof is None:

@@ -72,6 +72,7 @@ class ConstructStage:
         new.r32.load_state_dict(old.state())
         new.r64 = float64_copy(new.r32, new.f64_device)
         new.how, new.moved, new.chunk_proof, new.state_attrs = old.how, old.moved, old.chunk_proof, old.state_attrs
+        new._state_calls = old._state_calls
         new.initial = old.initial
         return new
 

@@ -307,8 +307,9 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         t0 = time.perf_counter()
         try:
             yield
-        finally:
-            self.detail[what] = self.detail.get(what, 0.0) + time.perf_counter() - t0
+        finally:  # a stage method called alone (a test's Judge made without __init__) keeps its own tally
+            detail = self.__dict__.setdefault("detail", {})
+            detail[what] = detail.get(what, 0.0) + time.perf_counter() - t0
 
     def _waited_for_gpu(self, seconds: float) -> None:
         """Time spent waiting for other judges on this GPU is not the job's: its deadline, and its workers', move."""

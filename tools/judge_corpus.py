@@ -196,15 +196,15 @@ def _reduction_length(ref: Path) -> float:
 
 
 def floors(path: Path) -> str:
-    from kp.lib.numerics import accumulation_floor
-    pat = re.compile(r"relL2 ([\d.e+-]+) over budget ([\d.e+-]+) \(worst row ([\d.e+-]+), row budget ([\d.e+-]+)\)")
+    from kp.lib.numerics import accumulation_floor, over_budget
     from kp.batch.jobfile import read_results
     out, ks = [], {}
     for line in read_results(path):
-        m = pat.search(line.get("verdict", ""))
-        if not m:
+        said = over_budget(line.get("verdict", ""))
+        if not said:
             continue
-        rel, b, row, b_row = map(float, m.groups())
+        err, budget = said
+        rel, row, b, b_row = err.rel_l2, err.worst_row, budget.rel_l2, budget.worst_row
         ref = line["job"]["ref"][1]
         if ref not in ks:
             try:

@@ -10,8 +10,8 @@ import torch
 from kp.errors import Rejected, first_line
 from kp.judge.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
-from kp.lib.numerics import (ABS_FLOOR, Err, ReductionLength, batch_rows, budget_from, clone_layout,
-                             reduction_length, rel_error)
+from kp.lib.numerics import (ABS_FLOOR, Err, ReductionLength, batch_rows, budget_from, budget_reason,
+                             clone_layout, reduction_length, rel_error)
 from kp.judge.reference import Reference, _as_list, apply_update, describe
 
 # A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
@@ -19,14 +19,6 @@ from kp.judge.reference import Reference, _as_list, apply_update, describe
 # those values, e.g. a product of 256 numbers near -3, and no fp32 kernel can be asked to).
 TORCH_FAIR_MAX = 1e-3
 FLOAT64, PROMOTED = "float64", "float64, every torch op's floating arguments promoted"
-
-
-def budget_reason(label: str, err, budget) -> str:
-    if err.nonfinite_mismatch:
-        return (f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference (an overflow, "
-                f"or elements never written: the judge's output memory reads as NaN until written)")
-    return (f"{label}: relL2 {err.rel_l2:.2e} over budget {budget.rel_l2:.2e} (worst row {err.worst_row:.2e}, "
-            f"row budget {budget.worst_row:.2e})")
 
 
 @dataclasses.dataclass
@@ -50,11 +42,11 @@ class Row:
     respawn: object = None  # a candidate's: starts a fresh worker for it as its first one was started
     traceback: str | None = None  # where the candidate's own code raised, when a rejection is a raise
 
-    def reject(self, reason, traceback: str | None = None) -> None:
+    def reject(self, reason) -> None:
         """Reject with `reason` (a string, or the Rejected raised: its traceback, if it carries one, is kept)."""
         if self.accepted:
             self.accepted, self.reason = False, str(reason)
-            self.traceback = traceback or getattr(reason, "traceback", None)
+            self.traceback = getattr(reason, "traceback", None)
 
 
 def _same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -136,6 +128,17 @@ class _Refs:
 
     def fp32_only(self) -> bool:
         return self.how.startswith("fp32 only")
+
+    def advance(self, pristine: list, precision: str) -> None:
+        """One call of both references on `pristine`, nothing compared: a stateful reference brought through a
+        call the candidate made unchecked (its state moves as that call moved the candidate's)."""
+        set_precision(precision)
+        try:
+            with torch.no_grad():
+                self.r32(*[clone_layout(x) for x in pristine])
+            self._float64(pristine)
+        finally:
+            set_precision("fp32")
 
     def _other_algorithms(self, pristine: list, counter) -> list:
         """The fp32 reference's output under PyTorch's other legal choices of algorithm, for a call that runs a

@@ -114,16 +114,19 @@ class Reference:
                 moves[n] = 0 if all(dims <= {0} for _, dims in moved) else 1  # the batch first
         original = {n: g[n] for n in moves}
         for n in sorted(moves, key=lambda n: (moves[n], -g[n])):
-            while not self._fits(fits) and g[n] > 2:
+            ok = self._fits(fits)
+            while not ok and g[n] > 2:
                 g[n] = max(2, g[n] // 2)
-            if self._fits(fits):
+                ok = self._fits(fits)
+            if ok:
                 return {k: (v, g[k]) for k, v in original.items() if g[k] != v}
         g.update(original)
         return {}
 
     def _fits(self, fits) -> bool:
+        """Whether the shapes as the module's sizes stand now fit (False where the meta-device run fails)."""
         try:
-            return bool(fits(self._footprint("meta", _flop_counter())))
+            return bool(fits(self._meta_footprint()))
         except Exception:
             return False
 
@@ -152,11 +155,15 @@ class Reference:
         """Bytes of the benchmark inputs, outputs and weights, and the reference's FLOPs (torch's FlopCounterMode),
         from a run on the meta device (nothing allocated); from one real call on `device` when the model cannot
         run on meta (an op without a meta kernel, a data-dependent shape)."""
-        from torch.utils.flop_counter import FlopCounterMode
         try:
-            return self._footprint("meta", FlopCounterMode)
+            return self._meta_footprint()
         except Exception:
+            from torch.utils.flop_counter import FlopCounterMode
             return self._footprint(device, FlopCounterMode)
+
+    def _meta_footprint(self) -> dict:
+        from torch.utils.flop_counter import FlopCounterMode
+        return self._footprint("meta", FlopCounterMode)
 
     def _footprint(self, device: str, counter_cls) -> dict:
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
@@ -178,11 +185,6 @@ class Reference:
         if hasattr(self.module, "traffic"):
             return self.module.traffic(*inputs, init=init, **(opts or {}))
         return {"bytes": fp["inputs"] + fp["outputs"] + fp["weights"], "flops": fp["flops"]}
-
-
-def _flop_counter():
-    from torch.utils.flop_counter import FlopCounterMode
-    return FlopCounterMode
 
 
 def _code_names(code) -> set[str]:

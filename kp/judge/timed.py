@@ -183,7 +183,7 @@ class TimingStage:
         if not log or log[-1] != seed:
             raise Rejected(f"timing: the calls the worker reported do not end with the checked call's seed {seed}")
         for s in log[:-1]:
-            refs.expected(self.ref.inputs(s, self.device), self.precision)
+            refs.advance(self.ref.inputs(s, self.device), self.precision)
         log.clear()
         return refs
 

@@ -3,6 +3,7 @@ the error budget, and layout-keeping copies of inputs."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import torch
 import torch.utils._python_dispatch
@@ -116,6 +117,25 @@ FP32_UNIT_ROUNDOFF = 2.0 ** -24
 
 def accumulation_floor(k: float) -> float:
     return max(ABS_FLOOR, ACCUMULATION_FACTOR * FP32_UNIT_ROUNDOFF * max(k, 1.0) ** 0.5)
+
+
+def budget_reason(label: str, err: Err, budget: Err) -> str:
+    """Why an output is over its budget, on one line (read back by over_budget)."""
+    if err.nonfinite_mismatch:
+        return (f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference (an overflow, "
+                f"or elements never written: the judge's output memory reads as NaN until written)")
+    return (f"{label}: relL2 {err.rel_l2:.2e} over budget {budget.rel_l2:.2e} (worst row {err.worst_row:.2e}, "
+            f"row budget {budget.worst_row:.2e})")
+
+
+def over_budget(text: str) -> tuple[Err, Err] | None:
+    """(the error, its budget) a budget_reason in `text` states, or None where it states none (a verdict line, a
+    record's reason: the tables show the failing call's figures from it)."""
+    m = re.search(r"relL2 (\S+) over budget (\S+) \(worst row ([^,]+), row budget ([^)]+)\)", text)
+    if not m:
+        return None
+    rel, b, row, b_row = map(float, m.groups())
+    return Err(rel, row, 0), Err(b, b_row, 0)
 
 
 def budget_from(ref_err: Err, k: float = 1.0) -> Err:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from kp.lib.numerics import over_budget
 from kp.observe.profile import kernel_base_name
 
 def kernelbench_line(r: dict) -> str | None:
@@ -180,8 +181,9 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
             e = f"{max(c['rel_l2'] for c in errs):8.1e}" if errs else f"{'-':>8}"
             wr = f"{max(c['worst_row'] for c in errs):9.1e}" if errs else f"{'-':>9}"
             if not r["accepted"]:  # a rejected row: the call that failed, where its reason has the figures
-                m = re.search(r"relL2 (\S+) over budget \S+ \(worst row ([^,]+),", r["reason"])
-                e, wr = (f"{float(m[1]):8.1e}", f"{float(m[2]):9.1e}") if m else (f"{'-':>8}", f"{'-':>9}")
+                failed = over_budget(r["reason"])
+                e, wr = (f"{failed[0].rel_l2:8.1e}", f"{failed[0].worst_row:9.1e}") if failed else \
+                    (f"{'-':>8}", f"{'-':>9}")
             v = ("accepted" + (" (pure PyTorch)" if r["pure_torch"] else "")) if r["accepted"] else \
                 (f"rejected{' (peer, not gated)' if r['peer'] else ''}" +
                  (" (the reason is on the last line)" if verdict_follows else f": {r['reason']}"))

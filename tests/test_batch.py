@@ -180,6 +180,51 @@ def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     assert warm["ok"], warm["verdict"]
 
 
+def test_each_slot_is_told_its_next_job_and_every_job_runs_once(monkeypatch):
+    """A slot holds the job it runs next (its box is started while the job before it runs): each job is run once,
+    a slot's next job is the one it was told of, and at the end of the queue an idle slot takes another slot's next
+    job rather than wait for that slot."""
+    from collections import deque
+    from kp.batch import backends
+
+    runs, told = [], {}
+
+    class FakeSlot:
+        def __init__(self, polls_per_job):
+            self.job, self.key, self.reserved, self.per = None, None, None, polls_per_job
+
+        def submit(self, job, key=None, ahead=None):
+            told.setdefault(id(self), []).append((key, ahead))
+            self.job, self.key, self.polls = job, key, 0
+            runs.append(key)
+
+        def poll(self, timeout_s):
+            self.polls += 1
+            if self.job is None or self.polls < self.per:
+                return None
+            self.job = None
+            return {"ok": True, "verdict": "accepted", "record": None}
+
+    monkeypatch.setattr(backends.time, "sleep", lambda s: None)
+    jobs = [(jobfile.make_job(("file", CASES / "ref.py"), CANDS[i % len(CANDS)], {"seed": i}), f"k{i}")
+            for i in range(9)]
+    key_of = {j: k for j, k in jobs}
+    fast, slow = FakeSlot(1), FakeSlot(50)
+    finished = []
+    backends._drain(deque(jobs), [(fast, "a"), (slow, "b")], 60, backends.Progress(9, False),
+                    lambda s, n, j, k, r: finished.append(k))
+    assert sorted(runs) == sorted(k for _, k in jobs) and sorted(finished) == sorted(runs)
+    kept = 0
+    for slot, other in ((fast, slow), (slow, fast)):  # the job a slot was told came next, or went to the other slot
+        seq, elsewhere = told[id(slot)], {k for k, _ in told[id(other)]}
+        for (_, ahead), (nxt, _) in zip(seq, seq[1:] + [(None, None)]):
+            if ahead is not None:
+                assert key_of[ahead] == nxt or key_of[ahead] in elsewhere
+                kept += key_of[ahead] == nxt
+    assert kept >= 4  # most jobs ran where their box was started
+    assert any(key_of[a] in {k for k, _ in told[id(fast)]} for _, a in told[id(slow)] if a)  # taken at the tail
+
+
 def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_path, monkeypatch):
     """Several slots on one GPU: a job that got no verdict for want of GPU memory (the plan found too little free,
     or other processes took memory mid-run) is judged once more at the end with the GPU to itself, and only that
@@ -192,9 +237,9 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
         tries: dict = {}
 
         def __init__(self, gpu, log_path, forks):
-            self.gpu, self.job, self.key = gpu, None, None
+            self.gpu, self.job, self.key, self.reserved = gpu, None, None, None
 
-        def submit(self, job, key=None):
+        def submit(self, job, key=None, ahead=None):
             self.job, self.key, self.polls = job, key, 0
             busy["now"] += 1
             which = "most_again" if key in FakeSlot.tries else "most"

@@ -128,21 +128,47 @@ def test_a_box_started_early_is_adopted_by_the_same_job_only(tmp_path):
     cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
     spec = ("file", str(REF))
     boxstart.start_early(spec, str(cand))
-    early = boxstart._early
-    assert early is not None and early.proc.is_alive()
+    early, = boxstart.waiting()
+    assert early.proc.is_alive()
     paths, build = boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand))
     box = boxstart.take(spec, paths, build)
     try:
-        assert box is early and boxstart._early is None
+        assert box is early and not boxstart.waiting()
     finally:
         box.discard()
     boxstart.start_early(spec, str(cand))
-    early = boxstart._early
+    early, = boxstart.waiting()
     other = boxstart.take(("file", str(ROOT / "tests" / "judge_cases" / "sum_dim" / "ref.py")), paths, build)
     try:
         assert other is not early and not early.proc.is_alive()  # another reference: the early box is killed
     finally:
         other.discard()
+
+
+@needs_box
+def test_a_box_started_for_a_later_job_waits_for_it(tmp_path):
+    """A batch's slot starts its next job's box while the job before runs: the job before does not discard it, the
+    job it was made for takes it, and a slot whose next job went elsewhere discards it."""
+    from kp.box import start as boxstart
+    cands = []
+    for name in ("a.py", "b.py"):
+        cands.append(tmp_path / name)
+        cands[-1].write_text((ROOT / "tests" / "batch" / "good.py").read_text() + f"# {name}\n")
+    spec = ("file", str(REF))
+    boxstart.start_early(spec, str(cands[1]), later=True)
+    later, = boxstart.waiting()
+    now = boxstart.take(spec, boxstart.candidate_paths(cands[0]), str(boxstart.candidate_build_dir(cands[0])))
+    try:
+        assert now is not later and boxstart.waiting() == [later] and later.proc.is_alive()
+        taken = boxstart.take(spec, boxstart.candidate_paths(cands[1]), str(boxstart.candidate_build_dir(cands[1])))
+        assert taken is later and not boxstart.waiting()
+        taken.discard()
+        boxstart.start_early(spec, str(cands[1]), later=True)
+        gone, = boxstart.waiting()
+        boxstart.discard_early()
+        assert not boxstart.waiting() and not gone.proc.is_alive()
+    finally:
+        now.discard()
 
 
 @needs_box

@@ -142,12 +142,22 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
 
 def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: Progress, finished) -> None:
     """Run the queue's jobs on these slots until every one has finished; finished(slot, name, job, key, result)."""
-    while queue or any(s.job for s, _ in slots):
+    while queue or any(s.job or s.reserved for s, _ in slots):
         for s, name in slots:
-            if s.job is None and queue:
-                job, key = queue.popleft()
-                s.submit(job, key)
-                bar.set(name, job.name)
+            if s.job is not None:
+                continue
+            nxt, s.reserved = s.reserved, None
+            if nxt is None and queue:
+                nxt = queue.popleft()
+            if nxt is None:  # the queue is empty: another slot's next job, rather than waiting for that slot
+                other = next((o for o, _ in slots if o.reserved), None)
+                if other is None:
+                    continue
+                nxt, other.reserved = other.reserved, None
+            # each slot holds its next job, so that job's box starts while this one runs (kp.batch.slots)
+            s.reserved = queue.popleft() if queue else None
+            s.submit(*nxt, ahead=s.reserved[0] if s.reserved else None)
+            bar.set(name, nxt[0].name)
         time.sleep(0.2)
         for s, name in slots:
             job, key = s.job, s.key

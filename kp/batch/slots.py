@@ -87,6 +87,32 @@ def _warm_up(forkserver_too: bool) -> None:
         p.join()
     if torch.cuda.is_available():
         torch.cuda.init()
+    # the footprint's FLOP counter imports torch._dynamo at its first use (about 2 s): here, not in the first job
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False):
+        torch.ones(2, 2, device="meta") @ torch.ones(2, 2, device="meta")
+
+
+def _box_ahead(job: Job, ahead: Job | None) -> None:
+    """The box of the job this slot runs next, started while this one runs (its interpreter, torch, CUDA's context
+    and the judge's GPU tools ready when that job starts). Boxes started ahead for other jobs (taken by another
+    slot meanwhile) go; this job's own stays for it to take."""
+    from kp.box import start as boxstart
+    keep = {id(b) for b in boxstart.waiting() if job.candidate and b.plan == _box_plan(job)}
+    boxstart.discard_early(keep)
+    if ahead is not None and ahead.candidate is not None:
+        opts = dict(ahead.opts)
+        boxstart.start_early(ahead.ref, ahead.candidate, boxed=opts.get("sandbox", True), later=True,
+                             cuda=opts.get("device") != "cpu")
+
+
+def _box_plan(job: Job):
+    from kp.box import start as boxstart
+    try:
+        return boxstart._plan(job.ref, boxstart.candidate_paths(job.candidate),
+                              str(boxstart.candidate_build_dir(job.candidate)))
+    except OSError:
+        return None
 
 
 def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool) -> None:
@@ -115,15 +141,19 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
     gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     while True:
         try:
-            job = conn.recv()
+            msg = conn.recv()
         except EOFError:
             return
-        if job is None:
+        if msg is None:
+            from kp.box import start as boxstart
+            boxstart.discard_early()
             return
+        job, ahead = msg
         # the job's clock starts now, not while the slot was starting up; the GPU's name stays with a job the slot
         # does not finish (killed at its time limit, or dead)
         conn.send({"started": True, "gpu_name": gpu_name})
         print(f"=== {job.name}", flush=True)
+        _box_ahead(job, ahead)
         res = run_job(job)
         res["gpu_name"] = gpu_name
         conn.send(res)
@@ -137,6 +167,7 @@ class Slot:
         self.gpu, self.log_path, self.forkserver_too = gpu, log_path, forkserver_too
         self.job: Job | None = None
         self.key: str | None = None
+        self.reserved: tuple[Job, str] | None = None  # the job it runs next (its box started ahead), not yet begun
         self.t0, self.started, self.gpu_name, self.waited = 0.0, False, None, 0.0
         self._start()
 
@@ -150,9 +181,10 @@ class Slot:
         start_without_main(self.proc)
         child.close()
 
-    def submit(self, job: Job, key: str | None = None) -> None:
+    def submit(self, job: Job, key: str | None = None, ahead: Job | None = None) -> None:
+        """Run `job`; `ahead`, the job this slot will run next, gets its box started meanwhile."""
         self.job, self.key, self.t0, self.started, self.waited = job, key, time.monotonic(), False, 0.0
-        self.conn.send(job)
+        self.conn.send((job, ahead))
 
     def kill(self) -> None:
         try:

@@ -1,4 +1,4 @@
-"""Entry point of a candidate's worker inside the box (`python -m kp.box.entry FD SETTINGS DIR`): confine this process
+"""Entry point of a candidate's worker inside the box (`python -m kp.box.entry FD SETTINGS DIR [cuda]`): confine this process
 before anything else runs (pid_max of the box's pid namespace for root, every capability dropped, rlimits), take the
 judge's key for shared tensors, import what every job needs (while the judge gets ready: the box may be started
 before the judge imports torch), then take the job and serve the judge over the inherited socket."""
@@ -56,6 +56,7 @@ def confine(settings: dict) -> None:
 
 def main() -> None:
     fd, settings, shared = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+    warm_cuda = len(sys.argv) > 4 and sys.argv[4] == "cuda"
     confine(settings)
     from multiprocessing.connection import Connection
     conn = Connection(fd)
@@ -68,6 +69,12 @@ def main() -> None:
     from kp.judge.worker import worker_main
     for name in WORKER_PRELOAD:  # what every job needs, imported while the judge gets ready (the box may start early)
         importlib.import_module(name)
+    if warm_cuda:  # a box started ahead of its job: CUDA's context and the judge's GPU tools too (the job's own
+        from kp.judge.worker import warm_up  # environment is the box's: CUDA reads the same one now)
+        try:
+            warm_up("cuda")
+        except Exception:
+            pass  # no usable GPU here: the job's own commands say so
     args = conn.recv()
     worker_main(conn, *args)
 

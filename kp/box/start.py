@@ -146,9 +146,10 @@ def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple[list[s
     return ro, writable, env
 
 
-def _start(plan: tuple) -> Box:
+def _start(plan: tuple, warm_cuda: bool = False) -> Box:
     """Start a box made to `plan` (_plan): bwrap runs kp.box.entry, which confines itself, takes the judge's key,
-    imports what every job needs and waits for its job (kp.judge.worker sends it)."""
+    imports what every job needs (and with warm_cuda starts CUDA and the judge's GPU tools) and waits for its job
+    (kp.judge.worker sends it)."""
     import multiprocessing
     from multiprocessing.connection import Connection
     from kp.box import sandbox
@@ -156,7 +157,8 @@ def _start(plan: tuple) -> Box:
     limits = sandbox.Limits()
     stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
     ours, theirs = socket.socketpair()
-    inside = [sys.executable, "-m", "kp.box.entry", str(theirs.fileno()), json.dumps(limits.settings()), writable[0]]
+    inside = [sys.executable, "-m", "kp.box.entry", str(theirs.fileno()), json.dumps(limits.settings()), writable[0],
+              "cuda" if warm_cuda else "-"]
     argv = sandbox.command(inside, read_only=ro, writable=writable, cwd=BOX_CWD, env=env, limits=limits)
     cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
     popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL,
@@ -167,7 +169,9 @@ def _start(plan: tuple) -> Box:
     return Box(conn, BoxProcess(popen, cgroup), stderr, plan)
 
 
-_early: Box | None = None
+# Boxes started ahead of their job: (box, later). A box the command line started for its one job is discarded by a
+# job it does not match; one a slot started for its next job (later=True) waits for that job.
+_early: list[tuple[Box, bool]] = []
 
 
 def candidate_paths(candidate: str | Path) -> list[str]:
@@ -195,11 +199,13 @@ def start_forkserver_early() -> None:
         pass
 
 
-def start_early(ref_spec, candidate: str, boxed: bool = True) -> None:
-    """Start the box for one candidate now, before torch is imported here; the judge adopts it (`take`). Unboxed
-    (no bwrap, or boxed=False), the forkserver its worker will come from instead. Any failure leaves nothing
-    started: the judge then starts its box or worker as usual, and says why if it cannot."""
-    global _early
+def start_early(ref_spec, candidate: str, boxed: bool = True, later: bool = False, cuda: bool = False) -> None:
+    """Start the box for one candidate now, before its job is set up; the judge adopts it (`take`). The command line
+    starts its one candidate's box before torch is imported there; a batch's slot starts its next job's box while
+    the job before it runs (later=True: kept until that job takes it or `discard_early`). cuda: the box starts CUDA
+    and the judge's GPU tools too, before its job. Unboxed (no bwrap, or boxed=False), the forkserver its worker will
+    come from instead. Any failure leaves nothing started: the judge then starts its box or worker as usual, and says
+    why if it cannot."""
     try:
         from kp.box import sandbox
         if not Path(candidate).is_file():
@@ -207,19 +213,37 @@ def start_early(ref_spec, candidate: str, boxed: bool = True) -> None:
         if not boxed or sandbox.status()[0] is None:
             start_forkserver_early()
             return
-        _early = _start(_plan(ref_spec, candidate_paths(candidate), str(candidate_build_dir(candidate))))
+        box = _start(_plan(ref_spec, candidate_paths(candidate), str(candidate_build_dir(candidate))), cuda)
+        _early.append((box, later))
     except Exception:
-        _early = None
+        pass
+
+
+def waiting() -> list[Box]:
+    """The boxes started ahead that no job has taken yet."""
+    return [box for box, _ in _early]
+
+
+def discard_early(keep: set[int] = frozenset()) -> None:
+    """Every box started ahead and not taken, but those whose id() is in `keep`: gone (a slot's next job went
+    elsewhere, or the batch ends)."""
+    for box, later in list(_early):
+        if id(box) not in keep:
+            _early.remove((box, later))
+            box.discard()
 
 
 def take(ref_spec, read_only: list[str], build_dir: str | None) -> Box:
-    """A box for a candidate (read_only: its folder and file) against a reference: the one started early if it was
-    made to the same plan (folders, environment) and still runs, else a new one."""
-    global _early
-    box, _early = _early, None
+    """A box for a candidate (read_only: its folder and file) against a reference: one started ahead for the same
+    plan (folders, environment) that still runs, else a new one. A box the command line started for another job is
+    discarded; one a slot keeps for a later job stays."""
     plan = _plan(ref_spec, read_only, build_dir)
-    if box is not None:
-        if box.plan == plan and box.proc.is_alive():
-            return box
-        box.discard()
-    return _start(plan)
+    found = None
+    for box, later in list(_early):
+        if found is None and box.plan == plan and box.proc.is_alive():
+            found = box
+            _early.remove((box, later))
+        elif not later or not box.proc.is_alive():
+            _early.remove((box, later))
+            box.discard()
+    return found if found is not None else _start(plan)

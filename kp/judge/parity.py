@@ -199,16 +199,28 @@ class CallCheck:
         _release()
 
     def _check_call(self, row: Row, label: str, pristine: list, exp: Expected) -> dict:
-        cand_inputs = self._candidate_inputs(pristine)
+        with self._timed("check: the candidate's copy of the inputs"):
+            cand_inputs = self._candidate_inputs(pristine)
+        t0 = time.perf_counter()
         reply = row.runner.call(label, "forward", row.label, cand_inputs, _out_bytes_hint(pristine))
+        inside = reply.get("seconds") if isinstance(reply.get("seconds"), dict) else {}
+        for part, s in inside.items():  # the worker's own account of the call
+            if isinstance(s, (int, float)):
+                self.detail[f"check: worker: {part}"] = self.detail.get(f"check: worker: {part}", 0.0) + s
+        rest = time.perf_counter() - t0 - sum(s for s in inside.values() if isinstance(s, (int, float)))
+        self.detail["check: the call's round trip, outside the worker's parts"] = \
+            self.detail.get("check: the call's round trip, outside the worker's parts", 0.0) + rest
         if self.precision == "fp32" and reply["tf32_after"]:
             raise Rejected(f"{label}: the model switched TF32 on in fp32 mode")
-        for i, (a, b) in enumerate(zip(cand_inputs, pristine)):
-            if isinstance(b, torch.Tensor) and not same_values(a, b):
-                raise Rejected(f"{label}: input {i} was modified")
-        res = judge_output(label, reply["out"], reply["type"], exp)
-        del reply, cand_inputs
-        _release()
+        with self._timed("check: the inputs compared bit for bit"):
+            for i, (a, b) in enumerate(zip(cand_inputs, pristine)):
+                if isinstance(b, torch.Tensor) and not same_values(a, b):
+                    raise Rejected(f"{label}: input {i} was modified")
+        with self._timed("check: the output against the float64 reference"):
+            res = judge_output(label, reply["out"], reply["type"], exp)
+        with self._timed("check: the GPU's cached memory handed back"):
+            del reply, cand_inputs
+            _release()
         return res
 
     def _check_buffers(self, row: Row, label: str, refs: _Refs) -> None:
@@ -404,7 +416,8 @@ class ParityStage:
                     exp = c_refs.expected(c_inputs, self.precision)
 
                 def one(row):
-                    self._build(row, c_refs, c_init, s, stage=label, state=state0)
+                    with self._timed("cases: the row's model built and loaded"):
+                        self._build(row, c_refs, c_init, s, stage=label, state=state0)
                     row.checks[label] = self._check_call(row, label, c_inputs, exp)
                     self._check_buffers(row, f"buffers after {label}", c_refs)
                     row.runner.call(label, "drop", row.label)

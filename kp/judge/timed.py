@@ -83,6 +83,17 @@ def below_busy(median_ms: float, busy: float | None) -> str | None:
     return None
 
 
+_CEILINGS: dict = {}
+
+
+def _measured(key: tuple, measure):
+    """A ceiling measured once per process, GPU and probe size: a batch's slot measures its GPU's copy bandwidth
+    and GEMM rates at its first job and keeps them for the rest (the hardware does not change between jobs)."""
+    if key not in _CEILINGS:
+        _CEILINGS[key] = measure()
+    return _CEILINGS[key]
+
+
 class TimingStage:
     """Methods of kp.judge.driver.Judge: the stage's state is the judge's."""
 
@@ -246,10 +257,12 @@ class TimingStage:
         if copy_bytes < 4 << 30 or gemm_n < 8192:
             self.log(f"{self.ref.name}: ceilings measured on a {copy_bytes >> 20} MiB copy and {gemm_n}^3 GEMMs: "
                      f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)")
-        bw = copy_bandwidth(copy_bytes)
+        gpu = torch.cuda.current_device()
+        bw = _measured(("copy", gpu, copy_bytes), lambda: copy_bandwidth(copy_bytes))
         out = {"bandwidth": bw, "flops_rate": None, "rates": {}}
         if traffic.get("flops"):
-            out["rates"] = gemm_rates(n=gemm_n, precision=self.precision)
+            out["rates"] = dict(_measured(("gemm", gpu, gemm_n, self.precision),
+                                          lambda: gemm_rates(n=gemm_n, precision=self.precision)))
             out["flops_rate"] = max(out["rates"].values())
         bound = self.ref.bound
         if bound is None:

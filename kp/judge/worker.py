@@ -7,7 +7,9 @@ import os
 import pickle
 import sys
 import threading
+import time
 import traceback
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
 import torch
@@ -87,6 +89,30 @@ def nan_fill_cached_free(reserve_bytes: int) -> None:
     del held
 
 
+_WARM: set[str] = set()
+
+
+def warm_up(device: str) -> None:
+    """Everything the judge's own stages import or initialise, done before the candidate's file is imported (and
+    before the snapshot its changes are found against): importing torch._dynamo (the profiler does) rebinds
+    torch.manual_seed, which is torch's doing, not the candidate's. On the GPU also CUDA's context, the L2 flush's
+    buffer and the profiler's first use. Once per process: a box started ahead of its job does it while it waits."""
+    if device in _WARM:
+        return
+    import torch._dynamo  # noqa: F401
+    from torch.profiler import ProfilerActivity, profile
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch wraps SGD.step on first use
+    if device == "cuda":
+        torch.zeros(1, device="cuda")
+        L2Flusher()
+        e = torch.cuda.Event(enable_timing=True)
+        with profile(activities=[ProfilerActivity.CUDA]):
+            e.record()
+            torch.cuda._sleep(10)
+            torch.cuda.synchronize()
+    _WARM.add(device)
+
+
 class Worker(MeasureCommands):
     """Models under judgement ("rows", by label), the eager/torch.compile baselines, and the commands the judge
     sends. `interim` is how a timed call's output reaches the judge for checking (a pipe round trip from a candidate's
@@ -111,9 +137,13 @@ class Worker(MeasureCommands):
         seq = 0
         while True:
             try:
-                msg = self.conn.recv()
+                raw = self.conn.recv_bytes()
             except EOFError:
                 return
+            t_recv = time.perf_counter()
+            msg = ForkingPickler.loads(raw)  # a GPU tensor's handle is opened here (IPC)
+            del raw
+            t_recv = time.perf_counter() - t_recv
             cmd, args = msg[0], msg[1:]
             seq += 1
             if cmd == "quit":
@@ -130,10 +160,14 @@ class Worker(MeasureCommands):
                 if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_initialized():
                     reply["gpu_held"] = torch.cuda.memory_reserved()  # what this process held: see OutOfMemory
                     reply["gpu_asked"] = oom_request_bytes(str(e))
+            t_after = time.perf_counter()
             if self.fingerprint is not None:
                 reply["patched"] = fingerprint_changes(self.fingerprint)
             if self.candidate_dir and cmd in RUNS_CANDIDATE:
                 reply["late_threads"] = late_threads(self.threads_before, self.candidate_dir)
+            if isinstance(reply.get("seconds"), dict):  # where a command's time went, for the record's stage detail
+                reply["seconds"].update({"the command received": t_recv,
+                                         "its checks after the call": time.perf_counter() - t_after})
             reply["build_failures"] = self.build_failures
             reply["seq"] = seq  # which command this answers: anything else on the channel is not this loop's
             _settle_before_sending(self.device)
@@ -168,20 +202,9 @@ class Worker(MeasureCommands):
         return {}
 
     def cmd_load(self, path: str):
-        # Everything the judge's own stages import or initialise happens before the snapshot: importing
-        # torch._dynamo (the profiler does) rebinds torch.manual_seed, which is torch's doing, not the candidate's.
-        import torch._dynamo  # noqa: F401
-        from torch.profiler import ProfilerActivity, profile
-        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch wraps SGD.step on first use
+        warm_up(self.device)
         settle_torch()
         record_build_failures(self.build_failures)
-        if self.device == "cuda":
-            L2Flusher()
-            e = torch.cuda.Event(enable_timing=True)
-            with profile(activities=[ProfilerActivity.CUDA]):
-                e.record()
-                torch.cuda._sleep(10)
-                torch.cuda.synchronize()
         cpu = cpu_kernels()  # before the candidate's code runs: what torch here picked, for the judge to compare
         p = Path(path).resolve()
         watch_thread_starts(str(p.parent))
@@ -240,16 +263,21 @@ class Worker(MeasureCommands):
     def cmd_forward(self, label: str, inputs, reserve_bytes: int):
         # Held until the next call's inputs have arrived: a buffer the judge refills then maps to the same address.
         self.held_inputs = inputs
+        t0 = time.perf_counter()
         if self.device == "cuda":
             torch.cuda.ipc_collect()
             nan_fill_cached_free(reserve_bytes)
+        t1 = time.perf_counter()
         set_precision(self.precision)
         with torch.no_grad():
             out = self.models[label](*inputs)
         if self.device == "cuda":
             torch.cuda.synchronize()  # device-wide: side-stream work finishes before the output leaves
-        return {"out": export_output(out, inputs), "type": describe(out),
-                "tf32_after": torch.backends.cuda.matmul.allow_tf32}
+        t2 = time.perf_counter()
+        sent = export_output(out, inputs)
+        return {"out": sent, "type": describe(out), "tf32_after": torch.backends.cuda.matmul.allow_tf32,
+                "seconds": {"unwritten memory filled with NaN": t1 - t0, "the model's call": t2 - t1,
+                            "the output made ready to send": time.perf_counter() - t2}}
 
     def cmd_release_inputs(self):
         self.held_inputs = None

@@ -309,17 +309,23 @@ def run_batch(args, opts: dict) -> int:
     out = Path(args.out) if args.out else None
     timeout = args.timeout or batch.DEFAULT_TIMEOUT_S
     log_dir = out.with_name(out.name + ".logs") if out else None
+    t0 = time.perf_counter()
     if args.ray:
         results = batch.run_ray(jobs, args.ray, out, timeout)
+        use, slots = None, None
     else:
         gpus = [None] if args.device == "cpu" else batch.gpu_list(args.gpus or "1")
+        use, slots = batch.GpuUse(gpus), len(gpus)
         results = batch.run_local(jobs, gpus, out, timeout, log_dir=log_dir)
+    wall = time.perf_counter() - t0
     if out is not None:  # the table covers every job asked for, those recorded by an earlier run too
         keys = {j.key() for j in jobs}
         lines = [d for d in jobfile.read_results(out) if d["key"] in keys]
     else:
         lines = results
     print(jobfile.format_table(lines))
+    if results:
+        print(batch.throughput(results, wall, slots) + (f"; {use.line()}" if use else ""))
     if out is not None:
         print(f"records: {out}" + (f"; the judges' own output: {log_dir}/" if log_dir and log_dir.exists() else ""))
     return 0 if lines and all(d["ok"] for d in lines) else 1

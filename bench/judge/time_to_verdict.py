@@ -88,6 +88,46 @@ def run_case(case, device: str | None, tmp: Path, timeout: float) -> dict:
             "detail": rec.get("stage_detail", {})}
 
 
+def run_batch_case(case, n: int, slots: int, device: str | None, tmp: Path, timeout: float) -> dict:
+    """The case's candidate judged n times in one batch (n copies of the file, `slots` slots on GPU 0, or on the
+    CPU), as a search loop submits its candidates: each job's own seconds from the results file (its slot warm, its
+    box started while the job before ran), the median of all but each slot's first job."""
+    name, what, ref, cand, flags, _ = case
+    argv = command(ref, cand, flags, device, tmp / "unused.json", tmp)
+    cand_path = Path(argv[argv.index("--candidate") + 1])
+    copies = []
+    for i in range(n):
+        c = tmp / f"{name}_batch" / f"cand_{i:03d}.py"
+        c.parent.mkdir(parents=True, exist_ok=True)
+        c.write_text(cand_path.read_text())
+        copies.append(str(c))
+    out = tmp / f"{name}_batch.jsonl"
+    out.unlink(missing_ok=True)
+    i = argv.index("--candidate")
+    argv = argv[:i + 1] + copies + argv[i + 2:]
+    argv = [a for a in argv if a not in ("--json", str(tmp / "unused.json"))]
+    argv += ["--out", str(out)] + (["--gpus", ",".join(["0"] * slots)] if device != "cpu" else [])
+    t0 = time.perf_counter()
+    try:
+        subprocess.run(argv, capture_output=True, text=True, timeout=timeout * n, cwd=tmp)
+    except subprocess.TimeoutExpired:
+        pass
+    wall = time.perf_counter() - t0
+    lines = [json.loads(ln) for ln in out.read_text().splitlines()] if out.exists() else []
+    if not lines:
+        return {"case": name, "what": what, "verdict": "no result", "wall_s": round(wall, 2), "stages": {}}
+    lines.sort(key=lambda d: d.get("finished_at", ""))
+    warm = lines[slots:] or lines
+    walls = sorted(float(d["elapsed_s"]) for d in warm)
+    mid = min(warm, key=lambda d: abs(float(d["elapsed_s"]) - walls[len(walls) // 2]))
+    rec = mid.get("record") or {}
+    verdicts = {d["verdict"].split(" (")[0] for d in lines}
+    return {"case": f"{name} x{n}", "what": f"{what}; batch of {n} on {slots} slot(s)",
+            "verdict": " / ".join(sorted(verdicts)), "wall_s": walls[len(walls) // 2], "walls": walls,
+            "batch_wall_s": round(wall, 1), "per_hour": round(len(lines) / wall * 3600),
+            "stages": dict(rec.get("stage_seconds", {})), "detail": rec.get("stage_detail", {})}
+
+
 def table(rows: list[dict]) -> str:
     out = ["| case | what | verdict | wall s | stages (s) | inside them, largest first (s) |",
            "|---|---|---|---|---|---|"]
@@ -107,12 +147,23 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="timed runs per case (the table shows the median)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", metavar="PATH", help="write every run's figures here")
+    ap.add_argument("--batch", type=int, default=0, metavar="N",
+                    help="judge each case's candidate N times in one batch (warm slots) instead of one command each; "
+                         "the wall column is a job's own seconds, median of all but each slot's first")
+    ap.add_argument("--slots", type=int, default=1, help="with --batch: slots on GPU 0")
     args = ap.parse_args(argv)
     cases = [c for c in CASES if args.only in c[0] and (args.device != "cpu" or c[5])]
     rows = []
     with tempfile.TemporaryDirectory(prefix="kp-judge-bench-") as d:
         tmp = Path(d)
         for case in cases:
+            if args.batch:
+                rows.append(run_batch_case(case, args.batch, args.slots, args.device, tmp, args.timeout))
+                print(table(rows[-1:]).splitlines()[-1] + f" batch wall {rows[-1].get('batch_wall_s')} s, "
+                      f"{rows[-1].get('per_hour')} verdicts/h", file=sys.stderr, flush=True)
+                if args.json:
+                    Path(args.json).write_text(json.dumps(rows, indent=1))
+                continue
             if args.warm:
                 run_case(case, args.device, tmp, args.timeout)
             runs = sorted((run_case(case, args.device, tmp, args.timeout) for _ in range(args.repeat)),

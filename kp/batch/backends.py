@@ -100,6 +100,61 @@ def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results
     progress.done(res["ok"], f"{where:>4}  {job.name}: {res['verdict']}")
 
 
+class GpuUse:
+    """GPU utilisation over a batch: `nvidia-smi` asked every `every_s` seconds in a thread (the share of time a
+    kernel ran, per GPU, as the driver counts it). Where there is no nvidia-smi, nothing is measured and `line` says so."""
+
+    def __init__(self, gpus: list[str | None], every_s: float = 2.0):
+        import shutil
+        import threading
+        self.ids = sorted({g for g in gpus if g is not None}, key=int)
+        self.samples: dict[str, list[float]] = {g: [] for g in self.ids}
+        self.smi = shutil.which("nvidia-smi") if self.ids else None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(every_s,), daemon=True) if self.smi else None
+        if self.thread:
+            self.thread.start()
+
+    def _run(self, every_s: float) -> None:
+        import subprocess
+        while not self.stop.wait(every_s):
+            try:
+                text = subprocess.run([self.smi, "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits",
+                                       "-i", ",".join(self.ids)], capture_output=True, text=True, timeout=10).stdout
+            except (OSError, subprocess.SubprocessError):
+                continue
+            for ln in text.splitlines():
+                idx, _, util = ln.partition(",")
+                if idx.strip() in self.samples and util.strip().isdigit():
+                    self.samples[idx.strip()].append(float(util))
+
+    def line(self) -> str:
+        if self.thread:
+            self.stop.set()
+            self.thread.join(15)
+        if not self.ids:
+            return "GPU utilisation: no GPU in this run"
+        if not self.smi:
+            return "GPU utilisation: not measured (no nvidia-smi here)"
+        got = {g: v for g, v in self.samples.items() if v}
+        if not got:
+            return "GPU utilisation: not measured (the run was shorter than one sample)"
+        return "GPU utilisation (nvidia-smi, mean over the run): " + ", ".join(
+            f"GPU {g} {sum(v) / len(v):.0f}%" for g, v in got.items())
+
+
+def throughput(results: list[dict], wall_s: float, slots: int | None) -> str:
+    """What a user plans with: the verdicts this run gave, per hour, and how busy its slots were (slots: None on
+    Ray, whose tasks are not this host's slots)."""
+    n = len(results)
+    busy = sum(float(d.get("elapsed_s") or 0.0) for d in results)
+    per_hour = n / wall_s * 3600 if wall_s > 0 else 0.0
+    if not slots:
+        return f"{n} verdicts in {wall_s:.0f} s: {per_hour:.0f} verdicts per hour"
+    return (f"{n} verdicts in {wall_s:.0f} s: {per_hour:.0f} verdicts per hour on {slots} slot{'s' * (slots != 1)}; "
+            f"the slots were judging {100 * busy / max(wall_s * slots, 1e-9):.0f}% of the time")
+
+
 def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S,
               progress: bool = True, log_dir: Path | None = None) -> list[dict]:
     """Every job on the slots of this host, one per entry of `gpus` (None: a CPU slot). Returns the result lines

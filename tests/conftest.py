@@ -64,10 +64,16 @@ def _one_test_per_gpu(request):
         yield
         return
     import fcntl
+    import gc
     import tempfile
     with open(Path(tempfile.gettempdir()) / f"kp-test-gpu-{_PIN}.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
-        yield
+        try:
+            yield
+        finally:  # what this worker's allocator keeps cached after a test in this process is the next one's room
+            gc.collect()  # (the other worker pinned to this GPU may run a 36 GiB softmax case next)
+            if torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
 
 
 @pytest.hookimpl(tryfirst=True)

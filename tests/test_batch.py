@@ -151,7 +151,9 @@ def test_sixteen_own_kernel_candidates_over_every_gpu(tmp_path):
     recs = lines(out)
     assert sorted(Path(d["job"]["candidate"]).name for d in recs) == sorted(p.name for p in cands)
     check_verdicts(recs)
-    assert {d["gpu"] for d in recs} == {f"gpu{i}" for i in range(torch.cuda.device_count())}
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")  # slots are named by the real GPU ids (a pinned test worker's)
+    ids = [d.strip() for d in seen.split(",")] if seen else [str(i) for i in range(torch.cuda.device_count())]
+    assert {d["gpu"] for d in recs} == {f"gpu{i}" for i in ids}
 
 
 def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
@@ -191,10 +193,10 @@ def test_each_slot_is_told_its_next_job_and_every_job_runs_once(monkeypatch):
 
     class FakeSlot:
         def __init__(self, polls_per_job):
-            self.job, self.key, self.reserved, self.per = None, None, None, polls_per_job
+            self.job, self.key, self.reserved, self.per = None, None, [], polls_per_job
 
-        def submit(self, job, key=None, ahead=None):
-            told.setdefault(id(self), []).append((key, ahead))
+        def submit(self, job, key=None, ahead=()):
+            told.setdefault(id(self), []).append((key, [key_of[j] for j in ahead]))
             self.job, self.key, self.polls = job, key, 0
             runs.append(key)
 
@@ -207,22 +209,21 @@ def test_each_slot_is_told_its_next_job_and_every_job_runs_once(monkeypatch):
 
     monkeypatch.setattr(backends.time, "sleep", lambda s: None)
     jobs = [(jobfile.make_job(("file", CASES / "ref.py"), CANDS[i % len(CANDS)], {"seed": i}), f"k{i}")
-            for i in range(9)]
+            for i in range(12)]
     key_of = {j: k for j, k in jobs}
-    fast, slow = FakeSlot(1), FakeSlot(50)
+    fast, slow = FakeSlot(1), FakeSlot(80)
     finished = []
-    backends._drain(deque(jobs), [(fast, "a"), (slow, "b")], 60, backends.Progress(9, False),
+    backends._drain(deque(jobs), [(fast, "a"), (slow, "b")], 60, backends.Progress(12, False),
                     lambda s, n, j, k, r: finished.append(k))
     assert sorted(runs) == sorted(k for _, k in jobs) and sorted(finished) == sorted(runs)
-    kept = 0
-    for slot, other in ((fast, slow), (slow, fast)):  # the job a slot was told came next, or went to the other slot
-        seq, elsewhere = told[id(slot)], {k for k, _ in told[id(other)]}
-        for (_, ahead), (nxt, _) in zip(seq, seq[1:] + [(None, None)]):
-            if ahead is not None:
-                assert key_of[ahead] == nxt or key_of[ahead] in elsewhere
-                kept += key_of[ahead] == nxt
-    assert kept >= 4  # most jobs ran where their box was started
-    assert any(key_of[a] in {k for k, _ in told[id(fast)]} for _, a in told[id(slow)] if a)  # taken at the tail
+    for slot, other in ((fast, slow), (slow, fast)):  # a slot's next job is the first it was told of, or went
+        seq, elsewhere = told[id(slot)], {k for k, _ in told[id(other)]}  # to the other slot
+        for (_, ahead), (nxt, _) in zip(seq, seq[1:]):
+            assert not ahead or ahead[0] == nxt or ahead[0] in elsewhere
+        assert all(len(a) <= backends.AHEAD for _, a in seq)
+    assert max(len(a) for _, a in told[id(fast)]) == backends.AHEAD  # a full queue: AHEAD jobs told ahead
+    slow_told = {k for _, a in told[id(slow)] for k in a}
+    assert slow_told & {k for k, _ in told[id(fast)]}  # the idle fast slot took the slow one's next jobs
 
 
 def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_path, monkeypatch):
@@ -237,9 +238,9 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
         tries: dict = {}
 
         def __init__(self, gpu, log_path, forks):
-            self.gpu, self.job, self.key, self.reserved = gpu, None, None, None
+            self.gpu, self.job, self.key, self.reserved = gpu, None, None, []
 
-        def submit(self, job, key=None, ahead=None):
+        def submit(self, job, key=None, ahead=()):
             self.job, self.key, self.polls = job, key, 0
             busy["now"] += 1
             which = "most_again" if key in FakeSlot.tries else "most"

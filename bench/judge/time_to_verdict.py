@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,10 +97,11 @@ def run_batch_case(case, n: int, slots: int, device: str | None, tmp: Path, time
     argv = command(ref, cand, flags, device, tmp / "unused.json", tmp)
     cand_path = Path(argv[argv.index("--candidate") + 1])
     copies = []
-    for i in range(n):
-        c = tmp / f"{name}_batch" / f"cand_{i:03d}.py"
-        c.parent.mkdir(parents=True, exist_ok=True)
-        c.write_text(cand_path.read_text())
+    for i in range(n):  # n different files (a batch judges a file's contents once), each in a copy of its folder
+        d = tmp / f"{name}_batch" / f"copy_{i:03d}"
+        shutil.copytree(cand_path.parent, d, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        c = d / cand_path.name
+        c.write_text(cand_path.read_text() + f"\n# copy {i}\n")
         copies.append(str(c))
     out = tmp / f"{name}_batch.jsonl"
     out.unlink(missing_ok=True)

@@ -195,23 +195,29 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     return results
 
 
+AHEAD = 3  # jobs a slot holds beyond the one it runs, their boxes started (torch imported, CUDA's context made):
+#            a box takes about 5-7 s to be ready on a busy host and a small job about 2 s, so one ahead is not enough
+
+
 def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: Progress, finished) -> None:
     """Run the queue's jobs on these slots until every one has finished; finished(slot, name, job, key, result)."""
     while queue or any(s.job or s.reserved for s, _ in slots):
         for s, name in slots:
             if s.job is not None:
                 continue
-            nxt, s.reserved = s.reserved, None
-            if nxt is None and queue:
+            if s.reserved:
+                nxt = s.reserved.pop(0)
+            elif queue:
                 nxt = queue.popleft()
-            if nxt is None:  # the queue is empty: another slot's next job, rather than waiting for that slot
-                other = next((o for o, _ in slots if o.reserved), None)
+            else:  # the queue is empty: another slot's last next job, rather than waiting for that slot
+                other = max((o for o, _ in slots if o.reserved), key=lambda o: len(o.reserved), default=None)
                 if other is None:
                     continue
-                nxt, other.reserved = other.reserved, None
-            # each slot holds its next job, so that job's box starts while this one runs (kp.batch.slots)
-            s.reserved = queue.popleft() if queue else None
-            s.submit(*nxt, ahead=s.reserved[0] if s.reserved else None)
+                nxt = other.reserved.pop()
+            # each slot holds its next jobs, so that their boxes start while this one runs (kp.batch.slots)
+            while queue and len(s.reserved) < AHEAD:
+                s.reserved.append(queue.popleft())
+            s.submit(*nxt, ahead=[j for j, _ in s.reserved])
             bar.set(name, nxt[0].name)
         time.sleep(0.2)
         for s, name in slots:

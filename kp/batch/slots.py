@@ -93,17 +93,22 @@ def _warm_up(forkserver_too: bool) -> None:
         torch.ones(2, 2, device="meta") @ torch.ones(2, 2, device="meta")
 
 
-def _box_ahead(job: Job, ahead: Job | None) -> None:
-    """The box of the job this slot runs next, started while this one runs (its interpreter, torch, CUDA's context
-    and the judge's GPU tools ready when that job starts). Boxes started ahead for other jobs (taken by another
-    slot meanwhile) go; this job's own stays for it to take."""
+def _box_ahead(job: Job, ahead: list[Job]) -> None:
+    """The boxes of the jobs this slot runs next, started while this one runs (their interpreter, torch, CUDA's
+    context and the judge's GPU tools ready when each job starts). Boxes started ahead for jobs no longer among them
+    (taken by another slot meanwhile) go; this job's own stays for it to take."""
     from kp.box import start as boxstart
-    keep = {id(b) for b in boxstart.waiting() if job.candidate and b.plan == _box_plan(job)}
-    boxstart.discard_early(keep)
-    if ahead is not None and ahead.candidate is not None:
-        opts = dict(ahead.opts)
-        boxstart.start_early(ahead.ref, ahead.candidate, boxed=opts.get("sandbox", True), later=True,
+    plans = {id(j): _box_plan(j) for j in [job, *ahead] if j.candidate}
+    have = {id(b): b.plan for b in boxstart.waiting()}
+    boxstart.discard_early({i for i, plan in have.items() if plan in plans.values()})
+    started = list(have.values())  # plans hold lists and dicts: compared, not hashed
+    for j in ahead:
+        if j.candidate is None or plans.get(id(j)) in started:
+            continue
+        opts = dict(j.opts)
+        boxstart.start_early(j.ref, j.candidate, boxed=opts.get("sandbox", True), later=True,
                              cuda=opts.get("device") != "cpu")
+        started.append(plans.get(id(j)))
 
 
 def _box_plan(job: Job):
@@ -167,7 +172,7 @@ class Slot:
         self.gpu, self.log_path, self.forkserver_too = gpu, log_path, forkserver_too
         self.job: Job | None = None
         self.key: str | None = None
-        self.reserved: tuple[Job, str] | None = None  # the job it runs next (its box started ahead), not yet begun
+        self.reserved: list[tuple[Job, str]] = []  # the jobs it runs next (their boxes started ahead), not yet begun
         self.t0, self.started, self.gpu_name, self.waited = 0.0, False, None, 0.0
         self._start()
 
@@ -181,10 +186,10 @@ class Slot:
         start_without_main(self.proc)
         child.close()
 
-    def submit(self, job: Job, key: str | None = None, ahead: Job | None = None) -> None:
-        """Run `job`; `ahead`, the job this slot will run next, gets its box started meanwhile."""
+    def submit(self, job: Job, key: str | None = None, ahead: list[Job] = ()) -> None:
+        """Run `job`; `ahead`, the jobs this slot will run next, get their boxes started meanwhile."""
         self.job, self.key, self.t0, self.started, self.waited = job, key, time.monotonic(), False, 0.0
-        self.conn.send((job, ahead))
+        self.conn.send((job, list(ahead)))
 
     def kill(self) -> None:
         try:

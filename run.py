@@ -111,7 +111,7 @@ def start_box_early(argv) -> None:
     spec = ("file", args.ref) if args.ref else ("problem", args.problem[0]) if args.problem else None
     if spec and spec[1] != "all":
         from kp.box import start as boxstart
-        boxstart.start_early(spec, args.candidate[0], boxed=not args.no_sandbox)
+        boxstart.start_early(spec, args.candidate[0], boxed=not args.no_sandbox, cuda=args.device != "cpu")
 
 
 if __name__ == "__main__":

@@ -118,13 +118,14 @@ def test_a_raise_in_forward_shows_the_candidates_own_lines(cli, tmp_path):
     assert "Traceback" in row["traceback"] and "raises.py" in row["traceback"]
 
 
-def test_gpu_tests_spread_one_group_per_gpu():
-    """On a host of several GPUs each xdist worker is pinned to one (worker k: GPU k mod their number) and the GPU
-    tests are dealt round-robin into one group per GPU; with one GPU or none, nothing changes."""
-    from conftest import gpu_groups, worker_gpu
-    assert worker_gpu("gw0", ["0", "1", "2", "3"]) == "0" and worker_gpu("gw5", ["0", "1", "2", "3"]) == "1"
-    assert worker_gpu("gw1", ["4", "6"]) == "6"  # CUDA_VISIBLE_DEVICES's own list
-    assert worker_gpu("gw1", ["0"]) is None and worker_gpu(None, ["0", "1"]) is None
-    deal = gpu_groups([f"t{i}" for i in range(6)], 4)
-    assert [deal[f"t{i}"] for i in range(6)] == ["gpu0", "gpu1", "gpu2", "gpu3", "gpu0", "gpu1"]
-    assert gpu_groups(["t0", "t1"], 1) == {}
+def test_shards_cover_every_test_once_and_deal_the_gpu_tests_evenly():
+    """N pytest processes, one per GPU, each with --shard K/N: every test runs in exactly one of them, and the GPU
+    tests are dealt round-robin, so each GPU gets its share of the heavy ones that sit together in the order."""
+    from conftest import shard_of
+    names = [f"t{i}" for i in range(23)]
+    gpu_names = {f"t{i}" for i in range(5, 17)}
+    shares = [shard_of(names, gpu_names, k, 4) for k in range(4)]
+    assert sorted(x for s in shares for x in s) == sorted(names)
+    assert [len([x for x in s if x in gpu_names]) for s in shares] == [3, 3, 3, 3]
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    assert shard_of(names, gpu_names, 0, 1) == names

@@ -1,0 +1,70 @@
+"""The test suite over every GPU of the host: one pytest per GPU (CUDA_VISIBLE_DEVICES set to it), each running its
+share of the tests (`--shard K/N`, tests/conftest.py: the GPU tests dealt round-robin, the CPU tests too), started
+together; prints one line per GPU and exits with the worst exit code.
+
+    python -m tools.gpu_tests                      every GPU nvidia-smi lists
+    python -m tools.gpu_tests --gpus 0,1 -- -k judge_case     pytest's own arguments after --
+
+Each pytest runs its CPU tests over its share of the cores (-n auto / N); its GPU tests one at a time on its GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def host_gpus() -> list[str]:
+    """The GPUs to use, found without starting CUDA: CUDA_VISIBLE_DEVICES's list where it is set, else one per GPU
+    nvidia-smi lists."""
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if seen is not None:
+        return [d.strip() for d in seen.split(",") if d.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, ln in enumerate(ln for ln in out.splitlines() if ln.startswith("GPU "))]
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", default=None, help="comma-separated GPU ids (default: every GPU)")
+    ap.add_argument("--logs", default=None, help="folder for each GPU's pytest output (default: a temporary one)")
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    gpus = [g.strip() for g in args.gpus.split(",")] if args.gpus else host_gpus()
+    if not gpus:
+        print("no GPU found (nvidia-smi -L lists none): run `python -m pytest -q -rs`", file=sys.stderr)
+        return 2
+    import tempfile
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="kp-gpu-tests-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    workers = max(1, (os.cpu_count() or 1) // len(gpus))
+    procs = []
+    t0 = time.perf_counter()
+    for k, g in enumerate(gpus):
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": g}
+        log = open(logs / f"gpu{g}.log", "w")
+        cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-n", str(workers),
+               "--shard", f"{k}/{len(gpus)}", *extra]
+        procs.append((g, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    worst = 0
+    for g, proc, log in procs:
+        rc = proc.wait()
+        log.close()
+        tail = [ln for ln in (logs / f"gpu{g}.log").read_text(errors="replace").splitlines() if ln.strip()]
+        print(f"GPU {g}: exit {rc}: {tail[-1] if tail else 'no output'}")
+        worst = max(worst, rc)
+    print(f"{len(gpus)} GPUs, {time.perf_counter() - t0:.0f} s in all; each GPU's output: {logs}/")
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -99,7 +99,10 @@ def run_batch_case(case, n: int, slots: int, device: str | None, tmp: Path, time
     copies = []
     for i in range(n):  # n different files (a batch judges a file's contents once), each in a copy of its folder
         d = tmp / f"{name}_batch" / f"copy_{i:03d}"
-        shutil.copytree(cand_path.parent, d, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        if cand_path.parent == tmp:  # a shipped model's one-line file, written here
+            d.mkdir(parents=True, exist_ok=True)
+        else:
+            shutil.copytree(cand_path.parent, d, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
         c = d / cand_path.name
         c.write_text(cand_path.read_text() + f"\n# copy {i}\n")
         copies.append(str(c))

@@ -21,6 +21,19 @@ def gpu(test):
     return pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")(pytest.mark.xdist_group("gpu")(test))
 
 
+@pytest.fixture(autouse=True)
+def _gpu_memory_back(request):
+    """After a GPU test, this worker's cached GPU memory goes back to the device: a test that judged in this process
+    (the `cli` fixture) leaves its allocator holding what it used, and the next test's judge, in a process of its
+    own, needs that room (a softmax case plans 36 GiB; an 80 GB card does not hold two)."""
+    yield
+    if HAS_GPU and torch.cuda.is_initialized() and \
+            any(m.args[:1] == ("gpu",) for m in request.node.iter_markers("xdist_group")):
+        import gc
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 def pytest_addoption(parser):
     parser.addoption("--shard", default=None, metavar="K/N",
                      help="run the K-th of N shares of the tests (0-based): GPU tests dealt round-robin in collection "

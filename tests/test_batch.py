@@ -208,6 +208,7 @@ def test_each_slot_is_told_its_next_job_and_every_job_runs_once(monkeypatch):
             return {"ok": True, "verdict": "accepted", "record": None}
 
     monkeypatch.setattr(backends.time, "sleep", lambda s: None)
+    monkeypatch.setattr(backends.os, "cpu_count", lambda: 64)  # cores enough for every box ahead
     jobs = [(jobfile.make_job(("file", CASES / "ref.py"), CANDS[i % len(CANDS)], {"seed": i}), f"k{i}")
             for i in range(12)]
     key_of = {j: k for j, k in jobs}
@@ -220,10 +221,21 @@ def test_each_slot_is_told_its_next_job_and_every_job_runs_once(monkeypatch):
         seq, elsewhere = told[id(slot)], {k for k, _ in told[id(other)]}  # to the other slot
         for (_, ahead), (nxt, _) in zip(seq, seq[1:]):
             assert not ahead or ahead[0] == nxt or ahead[0] in elsewhere
-        assert all(len(a) <= backends.AHEAD for _, a in seq)
-    assert max(len(a) for _, a in told[id(fast)]) == backends.AHEAD  # a full queue: AHEAD jobs told ahead
+        assert all(len(a) <= backends.AHEAD_MOST for _, a in seq)
+    assert max(len(a) for _, a in told[id(fast)]) == backends.AHEAD_MOST  # a full queue: that many told ahead
     slow_told = {k for _, a in told[id(slow)] for k in a}
     assert slow_told & {k for k, _ in told[id(fast)]}  # the idle fast slot took the slow one's next jobs
+
+
+def test_boxes_ahead_follow_the_cores_a_slot_has():
+    """A slot starts boxes ahead only as far as its share of the cores allows: one on a 2-core host, more where each
+    slot has cores to spare for the boxes' imports beside the job it runs."""
+    from kp.batch import backends
+    import unittest.mock as mock
+    with mock.patch.object(backends.os, "cpu_count", lambda: 2):
+        assert backends.ahead(1) == 1 and backends.ahead(4) == 1
+    with mock.patch.object(backends.os, "cpu_count", lambda: 64):
+        assert backends.ahead(12) == 2 and backends.ahead(4) == backends.AHEAD_MOST
 
 
 def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_path, monkeypatch):

@@ -195,12 +195,19 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     return results
 
 
-AHEAD = 3  # jobs a slot holds beyond the one it runs, their boxes started (torch imported, CUDA's context made):
-#            a box takes about 5-7 s to be ready on a busy host and a small job about 2 s, so one ahead is not enough
+AHEAD_MOST = 3  # jobs a slot holds beyond the one it runs, their boxes started (torch imported, CUDA's context
+#                 made): a box takes about 5-7 s to be ready on a busy host and a small job 1-2 s, so one is not enough
+
+
+def ahead(slots: int) -> int:
+    """Boxes a slot starts ahead: up to AHEAD_MOST, one per two cores the slot has to itself (each box's start is
+    about 3 CPU-seconds of imports, run beside the job being judged), at least one."""
+    return max(1, min(AHEAD_MOST, (os.cpu_count() or 1) // (2 * max(slots, 1))))
 
 
 def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: Progress, finished) -> None:
     """Run the queue's jobs on these slots until every one has finished; finished(slot, name, job, key, result)."""
+    most = ahead(len(slots))
     while queue or any(s.job or s.reserved for s, _ in slots):
         for s, name in slots:
             if s.job is not None:
@@ -215,7 +222,7 @@ def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: P
                     continue
                 nxt = other.reserved.pop()
             # each slot holds its next jobs, so that their boxes start while this one runs (kp.batch.slots)
-            while queue and len(s.reserved) < AHEAD:
+            while queue and len(s.reserved) < most:
                 s.reserved.append(queue.popleft())
             s.submit(*nxt, ahead=[j for j, _ in s.reserved])
             bar.set(name, nxt[0].name)

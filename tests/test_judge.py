@@ -504,6 +504,7 @@ def test_one_precision_path_for_ceilings(monkeypatch):
     monkeypatch.setattr(stage_timing, "copy_bandwidth", lambda n=4 << 30: sizes.append(n) or 3e12)
     monkeypatch.setattr(stage_timing, "gemm_rates", rates)
     monkeypatch.setattr(stage_timing, "free_gpu_bytes", lambda: 70 << 30)
+    monkeypatch.setattr(stage_timing, "_CEILINGS", {})  # measured here, not taken from an earlier test's process
     ref = judge.Reference.load(("problem", "matmul_gelu_softmax"))
     j = judge.Judge.__new__(judge.Judge)
     j.ref, j.precision, j.log = ref, "tf32", said.append
@@ -518,6 +519,13 @@ def test_one_precision_path_for_ceilings(monkeypatch):
     assert j.ceilings({"bytes": 1e9, "flops": 1e14})["flops_rate"] == 50e12 and seen[-1] == "fp32"
     j.ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))  # no BOUND: from intensity
     assert j.ceilings({"bytes": 1e9, "flops": 0})["bound"] == "memory"
+    n = len(seen)  # a process measures a GPU's ceilings once per probe size and precision (a batch's slot)
+    monkeypatch.setattr(stage_timing, "free_gpu_bytes", lambda: 3 << 30)
+    j.ceilings({"bytes": 1e9, "flops": 1e14})
+    j.precision = "tf32"
+    monkeypatch.setattr(stage_timing, "free_gpu_bytes", lambda: 70 << 30)
+    assert j.ceilings({"bytes": 1e9, "flops": 1e14})["flops_rate"] == 700e12
+    assert len(seen) == n
 
 
 def test_reference_file_without_the_contract_is_a_usage_error(tmp_path, cli):

@@ -257,7 +257,7 @@ class TimingStage:
         if copy_bytes < 4 << 30 or gemm_n < 8192:
             self.log(f"{self.ref.name}: ceilings measured on a {copy_bytes >> 20} MiB copy and {gemm_n}^3 GEMMs: "
                      f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)")
-        gpu = torch.cuda.current_device()
+        gpu = torch.cuda.current_device() if torch.cuda.is_available() else None
         bw = _measured(("copy", gpu, copy_bytes), lambda: copy_bandwidth(copy_bytes))
         out = {"bandwidth": bw, "flops_rate": None, "rates": {}}
         if traffic.get("flops"):

@@ -82,9 +82,12 @@ def parse_args(argv):
                                                        "throughput, registers, local memory, occupancy")
     ap.add_argument("--plot", metavar="PNG", help="draw the timing table as a roofline picture (needs "
                                                   "matplotlib); several problems: one file each, named -PROBLEM")
-    ap.add_argument("--precision", default="fp32", help="fp32 (default; TF32 off) or tf32 (opt-in: budget from "
+    ap.add_argument("--precision", default="fp32", help="fp32 (default; TF32 off); tf32 (opt-in: budget from "
                                                         "PyTorch with TF32 on, baselines timed with it on, the "
-                                                        "TF32 GEMM ceiling)")
+                                                        "TF32 GEMM ceiling); bf16 or fp16 (every floating input, "
+                                                        "weight and buffer cast, the output judged in that dtype "
+                                                        "against float64, the budget from PyTorch in that dtype, "
+                                                        "the 16-bit GEMM ceiling)")
     ap.add_argument("--device", default=None, help="cuda (default) or cpu (parity only, for pure-torch "
                                                    "candidates; no timing, escape or own-kernel checks)")
     return ap.parse_args(argv)

@@ -652,6 +652,10 @@ def test_kernelbench_check_agrees_with_torch_allclose():
         said = expected._allclose([torch.tensor([g])], [torch.tensor([w])], [1e-4, 1e-2])
         want = [torch.allclose(torch.tensor([g]), torch.tensor([w]), atol=t, rtol=t) for t in (1e-4, 1e-2)]
         assert [x == "pass" for x in said] == want, (g, w, said)
+    with pytest.raises(RuntimeError):  # mixed dtypes: torch.allclose raises, so KernelBench's check fails
+        torch.allclose(torch.ones(2), torch.ones(2, dtype=torch.bfloat16))
+    said = expected._allclose([torch.ones(2)], [torch.ones(2, dtype=torch.bfloat16)], [1e-2])
+    assert said[0].startswith("fail (output torch.float32, expected torch.bfloat16")
 
 
 def test_the_driver_runs_its_stage_table_in_order(monkeypatch):

@@ -116,7 +116,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
             raise UsageError(f"device must be cuda or cpu, got {device!r}")
         if device == "cuda" and not torch.cuda.is_available():
             raise UsageError("no CUDA device visible")
-        self.ref, self.precision, self.device, self.trials = ref, precision, device, trials
+        self.ref, self.precision, self.device, self.trials = ref.use_precision(precision), precision, device, trials
         self.bench, self.compile_baseline, self.allow_torch = bench, compile_baseline, allow_torch
         self.reps = (min_reps, max_reps, budget_s) if bench else (3, 3, 5.0)
         self.sandbox, self.box_note = sandbox, None  # box_note: what the record says once a candidate is added

@@ -8,16 +8,24 @@ import dataclasses
 import torch
 
 from kp.errors import Rejected, first_line
-from kp.judge.float64 import FP32_ONLY_BUDGET, Promote, as_float64, float64_copy, float64_default, hold_on
+from kp.judge.float64 import FP32_ONLY_BUDGET, Promote, fp32_only_budget, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
 from kp.lib.numerics import (ABS_FLOOR, Err, ReductionLength, batch_rows, budget_from, budget_reason,
-                             clone_layout, reduction_length, rel_error)
+                             clone_layout, reduction_length, rel_error, unit_roundoff)
 from kp.judge.reference import Reference, _as_list, apply_update, describe
 
 # A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
 # reference has them, and a relL2 under this (~8,000 fp32 ulps: beyond it fp32 itself cannot compute the problem at
 # those values, e.g. a product of 256 numbers near -3, and no fp32 kernel can be asked to).
-TORCH_FAIR_MAX = 1e-3
+TORCH_FAIR_MAX = 1e-3  # (in fp16 and bf16: torch_fair_max)
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+
+
+def torch_fair_max(dtype: torch.dtype) -> float:
+    """PyTorch's own error above which a derived input is not held against a candidate: TORCH_FAIR_MAX in fp32
+    (about 10^4 ulps); in fp16 and bf16 sixteen roundings' worth, 16 u (bf16 6.3e-2, fp16 7.8e-3), since one
+    rounding of the output alone is about u / sqrt(3) there."""
+    return TORCH_FAIR_MAX if dtype in (torch.float32, torch.float64) else 16 * unit_roundoff(dtype)
 FLOAT64, PROMOTED = "float64", "float64, every torch op's floating arguments promoted"
 
 
@@ -322,7 +330,8 @@ class Expected:
         for i, (a, b) in enumerate(zip(r32l, r64l)):
             if isinstance(a, torch.Tensor) and fp32_only:
                 specs.append((tuple(a.shape), a.dtype, a.device))
-                errs.append((Err(0.0, 0.0, 0), Err(FP32_ONLY_BUDGET, FP32_ONLY_BUDGET, 0)))
+                b = fp32_only_budget(a.dtype)
+                errs.append((Err(0.0, 0.0, 0), Err(b, b, 0)))
             elif isinstance(a, torch.Tensor):
                 e = rel_error(a, b)
                 for alt in alts:  # the worst of PyTorch's algorithms, where each stays NaN/Inf-exact
@@ -330,7 +339,7 @@ class Expected:
                     if ea is not None and not ea.nonfinite_mismatch:
                         e = Err(max(e.rel_l2, ea.rel_l2), max(e.worst_row, ea.worst_row), e.nonfinite_mismatch)
                 specs.append((tuple(a.shape), a.dtype, a.device))
-                errs.append((e, budget_from(e, k)))
+                errs.append((e, budget_from(e, k, a.dtype)))  # the floor of the dtype PyTorch returns
             else:
                 specs.append(a)
                 errs.append(None)
@@ -343,13 +352,14 @@ class Expected:
     def torch_unfair(self) -> str | None:
         """Why PyTorch's own fp32 result fails this call's check (then a derived input is not held against a
         candidate), or None."""
-        for e in self.errs:
+        for e, spec in zip(self.errs, self.specs):
             if e is None:
                 continue
+            name = _DTYPE_NAMES.get(spec[1], str(spec[1]))
             if e[0].nonfinite_mismatch:
-                return f"PyTorch fp32 itself gets {e[0].nonfinite_mismatch} NaN/Inf positions wrong (it overflows)"
-            if e[0].rel_l2 > TORCH_FAIR_MAX:
-                return f"PyTorch fp32 itself is off by relL2 {e[0].rel_l2:.1e}"
+                return f"PyTorch {name} itself gets {e[0].nonfinite_mismatch} NaN/Inf positions wrong (it overflows)"
+            if e[0].rel_l2 > torch_fair_max(spec[1]):
+                return f"PyTorch {name} itself is off by relL2 {e[0].rel_l2:.1e}"
         return None
 
 
@@ -394,8 +404,10 @@ def _allclose(got: list, want: list, tols: list[float]) -> list[str]:
         if not isinstance(g, torch.Tensor) or g.shape != w.shape:
             why = f"fail (output {describe(g) if not isinstance(g, str) else g}, expected {tuple(w.shape)})"
             return [why if o == "pass" else o for o in out]
+        if g.dtype != w.dtype:  # torch.allclose raises on mixed dtypes: KernelBench's check fails there
+            why = f"fail (output {g.dtype}, expected {w.dtype}: torch.allclose refuses mixed dtypes)"
+            return [why if o == "pass" else o for o in out]
         g = g.to(w.device)
-        g = g.to(w.dtype) if g.dtype != w.dtype else g
         d, a = (g - w).abs(), w.abs()
         same, finite = g == w, torch.isfinite(d)  # a NaN or infinite difference is close only between equal values
         for i, tol in enumerate(tols):

@@ -10,10 +10,15 @@ import torch
 from kp.errors import Rejected
 from kp.judge.expected import _allclose, _release
 from kp.judge.reference import _as_list, trial_seeds
-from kp.lib.numerics import clone_layout
+from kp.lib.numerics import HALF, clone_layout
 
 KERNELBENCH_TRIALS = 5  # KernelBench's own correctness check: same-seed models, 5 draws, torch.allclose
 KERNELBENCH_TOLS = ("1e-4", "1e-2")  # atol = rtol for fp32 now, and in the v0/v0.1 era of its leaderboard
+KERNELBENCH_HALF_TOLS = ("1e-2",)  # its tolerance for fp16 and bf16 (get_tolerance_for_precision)
+
+
+def kernelbench_tols(precision: str) -> tuple[str, ...]:
+    return KERNELBENCH_HALF_TOLS if precision in HALF else KERNELBENCH_TOLS
 
 
 class KernelBenchCheck:
@@ -28,14 +33,15 @@ class KernelBenchCheck:
     def _kernelbench(self, init, runs: bool = True) -> None:
         """KernelBench's own correctness check on each candidate, beside ours (it never decides the verdict):
         Model and ModelNew built after the same seed, nothing loaded or changed, KERNELBENCH_TRIALS draws of
-        get_inputs(), torch.allclose at each of KERNELBENCH_TOLS (atol = rtol) on every output. Training mode, as
+        get_inputs(), torch.allclose at each of its tolerances for the precision (atol = rtol) on every output. Training mode, as
         KernelBench builds its models. runs=False: the benchmark shape is not run here (over the CPU limit), and the
         check is said not to have run."""
+        tols = kernelbench_tols(self.precision)
         for row in self.rows:
             if not row.runner.isolated:
                 continue
             if not runs:
-                row.kernelbench = {t: "not run (the benchmark shape is over the CPU limit)" for t in KERNELBENCH_TOLS}
+                row.kernelbench = {t: "not run (the benchmark shape is over the CPU limit)" for t in tols}
                 continue
             out = {}
             try:
@@ -48,14 +54,14 @@ class KernelBenchCheck:
                         want = _as_list(model(*[clone_layout(t) for t in x]))
                     got = row.runner.call("kernelbench check", "forward", "kernelbench", x, 0)["out"]
                     got = list(got) if isinstance(got, tuple) else [got]
-                    for tol, said in zip(KERNELBENCH_TOLS, _allclose(got, want, [float(t) for t in KERNELBENCH_TOLS])):
+                    for tol, said in zip(tols, _allclose(got, want, [float(t) for t in tols])):
                         if out.get(tol, "pass") == "pass":
                             out[tol] = said
                     del x, want, got
                 row.runner.call("kernelbench check", "drop", "kernelbench")
                 row.runner.call("kernelbench check", "release_inputs")
             except Rejected as e:
-                out = {t: f"not run ({e})" for t in KERNELBENCH_TOLS if out.get(t, "pass") == "pass"} \
+                out = {t: f"not run ({e})" for t in tols if out.get(t, "pass") == "pass"} \
                     | {k: v for k, v in out.items() if v != "pass"}
                 if "timeout after" in str(e):  # the job's time ran out here: that is the verdict
                     row.reject(e)

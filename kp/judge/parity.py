@@ -26,6 +26,17 @@ MIN_TRIALS = 3
 DERIVED = {"negated": lambda x: -x, "scaled x100": lambda x: x * 100, "shifted -3": lambda x: x - 3}
 
 
+def _overflowed(base: list, derived: list) -> str | None:
+    """Why a derived input is out of its dtype's range (finite values made infinite: x100 overflows fp16 from 655.4,
+    where fp32 goes to 3.4e38), or None."""
+    for x, y in zip(base, derived):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and \
+                not bool(torch.isfinite(y).all()) and bool(torch.isfinite(x).all()):
+            return (f"the derived input overflows {x.dtype} (its largest finite value is {torch.finfo(x.dtype).max:.5g}),"
+                    f" outside the problem's domain in this precision")
+    return None
+
+
 class ConstructStage:
     """Construct: each row's model built after the reference's seed with the reference's state loaded as far as it
     maps (methods of kp.judge.driver.Judge)."""
@@ -249,7 +260,7 @@ class CallCheck:
             if c.shape != v.shape:
                 raise Rejected(f"{label}: buffer {k} has shape {tuple(c.shape)}, the reference's {tuple(v.shape)}")
             e_ref, e = rel_error(v, b64[k]), rel_error(c.to(v.device), b64[k])
-            budget = budget_from(e_ref, refs.k)
+            budget = budget_from(e_ref, refs.k, v.dtype)
             if not e.within(budget):
                 raise Rejected(f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget "
                                f"{budget.rel_l2:.2e})")
@@ -323,8 +334,14 @@ class ParityStage:
                 self._skip(f"{label}: {premises.broken(derive)}")
                 continue
             else:
+                base = pristine
                 pristine = [DERIVED[derive](x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                             for x in pristine]
+                out_of_range = _overflowed(base, pristine)
+                del base
+                if out_of_range:
+                    self._skip(f"{label}: {out_of_range}")
+                    continue
             saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
             try:
                 with self._timed("parity: the references (fp32 and float64) on benchmark-shape calls"):

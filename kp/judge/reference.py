@@ -11,7 +11,7 @@ import torch
 
 from kp.lib.build import require_gpu
 from kp.errors import UsageError, first_line
-from kp.lib.numerics import batch_rows
+from kp.lib.numerics import HALF, batch_rows, cast_floats, precision_dtype
 from kp.lib.registry import problem_module
 
 # The changes made to the weights between parity calls, in this order (cycled when there are more trials).
@@ -35,6 +35,13 @@ class Reference:
         self.bound = getattr(module, "BOUND", None)
         self.problem = spec[1] if spec[0] == "problem" else None
         self.host_draw: str | None = None  # why get_inputs() is drawn on the host, where it could not run on the device
+        self.dtype: torch.dtype | None = None  # fp16/bf16 modes: every floating input, weight and buffer cast to it
+
+    def use_precision(self, precision: str) -> "Reference":
+        """Judge in `precision`: in fp16 and bf16, the inputs, the init inputs, the declared cases and the models
+        this reference makes are cast to that dtype (kp.lib.numerics.PRECISION_DTYPES says why)."""
+        self.dtype = precision_dtype(precision) if precision in HALF else None
+        return self
 
     @classmethod
     def load(cls, spec: tuple[str, str]) -> "Reference":
@@ -55,7 +62,7 @@ class Reference:
         return cls(module, path.stem, ("file", str(path)))
 
     def init(self) -> list:
-        return list(self.module.get_init_inputs())
+        return cast_floats(list(self.module.get_init_inputs()), self.dtype)
 
     def inputs(self, seed: int, device) -> list:
         """get_inputs() under the seed, drawn straight on the device (KernelBench files draw from the global
@@ -76,7 +83,7 @@ class Reference:
                 xs = self.module.get_inputs()
         else:
             xs = self.module.get_inputs()
-        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
+        return cast_floats([x.to(device) if isinstance(x, torch.Tensor) else x for x in xs], self.dtype)
 
     def scale_to_fit(self, fits) -> dict[str, tuple[int, int]]:
         """Shrink the reference's own shape family until `fits(footprint)` holds, and return what changed
@@ -142,14 +149,15 @@ class Reference:
 
     def case(self, name: str, seed: int, device) -> tuple[list, list]:
         g = torch.Generator().manual_seed(seed)
-        return self.cases[name](g, device)
+        init, xs = self.cases[name](g, device)
+        return cast_floats(list(init), self.dtype), cast_floats(list(xs), self.dtype)
 
     def model(self, init, seed: int, device, train: bool = True) -> torch.nn.Module:
         """Model(*init) after the seed, every tensor it holds on `device` (plain tensor attributes too), in training
         mode (a fresh module's) or, with train=False, in eval mode."""
         from kp.judge.float64 import hold_on
         torch.manual_seed(seed)
-        return hold_on(self.module.Model(*init), device).train(train)
+        return hold_on(self.module.Model(*init), device, self.dtype).train(train)
 
     def footprint(self, device: str) -> dict:
         """Bytes of the benchmark inputs, outputs and weights, and the reference's FLOPs (torch's FlopCounterMode),
@@ -169,8 +177,10 @@ class Reference:
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
         with torch.device(device):
             torch.manual_seed(0)
-            xs = self.module.get_inputs()
+            xs = cast_floats(self.module.get_inputs(), self.dtype)
             m = self.module.Model(*self.init())
+            if self.dtype is not None:
+                m = m.to(self.dtype)
             counter = counter_cls(display=False)
             weights = nbytes(list(m.parameters()) + list(m.buffers()))
             with counter, torch.no_grad(), LivePeak(nbytes(xs) + weights) as live:

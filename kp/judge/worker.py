@@ -17,6 +17,7 @@ import torch
 from kp.errors import first_line, oom_request_bytes
 from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
+from kp.judge.float64 import hold_on
 from kp.judge.measure import MeasureCommands, export_output
 from kp.judge.reference import Reference, apply_update, describe
 from kp.lib.layers import set_precision
@@ -120,7 +121,7 @@ class Worker(MeasureCommands):
 
     def __init__(self, ref_spec, device: str, precision: str, factories: dict | None = None, conn=None,
                  train: bool = True):
-        self.ref = Reference.load(ref_spec)
+        self.ref = Reference.load(ref_spec).use_precision(precision)
         self.device, self.precision, self.conn, self.train = device, precision, conn, train
         self.build_failures: list[dict] = []
         self.factories = dict(factories or {})
@@ -230,8 +231,8 @@ class Worker(MeasureCommands):
         torch.manual_seed(seed)
         m = self.factories[source or label](*init)
         is_module = isinstance(m, torch.nn.Module)
-        if is_module:
-            m = m.to(self.device)
+        if is_module:  # in fp16 and bf16 cast as the reference is (Reference.model), plain tensor attributes too
+            m = m.to(self.device) if self.ref.dtype is None else hold_on(m, self.device, self.ref.dtype)
             if not (self.train if train is None else train):
                 m.eval()
         self.models[label] = m

@@ -95,7 +95,7 @@ def mm_fp32(x: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
 
 
 GEMM_MODES = ("auto", "fp64", "fp32", "split", "split_wgmma", "triton")
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # the judged modes (kp.lib.numerics.PRECISION_DTYPES)
 
 
 @contextlib.contextmanager
@@ -204,7 +204,8 @@ def _mm_out_dtype() -> bool:
 
 
 def set_precision(precision: str) -> None:
-    """The process-wide TF32 switches for a judged precision (fp32: off; tf32: on), as PyTorch's own TF32 mode."""
+    """The process-wide TF32 switches for a judged precision (tf32: on, as PyTorch's own TF32 mode; fp32, bf16 and
+    fp16: off, so what stays fp32 in a half-precision model is fp32)."""
     tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32

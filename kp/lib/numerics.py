@@ -115,8 +115,42 @@ ACCUMULATION_FACTOR = 2.0
 FP32_UNIT_ROUNDOFF = 2.0 ** -24
 
 
-def accumulation_floor(k: float) -> float:
-    return max(ABS_FLOOR, ACCUMULATION_FACTOR * FP32_UNIT_ROUNDOFF * max(k, 1.0) ** 0.5)
+# The judged precisions and the dtype each runs the reference, its inputs and weights and the candidate in. fp32 and
+# tf32 keep the file's own dtypes; bf16 and fp16 cast every floating input, weight and buffer (KernelBench's rule:
+# `Model.to(dtype)`, BatchNorm's running statistics included) and judge the output, in that dtype, against the
+# float64 reference computed from the same cast values.
+PRECISION_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+HALF = ("bf16", "fp16")
+
+
+def precision_dtype(precision: str) -> torch.dtype:
+    return PRECISION_DTYPES[precision]
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """u: the largest relative error of one rounding to nearest in dtype (2^-24 fp32, 2^-11 fp16, 2^-8 bf16)."""
+    return torch.finfo(dtype).eps / 2
+
+
+def dtype_floor(dtype: torch.dtype = torch.float32) -> float:
+    """The least budget in a dtype: ABS_FLOOR in fp32; in fp16 and bf16 one rounding of every output element, u
+    (a kernel that computes in fp32 and rounds its output once differs from PyTorch's own by up to that where
+    PyTorch's error is zero, e.g. an exactly representable ReLU)."""
+    return ABS_FLOOR if dtype in (torch.float32, torch.float64) else unit_roundoff(dtype)
+
+
+def accumulation_floor(k: float, dtype: torch.dtype = torch.float32) -> float:
+    """The budget's floor for a reduction of length k. Half-precision kernels are held to fp32 accumulation, as
+    PyTorch's own are (its bf16/fp16 GEMMs, convolutions and reductions accumulate in fp32): the sqrt(K) term keeps
+    fp32's u, and only the dtype's own rounding of the output is added (dtype_floor)."""
+    return max(dtype_floor(dtype), ACCUMULATION_FACTOR * FP32_UNIT_ROUNDOFF * max(k, 1.0) ** 0.5)
+
+
+def cast_floats(xs, dtype: torch.dtype | None):
+    """Inputs with every floating tensor cast to dtype (None: as they are); other values as they are."""
+    if dtype is None:
+        return xs
+    return [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
 
 
 def budget_reason(label: str, err: Err, budget: Err) -> str:
@@ -138,9 +172,10 @@ def over_budget(text: str) -> tuple[Err, Err] | None:
     return Err(rel, row, 0), Err(b, b_row, 0)
 
 
-def budget_from(ref_err: Err, k: float = 1.0) -> Err:
-    """The budget: REF_MULTIPLE x PyTorch-fp32's own error, at least the floor for a reduction of length k."""
-    floor = accumulation_floor(k)
+def budget_from(ref_err: Err, k: float = 1.0, dtype: torch.dtype = torch.float32) -> Err:
+    """The budget: REF_MULTIPLE x PyTorch's own error in the judged dtype, at least the floor for a reduction of
+    length k in that dtype."""
+    floor = accumulation_floor(k, dtype)
     return Err(max(REF_MULTIPLE * ref_err.rel_l2, floor), max(REF_MULTIPLE * ref_err.worst_row, floor), 0)
 
 

@@ -247,9 +247,17 @@ def gemm_rates(n: int = 8192, precision: str = "fp32") -> dict[str, float]:
     fp32: cuBLAS SGEMM (TF32 off), DGEMM (float64; on Hopper its FP64 tensor cores beat the SIMT SGEMM), and
       cuBLAS HGEMM (fp16 tensor cores, fp32 accumulate) / 3: a split-precision GEMM does three fp16 products per
       fp32-accurate one, so HGEMM/3 is its tensor-core roofline at the library's efficiency.
-    tf32: cuBLAS with TF32 on, and HGEMM (one fp16 product per output: the tf32 mode's split)."""
+    tf32: cuBLAS with TF32 on, and HGEMM (one fp16 product per output: the tf32 mode's split).
+    fp16 / bf16: the GEMM in that dtype (16-bit tensor cores, fp32 accumulate), as the mode's reference runs it."""
     a = torch.rand(n, n, device="cuda")
     b = torch.rand(n, n, device="cuda")
+    if precision in ("fp16", "bf16"):
+        dt = torch.float16 if precision == "fp16" else torch.bfloat16
+        al, bl = a.to(dt), b.to(dt)
+        del a, b
+        name = "HGEMM" if precision == "fp16" else "BF16 GEMM"
+        t = bench_interleaved({name: lambda: al @ bl}, min_reps=5, max_reps=15, budget_s=8)
+        return {k: 2 * n ** 3 / (v.median_ms * 1e-3) for k, v in t.items()}
     ah, bh = a.half(), b.half()
     fns = {"HGEMM": lambda: ah @ bh}
     if precision == "tf32":

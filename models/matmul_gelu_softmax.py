@@ -59,7 +59,7 @@ def traffic(x, init=None, **opts):
     """The GEMM's FLOPs (what bounds it); bytes: x, W, b in and the output out once."""
     m, k = x.shape
     n = (init or get_init_inputs())[1]
-    return {"flops": 2 * m * k * n, "bytes": 4 * (m * k + k * n + n + m * n)}
+    return {"flops": 2 * m * k * n, "bytes": x.element_size() * (m * k + k * n + n + m * n)}
 
 
 def _x(rows, cols, g, d, scale=1.0):

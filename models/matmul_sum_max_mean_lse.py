@@ -80,7 +80,7 @@ def traffic(x, init=None, cache: bool = True):
     """Fewest bytes: x, plus W and b unless their column sum is cached. No FLOP term: memory-bound."""
     m, k = x.shape
     n = (init or get_init_inputs())[1]
-    return {"bytes": 4 * (m * k + m + (0 if cache else k * n + n)), "flops": 0}
+    return {"bytes": x.element_size() * (m * k + m + (0 if cache else k * n + n)), "flops": 0}
 
 
 def _x(rows, cols, g, d):

@@ -71,7 +71,7 @@ class ModelNew(nn.Module):
 
 def traffic(x, init=None):
     """Fewest bytes any softmax must move: read x once, write y once. No FLOP term: memory-bound."""
-    return {"bytes": 2 * x.numel() * 4, "flops": 0}
+    return {"bytes": 2 * x.numel() * x.element_size(), "flops": 0}
 
 
 def _offset(rows, cols, off, g, device):

@@ -43,7 +43,8 @@ def test_half_precision_budget_floor_and_fairness():
     """The budget's floor in a 16-bit dtype is one rounding of the output (u), with fp32's accumulation term (PyTorch
     accumulates half-precision GEMMs and reductions in fp32); PyTorch counts as fair on a derived input up to 16 u."""
     assert numerics.unit_roundoff(torch.bfloat16) == 2.0 ** -8 and numerics.unit_roundoff(torch.float16) == 2.0 ** -11
-    assert numerics.dtype_floor(torch.float32) == numerics.ABS_FLOOR
+    assert numerics.dtype_floor(torch.float32) == numerics.ABS_FLOOR == numerics.dtype_floor(torch.int64)
+    assert expected.torch_fair_max(torch.int64) == expected.TORCH_FAIR_MAX  # an index output (argmax)
     assert numerics.accumulation_floor(1, torch.bfloat16) == 2.0 ** -8
     assert numerics.accumulation_floor(2 ** 30, torch.float16) == pytest.approx(2 * 2.0 ** -24 * 2 ** 15)
     assert numerics.accumulation_floor(4096, torch.float32) == numerics.accumulation_floor(4096)

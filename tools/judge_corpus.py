@@ -1,6 +1,7 @@
 """Judge a corpus of KernelBench-format references and candidates, and classify the verdicts by cause.
 
-  python -m tools.judge_corpus refs DIR [--device cpu] [--procs 2] [--timeout 900] --out refs.jsonl
+  python -m tools.judge_corpus refs DIR [--device cpu] [--procs 2] [--timeout 900] [--precision bf16] [--every N]
+                             --out refs.jsonl
       `run.py --ref FILE` alone for every *.py in DIR (on the CPU: the reference's own Model against its float64
       copy, every parity stage): one JSON line per reference with the exit code, the last line and whether a
       traceback was printed. Re-running skips the references already recorded.
@@ -142,9 +143,9 @@ def leaderboard_jobs(root: Path, csv_path: Path, every: int = 1, modes: tuple[st
     return len(rows)
 
 
-def _judge_ref(path: Path, device: str, timeout: float) -> dict:
+def _judge_ref(path: Path, device: str, timeout: float, precision: str = "fp32") -> dict:
     t0 = time.perf_counter()
-    cmd = [sys.executable, str(ROOT / "run.py"), "--ref", str(path), "--seed", "1"]
+    cmd = [sys.executable, str(ROOT / "run.py"), "--ref", str(path), "--seed", "1", "--precision", precision]
     cmd += ["--device", device] if device == "cpu" else ["--no-compile", "--no-bench"]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -159,11 +160,12 @@ def _judge_ref(path: Path, device: str, timeout: float) -> dict:
             "last": lines[-1] if lines else ""}
 
 
-def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float) -> None:
+def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float, precision: str = "fp32",
+               every: int = 1) -> None:
     done = {json.loads(ln)["ref"] for ln in out.read_text().splitlines() if ln.strip()} if out.exists() else set()
-    todo = [p for p in sorted(folder.glob("*.py")) if p.name not in done]
+    todo = [p for p in sorted(folder.glob("*.py"))[::every] if p.name not in done]
     with cf.ThreadPoolExecutor(procs) as ex, open(out, "a") as f:
-        for res in ex.map(lambda p: _judge_ref(p, device, timeout), todo):
+        for res in ex.map(lambda p: _judge_ref(p, device, timeout, precision), todo):
             f.write(json.dumps(res) + "\n")
             f.flush()
             print(f"{res['ref']}: exit {res['code']} {res['elapsed_s']} s {res['last'][:150]}", flush=True)
@@ -231,6 +233,8 @@ def main(argv=None) -> int:
     a.add_argument("--device", default="cpu")
     a.add_argument("--procs", type=int, default=2)
     a.add_argument("--timeout", type=float, default=900)
+    a.add_argument("--precision", default="fp32", help="fp32, tf32, bf16 or fp16 (run.py's --precision)")
+    a.add_argument("--every", type=int, default=1, help="keep every N-th file")
     b = sub.add_parser("jobs")
     b.add_argument("root", type=Path)
     b.add_argument("--csv", type=Path, required=True)
@@ -249,7 +253,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     if args.cmd == "refs":
-        judge_refs(args.folder, args.out, args.device, args.procs, args.timeout)
+        judge_refs(args.folder, args.out, args.device, args.procs, args.timeout, args.precision, args.every)
     elif args.cmd == "warm":
         warm(args.csv, args.procs, args.timeout, args.device)
     elif args.cmd == "jobs":

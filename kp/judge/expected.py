@@ -11,7 +11,7 @@ from kp.errors import Rejected, first_line
 from kp.judge.float64 import FP32_ONLY_BUDGET, Promote, fp32_only_budget, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
 from kp.lib.numerics import (ABS_FLOOR, Err, ReductionLength, batch_rows, budget_from, budget_reason,
-                             clone_layout, reduction_length, rel_error, unit_roundoff)
+                             HALF_DTYPES, clone_layout, reduction_length, rel_error, unit_roundoff)
 from kp.judge.reference import Reference, _as_list, apply_update, describe
 
 # A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
@@ -25,7 +25,7 @@ def torch_fair_max(dtype: torch.dtype) -> float:
     """PyTorch's own error above which a derived input is not held against a candidate: TORCH_FAIR_MAX in fp32
     (about 10^4 ulps); in fp16 and bf16 sixteen roundings' worth, 16 u (bf16 6.3e-2, fp16 7.8e-3), since one
     rounding of the output alone is about u / sqrt(3) there."""
-    return TORCH_FAIR_MAX if dtype in (torch.float32, torch.float64) else 16 * unit_roundoff(dtype)
+    return 16 * unit_roundoff(dtype) if dtype in HALF_DTYPES else TORCH_FAIR_MAX
 FLOAT64, PROMOTED = "float64", "float64, every torch op's floating arguments promoted"
 
 
@@ -149,9 +149,9 @@ class _Refs:
             set_precision("fp32")
 
     def _other_algorithms(self, pristine: list, counter) -> list:
-        """The fp32 reference's output under PyTorch's other legal choices of algorithm, for a call that runs a
-        cuDNN convolution on the GPU: cuDNN's autotuner on (cudnn.benchmark) and the inputs in channels-last layout,
-        which select other fp32 algorithms with other summation orders. A candidate may make either choice, so
+        """The reference's output under PyTorch's other legal choices of algorithm, for a call that runs a cuDNN
+        convolution on the GPU: cuDNN's autotuner on (cudnn.benchmark) and the inputs in channels-last layout, which
+        select other algorithms of the judged dtype (fp32, bf16, fp16) with other summation orders. A candidate may make either choice, so
         PyTorch's own error (the budget's base) is the worst of these on the same inputs. The references' state
         (buffers, plain tensor attributes) is put back after each run: these calls are not in the sequence."""
         if not any(isinstance(x, torch.Tensor) and x.is_cuda for x in pristine):
@@ -270,7 +270,7 @@ class _Refs:
                     self.chunks = 1
                     self.to_host()
                     self.moved = f"on the host: its forward does not fit the GPU whole and cannot be sliced ({why})"
-            alts = self._other_algorithms(pristine, counter) if precision == "fp32" else []
+            alts = self._other_algorithms(pristine, counter) if precision != "tf32" else []  # fp32, bf16, fp16
             r64 = self._float64(pristine)
         finally:
             set_precision("fp32")

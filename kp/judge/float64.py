@@ -29,7 +29,7 @@ FP32_ONLY_BUDGET = 1e-4
 def fp32_only_budget(dtype: torch.dtype) -> float:
     """FP32_ONLY_BUDGET, or in fp16 and bf16 four roundings' worth, 4 u (bf16 1.6e-2, fp16 2.0e-3): two right
     half-precision results differ by one unit in the last place wherever their roundings fall apart."""
-    if dtype in (torch.float16, torch.bfloat16):
+    if dtype in (torch.float16, torch.bfloat16):  # (integer outputs: FP32_ONLY_BUDGET, never read for them)
         return max(FP32_ONLY_BUDGET, 2 * torch.finfo(dtype).eps)
     return FP32_ONLY_BUDGET
 

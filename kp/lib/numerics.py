@@ -121,6 +121,7 @@ FP32_UNIT_ROUNDOFF = 2.0 ** -24
 # float64 reference computed from the same cast values.
 PRECISION_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 HALF = ("bf16", "fp16")
+HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def precision_dtype(precision: str) -> torch.dtype:
@@ -136,7 +137,7 @@ def dtype_floor(dtype: torch.dtype = torch.float32) -> float:
     """The least budget in a dtype: ABS_FLOOR in fp32; in fp16 and bf16 one rounding of every output element, u
     (a kernel that computes in fp32 and rounds its output once differs from PyTorch's own by up to that where
     PyTorch's error is zero, e.g. an exactly representable ReLU)."""
-    return ABS_FLOOR if dtype in (torch.float32, torch.float64) else unit_roundoff(dtype)
+    return unit_roundoff(dtype) if dtype in HALF_DTYPES else ABS_FLOOR  # fp32, fp64, integer outputs: ABS_FLOOR
 
 
 def accumulation_floor(k: float, dtype: torch.dtype = torch.float32) -> float:

@@ -307,9 +307,14 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         t0 = time.perf_counter()
         try:
             yield
-        finally:  # a stage method called alone (a test's Judge made without __init__) keeps its own tally
-            detail = self.__dict__.setdefault("detail", {})
-            detail[what] = detail.get(what, 0.0) + time.perf_counter() - t0
+        finally:
+            self._tally(what, time.perf_counter() - t0)
+
+    def _tally(self, what: str, seconds: float) -> None:
+        """Add seconds to a part of the stage detail (a stage method called alone, on a test's Judge made without
+        __init__, keeps its own tally)."""
+        detail = self.__dict__.setdefault("detail", {})
+        detail[what] = detail.get(what, 0.0) + seconds
 
     def _waited_for_gpu(self, seconds: float) -> None:
         """Time spent waiting for other judges on this GPU is not the job's: its deadline, and its workers', move."""

@@ -215,12 +215,11 @@ class CallCheck:
         t0 = time.perf_counter()
         reply = row.runner.call(label, "forward", row.label, cand_inputs, _out_bytes_hint(pristine))
         inside = reply.get("seconds") if isinstance(reply.get("seconds"), dict) else {}
-        for part, s in inside.items():  # the worker's own account of the call
-            if isinstance(s, (int, float)):
-                self.detail[f"check: worker: {part}"] = self.detail.get(f"check: worker: {part}", 0.0) + s
-        rest = time.perf_counter() - t0 - sum(s for s in inside.values() if isinstance(s, (int, float)))
-        self.detail["check: the call's round trip, outside the worker's parts"] = \
-            self.detail.get("check: the call's round trip, outside the worker's parts", 0.0) + rest
+        inside = {k: s for k, s in inside.items() if isinstance(s, (int, float))}  # the worker's own account
+        for part, s in inside.items():
+            self._tally(f"check: worker: {part}", s)
+        self._tally("check: the call's round trip, outside the worker's parts",
+                    time.perf_counter() - t0 - sum(inside.values()))
         if self.precision == "fp32" and reply["tf32_after"]:
             raise Rejected(f"{label}: the model switched TF32 on in fp32 mode")
         with self._timed("check: the inputs compared bit for bit"):

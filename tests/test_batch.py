@@ -227,6 +227,25 @@ def test_each_slot_is_told_its_next_job_and_every_job_runs_once(monkeypatch):
     assert slow_told & {k for k, _ in told[id(fast)]}  # the idle fast slot took the slow one's next jobs
 
 
+def test_a_batch_ends_with_its_throughput(monkeypatch):
+    """The line a user plans with: verdicts per hour, how busy the slots were, and each GPU's utilisation from
+    nvidia-smi's samples (a GPU named by index or by UUID), or why it was not measured."""
+    import shutil
+    import subprocess
+    import types
+    from kp.batch import backends
+    assert backends.throughput([{"elapsed_s": 2}, {"elapsed_s": 3}], 10, 1) == \
+        "2 verdicts in 10 s: 720 verdicts per hour on 1 slot; the slots were judging 50% of the time"
+    assert backends.throughput([{"elapsed_s": 2}], 10, None) == "1 verdicts in 10 s: 360 verdicts per hour"
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    out = "0, GPU-aaa, 40\n1, GPU-bbb, 80\n"
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout=out))
+    use = backends.GpuUse(["0", "GPU-bbb", "0"], every_s=0.01)
+    time.sleep(0.2)
+    assert use.line() == "GPU utilisation (nvidia-smi, mean over the run): GPU 0 40%, GPU GPU-bbb 80%"
+    assert backends.GpuUse([None]).line() == "GPU utilisation: no GPU in this run"
+
+
 def test_boxes_ahead_follow_the_cores_a_slot_has():
     """A slot starts boxes ahead only as far as its share of the cores allows: one on a 2-core host, more where each
     slot has cores to spare for the boxes' imports beside the job it runs."""

@@ -107,7 +107,7 @@ class GpuUse:
     def __init__(self, gpus: list[str | None], every_s: float = 2.0):
         import shutil
         import threading
-        self.ids = sorted({g for g in gpus if g is not None}, key=int)
+        self.ids = sorted({g for g in gpus if g is not None}, key=lambda g: (not g.isdigit(), g.zfill(8)))
         self.samples: dict[str, list[float]] = {g: [] for g in self.ids}
         self.smi = shutil.which("nvidia-smi") if self.ids else None
         self.stop = threading.Event()
@@ -119,14 +119,16 @@ class GpuUse:
         import subprocess
         while not self.stop.wait(every_s):
             try:
-                text = subprocess.run([self.smi, "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits",
-                                       "-i", ",".join(self.ids)], capture_output=True, text=True, timeout=10).stdout
+                text = subprocess.run([self.smi, "--query-gpu=index,uuid,utilization.gpu",
+                                       "--format=csv,noheader,nounits", "-i", ",".join(self.ids)],
+                                      capture_output=True, text=True, timeout=10).stdout
             except (OSError, subprocess.SubprocessError):
                 continue
-            for ln in text.splitlines():
-                idx, _, util = ln.partition(",")
-                if idx.strip() in self.samples and util.strip().isdigit():
-                    self.samples[idx.strip()].append(float(util))
+            for ln in text.splitlines():  # a GPU named by its index or by its UUID (CUDA_VISIBLE_DEVICES may say either)
+                idx, uuid, util = (f.strip() for f in (ln.split(",") + ["", ""])[:3])
+                g = idx if idx in self.samples else uuid if uuid in self.samples else None
+                if g is not None and util.isdigit():
+                    self.samples[g].append(float(util))
 
     def line(self) -> str:
         if self.thread:

@@ -10,8 +10,8 @@ import torch
 from kp.errors import Rejected, first_line
 from kp.judge.float64 import FP32_ONLY_BUDGET, Promote, fp32_only_budget, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
-from kp.lib.numerics import (ABS_FLOOR, Err, ReductionLength, batch_rows, budget_from, budget_reason,
-                             HALF_DTYPES, clone_layout, reduction_length, rel_error, unit_roundoff)
+from kp.lib.numerics import (Err, ReductionLength, batch_rows, budget_from, budget_reason,
+                             HALF_DTYPES, clone_layout, dtype_floor, reduction_length, rel_error, unit_roundoff)
 from kp.judge.reference import Reference, _as_list, apply_update, describe
 
 # A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
@@ -230,8 +230,8 @@ class _Refs:
     def _rows_apart(self, pristine: list, r32) -> str | None:
         """Why the float64 forward cannot run slice by slice of the batch, or None: it must hold no state (buffers
         a second slice would update again), every input and output must be rows of one batch, and the fp32
-        reference on the first slice must give the rows it gave on the whole batch (within ABS_FLOOR: a model that
-        mixes rows, a batch norm or a sum over the batch, differs far more)."""
+        reference on the first slice must give the rows it gave on the whole batch (within ABS_FLOOR, or one rounding
+        in fp16/bf16: a model that mixes rows, a batch norm or a sum over the batch, differs far more)."""
         if any(True for _ in self.r32.buffers()):
             return "the reference holds buffers"
         rows = batch_rows(pristine)
@@ -246,7 +246,7 @@ class _Refs:
             return f"the fp32 reference raised {type(e).__name__} on a slice of the batch"
         for p, o in zip(part, outs):
             e = rel_error(p, o[:step]) if p.shape == o[:step].shape else None  # worked in float64 blocks
-            if e is None or e.nonfinite_mismatch or e.rel_l2 > ABS_FLOOR:
+            if e is None or e.nonfinite_mismatch or e.rel_l2 > dtype_floor(p.dtype):  # one rounding in fp16/bf16
                 return "the fp32 reference gives other rows on a slice of the batch than on the whole"
         return None
 

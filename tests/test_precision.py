@@ -67,3 +67,16 @@ def test_a_derived_input_beyond_the_dtypes_range_is_skipped_with_the_reason(tmp_
     assert rec["precision"] == "fp16" and len(rec["rows"]["candidate"]["checks"]) == 5
     assert any("scaled x100" in s and "overflows torch.float16 (its largest finite value is 65504)" in s
                for s in rec["skipped"])
+
+
+def test_the_float64_plan_counts_the_same_bytes_in_every_precision():
+    """The float64 reference of a problem is the same size whichever dtype is judged: the plan widens a 16-bit
+    footprint four times where it widens fp32's twice (on the host, beside a run of the judged dtype's own size)."""
+    from kp.judge import plan
+    fp32 = Reference.load(("problem", "softmax")).use_precision("fp32").footprint("cpu")
+    bf16 = Reference.load(("problem", "softmax")).use_precision("bf16").footprint("cpu")
+    assert bf16["inputs"] * 2 == fp32["inputs"] and (plan.widen(fp32), plan.widen(bf16)) == (2, 4)
+    f64 = lambda fp: plan.float64_on_gpu(fp, 1, 1 << 50)[1].split(" GiB needed with the float64 forward's peak of ")[1]
+    assert f64(fp32).split()[0] == f64(bf16).split()[0]
+    host = lambda fp: float(plan.cpu_bench_refusal({**fp, "inputs": 0, "outputs": 0}, 1).split("about ")[1].split()[0])
+    assert host(bf16) == pytest.approx(host(fp32) * 5 / 6, rel=0.05)  # the same float64 copy, a half-size own run

@@ -15,6 +15,12 @@ CPU_BENCH_MAX = 256 << 20  # on --device cpu, benchmark-shape calls run only whe
 HOST_PEAK_FACTOR = 3  # ... and when this many times the forward's fp32 peak (LivePeak) fits the available host memory
 
 
+def widen(fp: dict) -> float:
+    """How many times larger the float64 reference's tensors are than the judged ones: 2 from fp32, 4 from the
+    16-bit dtypes (the footprint's `float_bytes`: the floating inputs' element size in the judged precision)."""
+    return 8 / fp.get("float_bytes", 4)
+
+
 def host_available() -> int:
     """Bytes of host memory available now (MemAvailable), or all of it where that cannot be read."""
     try:
@@ -33,7 +39,7 @@ def cpu_bench_refusal(fp: dict, available: int) -> str | None:
     io = fp["inputs"] + fp["outputs"]
     if io > CPU_BENCH_MAX:
         return f"the benchmark shape ({io / 2**20:,.0f} MiB) was not run on the CPU"
-    need = HOST_PEAK_FACTOR * fp.get("peak", 0)
+    need = (HOST_PEAK_FACTOR - 2 + widen(fp)) * fp.get("peak", 0)  # fp32: 3 x; fp16/bf16: 5 x
     if need > available:
         return (f"the benchmark shape was not run on the CPU: its forward holds {fp['peak'] / 2**30:.1f} GiB at its "
                 f"peak (intermediates), about {need / 2**30:.0f} GiB with the float64 reference, and "
@@ -84,7 +90,7 @@ def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
     plan's need and the float64 forward's peak fit in what the GPU has free (a problem of a few GB then takes
     seconds where the host takes minutes); otherwise on the host."""
     need = memory_need(fp, models)
-    f64 = int(FLOAT64_PEAK_FACTOR * fp.get("peak", footprint_bytes(fp)))
+    f64 = int(FLOAT64_PEAK_FACTOR * widen(fp) / 2 * fp.get("peak", footprint_bytes(fp)))
     where = (f"{(need + f64) / 2**30:.1f} GiB needed with the float64 forward's peak of {f64 / 2**30:.1f} GiB, "
              f"{free / 2**30:.1f} GiB free")
     return need + f64 <= free, where
@@ -93,14 +99,15 @@ def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
 def float64_chunks(fp: dict, models: int, free: int) -> int:
     """Where the float64 forward's whole peak does not fit beside the plan: the fewest slices of the batch (a power
     of two, at most the batch's rows) it fits in on the GPU, holding its whole float64 output (twice PyTorch's fp32
-    output) and one slice's forward (the weights whole, the rest of the peak shared out); 0 where none fits or the
+    output, four times a 16-bit one) and one slice's forward (the weights whole, the rest of the peak shared out); 0 where none fits or the
     inputs share no batch dimension. Whether the forward may be sliced is proved on its first call
     (kp.judge.expected._Refs)."""
     rows, peak = fp.get("rows", 0), fp.get("peak", footprint_bytes(fp))
-    held = memory_need(fp, models) + 2 * fp["outputs"]
+    held = memory_need(fp, models) + widen(fp) * fp["outputs"]
+    factor = FLOAT64_PEAK_FACTOR * widen(fp) / 2
     n = 2
     while n <= rows:
-        if held + FLOAT64_PEAK_FACTOR * ((peak - fp["weights"]) / n + fp["weights"]) <= free:
+        if held + factor * ((peak - fp["weights"]) / n + fp["weights"]) <= free:
             return n
         n *= 2
     return 0

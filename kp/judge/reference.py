@@ -187,7 +187,9 @@ class Reference:
                 out = m(*xs)
         return {"shapes": ", ".join("x".join(map(str, t.shape)) for t in xs if isinstance(t, torch.Tensor)),
                 "inputs": nbytes(xs), "outputs": nbytes(_as_list(out)), "weights": weights,
-                "flops": int(counter.get_total_flops()), "peak": live.peak, "rows": batch_rows(list(xs))}
+                "flops": int(counter.get_total_flops()), "peak": live.peak, "rows": batch_rows(list(xs)),
+                "float_bytes": max((t.element_size() for t in xs if isinstance(t, torch.Tensor)
+                                    and t.is_floating_point()), default=4)}
 
     def traffic(self, inputs, init, fp: dict, opts: dict | None = None) -> dict:
         """Fewest bytes and FLOPs of one call: the file's own `traffic` when it has one, else the unique bytes of

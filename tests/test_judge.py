@@ -414,7 +414,8 @@ def test_footprint_and_flops_from_the_reference():
     fp = judge.Reference.load(("problem", "softmax")).footprint("cpu")
     assert fp == {"shapes": "4096x393216", "inputs": 4096 * 393216 * 4, "outputs": 4096 * 393216 * 4, "weights": 0,
                   "flops": 0, "peak": 2 * 4096 * 393216 * 4,  # the input and its softmax alive at once
-                  "rows": 4096}  # the batch (dim 0) the float64 reference may be sliced over
+                  "rows": 4096,  # the batch (dim 0) the float64 reference may be sliced over
+                  "float_bytes": 4}  # the floating inputs' element size (the float64 copy is twice as large)
     lin = judge.Reference.load(("problem", "matmul_gelu_softmax")).footprint("cpu")
     assert lin["flops"] == 2 * 1024 * 8192 * 8192  # FlopCounterMode on the reference, not a hand count
     assert lin["weights"] == (8192 * 8192 + 8192) * 4

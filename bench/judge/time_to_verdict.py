@@ -3,6 +3,8 @@
     python -m bench.judge.time_to_verdict                 every case this machine can run (GPU cases need one)
     python -m bench.judge.time_to_verdict --device cpu    the small cases, parity only (what a CPU can judge)
     python -m bench.judge.time_to_verdict --only relu     cases whose name contains 'relu'
+    python -m bench.judge.time_to_verdict --batch 8       each case's candidate 8 times in one batch: a job's own
+                                                          seconds in a warm slot (its box started ahead)
 
 Each case is one `run.py --ref ... --candidate ... --no-compile` command in a process of its own, one at a time
 (a candidate's own build cached: each case is run once untimed first with --warm), as a user or a search loop would

@@ -17,6 +17,13 @@ from kp.lib.registry import problem_module
 # The changes made to the weights between parity calls, in this order (cycled when there are more trials).
 UPDATES = ("optimizer step", "load_state_dict", "in-place edit")
 UPDATE_SIZE = 0.01  # each change moves a parameter by ~1% of its mean magnitude: far above any rounding budget
+# in fp32 and fp16; in bf16, whose one rounding is 0.4% (a budget of about 1% after two), 1% would move an output no
+# further than its budget, so a change there is 8 u of the parameters' dtype where that is larger (bf16: 3.1%).
+UPDATE_ROUNDINGS = 8
+
+
+def update_size(dtype: torch.dtype) -> float:
+    return max(UPDATE_SIZE, UPDATE_ROUNDINGS * torch.finfo(dtype).eps / 2) if dtype.is_floating_point else UPDATE_SIZE
 
 # ---------------------------------------------------------------------------------------------------------------
 # The reference.
@@ -303,17 +310,18 @@ def make_update(kind: str, model: torch.nn.Module, seed: int, only: set[str] | N
               and (only is None or k in only)]
     if not params:
         return {}
+    size = update_size(params[0][1].dtype)
 
     def noise(p):
         scale = float(p.detach().abs().mean()) or 1.0
         return (torch.randn(p.shape, generator=g, dtype=torch.float32) * scale).to(p.device, p.dtype)
 
-    if kind == "optimizer step":  # SGD, lr UPDATE_SIZE, on random gradients of each parameter's scale
-        return {"kind": kind, "lr": UPDATE_SIZE, "grads": {k: noise(p) for k, p in params}}
+    if kind == "optimizer step":  # SGD, lr `size`, on random gradients of each parameter's scale
+        return {"kind": kind, "lr": size, "grads": {k: noise(p) for k, p in params}}
     if kind == "load_state_dict":  # new values for every parameter, loaded with load_state_dict(strict=False)
-        return {"kind": kind, "state": {k: p.detach() + UPDATE_SIZE * noise(p) for k, p in params}}
+        return {"kind": kind, "state": {k: p.detach() + size * noise(p) for k, p in params}}
     k, p = max(params, key=lambda kp: kp[1].numel())  # in place, under no_grad, on the largest parameter
-    return {"kind": kind, "name": k, "delta": UPDATE_SIZE * noise(p)}
+    return {"kind": kind, "name": k, "delta": size * noise(p)}
 
 
 def rename_update(update: dict, names: dict[str, str]) -> dict:

@@ -1,0 +1,22 @@
+"""Keeps an fp32 copy of its weights made once at construction (before the judge loads and later changes them): right
+while the weights are the same-seed ones, stale after the first change."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+EXPECT = r"^trial 2 \(seed \d+, after an? .*\): .*stale weight cache"
+DEVICES = ("cpu", "cuda")
+FLAGS = ("--allow-torch", "--precision", "bf16")
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.w32, self.b32 = None, None
+
+    def forward(self, x):
+        if self.w32 is None:
+            self.w32 = self.linear.weight.detach().float().clone()
+            self.b32 = self.linear.bias.detach().float().clone()
+        return F.gelu(F.linear(x.float(), self.w32.to(x.device), self.b32.to(x.device))).to(x.dtype)

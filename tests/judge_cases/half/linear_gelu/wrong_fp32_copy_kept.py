@@ -1,5 +1,5 @@
-"""Keeps an fp32 copy of its weights made once at construction (before the judge loads and later changes them): right
-while the weights are the same-seed ones, stale after the first change."""
+"""Keeps an fp32 copy of its weights made at its first call (from the weights the judge loaded): right until the
+weights change, stale after the first change."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

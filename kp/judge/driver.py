@@ -16,8 +16,10 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
     float64 reference stays finite; then every declared case on a fresh model. Per call: the allocator's cached
     free memory is NaN-filled, the candidate runs on its own copy, its inputs are compared bit for bit afterwards,
     every output element is compared with the float64 reference (relL2 overall and worst row within
-    max(4 x PyTorch's own error in the chosen precision, 1e-6); NaN/Inf positions must match), then buffers
-    (BatchNorm running statistics) are compared with the reference's.
+    max(4 x PyTorch's own error in the chosen precision, the floor: 1e-6 in fp32, one rounding u in fp16/bf16, or
+    fp32 accumulation's 2 u32 sqrt(K)); NaN/Inf positions must match), then buffers (BatchNorm running statistics)
+    are compared with the reference's. In fp16 and bf16 every floating input, weight and buffer is cast to the
+    dtype first, on every side (kp.judge.reference.Reference.use_precision).
  3. escape: one call inside a profiler window bounded by marker kernels; any GPU work outside it, or a host clock
     that sees more than the events, rejects.
  4. own kernel: the profiled call must run a kernel from a shared object the row loaded (its load_inline build or

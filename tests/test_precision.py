@@ -55,7 +55,8 @@ def test_half_precision_budget_floor_and_fairness():
     assert float64.fp32_only_budget(torch.float32) == float64.FP32_ONLY_BUDGET
     assert float64.fp32_only_budget(torch.bfloat16) == 2 * 2.0 ** -7
     from kp.judge.reference import UPDATE_SIZE, update_size  # a weight change stays far above the dtype's rounding
-    assert update_size(torch.float32) == update_size(torch.float16) == UPDATE_SIZE and update_size(torch.bfloat16) == 8 * 2.0 ** -8
+    assert update_size(torch.float32) == update_size(torch.float16) == UPDATE_SIZE
+    assert update_size(torch.bfloat16) == 8 * 2.0 ** -8
 
 
 def test_a_derived_input_beyond_the_dtypes_range_is_skipped_with_the_reason(tmp_path, cli):

@@ -3,7 +3,10 @@ ask for one GPU; the progress bar, and each finished job appended to the results
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -102,11 +105,10 @@ def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results
 
 class GpuUse:
     """GPU utilisation over a batch: `nvidia-smi` asked every `every_s` seconds in a thread (the share of time a
-    kernel ran, per GPU, as the driver counts it). Where there is no nvidia-smi, nothing is measured and `line` says so."""
+    kernel ran, per GPU, as the driver counts it). Where there is no nvidia-smi, nothing is measured and `line` says
+    so."""
 
     def __init__(self, gpus: list[str | None], every_s: float = 2.0):
-        import shutil
-        import threading
         self.ids = sorted({g for g in gpus if g is not None}, key=lambda g: (not g.isdigit(), g.zfill(8)))
         self.samples: dict[str, list[float]] = {g: [] for g in self.ids}
         self.smi = shutil.which("nvidia-smi") if self.ids else None
@@ -116,7 +118,6 @@ class GpuUse:
             self.thread.start()
 
     def _run(self, every_s: float) -> None:
-        import subprocess
         while not self.stop.wait(every_s):
             try:
                 text = subprocess.run([self.smi, "--query-gpu=index,uuid,utilization.gpu",
@@ -124,7 +125,7 @@ class GpuUse:
                                       capture_output=True, text=True, timeout=10).stdout
             except (OSError, subprocess.SubprocessError):
                 continue
-            for ln in text.splitlines():  # a GPU named by its index or by its UUID (CUDA_VISIBLE_DEVICES may say either)
+            for ln in text.splitlines():  # a GPU named by its index or its UUID (CUDA_VISIBLE_DEVICES says either)
                 idx, uuid, util = (f.strip() for f in (ln.split(",") + ["", ""])[:3])
                 g = idx if idx in self.samples else uuid if uuid in self.samples else None
                 if g is not None and util.isdigit():

@@ -98,10 +98,16 @@ def _box_ahead(job: Job, ahead: list[Job]) -> None:
     context and the judge's GPU tools ready when each job starts). Boxes started ahead for jobs no longer among them
     (taken by another slot meanwhile) go; this job's own stays for it to take."""
     from kp.box import start as boxstart
-    plans = {id(j): _box_plan(j) for j in [job, *ahead] if j.candidate}
-    have = {id(b): b.plan for b in boxstart.waiting()}
-    boxstart.discard_early({i for i, plan in have.items() if plan in plans.values()})
-    started = list(have.values())  # plans hold lists and dicts: compared, not hashed
+
+    def plan(j: Job):
+        try:
+            return boxstart.plan_for(j.ref, j.candidate)
+        except OSError:  # the file is gone: its job says so when it runs
+            return None
+    plans = {id(j): plan(j) for j in [job, *ahead] if j.candidate}
+    kept = [b for b in boxstart.waiting() if b.plan in plans.values()]
+    boxstart.discard_early({id(b) for b in kept})
+    started = [b.plan for b in kept]  # plans hold lists and dicts: compared, not hashed
     for j in ahead:
         if j.candidate is None or plans.get(id(j)) in started:
             continue
@@ -109,15 +115,6 @@ def _box_ahead(job: Job, ahead: list[Job]) -> None:
         boxstart.start_early(j.ref, j.candidate, boxed=opts.get("sandbox", True), later=True,
                              cuda=opts.get("device") != "cpu")
         started.append(plans.get(id(j)))
-
-
-def _box_plan(job: Job):
-    from kp.box import start as boxstart
-    try:
-        return boxstart._plan(job.ref, boxstart.candidate_paths(job.candidate),
-                              str(boxstart.candidate_build_dir(job.candidate)))
-    except OSError:
-        return None
 
 
 def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool) -> None:

@@ -213,7 +213,7 @@ def start_early(ref_spec, candidate: str, boxed: bool = True, later: bool = Fals
         if not boxed or sandbox.status()[0] is None:
             start_forkserver_early()
             return
-        box = _start(_plan(ref_spec, candidate_paths(candidate), str(candidate_build_dir(candidate))), cuda)
+        box = _start(plan_for(ref_spec, candidate), cuda)
         _early.append((box, later))
     except Exception:
         pass
@@ -231,6 +231,12 @@ def discard_early(keep: set[int] = frozenset()) -> None:
         if id(box) not in keep:
             _early.remove((box, later))
             box.discard()
+
+
+def plan_for(ref_spec, candidate: str | Path) -> tuple:
+    """The plan (_plan) of the box that judges `candidate` against the reference: its folder and file readable, its
+    own build folder writable."""
+    return _plan(ref_spec, candidate_paths(candidate), str(candidate_build_dir(candidate)))
 
 
 def take(ref_spec, read_only: list[str], build_dir: str | None) -> Box:

@@ -8,17 +8,17 @@ import dataclasses
 import torch
 
 from kp.errors import Rejected, first_line
-from kp.judge.float64 import FP32_ONLY_BUDGET, Promote, fp32_only_budget, as_float64, float64_copy, float64_default, hold_on
+from kp.judge.float64 import Promote, as_float64, float64_copy, float64_default, fp32_only_budget, hold_on
 from kp.lib.layers import set_precision
-from kp.lib.numerics import (Err, ReductionLength, batch_rows, budget_from, budget_reason,
-                             HALF_DTYPES, clone_layout, dtype_floor, reduction_length, rel_error, unit_roundoff)
+from kp.lib.numerics import (HALF_DTYPES, Err, ReductionLength, batch_rows, budget_from, budget_reason, clone_layout,
+                             dtype_floor, dtype_name, reduction_length, rel_error, unit_roundoff)
 from kp.judge.reference import Reference, _as_list, apply_update, describe
 
 # A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
 # reference has them, and a relL2 under this (~8,000 fp32 ulps: beyond it fp32 itself cannot compute the problem at
 # those values, e.g. a product of 256 numbers near -3, and no fp32 kernel can be asked to).
 TORCH_FAIR_MAX = 1e-3  # (in fp16 and bf16: torch_fair_max)
-_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+FLOAT64, PROMOTED = "float64", "float64, every torch op's floating arguments promoted"
 
 
 def torch_fair_max(dtype: torch.dtype) -> float:
@@ -26,7 +26,6 @@ def torch_fair_max(dtype: torch.dtype) -> float:
     (about 10^4 ulps); in fp16 and bf16 sixteen roundings' worth, 16 u (bf16 6.3e-2, fp16 7.8e-3), since one
     rounding of the output alone is about u / sqrt(3) there."""
     return 16 * unit_roundoff(dtype) if dtype in HALF_DTYPES else TORCH_FAIR_MAX
-FLOAT64, PROMOTED = "float64", "float64, every torch op's floating arguments promoted"
 
 
 @dataclasses.dataclass
@@ -151,8 +150,8 @@ class _Refs:
     def _other_algorithms(self, pristine: list, counter) -> list:
         """The reference's output under PyTorch's other legal choices of algorithm, for a call that runs a cuDNN
         convolution on the GPU: cuDNN's autotuner on (cudnn.benchmark) and the inputs in channels-last layout, which
-        select other algorithms of the judged dtype (fp32, bf16, fp16) with other summation orders. A candidate may make either choice, so
-        PyTorch's own error (the budget's base) is the worst of these on the same inputs. The references' state
+        select other algorithms of the judged dtype (fp32, bf16, fp16) with other summation orders. A candidate may
+        make either choice, so PyTorch's own error (the budget's base) is the worst of these on the same inputs. The references' state
         (buffers, plain tensor attributes) is put back after each run: these calls are not in the sequence."""
         if not any(isinstance(x, torch.Tensor) and x.is_cuda for x in pristine):
             return []
@@ -355,7 +354,7 @@ class Expected:
         for e, spec in zip(self.errs, self.specs):
             if e is None:
                 continue
-            name = _DTYPE_NAMES.get(spec[1], str(spec[1]))
+            name = dtype_name(spec[1])
             if e[0].nonfinite_mismatch:
                 return f"PyTorch {name} itself gets {e[0].nonfinite_mismatch} NaN/Inf positions wrong (it overflows)"
             if e[0].rel_l2 > torch_fair_max(spec[1]):

@@ -18,6 +18,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
+from kp.lib.numerics import HALF_DTYPES, unit_roundoff
+
 LOW_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 # Budget (relL2, overall and per row) against PyTorch's fp32 output when no float64 reference can be made: two
 # correct fp32 implementations that sum in different orders differ by a few ulps per element after reductions
@@ -29,9 +31,7 @@ FP32_ONLY_BUDGET = 1e-4
 def fp32_only_budget(dtype: torch.dtype) -> float:
     """FP32_ONLY_BUDGET, or in fp16 and bf16 four roundings' worth, 4 u (bf16 1.6e-2, fp16 2.0e-3): two right
     half-precision results differ by one unit in the last place wherever their roundings fall apart."""
-    if dtype in (torch.float16, torch.bfloat16):  # (integer outputs: FP32_ONLY_BUDGET, never read for them)
-        return max(FP32_ONLY_BUDGET, 2 * torch.finfo(dtype).eps)
-    return FP32_ONLY_BUDGET
+    return max(FP32_ONLY_BUDGET, 4 * unit_roundoff(dtype)) if dtype in HALF_DTYPES else FP32_ONLY_BUDGET
 
 
 def _convert(v, device, dtype):

@@ -33,9 +33,9 @@ class KernelBenchCheck:
     def _kernelbench(self, init, runs: bool = True) -> None:
         """KernelBench's own correctness check on each candidate, beside ours (it never decides the verdict):
         Model and ModelNew built after the same seed, nothing loaded or changed, KERNELBENCH_TRIALS draws of
-        get_inputs(), torch.allclose at each of its tolerances for the precision (atol = rtol) on every output. Training mode, as
-        KernelBench builds its models. runs=False: the benchmark shape is not run here (over the CPU limit), and the
-        check is said not to have run."""
+        get_inputs(), torch.allclose at each of its tolerances for the precision (atol = rtol) on every output.
+        Training mode, as KernelBench builds its models. runs=False: the benchmark shape is not run here (over the
+        CPU limit), and the check is said not to have run."""
         tols = kernelbench_tols(self.precision)
         for row in self.rows:
             if not row.runner.isolated:

@@ -32,8 +32,8 @@ def _overflowed(base: list, derived: list) -> str | None:
     for x, y in zip(base, derived):
         if isinstance(x, torch.Tensor) and x.is_floating_point() and \
                 not bool(torch.isfinite(y).all()) and bool(torch.isfinite(x).all()):
-            return (f"the derived input overflows {x.dtype} (its largest finite value is {torch.finfo(x.dtype).max:.5g}),"
-                    f" outside the problem's domain in this precision")
+            return (f"the derived input overflows {x.dtype} (its largest finite value is "
+                    f"{torch.finfo(x.dtype).max:.5g}), outside the problem's domain in this precision")
     return None
 
 

@@ -12,7 +12,6 @@ FLOAT64_PEAK_FACTOR = 2.3  # GPU bytes the float64 reference needs: its forward'
 #                            intermediates) twice over in float64, and 15% for the allocator's rounding and the
 #                            comparison's chunks
 CPU_BENCH_MAX = 256 << 20  # on --device cpu, benchmark-shape calls run only when inputs + outputs are this small
-HOST_PEAK_FACTOR = 3  # ... and when this many times the forward's fp32 peak (LivePeak) fits the available host memory
 
 
 def widen(fp: dict) -> float:
@@ -34,12 +33,12 @@ def host_available() -> int:
 
 def cpu_bench_refusal(fp: dict, available: int) -> str | None:
     """Why the benchmark shape is not run on the CPU (inputs and outputs over CPU_BENCH_MAX, or a forward whose
-    intermediates would not fit the host: HOST_PEAK_FACTOR x its fp32 peak, for the float64 copy and the fp32 runs),
-    or None."""
+    intermediates would not fit the host: its peak (LivePeak) once for the judged dtype's runs and widened for the
+    float64 copy, 3 x in fp32, 5 x in fp16/bf16), or None."""
     io = fp["inputs"] + fp["outputs"]
     if io > CPU_BENCH_MAX:
         return f"the benchmark shape ({io / 2**20:,.0f} MiB) was not run on the CPU"
-    need = (HOST_PEAK_FACTOR - 2 + widen(fp)) * fp.get("peak", 0)  # fp32: 3 x; fp16/bf16: 5 x
+    need = (1 + widen(fp)) * fp.get("peak", 0)
     if need > available:
         return (f"the benchmark shape was not run on the CPU: its forward holds {fp['peak'] / 2**30:.1f} GiB at its "
                 f"peak (intermediates), about {need / 2**30:.0f} GiB with the float64 reference, and "
@@ -99,8 +98,8 @@ def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
 def float64_chunks(fp: dict, models: int, free: int) -> int:
     """Where the float64 forward's whole peak does not fit beside the plan: the fewest slices of the batch (a power
     of two, at most the batch's rows) it fits in on the GPU, holding its whole float64 output (twice PyTorch's fp32
-    output, four times a 16-bit one) and one slice's forward (the weights whole, the rest of the peak shared out); 0 where none fits or the
-    inputs share no batch dimension. Whether the forward may be sliced is proved on its first call
+    output, four times a 16-bit one) and one slice's forward (the weights whole, the rest of the peak shared out); 0
+    where none fits or the inputs share no batch dimension. Whether the forward may be sliced is proved on its first call
     (kp.judge.expected._Refs)."""
     rows, peak = fp.get("rows", 0), fp.get("peak", footprint_bytes(fp))
     held = memory_need(fp, models) + widen(fp) * fp["outputs"]

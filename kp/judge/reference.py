@@ -11,7 +11,7 @@ import torch
 
 from kp.lib.build import require_gpu
 from kp.errors import UsageError, first_line
-from kp.lib.numerics import HALF, batch_rows, cast_floats, precision_dtype
+from kp.lib.numerics import HALF, batch_rows, cast_floats, precision_dtype, unit_roundoff
 from kp.lib.registry import problem_module
 
 # The changes made to the weights between parity calls, in this order (cycled when there are more trials).
@@ -23,7 +23,7 @@ UPDATE_ROUNDINGS = 8
 
 
 def update_size(dtype: torch.dtype) -> float:
-    return max(UPDATE_SIZE, UPDATE_ROUNDINGS * torch.finfo(dtype).eps / 2) if dtype.is_floating_point else UPDATE_SIZE
+    return max(UPDATE_SIZE, UPDATE_ROUNDINGS * unit_roundoff(dtype)) if dtype.is_floating_point else UPDATE_SIZE
 
 # ---------------------------------------------------------------------------------------------------------------
 # The reference.
@@ -181,13 +181,12 @@ class Reference:
         return self._footprint("meta", FlopCounterMode)
 
     def _footprint(self, device: str, counter_cls) -> dict:
+        from kp.judge.float64 import hold_on
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
         with torch.device(device):
             torch.manual_seed(0)
             xs = cast_floats(self.module.get_inputs(), self.dtype)
-            m = self.module.Model(*self.init())
-            if self.dtype is not None:
-                m = m.to(self.dtype)
+            m = hold_on(self.module.Model(*self.init()), device, self.dtype)  # cast as model() casts
             counter = counter_cls(display=False)
             weights = nbytes(list(m.parameters()) + list(m.buffers()))
             with counter, torch.no_grad(), LivePeak(nbytes(xs) + weights) as live:

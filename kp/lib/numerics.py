@@ -128,6 +128,11 @@ def precision_dtype(precision: str) -> torch.dtype:
     return PRECISION_DTYPES[precision]
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """The judged precision's name of a dtype ('bf16'; float32 is 'fp32'), or torch's name for any other."""
+    return next((k for k, v in PRECISION_DTYPES.items() if v == dtype), str(dtype).replace("torch.", ""))
+
+
 def unit_roundoff(dtype: torch.dtype) -> float:
     """u: the largest relative error of one rounding to nearest in dtype (2^-24 fp32, 2^-11 fp16, 2^-8 bf16)."""
     return torch.finfo(dtype).eps / 2

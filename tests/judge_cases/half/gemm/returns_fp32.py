@@ -3,7 +3,8 @@ reference returns, twice its bytes."""
 import torch
 import torch.nn as nn
 
-EXPECT = r"^trial 1 \(seed \d+\): output is Tensor \(128, 128\) torch.float32 \S+, expected torch.Tensor \(128, 128\) torch.bfloat16"
+EXPECT = (r"^trial 1 \(seed \d+\): output is Tensor \(128, 128\) torch.float32 \S+, "
+          r"expected torch.Tensor \(128, 128\) torch.bfloat16")
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--precision", "bf16")
 

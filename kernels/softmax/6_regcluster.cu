@@ -65,6 +65,8 @@
 //   TAILED (H200, 2026-11-23, `--tail-ab`): 196612 columns 3,913 GB/s (92.0% of copy_) in 4-CTA clusters against
 //   3,168 in half-full 8-CTA ones; 393220: 3,821 vs 2,726; 786440: 2,993 vs 4_persistent's 2,614.
 #include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
 
@@ -88,53 +90,92 @@ constexpr int TAIL = 4096;
 constexpr int TQ = TAIL / 4 / THREADS;
 static_assert(TQ * 4 * THREADS == TAIL, "the tail must split evenly over the threads");
 
+// Element types. T is the tensor's (float, bf16 or fp16); arithmetic is fp32 throughout. A thread's unit is a group
+// of 4 consecutive elements (16 bytes of fp32, 8 of a 16-bit type), so the register slice, the ring and the
+// ownership are the same in elements for every T. ALIGN<T>: elements per 16 bytes, the bulk copy's granule.
+template <typename T>
+constexpr int ALIGN = 16 / (int)sizeof(T);
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+template <typename T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+// The 4 elements at p (aligned to a group) as floats, and back (round to nearest even).
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+template <typename H>
+__device__ __forceinline__ float4 load4(const H* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const H* h = reinterpret_cast<const H*>(&u);
+  return make_float4(to_f(h[0]), to_f(h[1]), to_f(h[2]), to_f(h[3]));
+}
+__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+template <typename H>
+__device__ __forceinline__ void store4(H* p, float4 v) {
+  H h[4] = {from_f<H>(v.x), from_f<H>(v.y), from_f<H>(v.z), from_f<H>(v.w)};
+  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(h);
+}
+
 __device__ __forceinline__ int64_t globaltimer() {
   uint64_t ns;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
   return (int64_t)ns;
 }
 
-// Thread 0: float4s [b, e) of the slice at xr (clipped to its n floats, a multiple of 4) into dst (where float4 b
-// lands), completing on bar; an empty range still arrives, so the barrier's phase always completes.
-__device__ __forceinline__ void bulk_range(float* dst, uint64_t* bar, const float* xr, int n, int b, int e) {
+// Thread 0: groups [b, e) of the slice at xr (clipped to its n elements, a multiple of ALIGN<T>) into dst (where
+// group b lands), completing on bar; an empty range still arrives, so the barrier's phase always completes. For a
+// 16-bit T, b and e are even (chunk bounds, n / 4), so the copy stays in whole 16-byte granules.
+template <typename T>
+__device__ __forceinline__ void bulk_range(T* dst, uint64_t* bar, const T* xr, int n, int b, int e) {
   const int n4 = n >> 2;
   b = min(n4, b);
   e = min(n4, e);
+  const uint32_t bytes = (uint32_t)((e - b) * 4 * (int)sizeof(T));
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads of dst before async writes
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(kp::smem_u32(bar)), "r"((uint32_t)((e - b) * 16))
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(kp::smem_u32(bar)), "r"(bytes)
                : "memory");
   if (e > b)
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
             kp::smem_u32(dst)),
-        "l"(xr + 4 * b), "r"((uint32_t)((e - b) * 16)), "r"(kp::smem_u32(bar))
+        "l"(xr + 4 * b), "r"(bytes), "r"(kp::smem_u32(bar))
         : "memory");
 }
 
-// Chunk c of the ring: float4s [c*KPC*THREADS, (c+1)*KPC*THREADS), exactly the registers k in [c*KPC, (c+1)*KPC)
+// Chunk c of the ring: groups [c*KPC*THREADS, (c+1)*KPC*THREADS), exactly the registers k in [c*KPC, (c+1)*KPC)
 // of every thread.
-__device__ __forceinline__ void prefetch(float* buf, uint64_t* bar, const float* xr, int n, int c) {
+template <typename T>
+__device__ __forceinline__ void prefetch(T* buf, uint64_t* bar, const T* xr, int n, int c) {
   bulk_range(buf + 4 * c * KPC * THREADS, bar, xr, n, c * KPC * THREADS, (c + 1) * KPC * THREADS);
 }
 
 // The tail (TAILED): float4s [SLICE/4, SLICE/4 + TAIL/4) into tail buffer tb.
-__device__ __forceinline__ void prefetch_tail(float* tb, uint64_t* bar, const float* xr, int n) {
+template <typename T>
+__device__ __forceinline__ void prefetch_tail(T* tb, uint64_t* bar, const T* xr, int n) {
   bulk_range(tb, bar, xr, n, (int)(SLICE / 4), (int)(SLICE / 4) + TAIL / 4);
 }
 
 // WINDOW mode: a slice whose start is not 16-byte aligned is read as the aligned window around it. shift = how many
-// floats the window starts before the slice; the bulk copy takes `copied` floats (a multiple of 4: the window, cut
-// at the last aligned float4 that lies inside the tensor, so nothing past its end is read); window elements in
-// [copied, shift + n) come from global memory one by one (at most 3, in the tensor's last row).
+// elements the window starts before the slice; the bulk copy takes `copied` elements (a multiple of A = ALIGN<T>:
+// the window, cut at the last aligned 16 bytes that lie inside the tensor, so nothing past its end is read); window
+// elements in [copied, shift + n) come from global memory one by one (at most A - 1, in the tensor's last row).
+template <typename T>
 struct Window {
-  const float* w0;
+  const T* w0;
   int shift, copied;
 };
-__device__ __forceinline__ Window window_of(const float* xr, int n, const float* xend) {
-  const int shift = (int)((reinterpret_cast<uintptr_t>(xr) >> 2) & 3);
-  const float* w0 = xr - shift;
-  const int wl = (shift + n + 3) & ~3;
-  const int copied = w0 + wl <= xend ? wl : (int)((xend - w0) & ~(int64_t)3);
+template <typename T>
+__device__ __forceinline__ Window<T> window_of(const T* xr, int n, const T* xend) {
+  constexpr int A = ALIGN<T>;
+  const int shift = (int)((reinterpret_cast<uintptr_t>(xr) / sizeof(T)) & (A - 1));
+  const T* w0 = xr - shift;
+  const int wl = (shift + n + A - 1) & ~(A - 1);
+  const int copied = w0 + wl <= xend ? wl : (int)((xend - w0) & ~(int64_t)(A - 1));
   return {w0, shift, copied};
 }
 
@@ -152,58 +193,61 @@ __device__ __forceinline__ float& comp(float4& v, int c) { return c == 0 ? v.x :
 enum Mode { DIRECT = 0, BULK = 1, WINDOW = 2 };
 
 // What a CTA bulk-copies of the slice at xr: its window in WINDOW mode, the slice itself in BULK.
-template <int MODE>
-__device__ __forceinline__ Window slice_window(const float* xr, int n, const float* xend) {
-  return MODE == WINDOW ? window_of(xr, n, xend) : Window{xr, 0, n};
+template <int MODE, typename T>
+__device__ __forceinline__ Window<T> slice_window(const T* xr, int n, const T* xend) {
+  return MODE == WINDOW ? window_of(xr, n, xend) : Window<T>{xr, 0, n};
 }
 
-// Float4 i of the current slice (window coordinates in WINDOW mode) from its staged copy at p: -inf outside the
-// slice (BULK: from n on; WINDOW: before lo and from hi on); window elements the bulk copy did not take (the
-// tensor's last row) from global memory.
-template <int MODE>
-__device__ __forceinline__ float4 take(const float4* p, int i, int n, const Window& cur, int lo, int hi) {
+// Group i of the current slice (window coordinates in WINDOW mode) from its staged copy at p, as floats: -inf
+// outside the slice (BULK: from n on; WINDOW: before lo and from hi on); window elements the bulk copy did not take
+// (the tensor's last row) from global memory.
+template <int MODE, typename T>
+__device__ __forceinline__ float4 take(const T* p, int i, int n, const Window<T>& cur, int lo, int hi) {
   const float4 ninf = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-  if (MODE == BULK) return 4 * i < n ? *p : ninf;
-  float4 r = 4 * i < cur.copied ? *p : ninf;
-  if (4 * i < lo || 4 * i + 4 > min(hi, cur.copied))  // only edge float4s take the slow branch
+  if (MODE == BULK) return 4 * i < n ? load4(p) : ninf;
+  float4 r = 4 * i < cur.copied ? load4(p) : ninf;
+  if (4 * i < lo || 4 * i + 4 > min(hi, cur.copied))  // only edge groups take the slow branch
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int e = 4 * i + q;
-      comp(r, q) = e < lo || e >= hi ? -INFINITY : e < cur.copied ? comp(r, q) : cur.w0[e];
+      comp(r, q) = e < lo || e >= hi ? -INFINITY : e < cur.copied ? comp(r, q) : to_f(cur.w0[e]);
     }
   return r;
 }
 
-// Float4 i of the output slice at yr: whole float4s inside it, lane by lane at a WINDOW edge.
-template <int MODE>
-__device__ __forceinline__ void put(float* yr, int i, float4 v, int n, int lo, int hi) {
-  if (MODE == WINDOW) {  // y's row is in x's phase (checked by the launcher): the same window, aligned float4s
-    float* yw = yr - lo;
+// Group i of the output slice at yr: whole groups inside it, lane by lane at a WINDOW edge.
+template <int MODE, typename T>
+__device__ __forceinline__ void put(T* yr, int i, float4 v, int n, int lo, int hi) {
+  if (MODE == WINDOW) {  // y's row is in x's phase (checked by the launcher): the same window, aligned groups
+    T* yw = yr - lo;
     const int e0 = 4 * i;
     if (e0 >= lo && e0 + 4 <= hi) {
-      reinterpret_cast<float4*>(yw)[i] = v;
+      store4(yw + e0, v);
     } else if (e0 < hi) {
 #pragma unroll
       for (int q = 0; q < 4; ++q)
-        if (e0 + q >= lo && e0 + q < hi) yw[e0 + q] = q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+        if (e0 + q >= lo && e0 + q < hi) yw[e0 + q] = from_f<T>(q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w);
     }
   } else if (4 * i < n) {
-    reinterpret_cast<float4*>(yr)[i] = v;
+    store4(yr + 4 * i, v);
   }
 }
 
-template <int CL, int MODE, bool TICKET, bool TAILED, bool TRACE = false>
+template <typename T, int CL, int MODE, bool TICKET, bool TAILED, bool TRACE = false>
 __global__ void __launch_bounds__(THREADS, 1)
-    softmax_regcluster(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
+    softmax_regcluster(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
                        int64_t chunk, unsigned long long* __restrict__ ticket, int64_t stagger) {
-  extern __shared__ __align__(128) float buf[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* buf = reinterpret_cast<T*>(smem_raw);
   __shared__ float part[2][CL][2];
   __shared__ int64_t next2[2];  // the row two iterations ahead, written by rank 0 of the cluster into every peer
   __shared__ float scratch[64];
   __shared__ __align__(8) uint64_t bars[NCHUNK];
   __shared__ __align__(8) uint64_t tbars[2];  // TAILED: tail buffer p filled
   static_assert(!TAILED || MODE != DIRECT, "the tail is staged by the bulk copies");
-  float* tbuf = buf + SLICE;                   // TAILED: tail buffers p = 0, 1 at tbuf + p * TAIL
+  // The tail holds e = exp(x - m) in place of x: fp32 rows only (a 16-bit row's e would not fit its slot).
+  static_assert(!TAILED || sizeof(T) == 4, "the tail is for float32 rows");
+  float* tbuf = reinterpret_cast<float*>(buf + SLICE);  // TAILED: tail buffers p = 0, 1 at tbuf + p * TAIL
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = (int)cluster.block_rank();
@@ -213,7 +257,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int n = (int)(kp::imin(cols, c0 + chunk) - c0);  // <= SLICE: 32-bit indices from here on (registers)
   const int t = threadIdx.x;
 
-  const float* xend = x + (rows - 1) * xs + cols;  // WINDOW: no bulk read goes past the tensor's last element
+  const T* xend = x + (rows - 1) * xs + cols;  // WINDOW: no bulk read goes past the tensor's last element
   if (MODE != DIRECT) {
     if (t == 0) {
       for (int c = 0; c < NCHUNK; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[c])));
@@ -227,10 +271,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         while (clock64() - t0 < first * stagger) {}
       }
       if (first < rows) {
-        const float* xr0 = x + first * xs + c0;
-        const Window w = slice_window<MODE>(xr0, n, xend);
+        const T* xr0 = x + first * xs + c0;
+        const Window<T> w = slice_window<MODE>(xr0, n, xend);
         for (int c = 0; c < NCHUNK; ++c) prefetch(buf, &bars[c], w.w0, w.copied, c);
-        if (TAILED) prefetch_tail(tbuf, &tbars[0], w.w0, w.copied);
+        if constexpr (TAILED) prefetch_tail(tbuf, &tbars[0], w.w0, w.copied);
       }
     }
     __syncthreads();
@@ -245,31 +289,31 @@ __global__ void __launch_bounds__(THREADS, 1)
     int64_t drawn = 0;
     if (TICKET && rank == 0 && t == 0) drawn = 2 * G + (int64_t)atomicAdd(ticket, 1ull);  // latency hidden under the row
     if (!TICKET) nrow = row + G;
-    const float* xr = x + row * xs + c0;
-    float* yr = y + row * cols + c0;
-    const Window cur = slice_window<MODE>(xr, n, xend);
+    const T* xr = x + row * xs + c0;
+    T* yr = y + row * cols + c0;
+    const Window<T> cur = slice_window<MODE>(xr, n, xend);
     const int lo = cur.shift, hi = cur.shift + n;  // the slice inside its window
     // 1. This row's slice into registers (-inf where the slice ends).
     if (MODE != DIRECT) {
       // Chunk by chunk, so the next row's chunk c is queued as soon as chunk c of this one is in registers: the
       // SM's loads never pause for a whole-slice copy.
-      const float4* b4 = reinterpret_cast<const float4*>(buf);
 #pragma unroll
       for (int c = 0; c < NCHUNK; ++c) {
         kp::mbar_wait(&bars[c], it & 1);
 #pragma unroll
         for (int kk = 0; kk < KPC; ++kk) {
           const int k = c * KPC + kk, i = t + k * THREADS;
-          r[k] = take<MODE>(b4 + i, i, n, cur, lo, hi);  // window element e = slice element e - lo
+          r[k] = take<MODE>(buf + 4 * i, i, n, cur, lo, hi);  // window element e = slice element e - lo
         }
         __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
         if (t == 0 && nrow < rows) {
-          const float* xn = x + nrow * xs + c0;
-          const Window w = slice_window<MODE>(xn, n, xend);
+          const T* xn = x + nrow * xs + c0;
+          const Window<T> w = slice_window<MODE>(xn, n, xend);
           prefetch(buf, &bars[c], w.w0, w.copied, c);
           // The next row's tail goes to the other buffer, last read by the row before this one: every thread
           // has passed that row's output (the barrier above).
-          if (TAILED && c == 0) prefetch_tail(tbuf + ((it + 1) & 1) * TAIL, &tbars[(it + 1) & 1], w.w0, w.copied);
+          if constexpr (TAILED)
+            if (c == 0) prefetch_tail(tbuf + ((it + 1) & 1) * TAIL, &tbars[(it + 1) & 1], w.w0, w.copied);
         }
       }
     } else {
@@ -278,7 +322,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int i = t + (4 * k + c) * THREADS;
-          comp(r[k], c) = i < n ? xr[i] : -INFINITY;
+          comp(r[k], c) = i < n ? to_f(xr[i]) : -INFINITY;
         }
     }
     // 2. CTA-local max, then e = exp(x - m) once per element, kept in registers (the tail: in its buffer, each
@@ -287,12 +331,12 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int k = 0; k < V; ++k) m = fmaxf(m, fmaxf(fmaxf(r[k].x, r[k].y), fmaxf(r[k].z, r[k].w)));
     float4* tb4 = reinterpret_cast<float4*>(tbuf + (it & 1) * TAIL) + t;  // this thread's tail float4s, q * THREADS apart
-    if (TAILED) {
+    if constexpr (TAILED) {
       kp::mbar_wait(&tbars[it & 1], (it >> 1) & 1);
 #pragma unroll
       for (int q = 0; q < TQ; ++q) {
         const int i = (int)(SLICE / 4) + t + q * THREADS;
-        const float4 v = take<MODE>(tb4 + q * THREADS, i, n, cur, lo, hi);
+        const float4 v = take<MODE>(reinterpret_cast<const T*>(tb4 + q * THREADS), i, n, cur, lo, hi);
         tb4[q * THREADS] = v;
         m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
       }
@@ -355,7 +399,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int i = t + (4 * k + c) * THREADS;
-          if (i < n) yr[i] = comp(r[k], c) * f;
+          if (i < n) yr[i] = from_f<T>(comp(r[k], c) * f);
         }
     }
   }
@@ -366,28 +410,31 @@ __global__ void __launch_bounds__(THREADS, 1)
 }
 
 // Rows longer than 16 slices and tails: one block per row, online (max, sum) then the output pass (2 reads).
-__global__ void __launch_bounds__(1024) softmax_long(const float* __restrict__ x, float* __restrict__ y, int64_t cols,
+template <typename T>
+__global__ void __launch_bounds__(1024) softmax_long(const T* __restrict__ x, T* __restrict__ y, int64_t cols,
                                                      int64_t xs) {
   __shared__ float scratch[64];
-  const float* xr = x + (int64_t)blockIdx.x * xs;
-  float* yr = y + (int64_t)blockIdx.x * cols;
+  const T* xr = x + (int64_t)blockIdx.x * xs;
+  T* yr = y + (int64_t)blockIdx.x * cols;
   float m = -INFINITY, s = 0.f;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) kp_softmax::absorb(m, s, xr[i]);
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) kp_softmax::absorb(m, s, to_f(xr[i]));
   kp::block_online(m, s, scratch);
   const float inv = 1.f / s;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = kp_softmax::vout(xr[i], m, inv);
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = from_f<T>(kp_softmax::vout(to_f(xr[i]), m, inv));
 }
 
 // stagger < 0: the rule below. TRACE: trace is an int64 CUDA tensor (checked by the caller) that also holds the ticket.
-template <int CL, int MODE, bool TAILED, bool TRACE = false>
+template <typename T, int CL, int MODE, bool TAILED, bool TRACE = false>
 void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket, int64_t stagger,
             const at::TensorBase* trace = nullptr) {
-  auto kern = softmax_regcluster<CL, MODE, true, TAILED, TRACE>;  // a trace needs the ticket (checked by the caller)
+  auto kern = softmax_regcluster<T, CL, MODE, true, TAILED, TRACE>;  // a trace needs the ticket (checked by the caller)
   if constexpr (!TRACE)
-    if (!ticket) kern = softmax_regcluster<CL, MODE, false, TAILED>;
+    if (!ticket) kern = softmax_regcluster<T, CL, MODE, false, TAILED>;
   const int64_t rows = x.size(0), cols = x.size(1);
   const size_t smem = TAILED ? (size_t)(SLICE + 2 * TAIL) * 4
-                      : MODE == BULK ? (size_t)chunk * 4 : MODE == WINDOW ? (size_t)(chunk + 4) * 4 : 0;
+                      : MODE == BULK   ? (size_t)chunk * sizeof(T)
+                      : MODE == WINDOW ? (size_t)(chunk + ALIGN<T>) * sizeof(T)
+                                       : 0;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   if (CL > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   cudaLaunchConfig_t cfg = {};
@@ -424,31 +471,32 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
     tk = static_cast<unsigned long long*>(
         c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(sizeof(*tk), cfg.stream));
   if (tk) C10_CUDA_CHECK(cudaMemsetAsync(tk, 0, sizeof(*tk), cfg.stream));
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, x.data_ptr<float>(), y.data_ptr<float>(), rows, cols,
-                                             x.stride(0), chunk, tk, stagger);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kern, static_cast<const T*>(x.data_ptr()),
+                                             static_cast<T*>(y.data_ptr()), rows, cols, x.stride(0), chunk, tk,
+                                             stagger);
   if (tk && !TRACE) c10::cuda::CUDACachingAllocator::raw_delete(tk);
   C10_CUDA_CHECK(err);
 }
 
-template <int MODE, bool TAILED>
+template <typename T, int MODE, bool TAILED>
 void launch_cl(int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket,
                int64_t stagger, const at::TensorBase* trace) {
   switch (cl) {
-    case 1: launch<1, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
-    case 2: launch<2, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
-    case 3: launch<3, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
-    case 4: launch<4, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 1: launch<T, 1, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 2: launch<T, 2, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 3: launch<T, 3, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 4: launch<T, 4, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
     case 8:
 #if KP_EXPERIMENTS
-      if constexpr (MODE == BULK && !TAILED)
+      if constexpr (MODE == BULK && !TAILED && sizeof(T) == 4)
         if (trace) {
-          launch<8, BULK, false, true>(x, y, chunk, ticket, stagger, trace);
+          launch<T, 8, BULK, false, true>(x, y, chunk, ticket, stagger, trace);
           break;
         }
 #endif
-      launch<8, MODE, TAILED>(x, y, chunk, ticket, stagger);
+      launch<T, 8, MODE, TAILED>(x, y, chunk, ticket, stagger);
       break;
-    default: launch<16, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
+    default: launch<T, 16, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
   }
 }
 
@@ -456,9 +504,10 @@ void launch_cl(int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int
 // too long for 16 slices ignore cl. ticket: the dynamic row order (see the kernel); false is the static order of the
 // earlier measurements. mode < 0: BULK where the rows allow it, else WINDOW, else DIRECT. trace: see
 // softmax_forward_ab.
-void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket, int64_t stagger,
-         const at::TensorBase* trace, int64_t mode = -1) {
-  kp::check_row_softmax_args(x, y);
+template <typename T>
+void run_typed(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket, int64_t stagger,
+               const at::TensorBase* trace, int64_t mode) {
+  constexpr int64_t A = ALIGN<T>;  // elements per 16 bytes
   if (trace)
     TORCH_CHECK(trace->is_cuda() && trace->scalar_type() == at::kLong && trace->is_contiguous(),
                 "trace: a contiguous int64 CUDA tensor");
@@ -466,15 +515,16 @@ void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool tick
   if (rows == 0 || cols == 0) return;
   c10::cuda::CUDAGuard guard(x.device());
   const uintptr_t xa = reinterpret_cast<uintptr_t>(x.data_ptr()), ya = reinterpret_cast<uintptr_t>(y.data_ptr());
-  const bool bulk = xa % 16 == 0 && ya % 16 == 0 && x.stride(0) % 4 == 0 && cols % 4 == 0;
+  const bool bulk = xa % 16 == 0 && ya % 16 == 0 && x.stride(0) % A == 0 && cols % A == 0;
   // WINDOW: every row of y starts in the same phase (mod 16 bytes) as its row of x, so one aligned window serves
-  // both; its 4 extra floats must fit the slice's registers (and tail).
-  const bool phase = (ya - xa) % 16 == 0 && (x.stride(0) - cols) % 4 == 0;
+  // both; its A extra elements must fit the slice's registers (and tail).
+  const bool phase = (ya - xa) % 16 == 0 && (x.stride(0) - cols) % A == 0;
   if (mode < 0) mode = bulk ? BULK : phase ? WINDOW : DIRECT;
   TORCH_CHECK(mode != BULK || bulk, "the bulk-copy path needs 16-byte aligned rows");
   TORCH_CHECK(mode != WINDOW || phase, "the window path needs x and y rows in the same phase");
-  auto chunk_of = [&](int64_t c) { return ((cols + c - 1) / c + 3) / 4 * 4; };
-  const int64_t pad = mode == WINDOW ? 4 : 0;  // the window's extra floats
+  // Slices in whole 16-byte granules (4 floats, 8 16-bit elements), so every slice of a row has the row's phase.
+  auto chunk_of = [&](int64_t c) { return ((cols + c - 1) / c + A - 1) / A * A; };
+  const int64_t pad = mode == WINDOW ? A : 0;  // the window's extra elements
   // The smallest cluster whose slices (plus the window's pad) fit cap floats per CTA, or 0. 5..7 CTAs round up
   // to 8 and 9..15 to 16: 6 instead of 8 won 3.6% at 196612 columns but lost 8% at 262144 (how 6-CTA clusters pack
   // into the GPCs), and 5 and 7 spill 24-32 bytes (a spill costs ~3.5% here).
@@ -491,15 +541,15 @@ void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool tick
     // 3,889, 393220 2,726 -> 3,821). A window takes the tail only where it halves the cluster: 196613 2,480 ->
     // 2,956 (8 -> 4 CTAs), but 98309 3,207 -> 3,052 (3 -> 2).
     cl = smallest(SLICE);
-    if (mode != DIRECT) {
+    if (mode != DIRECT && sizeof(T) == 4) {  // the tail holds fp32 e values: float32 rows only
       const int64_t ct = smallest(SLICE + TAIL);
       if (ct && (!cl || (mode == BULK ? ct < cl : cl >= 2 * ct))) cl = ct;
     }
     if (!cl) {  // longer than 16 slices (and tails): one block per row, two reads
       TORCH_CHECK(!trace, "trace: the ticketed 8-CTA TMA path only");
       TORCH_CHECK(rows <= 2147483647LL, "too many rows for a 1-D grid: ", kp::num(rows));
-      softmax_long<<<(unsigned)rows, 1024, 0, kp::stream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), cols,
-                                                              x.stride(0));
+      softmax_long<T><<<(unsigned)rows, 1024, 0, kp::stream()>>>(static_cast<const T*>(x.data_ptr()),
+                                                                 static_cast<T*>(y.data_ptr()), cols, x.stride(0));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
     }
@@ -508,14 +558,32 @@ void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool tick
               "cluster size must be 1, 2, 3, 4, 8 or 16");
   const int64_t chunk = chunk_of(cl);
   const bool tailed = chunk + pad > SLICE;
-  TORCH_CHECK(chunk + pad <= SLICE + (mode == DIRECT ? 0 : TAIL), "a cluster of ", kp::num(cl),
+  TORCH_CHECK(chunk + pad <= SLICE + (mode == DIRECT || sizeof(T) != 4 ? 0 : TAIL), "a cluster of ", kp::num(cl),
               " CTAs is too small for rows of ", kp::num(cols));
   TORCH_CHECK(!trace || (cl == 8 && mode == BULK && ticket && !tailed), "trace: the ticketed 8-CTA TMA path only");
-  if (mode == BULK && tailed) launch_cl<BULK, true>(cl, x, y, chunk, ticket, stagger, trace);
-  else if (mode == BULK) launch_cl<BULK, false>(cl, x, y, chunk, ticket, stagger, trace);
-  else if (mode == WINDOW && tailed) launch_cl<WINDOW, true>(cl, x, y, chunk, ticket, stagger, trace);
-  else if (mode == WINDOW) launch_cl<WINDOW, false>(cl, x, y, chunk, ticket, stagger, trace);
-  else launch_cl<DIRECT, false>(cl, x, y, chunk, ticket, stagger, trace);
+  if constexpr (sizeof(T) == 4) {
+    if (mode == BULK && tailed) return launch_cl<T, BULK, true>(cl, x, y, chunk, ticket, stagger, trace);
+    if (mode == WINDOW && tailed) return launch_cl<T, WINDOW, true>(cl, x, y, chunk, ticket, stagger, trace);
+  }
+  if (mode == BULK) launch_cl<T, BULK, false>(cl, x, y, chunk, ticket, stagger, trace);
+  else if (mode == WINDOW) launch_cl<T, WINDOW, false>(cl, x, y, chunk, ticket, stagger, trace);
+  else launch_cl<T, DIRECT, false>(cl, x, y, chunk, ticket, stagger, trace);
+}
+
+// The element type's instance of the above: float32 rows, or (the bf16 and fp16 modes) 16-bit rows, read and
+// written in their own dtype and computed in fp32.
+void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket, int64_t stagger,
+         const at::TensorBase* trace, int64_t mode = -1) {
+  kp::check_row_softmax_args(x, y, /*sixteen_bit=*/true);
+  switch (x.scalar_type()) {
+    case at::kBFloat16:
+      TORCH_CHECK(!trace, "trace: float32 rows only");
+      return run_typed<__nv_bfloat16>(x, y, cl, ticket, stagger, trace, mode);
+    case at::kHalf:
+      TORCH_CHECK(!trace, "trace: float32 rows only");
+      return run_typed<__half>(x, y, cl, ticket, stagger, trace, mode);
+    default: return run_typed<float>(x, y, cl, ticket, stagger, trace, mode);
+  }
 }
 
 }  // namespace

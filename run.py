@@ -149,22 +149,26 @@ def list_problems() -> None:
         print(f"{p}: {', '.join(items)}")
 
 
-def expand_variants(problem: str, asked: list[str] | None) -> list[str]:
-    """The rows asked for: none -> the ladder this GPU runs (and auto); 'all' -> with the records. An unknown name,
-    or a rung this GPU cannot run, is a UsageError in one line."""
+def expand_variants(problem: str, asked: list[str] | None, precision: str | None = "fp32") -> list[str]:
+    """The rows asked for: none -> the ladder this GPU runs in this precision (and auto); 'all' -> with the records
+    (precision None: every rung, as --build takes them). An unknown name, or a rung this GPU cannot run or that does
+    not take the precision, is a UsageError in one line."""
     from kp.judge import driver as judge
     if not asked:
-        return judge.default_variants(problem)
+        return judge.default_variants(problem, precision=precision)
     out = []
     for v in asked:
         if v == "all":
-            out += judge.default_variants(problem, include_records=True)
+            out += judge.default_variants(problem, include_records=True, precision=precision)
         elif v == "auto" and harness.picks_per_call(problem):
             out.append(v)
         else:
             r = harness.rung(problem, v)  # unknown: the list of variants
             if not r.runs_on(harness.capability()) and harness.capability() is not None:
                 raise harness.UsageError(r.why_not(harness.capability()))
+            if precision is not None and precision not in r.precisions:
+                raise harness.UsageError(f"{problem}/{v} takes {', '.join(r.precisions)}, not {precision} (its "
+                                         f"Precisions line)")
             out.append(v)
     return list(dict.fromkeys(out))
 
@@ -185,7 +189,7 @@ def main(argv=None) -> int:
         modes = getattr(harness.problem_module(p), "PRECISIONS", ("fp32",))
         if not args.candidate and args.precision not in modes:
             return fail_usage(f"{p} has no {args.precision!r} mode; it runs in {', '.join(modes)}")
-        expand_variants(p, args.variant)
+        expand_variants(p, args.variant, args.precision)
     if not args.problem and not args.ref and not args.build and not args.jobs:
         return fail_usage("give --problem ID or --ref FILE (or --jobs CSV, --list, --build); problems: "
                           + ", ".join(harness.problems()))
@@ -214,7 +218,7 @@ def main(argv=None) -> int:
                           "NVIDIA GPU; --device cpu runs the parity checks of a pure-torch candidate")
     if args.build:
         probs = args.problem or harness.problems()
-        items = [(p, v) for p in probs for v in expand_variants(p, args.variant or ["all"])
+        items = [(p, v) for p in probs for v in expand_variants(p, args.variant or ["all"], None)
                  if v in harness.variants(p)]
         t0 = time.perf_counter()
         res = harness.build_all(args.build_jobs, items)
@@ -241,7 +245,7 @@ def main(argv=None) -> int:
     for ref in refs:
         variants = None
         if ref.problem and not args.candidate and args.device != "cpu":
-            variants = expand_variants(ref.problem, args.variant)
+            variants = expand_variants(ref.problem, args.variant, args.precision)
             prebuild(ref.problem, variants)
         elif ref.problem and not args.candidate:  # every problem alike on the CPU: its own Model, no kernels
             print(f"{ref.problem}: the playground's kernels run on a GPU; on the CPU the reference's own Model is "

@@ -111,6 +111,35 @@ def test_softmax_auto_routes_each_row_length_to_its_rung(monkeypatch):
         harness.capability.cache_clear()
 
 
+def test_sixteen_bit_softmax_rows_and_rungs(monkeypatch):
+    """bf16 and fp16: the rows are the rungs whose Precisions line takes the mode (6_regcluster) and auto, which sends
+    16-bit rows of any length to it; a rung without the line takes float32 only, by name a one-line usage error;
+    without clusters a 16-bit row is a clear error, not a float32 kernel fed bf16."""
+    import run
+    from kp.judge import driver as judge
+    monkeypatch.setenv("KP_CAPABILITY", "9.0")
+    harness.capability.cache_clear()
+    try:
+        from models import softmax
+        for prec in ("bf16", "fp16"):
+            assert judge.default_variants("softmax", precision=prec) == ["6_regcluster", "auto"]
+            with pytest.raises(harness.UsageError, match=f"softmax/5_regrow takes fp32, tf32, not {prec}"):
+                run.expand_variants("softmax", ["5_regrow"], prec)
+        assert "5_regrow" in judge.default_variants("softmax")
+        assert harness.rung("matmul_gelu_softmax", "2_split_wgmma").precisions == ("fp32", "tf32")
+        m = softmax.ModelNew()
+        for dt in (torch.bfloat16, torch.float16):
+            assert {m.rung(torch.empty(2, c, device="meta", dtype=dt)) for c in (3, 16384, 393216, 1 << 21)} == \
+                {"6_regcluster"}
+        monkeypatch.setenv("KP_CAPABILITY", "8.0")
+        harness.capability.cache_clear()
+        with pytest.raises(TypeError, match="needs sm_90a"):
+            softmax.ModelNew().rung(torch.empty(2, 8, device="meta", dtype=torch.bfloat16))
+    finally:
+        monkeypatch.delenv("KP_CAPABILITY")
+        harness.capability.cache_clear()
+
+
 @pytest.mark.parametrize("cap", ["9.0", "8.0"])
 def test_default_rows_are_the_ladder_that_runs_here(cap, monkeypatch):
     """The table a user sees by default: the rungs that run on this GPU, without the records; --variant all adds

@@ -2,6 +2,7 @@
 // (also for rows whose length is not a multiple of 4 floats: the aligned window around each slice, WINDOW below).
 // A slice may run up to 4096 floats past the registers: that tail stays in shared memory (TAILED below).
 // Requires: sm_90a (thread-block clusters, distributed shared memory and TMA)
+// Precisions: fp32 bf16 fp16
 //
 // What changed from 4_persistent: 3_cluster and 4_persistent both stalled at ~4.0 ms (76% of copy) although their
 //   traffic is the floor. Per CTA and row they spend two expf per element (online sum, then output) on the SFU
@@ -45,8 +46,9 @@
 // Bytes: 4*R*N read + 4*R*N written, the floor (12.9 GB at 4096x393216); copy-speed floor 3.07 ms.
 // Bound: memory, provided the per-row compute (~1.6 us SFU, ~1 us ALU, 0.75 us to copy the prefetched slice out of
 //   shared memory) hides under the ~11 us that the row's traffic takes at the CTA's share of HBM bandwidth.
-// Preconditions (checked): 2-D float32 CUDA; unit-stride rows; y contiguous. The prefetch is a TMA bulk copy, which
-//   needs 16-byte aligned source and size. Aligned rows (x, y base, row stride, cols % 4) copy their slices (BULK).
+// Preconditions (checked): 2-D float32, bf16 or fp16 CUDA, y of x's dtype; unit-stride rows; y contiguous. The
+//   prefetch is a TMA bulk copy, which needs 16-byte aligned source and size. Aligned rows (x, y base, row stride,
+//   cols % 4, for 16-bit % 8) copy their slices (BULK).
 //   Rows of any other length, with y's rows in x's phase mod 16 bytes (a contiguous x: every row starts in another
 //   phase when cols % 4 != 0), copy the aligned window around each slice, up to 3 floats either side, inside the
 //   same 16-byte granules, hence inside the allocation, never past the tensor's last element; the edge float4s are
@@ -56,6 +58,8 @@
 //   them elsewhere). Shared memory: the ring (the slice, up to 192 KiB) + 4 floats of window, or, TAILED, 224 KiB.
 // Numerics: e = expf(x - m_cta), one scale per CTA (expf(m_cta - M) / S), partials merged in rank order with the
 //   -inf-safe online merge; NaN or +inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~1.5e-7.
+//   16-bit rows: the same fp32 arithmetic on the widened values, the output rounded once to the dtype (nearest
+//   even), as PyTorch's own bf16/fp16 softmax accumulates in fp32 and rounds once.
 // Measured: H200, 4096x393216, `python run.py --problem softmax` (2026-11-22, GPU time, L2 flushed, interleaved;
 //   ceiling 4,260 GB/s = device copy measured in the same run): 3.172 ms, 4,062 GB/s, 95.4% of copy, 1.92x eager
 //   (6.083), 1.49x torch.compile (4.721), relL2 1.1e-7. What was tried around this design and not kept, with its
@@ -64,6 +68,12 @@
 //   the direct loads it replaced, 262147: 3,155 vs 2,288; at 131072 it is 3.5% behind BULK (3,830 vs 3,969).
 //   TAILED (H200, 2026-11-23, `--tail-ab`): 196612 columns 3,913 GB/s (92.0% of copy_) in 4-CTA clusters against
 //   3,168 in half-full 8-CTA ones; 393220: 3,821 vs 2,726; 786440: 2,993 vs 4_persistent's 2,614.
+// What changed since (16-bit rows, the bf16 and fp16 modes): the element type is a template parameter. A thread's
+//   unit is a group of 4 elements (a float4, or 8 bytes of bf16/fp16 read as a uint2 and widened to fp32), so the
+//   slice, the registers and the ownership are the same in elements: 49152 per CTA, 8-CTA clusters at 393216
+//   columns, a 96 KiB ring for a 16-bit row. Slices round to 16-byte granules (8 elements), so the bulk path needs
+//   cols % 8 == 0 and the window pads up to 7 elements either side. No TAILED path for 16-bit rows (the tail keeps
+//   fp32 e values in the row's slot, which a 16-bit slot cannot hold): such rows take the next cluster size up.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -106,19 +116,21 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <>
 __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-// The 4 elements at p (aligned to a group) as floats, and back (round to nearest even).
-__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+// Group i of the elements at base (aligned to a group) as floats, and back (round to nearest even). Indexed
+// through the vector type, as the float32 path always was: `*(float4*)(p + 4 * i)` made nvcc split each store
+// into f32, f32, v2.f32 (PTX of the 8-CTA bulk path).
+__device__ __forceinline__ float4 load4(const float* base, int i) { return reinterpret_cast<const float4*>(base)[i]; }
 template <typename H>
-__device__ __forceinline__ float4 load4(const H* p) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);
+__device__ __forceinline__ float4 load4(const H* base, int i) {
+  const uint2 u = reinterpret_cast<const uint2*>(base)[i];
   const H* h = reinterpret_cast<const H*>(&u);
   return make_float4(to_f(h[0]), to_f(h[1]), to_f(h[2]), to_f(h[3]));
 }
-__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ void store4(float* base, int i, float4 v) { reinterpret_cast<float4*>(base)[i] = v; }
 template <typename H>
-__device__ __forceinline__ void store4(H* p, float4 v) {
+__device__ __forceinline__ void store4(H* base, int i, float4 v) {
   H h[4] = {from_f<H>(v.x), from_f<H>(v.y), from_f<H>(v.z), from_f<H>(v.w)};
-  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(h);
+  reinterpret_cast<uint2*>(base)[i] = *reinterpret_cast<const uint2*>(h);
 }
 
 __device__ __forceinline__ int64_t globaltimer() {
@@ -198,14 +210,14 @@ __device__ __forceinline__ Window<T> slice_window(const T* xr, int n, const T* x
   return MODE == WINDOW ? window_of(xr, n, xend) : Window<T>{xr, 0, n};
 }
 
-// Group i of the current slice (window coordinates in WINDOW mode) from its staged copy at p, as floats: -inf
+// Group i of the current slice (window coordinates in WINDOW mode) from its staged copy, group j of b, as floats: -inf
 // outside the slice (BULK: from n on; WINDOW: before lo and from hi on); window elements the bulk copy did not take
 // (the tensor's last row) from global memory.
 template <int MODE, typename T>
-__device__ __forceinline__ float4 take(const T* p, int i, int n, const Window<T>& cur, int lo, int hi) {
+__device__ __forceinline__ float4 take(const T* b, int j, int i, int n, const Window<T>& cur, int lo, int hi) {
   const float4 ninf = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-  if (MODE == BULK) return 4 * i < n ? load4(p) : ninf;
-  float4 r = 4 * i < cur.copied ? load4(p) : ninf;
+  if (MODE == BULK) return 4 * i < n ? load4(b, j) : ninf;
+  float4 r = 4 * i < cur.copied ? load4(b, j) : ninf;
   if (4 * i < lo || 4 * i + 4 > min(hi, cur.copied))  // only edge groups take the slow branch
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -222,14 +234,14 @@ __device__ __forceinline__ void put(T* yr, int i, float4 v, int n, int lo, int h
     T* yw = yr - lo;
     const int e0 = 4 * i;
     if (e0 >= lo && e0 + 4 <= hi) {
-      store4(yw + e0, v);
+      store4(yw, i, v);
     } else if (e0 < hi) {
 #pragma unroll
       for (int q = 0; q < 4; ++q)
         if (e0 + q >= lo && e0 + q < hi) yw[e0 + q] = from_f<T>(q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w);
     }
   } else if (4 * i < n) {
-    store4(yr + 4 * i, v);
+    store4(yr, i, v);
   }
 }
 
@@ -303,7 +315,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int kk = 0; kk < KPC; ++kk) {
           const int k = c * KPC + kk, i = t + k * THREADS;
-          r[k] = take<MODE>(buf + 4 * i, i, n, cur, lo, hi);  // window element e = slice element e - lo
+          r[k] = take<MODE>(buf, i, i, n, cur, lo, hi);  // window element e = slice element e - lo
         }
         __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
         if (t == 0 && nrow < rows) {
@@ -336,7 +348,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
       for (int q = 0; q < TQ; ++q) {
         const int i = (int)(SLICE / 4) + t + q * THREADS;
-        const float4 v = take<MODE>(reinterpret_cast<const T*>(tb4 + q * THREADS), i, n, cur, lo, hi);
+        const float4 v = take<MODE>(reinterpret_cast<const T*>(tb4), q * THREADS, i, n, cur, lo, hi);
         tb4[q * THREADS] = v;
         m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
       }

@@ -39,7 +39,7 @@ def run_job(job: Job) -> dict:
         ref = judge.Reference.load(job.ref)
         variants = None
         if job.candidate is None:
-            variants = judge.default_variants(ref.problem)
+            variants = judge.default_variants(ref.problem, precision=opts.get("precision") or "fp32")
             if opts.get("device") != "cpu":
                 prebuild(ref.problem, variants)
         rec = judge.evaluate(ref, job.candidate, variants, log=log.append, **opts)

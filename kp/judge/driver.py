@@ -88,10 +88,10 @@ def row_specs(ref: Reference, variant_list: list[str],
     return out
 
 
-def default_variants(problem: str, include_records: bool = False) -> list[str]:
-    """The rows of a built-in problem's table: the rungs of its ladder that run on this GPU (and the records with
-    include_records: --variant all), plus "auto" where the model picks a rung per call."""
-    vs = runnable_variants(problem, include_records)
+def default_variants(problem: str, include_records: bool = False, precision: str | None = "fp32") -> list[str]:
+    """The rows of a built-in problem's table: the rungs of its ladder that run on this GPU in this precision (and
+    the records with include_records: --variant all), plus "auto" where the model picks a rung per call."""
+    vs = runnable_variants(problem, include_records, precision)
     return vs + (["auto"] if picks_per_call(problem) else [])
 
 

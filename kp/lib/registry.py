@@ -4,6 +4,7 @@ are the ``kernels/<id>/*.cu`` files, and each rung's header says what it needs:
     // Requires: sm_80     runs on compute capability 8.0 and newer (built for the GPU it runs on)
     // Requires: sm_90a    Hopper-only features (clusters, TMA, wgmma, programmatic launch): compute capability 9.0
     // Record: <why>       kept as a record of a design that lost; run only when asked (--variant all)
+    // Precisions: fp32 bf16 fp16   the run.py precisions the rung takes (default: fp32 and tf32, float32 tensors)
 
 A rung without a Requires line is taken to need sm_90a (the safe reading). ``KP_CAPABILITY=8.0`` makes this process
 behave as on a GPU of that capability (rung choice, build target with PTX the real GPU can JIT): the way to exercise
@@ -29,6 +30,8 @@ CI_ARCHS = ("sm_80", "sm_89", "sm_90a")
 
 _REQUIRES_RE = re.compile(r"^//\s*Requires:\s*sm_(\d)(\d)(a?)\b", re.M)
 _RECORD_RE = re.compile(r"^//\s*Record:\s*(.+)$", re.M)
+_PRECISIONS_RE = re.compile(r"^//\s*Precisions:\s*(.+)$", re.M)
+FLOAT32_PRECISIONS = ("fp32", "tf32")  # a rung without a Precisions line: float32 tensors (tf32 changes the GEMM only)
 
 
 def problems() -> list[str]:
@@ -48,6 +51,7 @@ class Rung:
     min_capability: tuple[int, int]
     arch_specific: bool  # an 'a' target: that exact capability only
     record: str | None  # why it is kept, for a rung that lost; None for a rung of the ladder
+    precisions: tuple[str, ...] = FLOAT32_PRECISIONS  # the run.py precisions it takes (its Precisions line)
 
     @property
     def requires(self) -> str:
@@ -79,8 +83,10 @@ def read_rung(path: Path, problem: str | None = None) -> Rung:
     m = _REQUIRES_RE.search(head)
     cap, specific = ((int(m.group(1)), int(m.group(2))), bool(m.group(3))) if m else ((9, 0), True)
     rec = _RECORD_RE.search(head)
+    prec = _PRECISIONS_RE.search(head)
     return Rung(problem or Path(path).parent.name, Path(path).stem, Path(path), cap, specific,
-                rec.group(1).strip() if rec else None)
+                rec.group(1).strip() if rec else None,
+                tuple(prec.group(1).split()) if prec else FLOAT32_PRECISIONS)
 
 
 def rung(problem: str, name: str) -> Rung:
@@ -104,14 +110,14 @@ def capability() -> tuple[int, int] | None:
     return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
 
 
-def runnable_variants(problem: str, include_records: bool = False) -> list[str]:
-    """The rungs that run on this GPU: the ladder (the path to the default), and with include_records the rungs
-    kept as records too."""
+def runnable_variants(problem: str, include_records: bool = False, precision: str | None = "fp32") -> list[str]:
+    """The rungs that run on this GPU in this precision (their Precisions line; None: in any): the ladder (the path
+    to the default), and with include_records the rungs kept as records too."""
     cap = capability()
     out = []
     for v in variants(problem):
         r = rung(problem, v)
-        if r.runs_on(cap) and (include_records or r.record is None):
+        if r.runs_on(cap) and (include_records or r.record is None) and (precision is None or precision in r.precisions):
             out.append(v)
     return out
 
@@ -164,7 +170,8 @@ def required_exports(problem: str) -> tuple[str, ...]:
 
 
 def variant_factory(mod, variant: str, opts: dict, precision: str):
-    """How a built-in row's model is made: the problem's ModelNew with the rung, the row's options and, outside
-    fp32, the precision judged (the judge's rows and the ncu process's are made alike)."""
-    o = {**opts, **({"precision": precision} if precision != "fp32" else {})}
+    """How a built-in row's model is made: the problem's ModelNew with the rung, the row's options and, in tf32,
+    the precision judged (the judge's rows and the ncu process's are made alike); in bf16 and fp16 the inputs and
+    weights carry their dtype, as for any model."""
+    o = {**opts, **({"precision": precision} if precision in FLOAT32_PRECISIONS and precision != "fp32" else {})}
     return lambda *init: mod.ModelNew(*init, variant=variant, **o)

@@ -840,6 +840,18 @@ def test_ref_alone_times_eager_and_compile(tmp_path):
 
 
 @gpu
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_ref_alone_untimed_checks_the_reference_on_gpu(tmp_path, precision):
+    """`--ref` alone with nothing timed (what a corpus run of references does): the reference's own Model against
+    float64, every parity stage, and no own kernel asked of it (it is PyTorch by definition)."""
+    d = outside_repo(tmp_path, "relu")
+    r = run("--ref", d / "ref.py", "--no-bench", "--no-compile", "--precision", precision, "--json", tmp_path / "r.json")
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    row = json.loads((tmp_path / "r.json").read_text())["rows"]["eager"]
+    assert row["accepted"] and not row["pure_torch"] and len(row["checks"]) >= 3, row
+
+
+@gpu
 def test_cli_candidate_outside_repo_accepted(tmp_path):
     f = shipped_candidate(tmp_path, "softmax", "auto", {})
     r = run("--problem", "softmax", "--candidate", f, "--no-compile", "--json", tmp_path / "r.json")

@@ -197,7 +197,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         runner = LocalRunner(self.ref.spec, self.device, self.precision, self._interim,
                              {"eager": lambda *init: self.ref.module.Model(*init)}, self.train)
         self.runners.append(runner)
-        row = Row("eager", runner)
+        row = Row("eager", runner, reference=True)
         self.rows.append(row)
         return row
 

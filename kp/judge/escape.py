@@ -50,8 +50,8 @@ class EscapeStage:
         row.own_kernels = e["own"]
         row.kernels = sorted({x["name"][:120] for x in e["events"] if x["name"] != e["marker"]})
         if not e["own"]:
-            if self.allow_torch or row.peer:
-                row.pure_torch = not row.peer
+            if self.allow_torch or row.peer or row.reference:
+                row.pure_torch = not (row.peer or row.reference)
             else:
                 raise Rejected(f"own kernel: no kernel from the row's own build ran (kernels seen: "
                                f"{', '.join(kernel_base_name(k) for k in row.kernels[:4]) or 'none'}); "

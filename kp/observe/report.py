@@ -149,8 +149,8 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
     for n in rec.get("notes_list") or []:
         lines.append(f"  note: {n}")
     if list(rec["rows"]) == ["eager"] and not rec.get("timing"):
-        lines.append("  the reference's own fp32 Model judged against its float64 copy, every parity stage (on "
-                     f"{rec['device']}: nothing timed)")
+        lines.append(f"  the reference's own {rec.get('precision') or 'fp32'} Model judged against its float64 copy, "
+                     f"every parity stage (on {rec['device']}: nothing timed)")
     timing = rec.get("timing", {})
     timed = bool(timing) and "bandwidth" in rec  # no timing columns where nothing was timed (the CPU)
     compute = rec.get("bound") == "compute"

@@ -5,7 +5,11 @@ together; prints one line per GPU and exits with the worst exit code.
     python -m tools.gpu_tests                      every GPU nvidia-smi lists
     python -m tools.gpu_tests --gpus 0,1 -- -k judge_case     pytest's own arguments after --
 
-Each pytest runs its CPU tests over its share of the cores (-n auto / N); its GPU tests one at a time on its GPU.
+Each pytest runs its GPU tests one at a time on its GPU and its CPU tests over its share of the cores: one xdist
+worker per two cores (a CPU test is a judge process and its candidate's worker), each process single-threaded
+(OMP_NUM_THREADS / MKL_NUM_THREADS = 1 unless set). Left to torch's default, every one of the 64 processes of a
+64-core, 4-GPU host ran as many threads as the host has cores: judge cases of 40-60 s on a 2-core host took
+100-240 s, and jobs overran their per-stage limits.
 """
 from __future__ import annotations
 
@@ -46,13 +50,14 @@ def main(argv=None) -> int:
     import tempfile
     logs = Path(args.logs or tempfile.mkdtemp(prefix="kp-gpu-tests-"))
     logs.mkdir(parents=True, exist_ok=True)
-    workers = max(1, (os.cpu_count() or 1) // len(gpus))
+    workers = max(1, (os.cpu_count() or 1) // (2 * len(gpus)))
+    threads = {k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     procs = []
     t0 = time.perf_counter()
     for k, g in enumerate(gpus):
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": g}
+        env = {**os.environ, **threads, "CUDA_VISIBLE_DEVICES": g}
         log = open(logs / f"gpu{g}.log", "w")
-        cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-n", str(workers),
+        cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", "-n", str(workers),
                "--shard", f"{k}/{len(gpus)}", *extra]
         procs.append((g, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
     worst = 0

@@ -70,11 +70,12 @@ def test_killed_run_resumes_with_only_the_missing_jobs(tmp_path):
             "--out", str(out), "--candidate"] + [str(CASES / n) for n in ("good.py", "wrong.py", "hang.py")]
     p = subprocess.Popen(args + ["--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # two small CPU jobs: seconds alone, over 120 s on a host of 64 busy processes
     while time.monotonic() < deadline and not (out.exists() and len(out.read_text().splitlines()) >= 2):
         time.sleep(0.5)
     os.kill(p.pid, signal.SIGKILL)  # the run, not its slots: they notice and end themselves
     p.wait()
+    assert out.exists(), f"no job recorded within 300 s: {p.stderr.read().decode(errors='replace')[-2000:]}"
     first = lines(out)
     assert len(first) == 2 and {Path(d["job"]["candidate"]).name for d in first} == {"good.py", "wrong.py"}
     r = subprocess.run(args + ["--timeout", "5"], capture_output=True, text=True, timeout=300)

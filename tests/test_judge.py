@@ -772,10 +772,14 @@ def shipped_candidate(tmp_path: Path, problem: str, variant: str, opts: dict) ->
 
 @gpu
 @pytest.mark.parametrize("path", [p for p in WRONG if "cuda" in meta(p)["DEVICES"]], ids=lambda p: p.stem)
-def test_wrong_case_rejected_on_gpu(path):
+def test_wrong_case_rejected_on_gpu(path, tmp_path):
+    """`run.py --problem P --candidate FILE` in a process of its own: the judge's GPU memory (a softmax case plans
+    36 GiB beside its candidate's worker) goes back with the process, not with this test's allocator and whatever a
+    failed test's traceback keeps alive (in-process, an 80 GB card ran out of memory for eleven cases in a row)."""
     m = meta(path)
-    rec = judge.evaluate(m["PROBLEM"], path, bench=False)
-    r = rec["rows"]["candidate"]
+    proc = run("--problem", m["PROBLEM"], "--candidate", path, "--no-bench", "--json", tmp_path / "r.json")
+    assert proc.returncode == 1, f"{path.name}: exit {proc.returncode}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    r = json.loads((tmp_path / "r.json").read_text())["rows"]["candidate"]
     assert not r["accepted"], f"{path.name} was accepted"
     assert re.search(m["EXPECT"], r["reason"]), f"{path.name}: {r['reason']}"
 

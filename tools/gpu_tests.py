@@ -6,10 +6,10 @@ together; prints one line per GPU and exits with the worst exit code.
     python -m tools.gpu_tests --gpus 0,1 -- -k judge_case     pytest's own arguments after --
 
 Each pytest runs its GPU tests one at a time on its GPU and its CPU tests over its share of the cores: one xdist
-worker per two cores (a CPU test is a judge process and its candidate's worker), each process single-threaded
-(OMP_NUM_THREADS / MKL_NUM_THREADS = 1 unless set). Left to torch's default, every one of the 64 processes of a
-64-core, 4-GPU host ran as many threads as the host has cores: judge cases of 40-60 s on a 2-core host took
-100-240 s, and jobs overran their per-stage limits.
+worker per two cores (a CPU test is a judge process and its candidate's worker), each process with as many threads
+as its worker's share of the cores (OMP_NUM_THREADS / MKL_NUM_THREADS, unless set). Left to torch's default, every
+one of the 64 processes of a 64-core, 4-GPU host ran as many threads as the host has cores: judge cases of 40-60 s
+on a 2-core host took 100-240 s, and jobs overran their per-stage limits.
 """
 from __future__ import annotations
 
@@ -50,8 +50,10 @@ def main(argv=None) -> int:
     import tempfile
     logs = Path(args.logs or tempfile.mkdtemp(prefix="kp-gpu-tests-"))
     logs.mkdir(parents=True, exist_ok=True)
-    workers = max(1, (os.cpu_count() or 1) // (2 * len(gpus)))
-    threads = {k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    cpus = os.cpu_count() or 1
+    workers = max(1, cpus // (2 * len(gpus)))
+    share = str(max(1, cpus // (len(gpus) * workers)))
+    threads = {k: os.environ.get(k, share) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     procs = []
     t0 = time.perf_counter()
     for k, g in enumerate(gpus):

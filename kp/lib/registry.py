@@ -117,7 +117,8 @@ def runnable_variants(problem: str, include_records: bool = False, precision: st
     out = []
     for v in variants(problem):
         r = rung(problem, v)
-        if r.runs_on(cap) and (include_records or r.record is None) and (precision is None or precision in r.precisions):
+        takes = precision is None or precision in r.precisions
+        if r.runs_on(cap) and (include_records or r.record is None) and takes:
             out.append(v)
     return out
 

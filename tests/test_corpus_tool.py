@@ -57,3 +57,32 @@ def test_out_of_memory_is_no_verdict_or_the_rows_own_doing():
     assert judge_corpus.cause("rejected: trial 1 (seed 1): raised OutOfMemoryError: CUDA out of memory. ...; no "
                               "other process took GPU memory during the run") == \
         "out of GPU memory, its own process's doing"
+
+
+def test_a_reference_short_of_shared_gpu_memory_is_judged_again_alone(tmp_path, monkeypatch):
+    """Five references at a time on one GPU: one that found its memory taken by the others gets no verdict (exit 2);
+    it is judged again alone after the rest, and only that answer is recorded. Out of memory on the CPU is not
+    retried (nothing else shares it)."""
+    for name in ("a.py", "b.py", "c.py"):
+        (tmp_path / name).write_text(REF)
+    calls = []
+
+    def fake(path, device, timeout, precision="fp32"):
+        calls.append(path.name)
+        short = path.name == "b.py" and calls.count("b.py") == 1
+        last = ("error: b: the GPU ran out of memory in the judge's own process after import (10.2 GiB free now; the "
+                "plan needs 18.0 GiB): another process took GPU memory during the run") if short else "ok"
+        return {"ref": path.name, "code": 2 if short else 0, "traceback": False, "elapsed_s": 1.0, "eager": "",
+                "skipped": [], "notes": [], "last": last}
+
+    monkeypatch.setattr(judge_corpus, "_judge_ref", fake)
+    out = tmp_path / "refs.jsonl"
+    judge_corpus.judge_refs(tmp_path, out, "cuda", 3, 60)
+    recs = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert [(r["ref"], r["code"], r.get("alone", False)) for r in recs] == \
+        [("a.py", 0, False), ("c.py", 0, False), ("b.py", 0, True)]
+    assert calls.count("b.py") == 2
+    calls.clear()
+    out_cpu = tmp_path / "cpu.jsonl"
+    judge_corpus.judge_refs(tmp_path, out_cpu, "cpu", 3, 60)
+    assert calls.count("b.py") == 1 and len(out_cpu.read_text().splitlines()) == 3

@@ -4,7 +4,8 @@
                              --out refs.jsonl
       `run.py --ref FILE` alone for every *.py in DIR (on the CPU: the reference's own Model against its float64
       copy, every parity stage): one JSON line per reference with the exit code, the last line and whether a
-      traceback was printed. Re-running skips the references already recorded.
+      traceback was printed. Re-running skips the references already recorded. A reference left without a verdict
+      for GPU memory the others held is judged again alone at the end.
   python -m tools.judge_corpus jobs LEADERBOARD_DIR --csv jobs.csv [--every N] [--modes train,eval]
       a job file (reference,candidate) from the KernelBench leaderboard's layout: problems/l{L}_p{N}.py,
       solutions/<hash>.py and data.json ("Level L: N_Name" -> [{"file": hash, ...}]); then judge it with
@@ -160,15 +161,32 @@ def _judge_ref(path: Path, device: str, timeout: float, precision: str = "fp32")
             "last": lines[-1] if lines else ""}
 
 
+# A no-verdict line that blames GPU memory other processes held (kp.errors.GpuMemoryShort's two forms).
+SHARED_GPU_MEMORY = re.compile(r"another process took GPU memory|GiB of GPU memory .*GiB are free")
+
+
 def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float, precision: str = "fp32",
                every: int = 1) -> None:
+    """Several references at a time on one GPU share its memory: one that found too little free beside the others
+    (exit 2, GpuMemoryShort) is judged again alone once the rest are done, and only that answer is recorded
+    (`"alone": true`). Measured: five bf16 references at a time on an 80 GB card left 25_Swish without a verdict."""
     done = {json.loads(ln)["ref"] for ln in out.read_text().splitlines() if ln.strip()} if out.exists() else set()
     todo = [p for p in sorted(folder.glob("*.py"))[::every] if p.name not in done]
+    again = []
     with cf.ThreadPoolExecutor(procs) as ex, open(out, "a") as f:
-        for res in ex.map(lambda p: _judge_ref(p, device, timeout, precision), todo):
+        def record(res):
             f.write(json.dumps(res) + "\n")
             f.flush()
             print(f"{res['ref']}: exit {res['code']} {res['elapsed_s']} s {res['last'][:150]}", flush=True)
+        for path, res in zip(todo, ex.map(lambda p: _judge_ref(p, device, timeout, precision), todo)):
+            if device != "cpu" and procs > 1 and res["code"] == 2 and SHARED_GPU_MEMORY.search(res["last"]):
+                print(f"{res['ref']}: short of GPU memory beside the other references: judged again alone at the end",
+                      flush=True)
+                again.append(path)
+            else:
+                record(res)
+        for path in again:
+            record({**_judge_ref(path, device, timeout, precision), "alone": True})
 
 
 def warm(csv_path: Path, procs: int, timeout: float, device: str) -> None:

@@ -4,6 +4,12 @@ together; prints one line per GPU and exits with the worst exit code.
 
     python -m tools.gpu_tests                      every GPU nvidia-smi lists
     python -m tools.gpu_tests --gpus 0,1 -- -k judge_case     pytest's own arguments after --
+    python -m tools.gpu_tests --no-prebuild        without building every kernel first
+
+Every kernel is built first, all cores at once (`run.py --build`, and again as the non-Hopper path builds them,
+KP_CAPABILITY=8.0), into the cache the tests use; otherwise the first GPU test to need a kernel builds it while
+holding its GPU's one-at-a-time group (on a fresh 4 x H100 host: the softmax sweep of 6_regcluster 97 s, the
+non-Hopper paths 130-173 s each, with the builds inside).
 
 Each pytest runs its GPU tests one at a time on its GPU and its CPU tests over its share of the cores: one xdist
 worker per two cores (a CPU test is a judge process and its candidate's worker), each process with as many threads
@@ -36,12 +42,27 @@ def host_gpus() -> list[str]:
     return [str(i) for i, ln in enumerate(ln for ln in out.splitlines() if ln.startswith("GPU "))]
 
 
+def prebuild(gpu: str, logs: Path) -> None:
+    """`run.py --build` on one GPU: every rung of every problem for this GPU, then for the non-Hopper path; a build
+    that fails is said here and again by the tests that need it."""
+    for cap in (None, "8.0"):
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, **({"KP_CAPABILITY": cap} if cap else {})}
+        t = time.perf_counter()
+        name = "prebuild" + (f"_sm{cap.replace('.', '')}" if cap else "")
+        with open(logs / f"{name}.log", "w") as log:
+            rc = subprocess.run([sys.executable, str(ROOT / "run.py"), "--build"], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT).returncode
+        tail = [ln for ln in (logs / f"{name}.log").read_text(errors="replace").splitlines() if ln.strip()]
+        print(f"{name}: exit {rc} in {time.perf_counter() - t:.0f} s: {tail[-1] if tail else 'no output'}", flush=True)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", default=None, help="comma-separated GPU ids (default: every GPU)")
     ap.add_argument("--logs", default=None, help="folder for each GPU's pytest output (default: a temporary one)")
+    ap.add_argument("--no-prebuild", action="store_true", help="do not build every kernel before the tests")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     gpus = [g.strip() for g in args.gpus.split(",")] if args.gpus else host_gpus()
     if not gpus:
@@ -56,6 +77,8 @@ def main(argv=None) -> int:
     threads = {k: os.environ.get(k, share) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     procs = []
     t0 = time.perf_counter()
+    if not args.no_prebuild:
+        prebuild(gpus[0], logs)
     for k, g in enumerate(gpus):
         env = {**os.environ, **threads, "CUDA_VISIBLE_DEVICES": g}
         log = open(logs / f"gpu{g}.log", "w")

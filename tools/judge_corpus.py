@@ -38,12 +38,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# A no-verdict line about GPU memory (kp.errors.GpuMemoryShort): shared with other processes, or the plan did not hold.
+NO_VERDICT_GPU_MEMORY = r"^error: .*(ran out of (GPU )?memory|GiB of GPU memory)"
 
 # (cause, pattern over the verdict line), first match wins; the order puts the judge's own failures first.
 CAUSES = [
     ("judge error", r"^error: the judge raised"),
-    ("no verdict: the GPU's memory (shared, or the plan did not hold)",
-     r"^error: .*(ran out of (GPU )?memory|GiB of GPU memory)"),
+    ("no verdict: the GPU's memory (shared, or the plan did not hold)", NO_VERDICT_GPU_MEMORY),
     ("usage error", r"^error: "),
     ("accepted, own kernel", r"^accepted(?!.*pure PyTorch)"),
     ("accepted, pure PyTorch after its extension failed to build", r"^accepted.*pure PyTorch.*failed to build"),
@@ -161,14 +162,12 @@ def _judge_ref(path: Path, device: str, timeout: float, precision: str = "fp32")
             "last": lines[-1] if lines else ""}
 
 
-# A no-verdict line that blames GPU memory other processes held (kp.errors.GpuMemoryShort's two forms).
-SHARED_GPU_MEMORY = re.compile(r"another process took GPU memory|GiB of GPU memory .*GiB are free")
 
 
 def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float, precision: str = "fp32",
                every: int = 1) -> None:
-    """Several references at a time on one GPU share its memory: one that found too little free beside the others
-    (exit 2, GpuMemoryShort) is judged again alone once the rest are done, and only that answer is recorded
+    """Several references at a time on one GPU share its memory: one left without a verdict for GPU memory (exit 2,
+    GpuMemoryShort) is judged again alone once the rest are done, and only that answer is recorded
     (`"alone": true`). Measured: five bf16 references at a time on an 80 GB card left 25_Swish without a verdict."""
     done = {json.loads(ln)["ref"] for ln in out.read_text().splitlines() if ln.strip()} if out.exists() else set()
     todo = [p for p in sorted(folder.glob("*.py"))[::every] if p.name not in done]
@@ -179,7 +178,7 @@ def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float,
             f.flush()
             print(f"{res['ref']}: exit {res['code']} {res['elapsed_s']} s {res['last'][:150]}", flush=True)
         for path, res in zip(todo, ex.map(lambda p: _judge_ref(p, device, timeout, precision), todo)):
-            if device != "cpu" and procs > 1 and res["code"] == 2 and SHARED_GPU_MEMORY.search(res["last"]):
+            if device != "cpu" and procs > 1 and res["code"] == 2 and re.search(NO_VERDICT_GPU_MEMORY, res["last"]):
                 print(f"{res['ref']}: short of GPU memory beside the other references: judged again alone at the end",
                       flush=True)
                 again.append(path)

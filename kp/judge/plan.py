@@ -20,6 +20,12 @@ def widen(fp: dict) -> float:
     return 8 / fp.get("float_bytes", 4)
 
 
+def float64_peak_factor(fp: dict) -> float:
+    """FLOAT64_PEAK_FACTOR for the judged dtype: the float64 forward's bytes over the judged forward's peak (its
+    2 x from fp32, widened again from a 16-bit dtype)."""
+    return FLOAT64_PEAK_FACTOR * widen(fp) / 2
+
+
 def host_available() -> int:
     """Bytes of host memory available now (MemAvailable), or all of it where that cannot be read."""
     try:
@@ -89,7 +95,7 @@ def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
     plan's need and the float64 forward's peak fit in what the GPU has free (a problem of a few GB then takes
     seconds where the host takes minutes); otherwise on the host."""
     need = memory_need(fp, models)
-    f64 = int(FLOAT64_PEAK_FACTOR * widen(fp) / 2 * fp.get("peak", footprint_bytes(fp)))
+    f64 = int(float64_peak_factor(fp) * fp.get("peak", footprint_bytes(fp)))
     where = (f"{(need + f64) / 2**30:.1f} GiB needed with the float64 forward's peak of {f64 / 2**30:.1f} GiB, "
              f"{free / 2**30:.1f} GiB free")
     return need + f64 <= free, where
@@ -103,7 +109,7 @@ def float64_chunks(fp: dict, models: int, free: int) -> int:
     (kp.judge.expected._Refs)."""
     rows, peak = fp.get("rows", 0), fp.get("peak", footprint_bytes(fp))
     held = memory_need(fp, models) + widen(fp) * fp["outputs"]
-    factor = FLOAT64_PEAK_FACTOR * widen(fp) / 2
+    factor = float64_peak_factor(fp)
     n = 2
     while n <= rows:
         if held + factor * ((peak - fp["weights"]) / n + fp["weights"]) <= free:

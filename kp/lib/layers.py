@@ -7,6 +7,7 @@ import functools
 import torch
 
 from kp.lib.build import Kernel
+from kp.lib.registry import FLOAT32_PRECISIONS
 from kp.errors import UsageError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -135,7 +136,7 @@ class LinearGemm:
     def __init__(self, mode: str = "auto", kernel: "Kernel | None" = None, precision: str = "fp32"):
         if mode not in GEMM_MODES:
             raise UsageError(f"gemm must be one of {', '.join(GEMM_MODES)}, got {mode!r}")
-        if precision not in ("fp32", "tf32"):  # an fp32 GEMM (a 16-bit problem's GEMM is cuBLAS's own)
+        if precision not in FLOAT32_PRECISIONS:  # an fp32 GEMM (a 16-bit problem's GEMM is cuBLAS's own)
             raise UsageError(f"LinearGemm computes fp32 (precision fp32 or tf32), got {precision!r}")
         has_split = kernel is not None and "split_gemm" in kernel.exports()
         if mode == "auto":  # the rung's own GEMM; cuBLAS: DGEMM at fp32 accuracy, TF32 in the tf32 mode

@@ -12,6 +12,7 @@ import time
 import torch
 
 from kp.lib.layers import mm_fp32, tf32_matmul
+from kp.lib.numerics import HALF, precision_dtype
 
 # ---------------------------------------------------------------------------------------------------------------
 # Timing.
@@ -251,9 +252,8 @@ def gemm_rates(n: int = 8192, precision: str = "fp32") -> dict[str, float]:
     fp16 / bf16: the GEMM in that dtype (16-bit tensor cores, fp32 accumulate), as the mode's reference runs it."""
     a = torch.rand(n, n, device="cuda")
     b = torch.rand(n, n, device="cuda")
-    if precision in ("fp16", "bf16"):
-        dt = torch.float16 if precision == "fp16" else torch.bfloat16
-        al, bl = a.to(dt), b.to(dt)
+    if precision in HALF:
+        al, bl = a.to(precision_dtype(precision)), b.to(precision_dtype(precision))
         del a, b
         name = "HGEMM" if precision == "fp16" else "BF16 GEMM"
         t = bench_interleaved({name: lambda: al @ bl}, min_reps=5, max_reps=15, budget_s=8)

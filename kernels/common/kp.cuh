@@ -147,12 +147,11 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
 // sixteen_bit: x may also be bfloat16 or float16 (the rungs that read 16-bit rows); y has x's dtype.
 inline void check_row_softmax_args(const at::TensorBase& x, const at::TensorBase& y, bool sixteen_bit = false) {
   const auto dt = x.scalar_type();
+  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor, got device ", x.device());
   if (sixteen_bit && (dt == at::kBFloat16 || dt == at::kHalf)) {
-    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor, got device ", x.device());
     TORCH_CHECK(y.is_cuda() && y.scalar_type() == dt, "y must be a CUDA tensor of x's dtype (", dt, "), got ",
                 y.scalar_type(), " on ", y.device());
   } else {
-    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor, got device ", x.device());
     TORCH_CHECK(dt == at::kFloat, "x must be float32", sixteen_bit ? ", bfloat16 or float16" : "", ", got ", dt);
     check_f32_cuda(y, "y");
   }

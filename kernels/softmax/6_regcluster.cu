@@ -252,7 +252,7 @@ __device__ __forceinline__ void put(T* yr, int i, float4 v, int n, int lo, int h
   }
 }
 
-template <typename T, int CL, int MODE, bool TICKET, bool TAILED, bool TRACE = false>
+template <typename T, int CL, int MODE, int D, bool TICKET, bool TAILED, bool TRACE = false>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_regcluster(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
                        int64_t chunk, unsigned long long* __restrict__ ticket, int64_t stagger) {
@@ -261,11 +261,13 @@ __global__ void __launch_bounds__(THREADS, 1)
   __shared__ float part[2][CL][2];
   __shared__ int64_t next2[2];  // the row two iterations ahead, written by rank 0 of the cluster into every peer
   __shared__ float scratch[64];
-  __shared__ __align__(8) uint64_t bars[NCHUNK];
+  __shared__ __align__(8) uint64_t bars[D][NCHUNK];  // ring slot s, chunk c filled
   __shared__ __align__(8) uint64_t tbars[2];  // TAILED: tail buffer p filled
   static_assert(!TAILED || MODE != DIRECT, "the tail is staged by the bulk copies");
   // The tail holds e = exp(x - m) in place of x: fp32 rows only (a 16-bit row's e would not fit its slot).
   static_assert(!TAILED || sizeof(T) == 4, "the tail is for float32 rows");
+  static_assert(D == 1 || (D == 2 && !TAILED && MODE != DIRECT), "two rows ahead: the bulk and window paths only");
+  // D rows in the ring: row `it` is read from slot it % D; D = 2 keeps a 16-bit CTA's loads two rows deep.
   float* tbuf = reinterpret_cast<float*>(buf + SLICE);  // TAILED: tail buffers p = 0, 1 at tbuf + p * TAIL
 
   cg::cluster_group cluster = cg::this_cluster();
@@ -277,9 +279,13 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int t = threadIdx.x;
 
   const T* xend = x + (rows - 1) * xs + cols;  // WINDOW: no bulk read goes past the tensor's last element
+  // Elements per ring slot (D = 2): the slice and the window's pad, a whole number of 16-byte granules.
+  const int slot = (int)chunk + ALIGN<T>;
   if (MODE != DIRECT) {
     if (t == 0) {
-      for (int c = 0; c < NCHUNK; ++c) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[c])));
+      for (int s = 0; s < D; ++s)
+        for (int c = 0; c < NCHUNK; ++c)
+          asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&bars[s][c])));
       if (TAILED)
         for (int p = 0; p < 2; ++p) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kp::smem_u32(&tbars[p])));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -289,12 +295,13 @@ __global__ void __launch_bounds__(THREADS, 1)
         const long long t0 = clock64();
         while (clock64() - t0 < first * stagger) {}
       }
-      if (first < rows) {
-        const T* xr0 = x + first * xs + c0;
-        const Window<T> w = slice_window<MODE>(xr0, n, xend);
-        for (int c = 0; c < NCHUNK; ++c) prefetch(buf, &bars[c], w.w0, w.copied, c);
-        if constexpr (TAILED) prefetch_tail(tbuf, &tbars[0], w.w0, w.copied);
-      }
+      for (int s = 0; s < D; ++s)  // rows first, first + G, ... (the static start of the row order) into slot s
+        if (first + s * G < rows) {
+          const T* xr0 = x + (first + s * G) * xs + c0;
+          const Window<T> w = slice_window<MODE>(xr0, n, xend);
+          for (int c = 0; c < NCHUNK; ++c) prefetch(buf + s * slot, &bars[s][c], w.w0, w.copied, c);
+          if constexpr (TAILED) prefetch_tail(tbuf, &tbars[0], w.w0, w.copied);
+        }
     }
     __syncthreads();
   }
@@ -302,12 +309,19 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (TRACE && t == 0) ticket[1 + 16 * blockIdx.x] = (unsigned long long)globaltimer();
   float4 r[V];
   uint32_t it = 0;
-  int64_t nrow = first + G;  // the row after this one: static for the first two iterations
+  // ahead[j]: the row of iteration it + 1 + j; the first D + 1 rows of a cluster are static (first + k G).
+  int64_t ahead[D];
+#pragma unroll
+  for (int j = 0; j < D; ++j) ahead[j] = first + (j + 1) * G;
   for (int64_t row = first; row < rows; ++it) {
     if (it == 0) kp::cluster_arrive_relaxed();  // matched by the wait before the first (m, s) exchange
-    int64_t drawn = 0;
-    if (TICKET && rank == 0 && t == 0) drawn = 2 * G + (int64_t)atomicAdd(ticket, 1ull);  // latency hidden under the row
-    if (!TICKET) nrow = row + G;
+    int64_t drawn = 0;  // the row of iteration it + D + 1; latency hidden under the row
+    if (TICKET && rank == 0 && t == 0) drawn = (D + 1) * G + (int64_t)atomicAdd(ticket, 1ull);
+    if (!TICKET)
+#pragma unroll
+      for (int j = 0; j < D; ++j) ahead[j] = row + (j + 1) * G;
+    const int64_t nrow = ahead[D - 1];  // prefetched into this row's slot, chunk by chunk, as it empties
+    T* sb = buf + (D == 1 ? 0 : (int)(it % D) * slot);
     const T* xr = x + row * xs + c0;
     T* yr = y + row * cols + c0;
     const Window<T> cur = slice_window<MODE>(xr, n, xend);
@@ -318,17 +332,17 @@ __global__ void __launch_bounds__(THREADS, 1)
       // SM's loads never pause for a whole-slice copy.
 #pragma unroll
       for (int c = 0; c < NCHUNK; ++c) {
-        kp::mbar_wait(&bars[c], it & 1);
+        kp::mbar_wait(&bars[it % D][c], (it / D) & 1);
 #pragma unroll
         for (int kk = 0; kk < KPC; ++kk) {
           const int k = c * KPC + kk, i = t + k * THREADS;
-          r[k] = take<MODE>(buf, i, i, n, cur, lo, hi);  // window element e = slice element e - lo
+          r[k] = take<MODE>(sb, i, i, n, cur, lo, hi);  // window element e = slice element e - lo
         }
         __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
         if (t == 0 && nrow < rows) {
           const T* xn = x + nrow * xs + c0;
           const Window<T> w = slice_window<MODE>(xn, n, xend);
-          prefetch(buf, &bars[c], w.w0, w.copied, c);
+          prefetch(sb, &bars[it % D][c], w.w0, w.copied, c);
           // The next row's tail goes to the other buffer, last read by the row before this one: every thread
           // has passed that row's output (the barrier above).
           if constexpr (TAILED)
@@ -388,8 +402,14 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (TICKET && rank == 0 && t == 0)
       for (int q = 0; q < CL; ++q) *cluster.map_shared_rank(&next2[it & 1], q) = drawn;
     cluster.sync();
-    if (TICKET) { row = nrow; nrow = next2[it & 1]; }  // read before the next barrier: the slot is reused at it + 2
-    else row += G;
+    if (TICKET) {  // next2 is read before the next barrier: the slot is reused at it + 2
+      row = ahead[0];
+#pragma unroll
+      for (int j = 0; j + 1 < D; ++j) ahead[j] = ahead[j + 1];
+      ahead[D - 1] = next2[it & 1];
+    } else {
+      row += G;
+    }
     float M = -INFINITY, S = 0.f;
 #pragma unroll
     for (int q = 0; q < CL; ++q) kp::online_merge(M, S, part[it & 1][q][0], part[it & 1][q][1]);
@@ -443,18 +463,19 @@ __global__ void __launch_bounds__(1024) softmax_long(const T* __restrict__ x, T*
 }
 
 // stagger < 0: the rule below. TRACE: trace is an int64 CUDA tensor (checked by the caller) that also holds the ticket.
-template <typename T, int CL, int MODE, bool TAILED, bool TRACE = false>
+template <typename T, int CL, int MODE, int D, bool TAILED, bool TRACE = false>
 void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket, int64_t stagger,
             const at::TensorBase* trace = nullptr) {
-  auto kern = softmax_regcluster<T, CL, MODE, true, TAILED, TRACE>;  // a trace needs the ticket (checked by the caller)
+  auto kern = softmax_regcluster<T, CL, MODE, D, true, TAILED, TRACE>;  // a trace needs the ticket (checked by the caller)
 #if KP_EXPERIMENTS  // the static row order is an A/B baseline: the shipped build compiles the ticketed kernels only
   if constexpr (!TRACE)
-    if (!ticket) kern = softmax_regcluster<T, CL, MODE, false, TAILED>;
+    if (!ticket) kern = softmax_regcluster<T, CL, MODE, D, false, TAILED>;
 #else
   TORCH_CHECK(ticket, "softmax 6_regcluster: the static row order is an A/B hook (KP_EXPERIMENTS)");
 #endif
   const int64_t rows = x.size(0), cols = x.size(1);
   const size_t smem = TAILED ? (size_t)(SLICE + 2 * TAIL) * 4
+                      : D == 2         ? (size_t)2 * (chunk + ALIGN<T>) * sizeof(T)
                       : MODE == BULK   ? (size_t)chunk * sizeof(T)
                       : MODE == WINDOW ? (size_t)(chunk + ALIGN<T>) * sizeof(T)
                                        : 0;
@@ -479,8 +500,9 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
   const int64_t G = kp::imin(rows, clusters);
   // Start stagger (stagger < 0: this rule). Spread over G clusters it is about half a row period: a cluster's row
   // moves 2 * 4 * cols bytes at 1/G of ~4.2 TB/s, i.e. takes G * cols / 256 cycles at ~2 GHz. Measured at 393216
-  // columns: 400..1600 cycles all gain the same; neutral at one row per cluster (15 rows), -16% time at 60 rows.
-  if (stagger < 0) stagger = cols / 512;
+  // columns (fp32): 400..1600 cycles all gain the same; neutral at one row per cluster (15 rows), -16% time at 60
+  // rows. In bytes, so a 16-bit row (half the period) starts half as staggered.
+  if (stagger < 0) stagger = cols * (int64_t)sizeof(T) / 2048;
   cfg.gridDim = dim3((unsigned)(G * CL));
   if (TRACE)
     TORCH_CHECK(trace->numel() >= 1 + 16 * G * CL, "trace: needs 1 + 16 x ", kp::num(G * CL), " int64 elements (",
@@ -501,25 +523,43 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
   C10_CUDA_CHECK(err);
 }
 
-template <typename T, int MODE, bool TAILED>
+template <typename T, int MODE, int D, bool TAILED>
 void launch_cl(int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket,
                int64_t stagger, const at::TensorBase* trace) {
   switch (cl) {
-    case 1: launch<T, 1, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
-    case 2: launch<T, 2, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
-    case 3: launch<T, 3, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
-    case 4: launch<T, 4, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 1: launch<T, 1, MODE, D, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 2: launch<T, 2, MODE, D, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 3: launch<T, 3, MODE, D, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 4: launch<T, 4, MODE, D, TAILED>(x, y, chunk, ticket, stagger); break;
     case 8:
 #if KP_EXPERIMENTS
-      if constexpr (MODE == BULK && !TAILED && sizeof(T) == 4)
+      if constexpr (MODE == BULK && D == 1 && !TAILED && sizeof(T) == 4)
         if (trace) {
-          launch<T, 8, BULK, false, true>(x, y, chunk, ticket, stagger, trace);
+          launch<T, 8, BULK, 1, false, true>(x, y, chunk, ticket, stagger, trace);
           break;
         }
 #endif
-      launch<T, 8, MODE, TAILED>(x, y, chunk, ticket, stagger);
+      launch<T, 8, MODE, D, TAILED>(x, y, chunk, ticket, stagger);
       break;
-    default: launch<T, 16, MODE, TAILED>(x, y, chunk, ticket, stagger); break;
+    default: launch<T, 16, MODE, D, TAILED>(x, y, chunk, ticket, stagger); break;
+  }
+}
+
+// The ring's depth: float32 rows keep one row ahead (two 192 KiB slots would not fit); 16-bit rows two (2 x 96 KiB),
+// since a 16-bit row moves half the bytes for the same per-row work and one row ahead left the loads idle for part of
+// each row (see the header). depth 0: that rule; 1 or 2 force it (A/B builds only for 16-bit rows at depth 1).
+template <typename T, int MODE>
+void launch_ring(int64_t depth, int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int64_t chunk,
+                 bool ticket, int64_t stagger, const at::TensorBase* trace) {
+  if constexpr (sizeof(T) == 4 || MODE == DIRECT) {
+    TORCH_CHECK(depth <= 1 || MODE == DIRECT, "two rows ahead: 16-bit rows only");
+    launch_cl<T, MODE, 1, false>(cl, x, y, chunk, ticket, stagger, trace);
+  } else {
+#if KP_EXPERIMENTS
+    if (depth == 1) return launch_cl<T, MODE, 1, false>(cl, x, y, chunk, ticket, stagger, trace);
+#endif
+    TORCH_CHECK(depth == 0 || depth == 2, "16-bit rows: a ring of two rows (one row: an A/B build)");
+    launch_cl<T, MODE, 2, false>(cl, x, y, chunk, ticket, stagger, trace);
   }
 }
 
@@ -529,7 +569,7 @@ void launch_cl(int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int
 // softmax_forward_ab.
 template <typename T>
 void run_typed(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket, int64_t stagger,
-               const at::TensorBase* trace, int64_t mode) {
+               const at::TensorBase* trace, int64_t mode, int64_t depth) {
   constexpr int64_t A = ALIGN<T>;  // elements per 16 bytes
   if (trace)
     TORCH_CHECK(trace->is_cuda() && trace->scalar_type() == at::kLong && trace->is_contiguous(),
@@ -585,27 +625,27 @@ void run_typed(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, boo
               " CTAs is too small for rows of ", kp::num(cols));
   TORCH_CHECK(!trace || (cl == 8 && mode == BULK && ticket && !tailed), "trace: the ticketed 8-CTA TMA path only");
   if constexpr (sizeof(T) == 4) {
-    if (mode == BULK && tailed) return launch_cl<T, BULK, true>(cl, x, y, chunk, ticket, stagger, trace);
-    if (mode == WINDOW && tailed) return launch_cl<T, WINDOW, true>(cl, x, y, chunk, ticket, stagger, trace);
+    if (mode == BULK && tailed) return launch_cl<T, BULK, 1, true>(cl, x, y, chunk, ticket, stagger, trace);
+    if (mode == WINDOW && tailed) return launch_cl<T, WINDOW, 1, true>(cl, x, y, chunk, ticket, stagger, trace);
   }
-  if (mode == BULK) launch_cl<T, BULK, false>(cl, x, y, chunk, ticket, stagger, trace);
-  else if (mode == WINDOW) launch_cl<T, WINDOW, false>(cl, x, y, chunk, ticket, stagger, trace);
-  else launch_cl<T, DIRECT, false>(cl, x, y, chunk, ticket, stagger, trace);
+  if (mode == BULK) launch_ring<T, BULK>(depth, cl, x, y, chunk, ticket, stagger, trace);
+  else if (mode == WINDOW) launch_ring<T, WINDOW>(depth, cl, x, y, chunk, ticket, stagger, trace);
+  else launch_ring<T, DIRECT>(depth, cl, x, y, chunk, ticket, stagger, trace);
 }
 
 // The element type's instance of the above: float32 rows, or (the bf16 and fp16 modes) 16-bit rows, read and
 // written in their own dtype and computed in fp32.
 void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket, int64_t stagger,
-         const at::TensorBase* trace, int64_t mode = -1) {
+         const at::TensorBase* trace, int64_t mode = -1, int64_t depth = 0) {
   kp::check_row_softmax_args(x, y, /*sixteen_bit=*/true);
   switch (x.scalar_type()) {
     case at::kBFloat16:
       TORCH_CHECK(!trace, "trace: float32 rows only");
-      return run_typed<__nv_bfloat16>(x, y, cl, ticket, stagger, trace, mode);
+      return run_typed<__nv_bfloat16>(x, y, cl, ticket, stagger, trace, mode, depth);
     case at::kHalf:
       TORCH_CHECK(!trace, "trace: float32 rows only");
-      return run_typed<__half>(x, y, cl, ticket, stagger, trace, mode);
-    default: return run_typed<float>(x, y, cl, ticket, stagger, trace, mode);
+      return run_typed<__half>(x, y, cl, ticket, stagger, trace, mode, depth);
+    default: return run_typed<float>(x, y, cl, ticket, stagger, trace, mode, depth);
   }
 }
 
@@ -634,5 +674,13 @@ KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase&
                                   int64_t stagger) {
   TORCH_CHECK(stagger >= -1 && stagger <= 100000, "stagger: -1 (rule) or 0..100000 cycles");
   run(x, y, 0, true, stagger, trace.numel() > 0 ? &trace : nullptr);
+}
+#endif  // KP_EXPERIMENTS
+
+#if KP_EXPERIMENTS  // A/B: the ring's depth (0 rule, 1 or 2 rows ahead; 2 for 16-bit rows only) and the start stagger
+KP_EXPORT void softmax_forward_depth(const at::TensorBase& x, const at::TensorBase& y, int64_t depth, int64_t stagger) {
+  TORCH_CHECK(depth >= 0 && depth <= 2, "depth: 0 (rule), 1 or 2 rows ahead");
+  TORCH_CHECK(stagger >= -1 && stagger <= 100000, "stagger: -1 (rule) or 0..100000 cycles");
+  run(x, y, 0, true, stagger, nullptr, -1, depth);
 }
 #endif  // KP_EXPERIMENTS

@@ -38,6 +38,9 @@ def pytest_addoption(parser):
     parser.addoption("--shard", default=None, metavar="K/N",
                      help="run the K-th of N shares of the tests (0-based): GPU tests dealt round-robin in collection "
                           "order, the others too, so N pytest processes, one per GPU, run the suite once together")
+    parser.addoption("--only", choices=("gpu", "cpu"), default=None,
+                     help="gpu: only the tests marked as needing a GPU; cpu: only the others (tools/gpu_tests.py runs "
+                          "the GPU tests over the GPUs, then the others with the GPUs hidden, as CI runs them)")
 
 
 def shard_of(names: list[str], gpu_names: set[str], k: int, n: int) -> list[str]:
@@ -49,8 +52,17 @@ def shard_of(names: list[str], gpu_names: set[str], k: int, n: int) -> list[str]
     return [x for x in names if x in mine]
 
 
+def _is_gpu_test(item) -> bool:
+    return any(m.args[:1] == ("gpu",) for m in item.iter_markers("xdist_group"))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    only = config.getoption("--only")
+    if only:
+        drop = [it for it in items if _is_gpu_test(it) != (only == "gpu")]
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [it for it in items if _is_gpu_test(it) == (only == "gpu")]
     spec = config.getoption("--shard")
     if not spec:
         return
@@ -59,7 +71,7 @@ def pytest_collection_modifyitems(config, items):
         assert 0 <= k < n
     except (ValueError, AssertionError):
         raise pytest.UsageError(f"--shard {spec!r}: K/N with 0 <= K < N, e.g. --shard 0/4") from None
-    gpu_names = {it.nodeid for it in items if any(m.args[:1] == ("gpu",) for m in it.iter_markers("xdist_group"))}
+    gpu_names = {it.nodeid for it in items if _is_gpu_test(it)}
     keep = set(shard_of([it.nodeid for it in items], gpu_names, k, n))
     config.hook.pytest_deselected(items=[it for it in items if it.nodeid not in keep])
     items[:] = [it for it in items if it.nodeid in keep]

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import harness
-from conftest import HAS_GPU, gpu, run_script
+from conftest import HAS_GPU, ROOT, gpu, run_script
 
 import pytest
 
@@ -129,3 +129,17 @@ def test_shards_cover_every_test_once_and_deal_the_gpu_tests_evenly():
     assert [len([x for x in s if x in gpu_names]) for s in shares] == [3, 3, 3, 3]
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
     assert shard_of(names, gpu_names, 0, 1) == names
+
+def test_only_gpu_and_only_cpu_split_the_suite():
+    """`--only gpu` and `--only cpu` (tools/gpu_tests.py: the GPU tests over the GPUs, then the rest with the GPUs
+    hidden) collect disjoint sets that together are the whole suite, the GPU share being the tests marked @gpu."""
+    def collected(*opt):
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+                            "-n", "0", *opt, "tests/test_cli.py", "tests/test_gpu.py"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        return {ln for ln in r.stdout.splitlines() if "::" in ln}
+    every, on_gpu, on_cpu = collected(), collected("--only", "gpu"), collected("--only", "cpu")
+    assert on_gpu and on_cpu and not on_gpu & on_cpu and on_gpu | on_cpu == every
+    assert "tests/test_gpu.py::test_compile_error_names_file_and_line" in on_gpu
+    assert "tests/test_cli.py::test_only_gpu_and_only_cpu_split_the_suite" in on_cpu

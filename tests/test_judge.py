@@ -823,8 +823,8 @@ def test_every_shipped_variant_accepted(problem, precision):
     """Every variant this GPU runs (records included), the dispatching default and every ROW_OPTIONS row through the judge's stages (the weight
     changes included), as run.py --problem runs them. Peer rows (somebody else's GEMM) are measured, not gated."""
     ref = judge.Reference.load(("problem", problem))
-    rec = judge.evaluate(ref, None, judge.default_variants(problem, include_records=True), bench=False,
-                         precision=precision)
+    rows = judge.default_variants(problem, include_records=True, precision=precision)
+    rec = judge.evaluate(ref, None, rows, bench=False, precision=precision)
     bad = {k: r["reason"] for k, r in rec["rows"].items() if not r["accepted"] and not r["peer"]}
     assert not bad, bad
     for k, r in rec["rows"].items():

@@ -76,3 +76,14 @@ def test_a_saved_record_is_redrawn_from_the_command_line(tmp_path):
     out = tmp_path / "again.png"
     assert plot.main([str(ROOT / "tests" / "data" / "relu_record.json"), str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_row_faster_than_its_ceiling_is_said():
+    """The recorded table with its copy ceiling cut to 40%: every timed row now beats what the ceiling allows, and the
+    table says so under itself, naming them, rather than let %roof above 100 pass as a figure."""
+    rec = json.loads(RECORD.read_text())
+    assert "faster than the ceiling" not in report.format_record(rec)
+    rec["bandwidth"] *= 0.4
+    table = report.format_record(rec)
+    note = next(ln for ln in table.splitlines() if "faster than the ceiling" in ln)
+    assert all(report.row_label(rec, k) in note for k in report.row_names(rec) if k in rec["timing"])

@@ -1,8 +1,10 @@
-"""The test suite over every GPU of the host: one pytest per GPU (CUDA_VISIBLE_DEVICES set to it), each running its
-share of the tests (`--shard K/N`, tests/conftest.py: the GPU tests dealt round-robin, the CPU tests too), started
-together; prints one line per GPU and exits with the worst exit code.
+"""The GPU tests over every GPU of the host: one pytest per GPU (CUDA_VISIBLE_DEVICES set to it), each running its
+share of the tests that need a GPU (`--only gpu --shard K/N`, tests/conftest.py: dealt round-robin), started
+together; prints one line per GPU and exits with the worst exit code. With --cpu-tests, the other tests follow in one
+pytest over every core with the GPUs hidden, exactly as CI runs them on a host without a GPU.
 
     python -m tools.gpu_tests                      every GPU nvidia-smi lists
+    python -m tools.gpu_tests --cpu-tests          and then the tests that need no GPU: the whole suite
     python -m tools.gpu_tests --gpus 0,1 -- -k judge_case     pytest's own arguments after --
     python -m tools.gpu_tests --no-prebuild        without building every kernel first
 
@@ -11,11 +13,14 @@ KP_CAPABILITY=8.0), into the cache the tests use; otherwise the first GPU test t
 holding its GPU's one-at-a-time group (on a fresh 4 x H100 host: the softmax sweep of 6_regcluster 97 s, the
 non-Hopper paths 130-173 s each, with the builds inside).
 
-Each pytest runs its GPU tests one at a time on its GPU and its CPU tests over its share of the cores: one xdist
-worker per two cores (a CPU test is a judge process and its candidate's worker), each process with as many threads
-as its worker's share of the cores (OMP_NUM_THREADS / MKL_NUM_THREADS, unless set). Left to torch's default, every
-one of the 64 processes of a 64-core, 4-GPU host ran as many threads as the host has cores: judge cases of 40-60 s
-on a 2-core host took 100-240 s, and jobs overran their per-stage limits.
+Each GPU's pytest runs its tests one at a time (one xdist worker), with its share of the cores as threads. The tests
+that need no GPU are not run beside them: on a GPU host several of them judge on the GPU when one is there, and their
+memory beside a GPU test's 36 GiB softmax judge made that judge run out (a 4 x H100 run of the whole suite, each
+GPU's pytest also running its share of the CPU tests: 9-10 minutes, 5 failures, every one a GPU test short of GPU
+memory that another test on its GPU held). Those tests are CI's; --cpu-tests runs them after, with the GPUs hidden,
+one xdist worker per two cores (a CPU test is a judge process and its candidate's worker), each process with two
+threads (OMP_NUM_THREADS / MKL_NUM_THREADS, unless set: left to torch's default, each of 64 processes ran a thread
+per core of the host and judge cases of 40-60 s took 100-240 s).
 """
 from __future__ import annotations
 
@@ -63,6 +68,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default=None, help="comma-separated GPU ids (default: every GPU)")
     ap.add_argument("--logs", default=None, help="folder for each GPU's pytest output (default: a temporary one)")
     ap.add_argument("--no-prebuild", action="store_true", help="do not build every kernel before the tests")
+    ap.add_argument("--cpu-tests", action="store_true",
+                    help="then the tests that need no GPU, over every core with the GPUs hidden (as CI runs them)")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     gpus = [g.strip() for g in args.gpus.split(",")] if args.gpus else host_gpus()
     if not gpus:
@@ -72,27 +79,43 @@ def main(argv=None) -> int:
     logs = Path(args.logs or tempfile.mkdtemp(prefix="kp-gpu-tests-"))
     logs.mkdir(parents=True, exist_ok=True)
     cpus = os.cpu_count() or 1
-    workers = max(1, cpus // (2 * len(gpus)))
-    share = str(max(1, cpus // (len(gpus) * workers)))
-    threads = {k: os.environ.get(k, share) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
+    def threads(n):
+        return {k: os.environ.get(k, str(max(1, n))) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     procs = []
     t0 = time.perf_counter()
     if not args.no_prebuild:
         prebuild(gpus[0], logs)
+    pytest = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"]
     for k, g in enumerate(gpus):
-        env = {**os.environ, **threads, "CUDA_VISIBLE_DEVICES": g}
+        env = {**os.environ, **threads(cpus // len(gpus)), "CUDA_VISIBLE_DEVICES": g}
         log = open(logs / f"gpu{g}.log", "w")
-        cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", "-n", str(workers),
-               "--shard", f"{k}/{len(gpus)}", *extra]
-        procs.append((g, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        cmd = [*pytest, "-n", "1", "--only", "gpu", "--shard", f"{k}/{len(gpus)}", *extra]
+        procs.append((f"GPU {g}", f"gpu{g}.log",
+                      subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    worst = _finish(procs, logs)
+    print(f"{len(gpus)} GPUs, {time.perf_counter() - t0:.0f} s in all; each GPU's output: {logs}/", flush=True)
+    if args.cpu_tests:
+        t1 = time.perf_counter()
+        env = {**os.environ, **threads(2), "CUDA_VISIBLE_DEVICES": ""}
+        log = open(logs / "cpu.log", "w")
+        cmd = [*pytest, "-n", str(max(1, cpus // 2)), "--only", "cpu", *extra]
+        worst = max(worst, _finish([("CPU tests", "cpu.log", subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log)], logs))
+        print(f"the tests that need no GPU: {time.perf_counter() - t1:.0f} s; {time.perf_counter() - t0:.0f} s in all",
+              flush=True)
+    return worst
+
+
+def _finish(procs, logs: Path) -> int:
+    """Waits for each (name, log file, process, open log); one line each: its exit code and pytest's last line."""
     worst = 0
-    for g, proc, log in procs:
+    for name, fname, proc, log in procs:
         rc = proc.wait()
         log.close()
-        tail = [ln for ln in (logs / f"gpu{g}.log").read_text(errors="replace").splitlines() if ln.strip()]
-        print(f"GPU {g}: exit {rc}: {tail[-1] if tail else 'no output'}")
+        tail = [ln for ln in (logs / fname).read_text(errors="replace").splitlines() if ln.strip()]
+        print(f"{name}: exit {rc}: {tail[-1] if tail else 'no output'}", flush=True)
         worst = max(worst, rc)
-    print(f"{len(gpus)} GPUs, {time.perf_counter() - t0:.0f} s in all; each GPU's output: {logs}/")
     return worst
 
 

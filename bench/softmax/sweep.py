@@ -167,11 +167,11 @@ if args.stagger_ab:
 
 if args.half_ab:
     k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)
-    # depth 1 with the fp32 stagger (cols / 512 cycles: the 16-bit kernel as first measured), then the shipped rule
-    # (two rows ahead, the stagger in bytes: cols / 1024 at 16 bits), and each change alone.
-    cases = {"one row ahead, stagger 768": (1, 768), "one row ahead, stagger 384": (1, 384),
-             "two rows ahead, stagger 768": (2, 768), "two rows ahead, stagger rule (shipped)": (0, -1),
-             "two rows ahead, no stagger": (2, 0)}
+    # The shipped rule (one row ahead, the stagger in bytes: cols / 1024 cycles at 16 bits) against fp32's stagger
+    # (cols / 512), none, and two rows ahead in the ring (2 x 96 KiB, an A/B build).
+    cases = {"one row ahead, stagger rule (shipped)": (0, -1), "one row ahead, stagger 768 (fp32's)": (1, 768),
+             "one row ahead, no stagger": (1, 0), "two rows ahead, stagger rule": (2, -1),
+             "two rows ahead, stagger 768": (2, 768)}
     for dt in (torch.bfloat16, torch.float16):
         bench_shape_ab({n: (lambda x, y, d=d, st=st: k6.softmax_forward_depth(x, y, d, st), 4096)
                         for n, (d, st) in cases.items()}, budget_s=30, dtype=dt)

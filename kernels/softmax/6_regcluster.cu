@@ -58,11 +58,12 @@
 //   them elsewhere). Shared memory: the ring (the slice, up to 192 KiB) + 4 floats of window, or, TAILED, 224 KiB.
 // Numerics: e = expf(x - m_cta), one scale per CTA (expf(m_cta - M) / S), partials merged in rank order with the
 //   -inf-safe online merge; NaN or +inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~1.5e-7.
-//   16-bit rows: the same fp32 arithmetic on the widened values, the output rounded once to the dtype (nearest
-//   even), as PyTorch's own bf16/fp16 softmax accumulates in fp32 and rounds once.
-// Measured, 16-bit: H100 80GB, 4096x393216, `python run.py --problem softmax --precision bf16` (2026-11-26, copy
-//   3,032 GB/s in the same run): 2.405 ms, 2,679 GB/s, 88.4% of copy, 1.80x eager (4.337), 1.49x torch.compile
-//   (3.588), relL2 1.8e-3 (eager's 1.8e-3); fp16 2.373 ms, 89.6%. fp32 in the same session after the templating:
+//   16-bit rows: the same fp32 arithmetic on the widened values but for exp (ex2.approx, relative error ~2^-22, far
+//   under the output's rounding), the output rounded once to the dtype (nearest even), as PyTorch's own bf16/fp16
+//   softmax accumulates in fp32 and rounds once.
+// Measured, 16-bit (expf, before the change below): H100 80GB, 4096x393216, `python run.py --problem softmax
+//   --precision bf16` (2026-11-26, copy 3,032 GB/s in the same run): 2.405 ms, 2,679 GB/s, 88.4% of copy, 1.80x
+//   eager (4.337), 1.49x torch.compile (3.588), relL2 1.8e-3 (eager's 1.8e-3); fp16 2.373 ms, 89.6%. fp32 in the same session after the templating:
 //   4.330 ms, 98.1% of copy (auto's row; H100, `--precision fp32`).
 // Measured: H200, 4096x393216, `python run.py --problem softmax` (2026-11-22, GPU time, L2 flushed, interleaved;
 //   ceiling 4,260 GB/s = device copy measured in the same run): 3.172 ms, 4,062 GB/s, 95.4% of copy, 1.92x eager
@@ -81,6 +82,16 @@
 //   Three element types tripled the instantiations (a cold build of 103 s on the H100 host); the shipped build now
 //   compiles the ticketed kernels only, the static row order being an A/B baseline (device pass for sm_90a on a
 //   2-core host: 61.8 s with both orders, 30.7 s ticketed only).
+// What changed since (16-bit exp): a 16-bit row moves half the bytes of an fp32 row for the same work per element,
+//   so the per-element instructions weigh twice as much per byte: at 88.4% of copy the 16-bit path was the only
+//   one under 90%. It now takes e = 2^(d log2 e) on the SFU's ex2.approx (one FMUL and one MUFU instead of expf's
+//   ~8 instructions; exp_of below says why the rounded outputs stay PyTorch's) and converts two elements per
+//   cvt: the 8-CTA bf16 path's PTX went from 2,690 to 1,724 instructions, the fp32 paths' PTX is unchanged. The
+//   start stagger is now counted in bytes (half fp32's cycles at 16 bits). Two rows ahead in the ring, which 16-bit
+//   slices leave room for, did not pay (`bench/softmax/sweep.py --half-ab`) and is an A/B build only.
+// Measured, 16-bit exp: H100 80GB, 4096x393216, `python -m bench.softmax.sweep --half-ab` (2026-11-26, interleaved,
+//   L2 flushed): bf16 2.304 ms, 2,796 GB/s, 92.3% of copy_ (3,031 GB/s), 1.88x eager (4.331), 1.56x torch.compile
+//   (3.586); fp16 92.7% of copy_. Two rows ahead: bf16 91.3%, fp16 92.6%.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -138,7 +149,8 @@ __device__ __forceinline__ void store4(float* base, int i, float4 v) { reinterpr
 __device__ __forceinline__ uint32_t bits(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t*>(&v); }
 __device__ __forceinline__ uint32_t bits(__half2 v) { return *reinterpret_cast<const uint32_t*>(&v); }
 __device__ __forceinline__ void store4(__nv_bfloat16* base, int i, float4 v) {
-  reinterpret_cast<uint2*>(base)[i] = make_uint2(bits(__floats2bfloat162_rn(v.x, v.y)), bits(__floats2bfloat162_rn(v.z, v.w)));
+  reinterpret_cast<uint2*>(base)[i] =
+      make_uint2(bits(__floats2bfloat162_rn(v.x, v.y)), bits(__floats2bfloat162_rn(v.z, v.w)));
 }
 __device__ __forceinline__ void store4(__half* base, int i, float4 v) {
   reinterpret_cast<uint2*>(base)[i] = make_uint2(bits(__floats2half2_rn(v.x, v.y)), bits(__floats2half2_rn(v.z, v.w)));
@@ -487,7 +499,8 @@ __global__ void __launch_bounds__(1024) softmax_long(const T* __restrict__ x, T*
 template <typename T, int CL, int MODE, int D, bool TAILED, bool TRACE = false>
 void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket, int64_t stagger,
             const at::TensorBase* trace = nullptr) {
-  auto kern = softmax_regcluster<T, CL, MODE, D, true, TAILED, TRACE>;  // a trace needs the ticket (checked by the caller)
+  // a trace needs the ticket (checked by the caller)
+  auto kern = softmax_regcluster<T, CL, MODE, D, true, TAILED, TRACE>;
 #if KP_EXPERIMENTS  // the static row order is an A/B baseline: the shipped build compiles the ticketed kernels only
   if constexpr (!TRACE)
     if (!ticket) kern = softmax_regcluster<T, CL, MODE, D, false, TAILED>;
@@ -566,22 +579,18 @@ void launch_cl(int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int
   }
 }
 
-// The ring's depth: float32 rows keep one row ahead (two 192 KiB slots would not fit); 16-bit rows two (2 x 96 KiB),
-// since a 16-bit row moves half the bytes for the same per-row work and one row ahead left the loads idle for part of
-// each row (see the header). depth 0: that rule; 1 or 2 force it (A/B builds only for 16-bit rows at depth 1).
+// The ring's depth: one row ahead. Two rows ahead (2 x 96 KiB) fits for 16-bit rows only and is an A/B build: it
+// did not pay (H100, bf16 4096x393216: 91.3% of copy_ against 92.2% at one row; fp16 92.6% against 92.7%).
+// depth 0: the rule; 1 or 2 force it.
 template <typename T, int MODE>
 void launch_ring(int64_t depth, int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int64_t chunk,
                  bool ticket, int64_t stagger, const at::TensorBase* trace) {
-  if constexpr (sizeof(T) == 4 || MODE == DIRECT) {
-    TORCH_CHECK(depth <= 1 || MODE == DIRECT, "two rows ahead: 16-bit rows only");
-    launch_cl<T, MODE, 1, false>(cl, x, y, chunk, ticket, stagger, trace);
-  } else {
 #if KP_EXPERIMENTS
-    if (depth == 1) return launch_cl<T, MODE, 1, false>(cl, x, y, chunk, ticket, stagger, trace);
+  if constexpr (sizeof(T) == 2 && MODE != DIRECT)
+    if (depth == 2) return launch_cl<T, MODE, 2, false>(cl, x, y, chunk, ticket, stagger, trace);
 #endif
-    TORCH_CHECK(depth == 0 || depth == 2, "16-bit rows: a ring of two rows (one row: an A/B build)");
-    launch_cl<T, MODE, 2, false>(cl, x, y, chunk, ticket, stagger, trace);
-  }
+  TORCH_CHECK(depth <= 1, "two rows ahead: an A/B build, for 16-bit rows on the bulk-copy paths");
+  launch_cl<T, MODE, 1, false>(cl, x, y, chunk, ticket, stagger, trace);
 }
 
 // The dispatcher behind the exports. cl = 0 picks the cluster size; 1, 2, 3, 4, 8 or 16 force it (A/B runs). Rows

@@ -231,13 +231,28 @@ def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: in
     return out
 
 
+COPY_SKEW = (2 << 20) + (64 << 10)  # bytes between the source's end and the destination in the second placement
+
+
 def copy_bandwidth(nbytes: int = 4 << 30) -> float:
-    """Device-to-device copy speed in bytes/s (read + write counted), the memory ceiling used for '% of ceiling'."""
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    """Device-to-device copy speed in bytes/s (read + write counted), the memory ceiling used for '% of ceiling':
+    the faster of two placements of the same copy, a source and a destination allocated apart, and both in one
+    allocation with the destination COPY_SKEW bytes past the source's end. On one H100 the same 4 GiB copy from the
+    same code measured either ~3,030 or ~2,620 GB/s from one judge run to the next (half the runs low, which put an
+    fp32 softmax at 98% of copy at 113% of its ceiling); what the code controls that differed between those runs is
+    where the two buffers fell, so the copy is measured at two placements and the faster kept. (The cause is not
+    established; a row above 100% of its ceiling is still said under the table.)"""
+    n = nbytes // 4
+    src = torch.empty(n, dtype=torch.float32, device="cuda").uniform_()
     dst = torch.empty_like(src)
-    t = bench_interleaved({"copy": lambda: dst.copy_(src)}, min_reps=10, max_reps=30, budget_s=5)["copy"]
+    best = bench_interleaved({"copy": lambda: dst.copy_(src)}, min_reps=10, max_reps=30, budget_s=5)["copy"].median_ms
     del src, dst
-    return 2 * nbytes / (t.median_ms * 1e-3)
+    buf = torch.empty(2 * n + COPY_SKEW // 4, dtype=torch.float32, device="cuda")
+    src, dst = buf[:n], buf[n + COPY_SKEW // 4:]
+    src.uniform_()
+    t = bench_interleaved({"copy": lambda: dst.copy_(src)}, min_reps=10, max_reps=30, budget_s=5)["copy"].median_ms
+    del src, dst, buf
+    return 2 * nbytes / (min(best, t) * 1e-3)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Compute ceilings.

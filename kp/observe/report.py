@@ -191,6 +191,12 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
         elif k == "eager" and torch_err is not None:
             cols += f" {torch_err:8.1e} {'':9}  (PyTorch fp32's own error, worst call)"
         lines.append(cols)
+    over = [label_of(k) for k in names if timing.get(k) and "bandwidth" in rec
+            and row_floor_s(rec, k) > 1.02 * timing[k]["median_ms"] * 1e-3]
+    if over:
+        lines.append(f"  note: {', '.join(over)} ran faster than the ceiling measured in this run allows: the ceiling "
+                     f"measured low (another process on the GPU, or the copy's placement), so %roof above 100 is not "
+                     f"a real figure; run again for one that holds")
     for k, r in rec["rows"].items():
         if r.get("own_kernels"):
             lines.append(f"  {k}: own kernels " + "; ".join(f"{kernel_base_name(n)} ({lib})" for n, lib in

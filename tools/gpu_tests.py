@@ -14,13 +14,11 @@ holding its GPU's one-at-a-time group (on a fresh 4 x H100 host: the softmax swe
 non-Hopper paths 130-173 s each, with the builds inside).
 
 Each GPU's pytest runs its tests one at a time (one xdist worker), with its share of the cores as threads. The tests
-that need no GPU are not run beside them: on a GPU host several of them judge on the GPU when one is there, and their
-memory beside a GPU test's 36 GiB softmax judge made that judge run out (a 4 x H100 run of the whole suite, each
-GPU's pytest also running its share of the CPU tests: 9-10 minutes, 5 failures, every one a GPU test short of GPU
-memory that another test on its GPU held). Those tests are CI's; --cpu-tests runs them after, with the GPUs hidden,
-one xdist worker per two cores (a CPU test is a judge process and its candidate's worker), each process with two
-threads (OMP_NUM_THREADS / MKL_NUM_THREADS, unless set: left to torch's default, each of 64 processes ran a thread
-per core of the host and judge cases of 40-60 s took 100-240 s).
+that need no GPU are not run beside them: they are CI's, and on a GPU host several of them judge on the GPU when
+one is there, beside a GPU test's 36-64 GiB softmax judge. --cpu-tests runs them after, with the GPUs hidden, one
+xdist worker per two cores (a CPU test is a judge process and its candidate's worker), each process with two threads
+(OMP_NUM_THREADS / MKL_NUM_THREADS, unless set: left to torch's default, each of 64 processes ran a thread per core
+of the host and judge cases of 40-60 s took 100-240 s).
 """
 from __future__ import annotations
 

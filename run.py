@@ -232,11 +232,7 @@ def main(argv=None) -> int:
 
     from kp.observe import report
     from kp.lib.build import prebuild
-    from kp.judge.worker import JOB_TIMEOUT_S
-    opts = dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
-                bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
-                sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
-                timeout_s=args.timeout or JOB_TIMEOUT_S)
+    opts = judge_opts(args)
     if batch:
         return run_batch(args, opts)
     refs = [judge.Reference.load(("file", args.ref))] if args.ref else \
@@ -266,6 +262,16 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(records[0] if len(records) == 1 else records, f, indent=2, default=str)
     return status
+
+
+def judge_opts(args) -> dict:
+    """The judge's options from the command line: what one run, a batch's jobs and the tests' batches of judge
+    cases (tests/batched.py) all judge with."""
+    from kp.judge.worker import JOB_TIMEOUT_S
+    return dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
+                bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
+                sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
+                timeout_s=args.timeout or JOB_TIMEOUT_S)
 
 
 def compile_check(args) -> int:

@@ -18,6 +18,7 @@ from kp.judge import driver as judge, escape as stage_escape, timed as stage_tim
 from kp.judge import expected, guards, plan, reference, runners, worker
 from kp.observe import profile
 from conftest import HAS_GPU, gpu, run_script as run
+import batched
 
 WRONG = sorted((harness.ROOT / "tests" / "wrong").glob("*.py"))
 CASES_DIR = harness.ROOT / "tests" / "judge_cases"
@@ -770,16 +771,44 @@ def shipped_candidate(tmp_path: Path, problem: str, variant: str, opts: dict) ->
     return f
 
 
+# The GPU judge cases and GPU known-wrong cases of this pytest process (its shard), judged in one batch: three warm
+# slots on the visible GPU (tests/batched.py; a slot's job runs as the single command it stands for would, and a
+# job left without a verdict for GPU memory the other slots held is judged again with the GPU to itself).
+GPU_BATCHED = ("test_judge_case_on_gpu", "test_wrong_case_rejected_on_gpu")
+SLOTS_PER_GPU = 3
+
+
+def _gpu_case_argv(test: str, p: dict, base: Path) -> list | None:
+    """The single command a batched GPU test (its function's name, its parameters) stands for; None for a judge case
+    whose modules are missing (the test skips). Judge cases are copied outside the repo first, once per folder."""
+    if test == "test_wrong_case_rejected_on_gpu":
+        return ["--problem", meta(p["path"])["PROBLEM"], "--candidate", p["path"], "--no-bench"]
+    d = base / p["folder"]
+    if not d.exists():
+        shutil.copytree(CASES_DIR / p["folder"], d)
+    m = meta(d / p["cand"])
+    if any(importlib.util.find_spec(n) is None for n in m["NEEDS"]):
+        return None
+    return ["--ref", d / "ref.py", "--candidate", d / p["cand"], "--no-compile", *m["FLAGS"]]
+
+
+@pytest.fixture(scope="session")
+def gpu_batch(request, tmp_path_factory):
+    from kp.batch.backends import gpu_list
+    base = tmp_path_factory.mktemp("gpu_cases")
+    argvs = {it.nodeid: argv for it in request.session.items if getattr(it, "originalname", "") in GPU_BATCHED
+             for argv in [_gpu_case_argv(it.originalname, it.callspec.params, base)] if argv is not None}
+    return batched.judge_batch(argvs, gpu_list(",".join(["0"] * SLOTS_PER_GPU)), base / "batch")
+
+
 @gpu
 @pytest.mark.parametrize("path", [p for p in WRONG if "cuda" in meta(p)["DEVICES"]], ids=lambda p: p.stem)
-def test_wrong_case_rejected_on_gpu(path, tmp_path):
-    """`run.py --problem P --candidate FILE` in a process of its own: the judge's GPU memory (a softmax case plans
-    36 GiB beside its candidate's worker) goes back with the process, not with this test's allocator and whatever a
-    failed test's traceback keeps alive (in-process, an 80 GB card ran out of memory for eleven cases in a row)."""
+def test_wrong_case_rejected_on_gpu(path, gpu_batch, request):
+    """`run.py --problem P --candidate FILE --no-bench`, judged in the shard's batch (gpu_batch)."""
     m = meta(path)
-    proc = run("--problem", m["PROBLEM"], "--candidate", path, "--no-bench", "--json", tmp_path / "r.json")
-    assert proc.returncode == 1, f"{path.name}: exit {proc.returncode}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-    r = json.loads((tmp_path / "r.json").read_text())["rows"]["candidate"]
+    line = gpu_batch.get(request.node.nodeid)
+    assert line is not None and batched.exit_code(line) == 1, f"{path.name}: {batched.said(line)}"
+    r = line["record"]["rows"]["candidate"]
     assert not r["accepted"], f"{path.name} was accepted"
     assert re.search(m["EXPECT"], r["reason"]), f"{path.name}: {r['reason']}"
 
@@ -787,29 +816,72 @@ def test_wrong_case_rejected_on_gpu(path, tmp_path):
 @gpu
 @pytest.mark.parametrize("folder,cand", [p for p in PAIRS if "cuda" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]],
                          ids=lambda x: str(x))
-def test_judge_case_on_gpu(tmp_path, folder, cand):
-    """run.py --ref FILE --candidate FILE on the GPU, both files outside the repo: the full stages."""
-    d = outside_repo(tmp_path, folder)
-    m = meta(d / cand)
+def test_judge_case_on_gpu(folder, cand, gpu_batch, request):
+    """`run.py --ref FILE --candidate FILE --no-compile` on the GPU, both files outside the repo, the full stages,
+    judged in the shard's batch (gpu_batch)."""
+    m = meta(CASES_DIR / folder / cand)
     missing = [n for n in m["NEEDS"] if importlib.util.find_spec(n) is None]
     if missing:
         pytest.skip(f"needs {', '.join(missing)}")
-    r = run("--ref", d / "ref.py", "--candidate", d / cand, "--no-compile", "--json", tmp_path / "r.json",
-            *m["FLAGS"])
-    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr
-    print(r.stdout)
+    line = gpu_batch.get(request.node.nodeid)
     if m["EXPECT"] is None:
-        assert r.returncode == 0 and last.startswith("accepted"), r.stdout + r.stderr[-3000:]
-        rec = json.loads((tmp_path / "r.json").read_text())
+        assert line is not None and batched.exit_code(line) == 0 and line["verdict"].startswith("accepted"), \
+            batched.said(line)
+        rec = line["record"]
         row = rec["rows"]["candidate"]
         assert row["own_kernels"] or ("--allow-torch" in m["FLAGS"] and row["pure_torch"]), row
         assert rec["peak_gpu_bytes"] > 0 and "candidate" in rec["timing"]
         timed = [k for k in row["checks"] if k.startswith("timed call")]
         assert len(timed) >= 1, row["checks"].keys()
     else:
-        assert r.returncode == 1 and last.startswith("rejected: "), r.stdout + r.stderr[-3000:]
-        reason = json.loads((tmp_path / "r.json").read_text())["rows"]["candidate"]["reason"]
+        assert line is not None and batched.exit_code(line) == 1 and line["verdict"].startswith("rejected: "), \
+            batched.said(line)
+        reason = line["record"]["rows"]["candidate"]["reason"]
         assert re.search(m["EXPECT"], reason), reason
+
+
+def test_every_batched_gpu_case_is_a_command_run_py_takes(tmp_path):
+    """Every GPU judge case and GPU known-wrong case, as its test hands it to the batch: run.py's parser takes the
+    command, and the job it makes has the case's options (no CPU, the case's flags)."""
+    from kp.batch import jobfile
+    import run
+    cases = [("test_wrong_case_rejected_on_gpu", {"path": p}) for p in WRONG if "cuda" in meta(p)["DEVICES"]] + \
+            [("test_judge_case_on_gpu", {"folder": f, "cand": c}) for f, c in PAIRS
+             if "cuda" in meta(CASES_DIR / f / c)["DEVICES"]]
+    assert len(cases) >= 90
+    for test, params in cases:
+        argv = _gpu_case_argv(test, params, tmp_path)
+        if argv is None:
+            continue
+        args = run.parse_args([str(a) for a in argv])
+        opts = run.judge_opts(args)
+        job = jobfile.make_job(("file", args.ref) if args.ref else ("problem", args.problem[0]), args.candidate[0],
+                               opts)
+        assert opts["device"] is None and Path(job.candidate).is_file() and job.key(), (test, params)
+        assert opts["allow_torch"] == ("--allow-torch" in argv), (test, params)
+        assert opts["bench"] == (test == "test_judge_case_on_gpu") and not (test == "test_judge_case_on_gpu" and
+                                                                            opts["compile_baseline"])
+
+
+def test_batched_cases_keep_each_commands_verdict(tmp_path, cli):
+    """tests/batched.py, as the GPU tests use it, on two CPU slots: each case's result is found by its name, with the
+    verdict, the record and the exit code that the same command gives run alone (here, in this process)."""
+    d = outside_repo(tmp_path, "relu")
+    cases = {"right": ["--ref", d / "ref.py", "--candidate", d / "torch_rewrite.py", "--allow-torch"],
+             "wrong": ["--ref", d / "ref.py", "--candidate", d / "wrong_identity.py", "--allow-torch"]}
+    cases = {k: [*v, "--device", "cpu", "--seed", "11"] for k, v in cases.items()}
+    got = batched.judge_batch(cases, [None, None], tmp_path / "batch")
+    assert set(got) == set(cases) and all(got.values()), got
+    for name, argv in cases.items():
+        alone = cli(*argv, "--json", tmp_path / f"{name}.json")
+        line = got[name]
+        assert batched.exit_code(line) == alone.returncode == (0 if name == "right" else 1), batched.said(line)
+        took = re.compile(r" in [0-9.]+ s$")  # the verdict line ends with the job's wall time
+        assert took.sub("", line["verdict"]) == took.sub("", alone.stdout.strip().splitlines()[-1])
+        rec = json.loads((tmp_path / f"{name}.json").read_text())
+        assert line["record"]["rows"]["candidate"]["reason"] == rec["rows"]["candidate"]["reason"]
+        assert line["record"]["seed"] == rec["seed"] == 11
+    assert re.search(meta(d / "wrong_identity.py")["EXPECT"], got["wrong"]["record"]["rows"]["candidate"]["reason"])
 
 
 def _problem_rows():

@@ -1,0 +1,45 @@
+"""Judge cases judged as a search loop's candidates are: one batch over warm slots (kp.batch), each test looking up
+its own result.
+
+A judge case costs a GPU test 15-25 s as a single command (a fresh judge process, its box and CUDA's start every
+time) and a warm slot 1-6 s, so the GPU tests judge their cases this way. Each job is judged as `run.py ARGS`
+judges it: the same parser and the same options (run.judge_opts), the same job function as `run.py --jobs`; its
+result line has the verdict line, whether it is ok, and the judge's full record. The mechanism runs in CI on CPU
+slots (test_judge.py, test_batched_cases_keep_each_commands_verdict)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import run
+from kp.batch import backends, jobfile
+
+
+def exit_code(line: dict) -> int:
+    """What `run.py` would have exited with for this job: 0 accepted, 1 rejected, 2 no verdict (an error line)."""
+    return 0 if line["ok"] else 2 if line["verdict"].startswith("error") else 1
+
+
+def judge_batch(argvs: dict[str, list], gpus: list[str | None], folder: Path,
+                timeout_s: float = backends.DEFAULT_TIMEOUT_S) -> dict[str, dict | None]:
+    """argvs: name -> a single command's arguments (`--ref R --candidate C ...` or `--problem P --candidate C ...`);
+    gpus: one entry per slot (a GPU id as `--gpus` takes it, or None for a CPU slot). Returns name -> the job's
+    result line (None if the batch recorded none for it: the test then says so)."""
+    jobs = {}
+    for name, argv in argvs.items():
+        args = run.parse_args([str(a) for a in argv])
+        ref = ("file", args.ref) if args.ref else ("problem", args.problem[0])
+        jobs[name] = jobfile.make_job(ref, args.candidate[0], run.judge_opts(args))
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "results.jsonl"
+    backends.run_local(list(jobs.values()), gpus, out, timeout_s, progress=False, log_dir=folder / "logs")
+    by_key = {d["key"]: d for d in jobfile.read_results(out)}
+    return {name: by_key.get(job.key()) for name, job in jobs.items()}
+
+
+def said(line: dict | None) -> str:
+    """A result line in words for an assertion's message: the verdict, the table, the judge's log."""
+    if line is None:
+        return "the batch recorded no result for this job (its log folder has the slot's output)"
+    from kp.observe import report
+    table = report.format_record(line["record"]) if line.get("record") else ""
+    return "\n".join([line["verdict"], table, *line.get("log", [])[-20:], line.get("traceback", "")])

@@ -435,6 +435,21 @@ def test_memory_check_is_one_line():
         plan.check_memory("w", heavy, 4, 10 << 30)
 
 
+def test_the_judges_own_out_of_memory_says_whose_memory_it_was():
+    """The judge's own process out of GPU memory is no verdict either way, and the line says what was measured:
+    memory other processes took (judge again alone), or none taken by others (the judge's and its workers' own:
+    alone would not help), or nothing measured; never 'another process' without the measurement."""
+    g = 2**30
+    args = ("softmax", ["judge start", "parity"], 7 * g, 36 * g)
+    taken = judge.own_oom_reason(*args, 12 * g, 3 * g, "CUDA out of memory. Tried to allocate 12.00 GiB")
+    assert "other processes took 12.0 GiB" in taken and "after judge start, parity" in taken
+    own = judge.own_oom_reason(*args, 1 * g, 14 * g, "CUDA out of memory")
+    assert "no other process took GPU memory" in own and "(14.0 GiB) held more than the plan allows" in own
+    assert "not measured" in judge.own_oom_reason(*args, None, 0, "x") and "\n" not in own
+    from tools import judge_corpus  # each is the batch's and the corpus tool's "no verdict: GPU memory"
+    assert all(re.search(judge_corpus.NO_VERDICT_GPU_MEMORY, "error: " + m) for m in (taken, own))
+
+
 def test_float64_reference_on_the_gpu_whenever_it_fits():
     """The softmax problem (6 GiB in, 6 GiB out, a forward peak of 12 GiB) keeps its float64 reference on an 80 GB
     GPU that is free, and sends it to the host when other processes leave too little; the reason says both sides."""

@@ -95,6 +95,23 @@ def default_variants(problem: str, include_records: bool = False, precision: str
     return vs + (["auto"] if picks_per_call(problem) else [])
 
 
+def own_oom_reason(name: str, stages: list[str], free: int, need: int, others: int | None, workers: int,
+                   error: str) -> str:
+    """Why the judge's own process ran out of GPU memory, in one line: after which stages, what was free, and whose
+    memory filled the GPU where that was measured (others: bytes other processes took since the plan, None where no
+    plan was measured; workers: what the judged models' processes hold)."""
+    g = 2**30
+    if others is None:
+        whose = "whose memory filled the GPU was not measured"
+    elif others > OTHERS_SLACK:
+        whose = f"other processes took {others / g:.1f} GiB of the GPU during the run"
+    else:
+        whose = (f"no other process took GPU memory during the run: the judge's process and the judged models' "
+                 f"({workers / g:.1f} GiB) held more than the plan allows")
+    return (f"{name}: the GPU ran out of memory in the judge's own process after {', '.join(stages) or 'the start'} "
+            f"({free / g:.1f} GiB free now; the plan needs {need / g:.1f} GiB): {whose} ({error[:120]})")
+
+
 class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStage, TimingStage, ObserveStage):
     def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
@@ -226,13 +243,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         if mine + e.asked > free_then:  # whoever else came
             return (f"{e}; its process asked for {(mine + e.asked) / g:.1f} GiB in all, more than the "
                     f"{free_then / g:.1f} GiB the GPU had free when the judge started")
-        held = e.held
-        for runner in self.runners:  # the other workers' memory is the judge's, not another process's
-            if runner is not row.runner and runner.isolated:
-                try:
-                    held += int(runner.call("memory", "memory").get("held", 0))
-                except (Rejected, TypeError, ValueError):
-                    pass
+        held = e.held + self._workers_held(but=row.runner)
         others = memory_taken_by_others(self.gpu_at_plan, gpu_snapshot(), held)
         if others > OTHERS_SLACK:
             raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory after other processes took "
@@ -241,6 +252,26 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                                 f"({str(e)[:240]})")
         return (f"{e}; no other process took GPU memory during the run: the row's process held {mine / g:.1f} GiB "
                 f"when it asked for more (the judge plans {need / g:.1f} GiB for this problem)")
+
+    def _workers_held(self, but=None) -> int:
+        """GPU bytes the judged models' own processes hold now (each worker asked), but=a runner left out."""
+        held = 0
+        for runner in self.runners:  # the workers' memory is the judge's, not another process's
+            if runner is not but and runner.isolated:
+                try:
+                    held += int(runner.call("memory", "memory").get("held", 0))
+                except (Rejected, TypeError, ValueError):
+                    pass
+        return held
+
+    def _own_oom(self, e: BaseException, stages: list[str]) -> GpuMemoryShort:
+        """The judge's own process out of GPU memory (the plan checked the free memory at its start): no verdict,
+        and whose memory it was, measured as for a row: other processes', or the judge's and its workers' own."""
+        g, need = 2**30, memory_need(self.fp, len(self.rows))
+        workers = self._workers_held()
+        others = memory_taken_by_others(self.gpu_at_plan, gpu_snapshot(), workers) if self.gpu_at_plan else None
+        return GpuMemoryShort(own_oom_reason(self.ref.name, stages, free_gpu_bytes(), need, others, workers,
+                                             first_line(e)))
 
 
     # -- the whole run ------------------------------------------------------------------------------------------
@@ -276,11 +307,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
             with contextlib.ExitStack() as self.held:  # what a stage holds until the stages end (the GPU to itself)
                 run_stages(STAGES)
         except torch.OutOfMemoryError as e:  # the plan checked the free memory at the start; it can shrink since
-            free = free_gpu_bytes() / 2**30
-            raise GpuMemoryShort(f"{self.ref.name}: the GPU ran out of memory in the judge's own process after "
-                                f"{', '.join(seconds) or 'the start'} ({free:.1f} GiB free now; the plan needs "
-                                f"{memory_need(self.fp, len(self.rows)) / 2**30:.1f} GiB): another process took GPU "
-                                f"memory during the run ({first_line(e)[:120]})") from None
+            raise self._own_oom(e, list(seconds)) from None
         finally:
             timing.GPU_WAITS.remove(self._waited_for_gpu)
             for runner in self.runners:

@@ -63,8 +63,8 @@
 //   softmax accumulates in fp32 and rounds once.
 // Measured, 16-bit (expf, before the change below): H100 80GB, 4096x393216, `python run.py --problem softmax
 //   --precision bf16` (2026-11-26, copy 3,032 GB/s in the same run): 2.405 ms, 2,679 GB/s, 88.4% of copy, 1.80x
-//   eager (4.337), 1.49x torch.compile (3.588), relL2 1.8e-3 (eager's 1.8e-3); fp16 2.373 ms, 89.6%. fp32 in the same session after the templating:
-//   4.330 ms, 98.1% of copy (auto's row; H100, `--precision fp32`).
+//   eager (4.337), 1.49x torch.compile (3.588), relL2 1.8e-3 (eager's 1.8e-3); fp16 2.373 ms, 89.6%. fp32 in the
+//   same session after the templating: 4.330 ms, 98.1% of copy (auto's row; H100, `--precision fp32`).
 // Measured: H200, 4096x393216, `python run.py --problem softmax` (2026-11-22, GPU time, L2 flushed, interleaved;
 //   ceiling 4,260 GB/s = device copy measured in the same run): 3.172 ms, 4,062 GB/s, 95.4% of copy, 1.92x eager
 //   (6.083), 1.49x torch.compile (4.721), relL2 1.1e-7. What was tried around this design and not kept, with its

@@ -675,6 +675,40 @@ def test_kernelbench_check_agrees_with_torch_allclose():
     assert said[0].startswith("fail (output torch.float32, expected torch.bfloat16")
 
 
+def test_kernelbench_check_in_slices_says_what_the_whole_says(monkeypatch):
+    """_allclose works in slices of ALLCLOSE_CHUNK elements (a failing 6 GiB output took ~30 GiB of temporaries
+    whole): with slices of 7 elements, it says what torch.allclose says, and the largest difference of the whole."""
+    monkeypatch.setattr(expected, "ALLCLOSE_CHUNK", 7)
+    g = torch.Generator().manual_seed(3)
+    for trial in range(200):
+        w = torch.randn(5, 9, generator=g) * 10.0 ** torch.randint(-3, 20, (5, 9), generator=g)
+        x = w + torch.randn(5, 9, generator=g) * 10.0 ** torch.randint(-9, 2, (5, 9), generator=g)
+        if trial % 4 == 0:
+            x.view(-1)[trial % 45] = float("nan")
+        if trial % 9 == 0:
+            x = w.clone()
+        said = expected._allclose([x], [w], [1e-4, 1e-2])
+        assert [s == "pass" for s in said] == [torch.allclose(x, w, atol=t, rtol=t) for t in (1e-4, 1e-2)]
+        worst = float((x - w).abs().double().nan_to_num(float("inf")).max())
+        assert all(s == "pass" or s == f"fail (max difference {worst:.2e})" for s in said), (said, worst)
+
+
+def test_kernelbench_check_out_of_memory_leaves_the_verdict(monkeypatch):
+    """KernelBench's check never decides a verdict: the judge's process out of GPU memory there (as a failing 6 GiB
+    output's whole-tensor difference once did on an 80 GB card) says the check was not run and why, and the
+    candidate keeps the verdict the judge's own stages gave it."""
+    from kp.judge import kernelbench
+
+    def short(got, want, tols):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
+    monkeypatch.setattr(kernelbench, "_allclose", short)
+    rec = judge.evaluate(judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py"))),
+                         CASES_DIR / "relu" / "torch_rewrite.py", seed=1, device="cpu", allow_torch=True)
+    row = rec["rows"]["candidate"]
+    assert row["accepted"], row["reason"]
+    assert all(v.startswith("not run (the judge's process ran out of GPU memory") for v in row["kernelbench"].values())
+
+
 def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
     """The judge is its stage table: each entry a Judge method with one signature, run in order where it applies,
     its seconds in the record under its name; a stage added to the table runs with no other edit."""

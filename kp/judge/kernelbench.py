@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from kp.errors import Rejected
+from kp.errors import Rejected, first_line
 from kp.judge.expected import _allclose, _release
 from kp.judge.reference import _as_list, trial_seeds
 from kp.lib.numerics import HALF, clone_layout
@@ -65,5 +65,8 @@ class KernelBenchCheck:
                     | {k: v for k, v in out.items() if v != "pass"}
                 if "timeout after" in str(e):  # the job's time ran out here: that is the verdict
                     row.reject(e)
+            except torch.OutOfMemoryError as e:  # this check never decides a verdict, so it never voids one either
+                out = {t: f"not run (the judge's process ran out of GPU memory: {first_line(e)[:120]})" for t in tols
+                       if out.get(t, "pass") == "pass"} | {k: v for k, v in out.items() if v != "pass"}
             row.kernelbench = {k: out[k] for k in sorted(out, key=float)}
             _release()

@@ -18,7 +18,8 @@ from kp.lib.sources import Export, binding_source, local_headers, parse_exports,
 from kp.errors import KernelBuildError, UsageError
 from kp.lib.layers import (GEMM_MODES, PRECISIONS, DerivedCache, LinearGemm, check_input, ieee_fp32, mm_fp32,
                        set_precision, tf32_matmul)
-from kp.lib.numerics import ABS_FLOOR, REF_MULTIPLE, Err, budget_from, clone_layout, rel_error, same_values
+from kp.lib.numerics import (ABS_FLOOR, HALF_DTYPES, REF_MULTIPLE, Err, budget_from, clone_layout, rel_error,
+                              same_values)
 from kp.judge.reference import problem_inputs as inputs
 from kp.lib.registry import (KERNELS, MODELS, PROBES, ROOT, capability, default_rung, first_runnable, kernel_sources,
                          picks_per_call, problem_module, problems, read_rung, required_exports, rung, runnable_variants,

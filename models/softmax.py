@@ -2,7 +2,7 @@
 import torch
 import torch.nn as nn
 
-from harness import Kernel, runs_here
+from harness import HALF_DTYPES, Kernel, runs_here
 
 BOUND = "memory"
 DEFAULT_VARIANT = "auto"  # ModelNew picks a rung per call (rung() below)
@@ -10,7 +10,6 @@ EXPORTS = ("softmax_forward",)  # what every rung's .cu must KP_EXPORT
 # run.py --precision bf16|fp16: x in that dtype (KernelBench's cast). 6_regcluster reads and writes 16-bit rows (fp32
 # inside); the other rungs take float32 only.
 PRECISIONS = ("fp32", "bf16", "fp16")
-SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 # auto: rows of up to REGROW_MAX_COLS columns go to 5_regrow (the row in one CTA's registers), rows that fit a
 # 16-CTA cluster's registers and shared-memory tails (16 x (49152 + 4096) floats, less a window's 4 for rows that
 # are not a multiple of 4) to 6_regcluster, longer ones that fit a 16-CTA cluster's shared memory to
@@ -56,7 +55,7 @@ class ModelNew(nn.Module):
         """The variant this call runs (run.py shows it next to 'auto')."""
         if self.variant != "auto":
             return self.variant
-        if x.dtype in SIXTEEN_BIT:
+        if x.dtype in HALF_DTYPES:
             if not self.clusters:
                 raise TypeError(f"softmax: {x.dtype} rows run on 6_regcluster, which needs sm_90a (thread-block "
                                 f"clusters); on this GPU give float32")

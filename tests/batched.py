@@ -19,16 +19,19 @@ def exit_code(line: dict) -> int:
     return 0 if line["ok"] else 2 if line["verdict"].startswith("error") else 1
 
 
+def job_of(argv: list) -> jobfile.Job:
+    """The batch job a single command (`--ref R --candidate C ...` or `--problem P --candidate C ...`) stands for."""
+    args = run.parse_args([str(a) for a in argv])
+    ref = ("file", args.ref) if args.ref else ("problem", args.problem[0])
+    return jobfile.make_job(ref, args.candidate[0], run.judge_opts(args))
+
+
 def judge_batch(argvs: dict[str, list], gpus: list[str | None], folder: Path,
                 timeout_s: float = backends.DEFAULT_TIMEOUT_S) -> dict[str, dict | None]:
     """argvs: name -> a single command's arguments (`--ref R --candidate C ...` or `--problem P --candidate C ...`);
     gpus: one entry per slot (a GPU id as `--gpus` takes it, or None for a CPU slot). Returns name -> the job's
     result line (None if the batch recorded none for it: the test then says so)."""
-    jobs = {}
-    for name, argv in argvs.items():
-        args = run.parse_args([str(a) for a in argv])
-        ref = ("file", args.ref) if args.ref else ("problem", args.problem[0])
-        jobs[name] = jobfile.make_job(ref, args.candidate[0], run.judge_opts(args))
+    jobs = {name: job_of(argv) for name, argv in argvs.items()}
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "results.jsonl"
     backends.run_local(list(jobs.values()), gpus, out, timeout_s, progress=False, log_dir=folder / "logs")

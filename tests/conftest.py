@@ -27,8 +27,7 @@ def _gpu_memory_back(request):
     (the `cli` fixture) leaves its allocator holding what it used, and the next test's judge, in a process of its
     own, needs that room (a softmax case plans 36 GiB; an 80 GB card does not hold two)."""
     yield
-    if HAS_GPU and torch.cuda.is_initialized() and \
-            any(m.args[:1] == ("gpu",) for m in request.node.iter_markers("xdist_group")):
+    if HAS_GPU and torch.cuda.is_initialized() and _is_gpu_test(request.node):
         import gc
         gc.collect()
         torch.cuda.empty_cache()

@@ -832,9 +832,7 @@ def _gpu_case_argv(test: str, p: dict, base: Path) -> list | None:
     whose modules are missing (the test skips). Judge cases are copied outside the repo first, once per folder."""
     if test == "test_wrong_case_rejected_on_gpu":
         return ["--problem", meta(p["path"])["PROBLEM"], "--candidate", p["path"], "--no-bench"]
-    d = base / p["folder"]
-    if not d.exists():
-        shutil.copytree(CASES_DIR / p["folder"], d)
+    d = base / p["folder"] if (base / p["folder"]).exists() else outside_repo(base, p["folder"])
     m = meta(d / p["cand"])
     if any(importlib.util.find_spec(n) is None for n in m["NEEDS"]):
         return None
@@ -892,8 +890,6 @@ def test_judge_case_on_gpu(folder, cand, gpu_batch, request):
 def test_every_batched_gpu_case_is_a_command_run_py_takes(tmp_path):
     """Every GPU judge case and GPU known-wrong case, as its test hands it to the batch: run.py's parser takes the
     command, and the job it makes has the case's options (no CPU, the case's flags)."""
-    from kp.batch import jobfile
-    import run
     cases = [("test_wrong_case_rejected_on_gpu", {"path": p}) for p in WRONG if "cuda" in meta(p)["DEVICES"]] + \
             [("test_judge_case_on_gpu", {"folder": f, "cand": c}) for f, c in PAIRS
              if "cuda" in meta(CASES_DIR / f / c)["DEVICES"]]
@@ -902,10 +898,8 @@ def test_every_batched_gpu_case_is_a_command_run_py_takes(tmp_path):
         argv = _gpu_case_argv(test, params, tmp_path)
         if argv is None:
             continue
-        args = run.parse_args([str(a) for a in argv])
-        opts = run.judge_opts(args)
-        job = jobfile.make_job(("file", args.ref) if args.ref else ("problem", args.problem[0]), args.candidate[0],
-                               opts)
+        job = batched.job_of(argv)
+        opts = dict(job.opts)
         assert opts["device"] is None and Path(job.candidate).is_file() and job.key(), (test, params)
         assert opts["allow_torch"] == ("--allow-torch" in argv), (test, params)
         assert opts["bench"] == (test == "test_judge_case_on_gpu") and not (test == "test_judge_case_on_gpu" and

@@ -162,8 +162,6 @@ def _judge_ref(path: Path, device: str, timeout: float, precision: str = "fp32")
             "last": lines[-1] if lines else ""}
 
 
-
-
 def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float, precision: str = "fp32",
                every: int = 1) -> None:
     """Several references at a time on one GPU share its memory: one left without a verdict for GPU memory (exit 2,

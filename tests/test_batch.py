@@ -139,14 +139,16 @@ def test_ray_backend_same_verdicts(tmp_path, cli):
 
 @gpu
 def test_sixteen_own_kernel_candidates_over_every_gpu(tmp_path):
-    """tests/batch/lse: eight right and eight wrong candidates (a hang and a crash among them), boxed, one job per
-    GPU at a time: every verdict as its file expects, each job once, on the GPUs there are."""
+    """tests/batch/lse: eight right and eight wrong candidates (a hang and a crash among them), boxed, three slots a
+    GPU (a search loop's setting; one slot a GPU took 160 s on one H200, the hang's 45 s among them): every verdict
+    as its file expects, each job once, on the GPUs there are."""
     import torch
     cands = sorted((CASES / "lse").glob("*.py"))
     out = tmp_path / "results.jsonl"
     build = run_script("--problem", "matmul_sum_max_mean_lse", "--build")
     assert build.returncode == 0, build.stderr[-3000:]
-    r = run_script("--problem", "matmul_sum_max_mean_lse", "--candidate", *cands, "--gpus", "all", "--no-bench",
+    slots = ",".join(str(i) for i in range(torch.cuda.device_count()) for _ in range(3))
+    r = run_script("--problem", "matmul_sum_max_mean_lse", "--candidate", *cands, "--gpus", slots, "--no-bench",
                    "--timeout", "45", "--out", out)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     recs = lines(out)

@@ -28,9 +28,12 @@ ap.add_argument("--tail-ab", action="store_true", help="A/B 6_regcluster at leng
 ap.add_argument("--mode-ab", action="store_true", help="A/B 6_regcluster's row load paths (direct loads, bulk "
                 "copies of aligned slices, bulk copies of the aligned window around any slice) next to copy_ and "
                 "compile, at lengths that are and are not multiples of 4, then exit")
+ap.add_argument("--half-probe", action="store_true", help="what bounds 6_regcluster's bf16 rows at 4096x393216: "
+                "the shipped kernel next to builds with a multiply in place of each exp, with no stores, and both "
+                "(outputs not softmax: timed, not checked), next to copy_, eager and compile, then exit")
 ap.add_argument("--half-ab", action="store_true", help="A/B 6_regcluster's 16-bit rows at 4096x393216 (bf16, then "
-                "fp16): one or two rows ahead in the ring, the start stagger, next to copy_, eager and compile, "
-                "then exit")
+                "fp16): the output staged in shared memory or stored from registers, one or two rows ahead in the "
+                "ring, next to copy_, eager and compile, then exit")
 args = ap.parse_args()
 
 
@@ -115,12 +118,13 @@ if args.cl_ab:
     sys.exit(0)
 
 
-def bench_shape_ab(calls, budget_s, dtype=torch.float32):
+def bench_shape_ab(calls, budget_s, dtype=torch.float32, unchecked=()):
     """calls (name -> (f(x, y), rows it covers)) at the benchmark shape, 4096x393216 of dtype, next to copy_, eager
     and torch.compile in one interleaved loop; a markdown table of ms, GB/s and % of copy_ (per byte moved). Calls
     that cover every row are first checked against float64 on rows 0::97 (a float64 reference of all 4096 would be
     12.9 GB more): fp32 within 1e-6; 16-bit rows within 1.01 x eager's own error on the same rows (both compute in
-    fp32 and round once, so they differ only where the fp32 sums do)."""
+    fp32 and round once, so they differ only where the fp32 sums do). Calls named in `unchecked` are probes whose
+    output is not softmax: timed only."""
     x = torch.rand(4096, 393216, device="cuda").to(dtype)
     y = torch.empty_like(x)
     pick = slice(0, 4096, 97)
@@ -130,7 +134,7 @@ def bench_shape_ab(calls, budget_s, dtype=torch.float32):
     fns = {"copy_": lambda: y.copy_(x), "eager": lambda: torch.softmax(x, 1), "compile": lambda: compiled(x)}
     covered = dict.fromkeys(fns, 4096)
     for name, (f, rows) in calls.items():
-        if rows == 4096:
+        if rows == 4096 and name not in unchecked:
             y.zero_()
             f(x, y)
             e = harness.rel_error(y[pick], ref)
@@ -165,16 +169,25 @@ if args.stagger_ab:
     bench_shape_ab(calls, budget_s=60)
     sys.exit(0)
 
+if args.half_probe:
+    k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)
+    probes = {"stores from registers": 0, "stores from registers, probe: a multiply in place of each exp": 1,
+              "probe: no stores": 2, "probe: no exp, no stores": 3, "staged output": 4,
+              "staged output, probe: a multiply in place of each exp": 5}
+    bench_shape_ab({n: (lambda x, y, p=p: k6.softmax_forward_probe(x, y, p), 4096) for n, p in probes.items()},
+                   budget_s=30, dtype=torch.bfloat16, unchecked=[n for n, p in probes.items() if p % 4])
+    sys.exit(0)
+
 if args.half_ab:
     k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)
-    # The shipped rule (one row ahead, the stagger in bytes: cols / 1024 cycles at 16 bits) against fp32's stagger
-    # (cols / 512), none, and two rows ahead in the ring (2 x 96 KiB, an A/B build).
-    cases = {"one row ahead, stagger rule (shipped)": (0, -1), "one row ahead, stagger 768 (fp32's)": (1, 768),
-             "one row ahead, no stagger": (1, 0), "two rows ahead, stagger rule": (2, -1),
-             "two rows ahead, stagger 768": (2, 768)}
+    # The shipped rule (one row ahead; the output staged in shared memory and sent by bulk copies, or stored from
+    # registers, by the GPU's bandwidth an SM) next to both forced, and two rows ahead (2 x 96 KiB, an A/B build).
+    cases = {"shipped (the rule picks by the GPU)": (-1, 0), "one row ahead, output staged": (1, 1),
+             "one row ahead, stores from registers": (0, 1),
+             "two rows ahead, stores from registers": (0, 2)}
     for dt in (torch.bfloat16, torch.float16):
-        bench_shape_ab({n: (lambda x, y, d=d, st=st: k6.softmax_forward_depth(x, y, d, st), 4096)
-                        for n, (d, st) in cases.items()}, budget_s=30, dtype=dt)
+        bench_shape_ab({n: (lambda x, y, so=so, d=d: k6.softmax_forward_store(x, y, so, d), 4096)
+                        for n, (so, d) in cases.items()}, budget_s=30, dtype=dt)
     sys.exit(0)
 
 if args.order_ab:

@@ -286,7 +286,8 @@ __device__ __forceinline__ void put(T* yr, int i, float4 v, int n, int lo, int h
   }
 }
 
-template <typename T, int CL, int MODE, int D, bool TICKET, bool TAILED, bool TRACE = false>
+template <typename T, int CL, int MODE, int D, bool TICKET, bool TAILED, bool TRACE = false, int PROBE = 0,
+          bool SO = false>
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_regcluster(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
                        int64_t chunk, unsigned long long* __restrict__ ticket, int64_t stagger) {
@@ -301,6 +302,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   // The tail holds e = exp(x - m) in place of x: fp32 rows only (a 16-bit row's e would not fit its slot).
   static_assert(!TAILED || sizeof(T) == 4, "the tail is for float32 rows");
   static_assert(D == 1 || (D == 2 && !TAILED && MODE != DIRECT), "two rows ahead: the bulk and window paths only");
+  // SO: the output is staged in a slice of shared memory after the ring and leaves by bulk copies.
+  static_assert(!SO || (MODE == BULK && D == 1 && !TAILED), "staged output: the one-row bulk path only");
   // D rows in the ring: row `it` is read from slot it % D; D = 2 keeps a 16-bit CTA's loads two rows deep.
   float* tbuf = reinterpret_cast<float*>(buf + SLICE);  // TAILED: tail buffers p = 0, 1 at tbuf + p * TAIL
 
@@ -315,6 +318,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   const T* xend = x + (rows - 1) * xs + cols;  // WINDOW: no bulk read goes past the tensor's last element
   // Elements per ring slot (D = 2): the slice and the window's pad, a whole number of 16-byte granules.
   const int slot = (int)chunk + ALIGN<T>;
+  T* obuf = buf + chunk;  // SO: the staged output slice (chunk is a whole number of 16-byte granules)
   if (MODE != DIRECT) {
     if (t == 0) {
       for (int s = 0; s < D; ++s)
@@ -413,8 +417,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     float s = 0.f;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      r[k].x = exp_of<T>(r[k].x - ms); r[k].y = exp_of<T>(r[k].y - ms);
-      r[k].z = exp_of<T>(r[k].z - ms); r[k].w = exp_of<T>(r[k].w - ms);
+      if constexpr (PROBE & 1) {  // A/B probe: a multiply where the exp was (the output is not softmax)
+        r[k].x = (r[k].x - ms) * 1.4426950408889634f; r[k].y = (r[k].y - ms) * 1.4426950408889634f;
+        r[k].z = (r[k].z - ms) * 1.4426950408889634f; r[k].w = (r[k].w - ms) * 1.4426950408889634f;
+      } else {
+        r[k].x = exp_of<T>(r[k].x - ms); r[k].y = exp_of<T>(r[k].y - ms);
+        r[k].z = exp_of<T>(r[k].z - ms); r[k].w = exp_of<T>(r[k].w - ms);
+      }
       s += (r[k].x + r[k].y) + (r[k].z + r[k].w);
     }
     if (TAILED)
@@ -451,10 +460,35 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (!(S == S) || M == -INFINITY) f = NAN;  // NaN / +inf somewhere, or an all -inf row: a NaN row
     else f = m == -INFINITY ? 0.f : expf(m - M) / S;
     // 4. Out.
-    if (MODE != DIRECT) {
+    if constexpr (SO) {
+      // Into the staging slice chunk by chunk, each chunk out by one bulk copy as soon as every thread has written
+      // it; the slice was last read by the previous row's copies, waited for (reads only) before the first write.
+      if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      __syncthreads();
 #pragma unroll
-      for (int k = 0; k < V; ++k)
-        put<MODE>(yr, t + k * THREADS, make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f), n, lo, hi);
+      for (int c = 0; c < NCHUNK; ++c) {
+#pragma unroll
+        for (int kk = 0; kk < KPC; ++kk) {
+          const int k = c * KPC + kk, i = t + k * THREADS;
+          if ((!(PROBE & 2) || f == 1234.5f) && 4 * i < n)
+            store4(obuf, i, make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f));
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes before the async reads
+        __syncthreads();
+        if (t == 0) {
+          const int n4 = n >> 2, b = min(n4, c * KPC * THREADS), e = min(n4, (c + 1) * KPC * THREADS);
+          if (e > b && (!(PROBE & 2) || f == 1234.5f))
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(yr + 4 * b),
+                         "r"(kp::smem_u32(obuf + 4 * b)), "r"((uint32_t)((e - b) * 4 * (int)sizeof(T)))
+                         : "memory");
+          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+      }
+    } else if (MODE != DIRECT) {
+      if (!(PROBE & 2) || f == 1234.5f)  // A/B probe 2: no stores (the guard is never true for a softmax row)
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          put<MODE>(yr, t + k * THREADS, make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f), n, lo, hi);
       if (TAILED)
 #pragma unroll
         for (int q = 0; q < TQ; ++q) {
@@ -476,6 +510,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
     }
   }
+  if (SO && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // the last rows' copies done
   if (TRACE && t == 0) {
     ticket[1 + 16 * blockIdx.x + 13] = (unsigned long long)globaltimer();
     ticket[1 + 16 * blockIdx.x + 14] = it;
@@ -497,19 +532,20 @@ __global__ void __launch_bounds__(1024) softmax_long(const T* __restrict__ x, T*
 }
 
 // stagger < 0: the rule below. TRACE: trace is an int64 CUDA tensor (checked by the caller) that also holds the ticket.
-template <typename T, int CL, int MODE, int D, bool TAILED, bool TRACE = false>
+template <typename T, int CL, int MODE, int D, bool TAILED, bool TRACE = false, int PROBE = 0, bool SO = false>
 void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket, int64_t stagger,
             const at::TensorBase* trace = nullptr) {
   // a trace needs the ticket (checked by the caller)
-  auto kern = softmax_regcluster<T, CL, MODE, D, true, TAILED, TRACE>;
+  auto kern = softmax_regcluster<T, CL, MODE, D, true, TAILED, TRACE, PROBE, SO>;
 #if KP_EXPERIMENTS  // the static row order is an A/B baseline: the shipped build compiles the ticketed kernels only
-  if constexpr (!TRACE)
-    if (!ticket) kern = softmax_regcluster<T, CL, MODE, D, false, TAILED>;
+  if constexpr (!TRACE && !PROBE)
+    if (!ticket) kern = softmax_regcluster<T, CL, MODE, D, false, TAILED, false, 0, SO>;
 #else
   TORCH_CHECK(ticket, "softmax 6_regcluster: the static row order is an A/B hook (KP_EXPERIMENTS)");
 #endif
   const int64_t rows = x.size(0), cols = x.size(1);
   const size_t smem = TAILED ? (size_t)(SLICE + 2 * TAIL) * 4
+                      : SO             ? (size_t)2 * chunk * sizeof(T)
                       : D == 2         ? (size_t)2 * (chunk + ALIGN<T>) * sizeof(T)
                       : MODE == BULK   ? (size_t)chunk * sizeof(T)
                       : MODE == WINDOW ? (size_t)(chunk + ALIGN<T>) * sizeof(T)
@@ -558,14 +594,14 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
   C10_CUDA_CHECK(err);
 }
 
-template <typename T, int MODE, int D, bool TAILED>
+template <typename T, int MODE, int D, bool TAILED, bool SO = false>
 void launch_cl(int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket,
                int64_t stagger, const at::TensorBase* trace) {
   switch (cl) {
-    case 1: launch<T, 1, MODE, D, TAILED>(x, y, chunk, ticket, stagger); break;
-    case 2: launch<T, 2, MODE, D, TAILED>(x, y, chunk, ticket, stagger); break;
-    case 3: launch<T, 3, MODE, D, TAILED>(x, y, chunk, ticket, stagger); break;
-    case 4: launch<T, 4, MODE, D, TAILED>(x, y, chunk, ticket, stagger); break;
+    case 1: launch<T, 1, MODE, D, TAILED, false, 0, SO>(x, y, chunk, ticket, stagger); break;
+    case 2: launch<T, 2, MODE, D, TAILED, false, 0, SO>(x, y, chunk, ticket, stagger); break;
+    case 3: launch<T, 3, MODE, D, TAILED, false, 0, SO>(x, y, chunk, ticket, stagger); break;
+    case 4: launch<T, 4, MODE, D, TAILED, false, 0, SO>(x, y, chunk, ticket, stagger); break;
     case 8:
 #if KP_EXPERIMENTS
       if constexpr (MODE == BULK && D == 1 && !TAILED && sizeof(T) == 4)
@@ -574,24 +610,54 @@ void launch_cl(int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int
           break;
         }
 #endif
-      launch<T, 8, MODE, D, TAILED>(x, y, chunk, ticket, stagger);
+      launch<T, 8, MODE, D, TAILED, false, 0, SO>(x, y, chunk, ticket, stagger);
       break;
-    default: launch<T, 16, MODE, D, TAILED>(x, y, chunk, ticket, stagger); break;
+    default: launch<T, 16, MODE, D, TAILED, false, 0, SO>(x, y, chunk, ticket, stagger); break;
   }
 }
 
 // The ring's depth: one row ahead. Two rows ahead (2 x 96 KiB) fits for 16-bit rows only and is an A/B build: it
 // did not pay (H100, bf16 4096x393216: 91.3% of copy_ against 92.2% at one row; fp16 92.6% against 92.7%).
 // depth 0: the rule; 1 or 2 force it.
+// 16-bit bulk-path rows: the output staged in a slice of shared memory after the ring and sent out by bulk copies
+// (the SM goes on while they drain), or stored straight from registers as fp32 rows are (their ring takes the shared
+// memory). store: -1 the rule below, 0 straight, 1 staged. Staging paid where HBM is fast for the SM count and lost
+// where it is not (`bench/softmax/sweep.py --half-ab`, bf16 / fp16 at 4096x393216, % of copy_, straight -> staged):
+// H200 (peak 4.8 TB/s, 36 GB/s an SM) 77.4 -> 79.1 / 78.4 -> 80.7; H100 (3.35 TB/s, 25 GB/s an SM) 92.4 -> 90.1 /
+// 92.7 -> 90.2. The rule: staged above 30 GB/s of peak bandwidth an SM (two devices measured, a threshold between).
+bool staged_by_rule() {
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  static int memo[64] = {};  // 0 unknown, 1 staged, 2 straight (same answer from any thread)
+  int& v = memo[dev & 63];
+  if (!v) {
+    int khz = 0, bits = 0, sms = 0;
+    const bool ok = cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0;
+    (void)cudaGetLastError();  // an attribute this driver lacks: straight stores, nothing left pending
+    const double per_sm = ok ? 2.0 * khz * 1e3 * (bits / 8) / sms : 0.0;  // double data rate, bytes/s
+    v = per_sm > 30e9 ? 1 : 2;
+  }
+  return v == 1;
+}
+
 template <typename T, int MODE>
 void launch_ring(int64_t depth, int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int64_t chunk,
-                 bool ticket, int64_t stagger, const at::TensorBase* trace) {
+                 bool ticket, int64_t stagger, const at::TensorBase* trace, int64_t store = -1) {
 #if KP_EXPERIMENTS
   if constexpr (sizeof(T) == 2 && MODE != DIRECT)
     if (depth == 2) return launch_cl<T, MODE, 2, false>(cl, x, y, chunk, ticket, stagger, trace);
 #endif
   TORCH_CHECK(depth <= 1, "two rows ahead: an A/B build, for 16-bit rows on the bulk-copy paths");
-  launch_cl<T, MODE, 1, false>(cl, x, y, chunk, ticket, stagger, trace);
+  if constexpr (sizeof(T) == 2 && MODE == BULK) {
+    if (store < 0 ? staged_by_rule() : store == 1)
+      return launch_cl<T, MODE, 1, false, true>(cl, x, y, chunk, ticket, stagger, trace);
+    return launch_cl<T, MODE, 1, false>(cl, x, y, chunk, ticket, stagger, trace);
+  } else {
+    TORCH_CHECK(store <= 0, "staged output: 16-bit rows on the bulk-copy path only");
+    launch_cl<T, MODE, 1, false>(cl, x, y, chunk, ticket, stagger, trace);
+  }
 }
 
 // The dispatcher behind the exports. cl = 0 picks the cluster size; 1, 2, 3, 4, 8 or 16 force it (A/B runs). Rows
@@ -600,7 +666,7 @@ void launch_ring(int64_t depth, int64_t cl, const at::TensorBase& x, const at::T
 // softmax_forward_ab.
 template <typename T>
 void run_typed(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket, int64_t stagger,
-               const at::TensorBase* trace, int64_t mode, int64_t depth) {
+               const at::TensorBase* trace, int64_t mode, int64_t depth, int64_t store) {
   constexpr int64_t A = ALIGN<T>;  // elements per 16 bytes
   if (trace)
     TORCH_CHECK(trace->is_cuda() && trace->scalar_type() == at::kLong && trace->is_contiguous(),
@@ -659,24 +725,24 @@ void run_typed(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, boo
     if (mode == BULK && tailed) return launch_cl<T, BULK, 1, true>(cl, x, y, chunk, ticket, stagger, trace);
     if (mode == WINDOW && tailed) return launch_cl<T, WINDOW, 1, true>(cl, x, y, chunk, ticket, stagger, trace);
   }
-  if (mode == BULK) launch_ring<T, BULK>(depth, cl, x, y, chunk, ticket, stagger, trace);
-  else if (mode == WINDOW) launch_ring<T, WINDOW>(depth, cl, x, y, chunk, ticket, stagger, trace);
-  else launch_ring<T, DIRECT>(depth, cl, x, y, chunk, ticket, stagger, trace);
+  if (mode == BULK) launch_ring<T, BULK>(depth, cl, x, y, chunk, ticket, stagger, trace, store);
+  else if (mode == WINDOW) launch_ring<T, WINDOW>(depth, cl, x, y, chunk, ticket, stagger, trace, store);
+  else launch_ring<T, DIRECT>(depth, cl, x, y, chunk, ticket, stagger, trace, store);
 }
 
 // The element type's instance of the above: float32 rows, or (the bf16 and fp16 modes) 16-bit rows, read and
 // written in their own dtype and computed in fp32.
 void run(const at::TensorBase& x, const at::TensorBase& y, int64_t cl, bool ticket, int64_t stagger,
-         const at::TensorBase* trace, int64_t mode = -1, int64_t depth = 0) {
+         const at::TensorBase* trace, int64_t mode = -1, int64_t depth = 0, int64_t store = -1) {
   kp::check_row_softmax_args(x, y, /*sixteen_bit=*/true);
   switch (x.scalar_type()) {
     case at::kBFloat16:
       TORCH_CHECK(!trace, "trace: float32 rows only");
-      return run_typed<__nv_bfloat16>(x, y, cl, ticket, stagger, trace, mode, depth);
+      return run_typed<__nv_bfloat16>(x, y, cl, ticket, stagger, trace, mode, depth, store);
     case at::kHalf:
       TORCH_CHECK(!trace, "trace: float32 rows only");
-      return run_typed<__half>(x, y, cl, ticket, stagger, trace, mode, depth);
-    default: return run_typed<float>(x, y, cl, ticket, stagger, trace, mode, depth);
+      return run_typed<__half>(x, y, cl, ticket, stagger, trace, mode, depth, store);
+    default: return run_typed<float>(x, y, cl, ticket, stagger, trace, mode, depth, store);
   }
 }
 
@@ -713,5 +779,37 @@ KP_EXPORT void softmax_forward_depth(const at::TensorBase& x, const at::TensorBa
   TORCH_CHECK(depth >= 0 && depth <= 2, "depth: 0 (rule), 1 or 2 rows ahead");
   TORCH_CHECK(stagger >= -1 && stagger <= 100000, "stagger: -1 (rule) or 0..100000 cycles");
   run(x, y, 0, true, stagger, nullptr, -1, depth);
+}
+#endif  // KP_EXPERIMENTS
+
+#if KP_EXPERIMENTS  // A/B: 16-bit rows' output staged in shared memory and sent by bulk copies (-1 rule, 1) or stored
+// straight from registers (0), with the ring's depth (0 rule, 1 or 2; two rows ahead stores straight)
+KP_EXPORT void softmax_forward_store(const at::TensorBase& x, const at::TensorBase& y, int64_t store, int64_t depth) {
+  TORCH_CHECK(store >= -1 && store <= 1, "store: -1 (rule), 0 straight from registers, 1 staged");
+  TORCH_CHECK(depth >= 0 && depth <= 2, "depth: 0 (rule), 1 or 2 rows ahead");
+  run(x, y, 0, true, -1, nullptr, -1, depth, store);
+}
+
+// A/B probes of the 16-bit 8-CTA bulk path (what bounds it): 1 a multiply in place of each exp, 2 no stores, 3 both;
+// 0-3 with the output stored straight from registers, 4-7 the same staged. The output is not softmax but for 0 and
+// 4; for timing only.
+KP_EXPORT void softmax_forward_probe(const at::TensorBase& x, const at::TensorBase& y, int64_t probe) {
+  kp::check_row_softmax_args(x, y, /*sixteen_bit=*/true);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.size(1) == 8 * SLICE && x.stride(0) == x.size(1) &&
+                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
+              "probe: contiguous aligned bf16 rows of 8 x 49152 columns only");
+  c10::cuda::CUDAGuard guard(x.device());
+  using B = __nv_bfloat16;
+  switch (probe) {
+    case 0: return launch<B, 8, BULK, 1, false>(x, y, SLICE, true, -1);
+    case 1: return launch<B, 8, BULK, 1, false, false, 1>(x, y, SLICE, true, -1);
+    case 2: return launch<B, 8, BULK, 1, false, false, 2>(x, y, SLICE, true, -1);
+    case 3: return launch<B, 8, BULK, 1, false, false, 3>(x, y, SLICE, true, -1);
+    case 4: return launch<B, 8, BULK, 1, false, false, 0, true>(x, y, SLICE, true, -1);
+    case 5: return launch<B, 8, BULK, 1, false, false, 1, true>(x, y, SLICE, true, -1);
+    case 6: return launch<B, 8, BULK, 1, false, false, 2, true>(x, y, SLICE, true, -1);
+    case 7: return launch<B, 8, BULK, 1, false, false, 3, true>(x, y, SLICE, true, -1);
+    default: TORCH_CHECK(false, "probe: 0..7");
+  }
 }
 #endif  // KP_EXPERIMENTS

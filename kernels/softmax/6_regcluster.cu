@@ -93,6 +93,16 @@
 //   copy 3,033 GB/s in the same run): 2.309 ms, 2,790 GB/s, 92.0% of copy, 1.88x eager (4.334), 1.55x
 //   torch.compile (3.587), relL2 2.0e-3 (eager's 2.0e-3). `python -m bench.softmax.sweep --half-ab` (same day and
 //   host kind): bf16 92.3% of copy_, fp16 2.294 ms, 92.7%; two rows ahead bf16 91.3%, fp16 92.6%.
+// What changed since (staged 16-bit output): on the H200 the same 16-bit code ran at 77.5% of copy: at its bandwidth
+//   a 16-bit row's memory time (5.5 us) is shorter than the row's reads, exp and stores in sequence (probes:
+//   docs/softmax.md). Where HBM is fast for the SM count (peak > 30 GB/s an SM: the H200, not the H100), the output
+//   is now written to a 96 KiB staging slice after the ring and sent by one bulk copy per chunk, so the SM goes on
+//   to the next row while they drain (SO below; the slice is reused once the copies have read it). Elsewhere the
+//   stores stay in registers: staging cost the H100 2.3 points (90.1% vs 92.4%).
+// Measured, staged: H200, 4096x393216, `python run.py --problem softmax --precision bf16` (2026-11-26, copy 4,296
+//   GB/s in the same run): 1.894 ms, 3,402 GB/s, 79.2% of copy, 1.69x eager (3.193), 1.69x torch.compile (3.206),
+//   relL2 1.8e-3 (eager's 1.8e-3); fp16 1.860 ms, 80.7%, 1.71x eager, 1.67x torch.compile. Stores from registers
+//   on the same H200: 1.938 ms, 77.5%. H100 the same day (the rule keeps registers): bf16 92.4% of copy_ (sweep).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -103,6 +103,8 @@
 //   GB/s in the same run): 1.894 ms, 3,402 GB/s, 79.2% of copy, 1.69x eager (3.193), 1.69x torch.compile (3.206),
 //   relL2 1.8e-3 (eager's 1.8e-3); fp16 1.860 ms, 80.7%, 1.71x eager, 1.67x torch.compile. Stores from registers
 //   on the same H200: 1.938 ms, 77.5%. H100 the same day (the rule keeps registers): bf16 92.4% of copy_ (sweep).
+#include <atomic>
+
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -638,16 +640,18 @@ void launch_cl(int64_t cl, const at::TensorBase& x, const at::TensorBase& y, int
 bool staged_by_rule() {
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
-  static int memo[64] = {};  // 0 unknown, 1 staged, 2 straight (same answer from any thread)
-  int& v = memo[dev & 63];
+  static std::atomic<int> memo[64];  // 0 unknown, 1 staged, 2 straight (zero-initialised: static storage)
+  std::atomic<int>& memo_v = memo[dev & 63];
+  int v = memo_v.load(std::memory_order_relaxed);
   if (!v) {
     int khz = 0, bits = 0, sms = 0;
     const bool ok = cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
                     cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess &&
                     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0;
-    (void)cudaGetLastError();  // an attribute this driver lacks: straight stores, nothing left pending
+    if (!ok) (void)cudaGetLastError();  // an attribute this driver lacks: straight stores, nothing left pending
     const double per_sm = ok ? 2.0 * khz * 1e3 * (bits / 8) / sms : 0.0;  // double data rate, bytes/s
     v = per_sm > 30e9 ? 1 : 2;
+    memo_v.store(v, std::memory_order_relaxed);
   }
   return v == 1;
 }

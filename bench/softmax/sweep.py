@@ -29,8 +29,9 @@ ap.add_argument("--mode-ab", action="store_true", help="A/B 6_regcluster's row l
                 "copies of aligned slices, bulk copies of the aligned window around any slice) next to copy_ and "
                 "compile, at lengths that are and are not multiples of 4, then exit")
 ap.add_argument("--half-probe", action="store_true", help="what bounds 6_regcluster's bf16 rows at 4096x393216: "
-                "the shipped kernel next to builds with a multiply in place of each exp, with no stores, and both "
-                "(outputs not softmax: timed, not checked), next to copy_, eager and compile, then exit")
+                "both output paths (stores from registers, staged) next to builds with a multiply in place of each "
+                "exp, with no stores, and both (outputs not softmax: timed, not checked), next to copy_, eager and "
+                "compile, then exit")
 ap.add_argument("--half-ab", action="store_true", help="A/B 6_regcluster's 16-bit rows at 4096x393216 (bf16, then "
                 "fp16): the output staged in shared memory or stored from registers, one or two rows ahead in the "
                 "ring, next to copy_, eager and compile, then exit")

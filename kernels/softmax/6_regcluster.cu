@@ -788,16 +788,10 @@ KP_EXPORT void softmax_forward_ab(const at::TensorBase& x, const at::TensorBase&
 }
 #endif  // KP_EXPERIMENTS
 
-#if KP_EXPERIMENTS  // A/B: the ring's depth (0 rule, 1 or 2 rows ahead; 2 for 16-bit rows only) and the start stagger
-KP_EXPORT void softmax_forward_depth(const at::TensorBase& x, const at::TensorBase& y, int64_t depth, int64_t stagger) {
-  TORCH_CHECK(depth >= 0 && depth <= 2, "depth: 0 (rule), 1 or 2 rows ahead");
-  TORCH_CHECK(stagger >= -1 && stagger <= 100000, "stagger: -1 (rule) or 0..100000 cycles");
-  run(x, y, 0, true, stagger, nullptr, -1, depth);
-}
-#endif  // KP_EXPERIMENTS
 
 #if KP_EXPERIMENTS  // A/B: 16-bit rows' output staged in shared memory and sent by bulk copies (-1 rule, 1) or stored
-// straight from registers (0), with the ring's depth (0 rule, 1 or 2; two rows ahead stores straight)
+// straight from registers (0), with the ring's depth (0 rule, 1 or 2 rows ahead; 2 for 16-bit rows only, stores
+// straight)
 KP_EXPORT void softmax_forward_store(const at::TensorBase& x, const at::TensorBase& y, int64_t store, int64_t depth) {
   TORCH_CHECK(store >= -1 && store <= 1, "store: -1 (rule), 0 straight from registers, 1 staged");
   TORCH_CHECK(depth >= 0 && depth <= 2, "depth: 0 (rule), 1 or 2 rows ahead");

@@ -55,7 +55,8 @@
 //   masked in registers and stored lane by lane (WINDOW). Only other layouts (x and y rows in different phases) load
 //   straight into registers, with no prefetch (DIRECT; no tail, it is staged by the bulk copies). Rows longer than
 //   16 x (49152 + 4096) floats (16 x 49152 for DIRECT) take a block-per-row online kernel (2 reads; ModelNew routes
-//   them elsewhere). Shared memory: the ring (the slice, up to 192 KiB) + 4 floats of window, or, TAILED, 224 KiB.
+//   them elsewhere). Shared memory: the ring (the slice, up to 192 KiB) + 4 floats of window, or, TAILED, 224 KiB;
+//   16-bit rows with staged output (below) the ring and a staging slice of the same size (2 x 96 KiB at most).
 // Numerics: e = expf(x - m_cta), one scale per CTA (expf(m_cta - M) / S), partials merged in rank order with the
 //   -inf-safe online merge; NaN or +inf anywhere, or an all -inf row, gives a NaN row, as PyTorch. relL2 ~1.5e-7.
 //   16-bit rows: the same fp32 arithmetic on the widened values but for exp (ex2.approx, relative error ~2^-22, far

@@ -130,6 +130,27 @@ def test_shards_cover_every_test_once_and_deal_the_gpu_tests_evenly():
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
     assert shard_of(names, gpu_names, 0, 1) == names
 
+
+def test_gpu_tests_line_names_each_gpus_slowest_tests(tmp_path, capsys):
+    """tools/gpu_tests.py: each GPU's line gives pytest's exit code and last line, then the slowest tests of that
+    GPU's pytest (its --durations list), so the share that sets the suite's time says what it spent it on."""
+    from tools import gpu_tests
+    (tmp_path / "gpu0.log").write_text(
+        "....\n============ slowest 3 durations ============\n"
+        "117.90s call     tests/test_batch.py::test_sixteen@gpu\n77.09s setup    tests/test_judge.py::test_case[a]@gpu\n"
+        "36.52s call     tests/test_sandbox.py::test_box[b]@gpu\n46 passed in 413.98s (0:06:53)\n")
+
+    class Done:
+        def wait(self):
+            return 0
+    log = open(tmp_path / "other.log", "w")
+    assert gpu_tests._finish([("GPU 0", "gpu0.log", Done(), log)], tmp_path) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "GPU 0: exit 0: 46 passed in 413.98s (0:06:53)"
+    assert out[1] == ("  slowest: 117.90s tests/test_batch.py::test_sixteen@gpu; 77.09s "
+                      "tests/test_judge.py::test_case[a]@gpu (setup); 36.52s tests/test_sandbox.py::test_box[b]@gpu")
+    assert gpu_tests.slowest(["1 passed"]) == []
+
 def test_only_gpu_and_only_cpu_split_the_suite():
     """`--only gpu` and `--only cpu` (tools/gpu_tests.py: the GPU tests over the GPUs, then the rest with the GPUs
     hidden) collect disjoint sets that together are the whole suite, the GPU share being the tests marked @gpu."""

@@ -1,6 +1,6 @@
 """The GPU tests over every GPU of the host: one pytest per GPU (CUDA_VISIBLE_DEVICES set to it), each running its
 share of the tests that need a GPU (`--only gpu --shard K/N`, tests/conftest.py: dealt round-robin), started
-together; prints one line per GPU and exits with the worst exit code. With --cpu-tests, the other tests follow in one
+together; prints one line per GPU (and its three slowest tests) and exits with the worst exit code. With --cpu-tests, the other tests follow in one
 pytest over every core with the GPUs hidden, exactly as CI runs them on a host without a GPU.
 
     python -m tools.gpu_tests                      every GPU nvidia-smi lists
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -87,6 +88,8 @@ def main(argv=None) -> int:
     if not args.no_prebuild:
         prebuild(gpus[0], logs)
     pytest = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"]
+    if not any(a.startswith("--durations") for a in extra):  # each GPU's line names its slowest tests
+        pytest.append("--durations=3")
     for k, g in enumerate(gpus):
         env = {**os.environ, **threads(cpus // len(gpus)), "CUDA_VISIBLE_DEVICES": g}
         log = open(logs / f"gpu{g}.log", "w")
@@ -107,14 +110,29 @@ def main(argv=None) -> int:
     return worst
 
 
+def slowest(lines: list[str], n: int = 3) -> list[str]:
+    """The n slowest entries of pytest's --durations list in its output, as 'SECONDSs test' (setup and teardown
+    named as such), slowest first."""
+    found = []
+    for ln in lines:
+        m = re.match(r"^(\d+(?:\.\d+)?)s (call|setup|teardown)\s+(\S+)", ln)
+        if m:
+            found.append((float(m[1]), f"{m[1]}s {m[3]}" + ("" if m[2] == "call" else f" ({m[2]})")))
+    return [t for _, t in sorted(found, key=lambda f: -f[0])[:n]]
+
+
 def _finish(procs, logs: Path) -> int:
-    """Waits for each (name, log file, process, open log); one line each: its exit code and pytest's last line."""
+    """Waits for each (name, log file, process, open log); one line each: its exit code and pytest's last line,
+    then its slowest tests where pytest listed them."""
     worst = 0
     for name, fname, proc, log in procs:
         rc = proc.wait()
         log.close()
         tail = [ln for ln in (logs / fname).read_text(errors="replace").splitlines() if ln.strip()]
         print(f"{name}: exit {rc}: {tail[-1] if tail else 'no output'}", flush=True)
+        slow = slowest(tail)
+        if slow:
+            print(f"  slowest: {'; '.join(slow)}", flush=True)
         worst = max(worst, rc)
     return worst
 

@@ -21,6 +21,12 @@ def kernelbench_tols(precision: str) -> tuple[str, ...]:
     return KERNELBENCH_HALF_TOLS if precision in HALF else KERNELBENCH_TOLS
 
 
+def _not_run(out: dict, tols, why: str) -> dict:
+    """The check stopped part-way: each tolerance not yet failed is 'not run (why)'; those already failed keep it."""
+    return {t: f"not run ({why})" for t in tols if out.get(t, "pass") == "pass"} \
+        | {k: v for k, v in out.items() if v != "pass"}
+
+
 class KernelBenchCheck:
     """KernelBench's own correctness check, reported beside the verdict, never deciding it (a method of
     kp.judge.driver.Judge)."""
@@ -61,12 +67,10 @@ class KernelBenchCheck:
                 row.runner.call("kernelbench check", "drop", "kernelbench")
                 row.runner.call("kernelbench check", "release_inputs")
             except Rejected as e:
-                out = {t: f"not run ({e})" for t in tols if out.get(t, "pass") == "pass"} \
-                    | {k: v for k, v in out.items() if v != "pass"}
+                out = _not_run(out, tols, str(e))
                 if "timeout after" in str(e):  # the job's time ran out here: that is the verdict
                     row.reject(e)
             except torch.OutOfMemoryError as e:  # this check never decides a verdict, so it never voids one either
-                out = {t: f"not run (the judge's process ran out of GPU memory: {first_line(e)[:120]})" for t in tols
-                       if out.get(t, "pass") == "pass"} | {k: v for k, v in out.items() if v != "pass"}
+                out = _not_run(out, tols, f"the judge's process ran out of GPU memory: {first_line(e)[:120]}")
             row.kernelbench = {k: out[k] for k in sorted(out, key=float)}
             _release()

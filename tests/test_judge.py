@@ -956,6 +956,7 @@ def test_ref_alone_times_eager_and_compile(tmp_path):
     rec = json.loads((tmp_path / "r.json").read_text())
     assert set(rec["timing"]) == {"eager", "torch.compile"} and rec["bound"] == "memory"
     assert "eager" in r.stdout and "peak GPU memory" in r.stdout
+    assert "no parity to check (the reference alone" in r.stderr and "0/0 rows" not in r.stderr, r.stderr[-2000:]
 
 
 @gpu

@@ -35,6 +35,9 @@ ap.add_argument("--half-probe", action="store_true", help="what bounds 6_regclus
 ap.add_argument("--half-ab", action="store_true", help="A/B 6_regcluster's 16-bit rows at 4096x393216 (bf16, then "
                 "fp16): the output staged in shared memory or stored from registers, one or two rows ahead in the "
                 "ring, next to copy_, eager and compile, then exit")
+ap.add_argument("--half-cta-ab", action="store_true", help="A/B 6_regcluster at 4096x393216 (bf16, fp16, fp32): "
+                "the shipped 512-thread CTAs (one an SM, 8-CTA clusters) against half-size ones (256 threads, two an "
+                "SM, 16-CTA clusters), next to copy_, eager and compile, then exit")
 args = ap.parse_args()
 
 
@@ -189,6 +192,17 @@ if args.half_ab:
     for dt in (torch.bfloat16, torch.float16):
         bench_shape_ab({n: (lambda x, y, so=so, d=d: k6.softmax_forward_store(x, y, so, d), 4096)
                         for n, (so, d) in cases.items()}, budget_s=30, dtype=dt)
+    sys.exit(0)
+
+if args.half_cta_ab:
+    k6 = harness.Kernel("softmax", "6_regcluster", experiments=True)
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        cases = {"shipped": lambda x, y: k6.softmax_forward_store(x, y, -1, 0),
+                 "half CTAs, stores from registers": lambda x, y: k6.softmax_forward_half_cta(x, y, 0, 1)}
+        if dt != torch.float32:
+            cases["half CTAs, output staged"] = lambda x, y: k6.softmax_forward_half_cta(x, y, 1, 1)
+            cases["half CTAs, two rows ahead"] = lambda x, y: k6.softmax_forward_half_cta(x, y, 0, 2)
+        bench_shape_ab({n: (f, 4096) for n, f in cases.items()}, budget_s=25, dtype=dt)
     sys.exit(0)
 
 if args.order_ab:

@@ -215,9 +215,9 @@ __device__ __forceinline__ void bulk_range(T* dst, uint64_t* bar, const T* xr, i
 
 // Chunk c of the ring: groups [c*KPC*THREADS, (c+1)*KPC*THREADS), exactly the registers k in [c*KPC, (c+1)*KPC)
 // of every thread.
-template <typename T>
+template <int TH, typename T>
 __device__ __forceinline__ void prefetch(T* buf, uint64_t* bar, const T* xr, int n, int c) {
-  bulk_range(buf + 4 * c * KPC * THREADS, bar, xr, n, c * KPC * THREADS, (c + 1) * KPC * THREADS);
+  bulk_range(buf + 4 * c * KPC * TH, bar, xr, n, c * KPC * TH, (c + 1) * KPC * TH);
 }
 
 // The tail (TAILED): float4s [SLICE/4, SLICE/4 + TAIL/4) into tail buffer tb.
@@ -300,8 +300,8 @@ __device__ __forceinline__ void put(T* yr, int i, float4 v, int n, int lo, int h
 }
 
 template <typename T, int CL, int MODE, int D, bool TICKET, bool TAILED, bool TRACE = false, int PROBE = 0,
-          bool SO = false>
-__global__ void __launch_bounds__(THREADS, 1)
+          bool SO = false, int TH = THREADS>
+__global__ void __launch_bounds__(TH, THREADS / TH)
     softmax_regcluster(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int64_t xs,
                        int64_t chunk, unsigned long long* __restrict__ ticket, int64_t stagger) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -314,6 +314,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   static_assert(!TAILED || MODE != DIRECT, "the tail is staged by the bulk copies");
   // The tail holds e = exp(x - m) in place of x: fp32 rows only (a 16-bit row's e would not fit its slot).
   static_assert(!TAILED || sizeof(T) == 4, "the tail is for float32 rows");
+  static_assert(TH == THREADS || (!TAILED && !TRACE), "half-size CTAs: no tail, no trace");
   static_assert(D == 1 || (D == 2 && !TAILED && MODE != DIRECT), "two rows ahead: the bulk and window paths only");
   // SO: the output is staged in a slice of shared memory after the ring and leaves by bulk copies.
   static_assert(!SO || (MODE == BULK && D == 1 && !TAILED), "staged output: the one-row bulk path only");
@@ -350,7 +351,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (first + s * G < rows) {
           const T* xr0 = x + (first + s * G) * xs + c0;
           const Window<T> w = slice_window<MODE>(xr0, n, xend);
-          for (int c = 0; c < NCHUNK; ++c) prefetch(buf + s * slot, &bars[s][c], w.w0, w.copied, c);
+          for (int c = 0; c < NCHUNK; ++c) prefetch<TH>(buf + s * slot, &bars[s][c], w.w0, w.copied, c);
           if constexpr (TAILED) prefetch_tail(tbuf, &tbars[0], w.w0, w.copied);
         }
     }
@@ -386,14 +387,14 @@ __global__ void __launch_bounds__(THREADS, 1)
         kp::mbar_wait(&bars[it % D][c], (it / D) & 1);
 #pragma unroll
         for (int kk = 0; kk < KPC; ++kk) {
-          const int k = c * KPC + kk, i = t + k * THREADS;
+          const int k = c * KPC + kk, i = t + k * TH;
           r[k] = take<MODE>(sb, i, i, n, cur, lo, hi);  // window element e = slice element e - lo
         }
         __syncthreads();  // every thread has chunk c in registers: its buffer slot is free
         if (t == 0 && nrow < rows) {
           const T* xn = x + nrow * xs + c0;
           const Window<T> w = slice_window<MODE>(xn, n, xend);
-          prefetch(sb, &bars[it % D][c], w.w0, w.copied, c);
+          prefetch<TH>(sb, &bars[it % D][c], w.w0, w.copied, c);
           // The next row's tail goes to the other buffer, last read by the row before this one: every thread
           // has passed that row's output (the barrier above).
           if constexpr (TAILED)
@@ -405,7 +406,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int k = 0; k < V; ++k)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const int i = t + (4 * k + c) * THREADS;
+          const int i = t + (4 * k + c) * TH;
           comp(r[k], c) = i < n ? to_f(xr[i]) : -INFINITY;
         }
     }
@@ -414,14 +415,14 @@ __global__ void __launch_bounds__(THREADS, 1)
     float m = -INFINITY;
 #pragma unroll
     for (int k = 0; k < V; ++k) m = fmaxf(m, fmaxf(fmaxf(r[k].x, r[k].y), fmaxf(r[k].z, r[k].w)));
-    float4* tb4 = reinterpret_cast<float4*>(tbuf + (it & 1) * TAIL) + t;  // this thread's tail float4s, q * THREADS apart
+    float4* tb4 = reinterpret_cast<float4*>(tbuf + (it & 1) * TAIL) + t;  // this thread's tail float4s, q * TH apart
     if constexpr (TAILED) {
       kp::mbar_wait(&tbars[it & 1], (it >> 1) & 1);
 #pragma unroll
       for (int q = 0; q < TQ; ++q) {
-        const int i = (int)(SLICE / 4) + t + q * THREADS;
-        const float4 v = take<MODE>(reinterpret_cast<const T*>(tb4), q * THREADS, i, n, cur, lo, hi);
-        tb4[q * THREADS] = v;
+        const int i = (int)(SLICE / 4) + t + q * TH;
+        const float4 v = take<MODE>(reinterpret_cast<const T*>(tb4), q * TH, i, n, cur, lo, hi);
+        tb4[q * TH] = v;
         m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
       }
     }
@@ -442,9 +443,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (TAILED)
 #pragma unroll
       for (int q = 0; q < TQ; ++q) {
-        float4 v = tb4[q * THREADS];
+        float4 v = tb4[q * TH];
         v.x = expf(v.x - ms); v.y = expf(v.y - ms); v.z = expf(v.z - ms); v.w = expf(v.w - ms);
-        tb4[q * THREADS] = v;
+        tb4[q * TH] = v;
         s += (v.x + v.y) + (v.z + v.w);
       }
     s = kp::block_sum(s, scratch);
@@ -482,14 +483,14 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int c = 0; c < NCHUNK; ++c) {
 #pragma unroll
         for (int kk = 0; kk < KPC; ++kk) {
-          const int k = c * KPC + kk, i = t + k * THREADS;
+          const int k = c * KPC + kk, i = t + k * TH;
           if ((!(PROBE & 2) || f == 1234.5f) && 4 * i < n)
             store4(obuf, i, make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f));
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes before the async reads
         __syncthreads();
         if (t == 0) {
-          const int n4 = n >> 2, b = min(n4, c * KPC * THREADS), e = min(n4, (c + 1) * KPC * THREADS);
+          const int n4 = n >> 2, b = min(n4, c * KPC * TH), e = min(n4, (c + 1) * KPC * TH);
           if (e > b && (!(PROBE & 2) || f == 1234.5f))
             asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(yr + 4 * b),
                          "r"(kp::smem_u32(obuf + 4 * b)), "r"((uint32_t)((e - b) * 4 * (int)sizeof(T)))
@@ -501,12 +502,12 @@ __global__ void __launch_bounds__(THREADS, 1)
       if (!(PROBE & 2) || f == 1234.5f)  // A/B probe 2: no stores (the guard is never true for a softmax row)
 #pragma unroll
         for (int k = 0; k < V; ++k)
-          put<MODE>(yr, t + k * THREADS, make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f), n, lo, hi);
+          put<MODE>(yr, t + k * TH, make_float4(r[k].x * f, r[k].y * f, r[k].z * f, r[k].w * f), n, lo, hi);
       if (TAILED)
 #pragma unroll
         for (int q = 0; q < TQ; ++q) {
-          const float4 v = tb4[q * THREADS];
-          put<MODE>(yr, (int)(SLICE / 4) + t + q * THREADS, make_float4(v.x * f, v.y * f, v.z * f, v.w * f), n, lo,
+          const float4 v = tb4[q * TH];
+          put<MODE>(yr, (int)(SLICE / 4) + t + q * TH, make_float4(v.x * f, v.y * f, v.z * f, v.w * f), n, lo,
                     hi);
         }
       // This thread's generic writes of its tail float4s before the bulk copy that refills the buffer two rows on.
@@ -518,7 +519,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int k = 0; k < V; ++k)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const int i = t + (4 * k + c) * THREADS;
+          const int i = t + (4 * k + c) * TH;
           if (i < n) yr[i] = from_f<T>(comp(r[k], c) * f);
         }
     }
@@ -545,13 +546,14 @@ __global__ void __launch_bounds__(1024) softmax_long(const T* __restrict__ x, T*
 }
 
 // stagger < 0: the rule below. TRACE: trace is an int64 CUDA tensor (checked by the caller) that also holds the ticket.
-template <typename T, int CL, int MODE, int D, bool TAILED, bool TRACE = false, int PROBE = 0, bool SO = false>
+template <typename T, int CL, int MODE, int D, bool TAILED, bool TRACE = false, int PROBE = 0, bool SO = false,
+          int TH = THREADS>
 void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, bool ticket, int64_t stagger,
             const at::TensorBase* trace = nullptr) {
   // a trace needs the ticket (checked by the caller)
-  auto kern = softmax_regcluster<T, CL, MODE, D, true, TAILED, TRACE, PROBE, SO>;
+  auto kern = softmax_regcluster<T, CL, MODE, D, true, TAILED, TRACE, PROBE, SO, TH>;
 #if KP_EXPERIMENTS  // the static row order is an A/B baseline: the shipped build compiles the ticketed kernels only
-  if constexpr (!TRACE && !PROBE)
+  if constexpr (!TRACE && !PROBE && TH == THREADS)
     if (!ticket) kern = softmax_regcluster<T, CL, MODE, D, false, TAILED, false, 0, SO>;
 #else
   TORCH_CHECK(ticket, "softmax 6_regcluster: the static row order is an A/B hook (KP_EXPERIMENTS)");
@@ -566,7 +568,7 @@ void launch(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, boo
   C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   if (CL > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   cudaLaunchConfig_t cfg = {};
-  cfg.blockDim = dim3(THREADS);
+  cfg.blockDim = dim3(TH);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = kp::stream();
   cudaLaunchAttribute attr[1];
@@ -797,6 +799,41 @@ KP_EXPORT void softmax_forward_store(const at::TensorBase& x, const at::TensorBa
   TORCH_CHECK(store >= -1 && store <= 1, "store: -1 (rule), 0 straight from registers, 1 staged");
   TORCH_CHECK(depth >= 0 && depth <= 2, "depth: 0 (rule), 1 or 2 rows ahead");
   run(x, y, 0, true, -1, nullptr, -1, depth, store);
+}
+
+// A/B: half-size CTAs (256 threads with the same 24 groups each, two CTAs an SM, slices of 24576 elements, so
+// clusters twice as large: 16 CTAs at 393216 columns), so that an SM holds two rows in different phases (one
+// CTA's loads in flight while the other computes and stores). Bulk path, aligned rows of 8 x 24576 < cols <=
+// 16 x 24576 only. store: 0 from registers, 1 staged (16-bit rows); depth 1 or 2 rows ahead (2: 16-bit, stores
+// from registers).
+template <typename T>
+void launch_half_cta(const at::TensorBase& x, const at::TensorBase& y, int64_t chunk, int64_t store, int64_t depth) {
+  constexpr int H = THREADS / 2;
+  if constexpr (sizeof(T) == 2) {
+    if (depth == 2) return launch<T, 16, BULK, 2, false, false, 0, false, H>(x, y, chunk, true, -1);
+    if (store == 1) return launch<T, 16, BULK, 1, false, false, 0, true, H>(x, y, chunk, true, -1);
+  }
+  TORCH_CHECK(depth == 1 && store == 0, "half-size CTAs, float32 rows: one row ahead, stores from registers only");
+  launch<T, 16, BULK, 1, false, false, 0, false, H>(x, y, chunk, true, -1);
+}
+
+KP_EXPORT void softmax_forward_half_cta(const at::TensorBase& x, const at::TensorBase& y, int64_t store,
+                                        int64_t depth) {
+  kp::check_row_softmax_args(x, y, /*sixteen_bit=*/true);
+  TORCH_CHECK((store == 0 || store == 1) && (depth == 1 || depth == 2), "store: 0 or 1; depth: 1 or 2");
+  const int64_t cols = x.size(1), half = SLICE / 2, A = 16 / (int64_t)x.element_size();
+  TORCH_CHECK(cols > 8 * half && cols <= 16 * half && cols % A == 0 && x.stride(0) % A == 0 &&
+                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
+              "half-size CTAs: aligned rows of 8 x 24576 < cols <= 16 x 24576 only");
+  if (x.size(0) == 0) return;
+  c10::cuda::CUDAGuard guard(x.device());
+  const int64_t chunk = ((cols + 15) / 16 + A - 1) / A * A;
+  switch (x.scalar_type()) {
+    case at::kBFloat16: return launch_half_cta<__nv_bfloat16>(x, y, chunk, store, depth);
+    case at::kHalf: return launch_half_cta<__half>(x, y, chunk, store, depth);
+    default: return launch_half_cta<float>(x, y, chunk, store, depth);
+  }
 }
 
 // A/B probes of the 16-bit 8-CTA bulk path (what bounds it): 1 a multiply in place of each exp, 2 no stores, 3 both;

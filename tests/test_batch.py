@@ -266,19 +266,25 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
     verdict is recorded; on a GPU of its own, no verdict is recorded as it is."""
     from kp.batch import backends
 
-    busy = {"now": 0, "most": 0, "most_again": 0}
+    busy = {"now": 0, "most": 0, "most_again": 0, "ahead_again": 0}
 
     class FakeSlot:  # in this process: answers each job's first try with no verdict for memory, its second accepted
         tries: dict = {}
+        made: list = []
 
         def __init__(self, gpu, log_path, forks):
-            self.gpu, self.job, self.key, self.reserved = gpu, None, None, []
+            self.gpu, self.job, self.key, self.reserved, self.closed = gpu, None, None, [], False
+            FakeSlot.made.append(self)
 
         def submit(self, job, key=None, ahead=()):
+            assert not self.closed
             self.job, self.key, self.polls = job, key, 0
             busy["now"] += 1
             which = "most_again" if key in FakeSlot.tries else "most"
             busy[which] = max(busy[which], busy["now"])
+            if key in FakeSlot.tries:  # the second try: the GPU's other slots are gone and no box starts ahead
+                assert all(s.closed for s in FakeSlot.made if s is not self and s.gpu == self.gpu)
+                busy["ahead_again"] = max(busy["ahead_again"], len(ahead))
 
         def poll(self, timeout_s):
             self.polls += 1
@@ -292,7 +298,7 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
             return {"ok": True, "verdict": "accepted", "record": None}
 
         def close(self):
-            pass
+            self.closed = True
 
     monkeypatch.setattr(backends, "Slot", FakeSlot)
     monkeypatch.setattr(backends, "build_ahead_of_slots", lambda *a: None)
@@ -302,6 +308,7 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
     res = backends.run_local(jobs, ["0", "0", "0"], out, progress=False)
     assert [d["verdict"] for d in res] == ["accepted"] * 4 and len(lines(out)) == 4
     assert busy["most"] == 3 and busy["most_again"] == 1 and busy["now"] == 0  # the second tries one at a time
+    assert busy["ahead_again"] == 0
     FakeSlot.tries.clear()
     busy["most"] = 0
     res = backends.run_local(jobs, ["0", "1"], tmp_path / "r2.jsonl", progress=False)  # each GPU to one slot

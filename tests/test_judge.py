@@ -1235,10 +1235,11 @@ def test_a_call_out_of_gpu_memory_is_judged_by_whose_memory_filled_the_gpu(monke
                 raise OutOfMemory(why, self.held, self.asked)
             return {}
 
-    def judged(now_free, held, others_held=0, asked=int(12.06 * g)):
+    def judged(now_free, held, others_held=0, asked=int(12.06 * g), others_at_plan=g // 2):
         j = judge.Judge(ref, seed=3, device="cpu", sandbox=False, bench=False)
         j._fp = {"inputs": 6 * g, "outputs": 6 * g, "weights": 0}
         j.gpu_at_plan = (70 * g, 1 * g)  # free, the judge's own, when the plan was made
+        j.others_at_plan = others_at_plan  # other processes' (and CUDA contexts') then
         monkeypatch.setattr(judge, "gpu_snapshot", lambda: (now_free, 1 * g))
         j.runners = [Worker(held, asked, fails=True), Worker(others_held)]
         j.rows = [expected.Row("candidate", j.runners[0]), expected.Row("other", j.runners[1])]
@@ -1255,6 +1256,11 @@ def test_a_call_out_of_gpu_memory_is_judged_by_whose_memory_filled_the_gpu(monke
     # the row's own process filled it
     row = judged(3 * g, 66 * g, asked=2 * g)
     assert not row.accepted and "no other process took GPU memory" in row.reason and "held 66.0 GiB" in row.reason
+    # the same inside what the GPU had free, but beside other processes that held 10 GiB at the start (other slots
+    # of a batch): what was left beside them is theirs to decide, so no verdict, judged again alone
+    with pytest.raises(harness.UsageError) as ei:
+        judged(3 * g, 66 * g, asked=2 * g, others_at_plan=10 * g)
+    assert "other processes held 10.0 GiB" in str(ei.value) and "judge again with the GPU to itself" in str(ei.value)
     # a request beyond what the GPU had free at the start is the row's, whatever else came
     row = judged(3 * g, 1 * g, asked=80 * g)
     assert not row.accepted and "more than the 70.0 GiB the GPU had free" in row.reason

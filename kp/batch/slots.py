@@ -7,6 +7,7 @@ kp.batch.backends'.
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
@@ -158,6 +159,11 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         _box_ahead(job, ahead)
         res = run_job(job)
         res["gpu_name"] = gpu_name
+        # what the job's judge left in this process's allocator goes back before the next job (or another slot's)
+        # asks for the GPU's memory
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
         conn.send(res)
 
 

@@ -164,6 +164,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         self.f64_chunks = 0  # > 0: on the GPU in that many slices of the batch (kp.judge.plan.float64_chunks)
         self.baseline_args = None  # what built the eager and torch.compile baselines in each worker, where built
         self.gpu_at_plan = None  # (free, the judge's own) GPU bytes when the memory plan was made (kp.judge.plan)
+        self.others_at_plan = 0  # GPU bytes other processes held then (kp.judge.plan.held_by_others)
         self.gpu_wait_s = 0.0  # waiting for other judges on this GPU (kp.lib.timing.gpu_shared, gpu_to_itself)
         self.gpu_own = False  # the GPU held against every other judge on this host, from the escape stage on
         self.detail: dict[str, float] = {}  # seconds inside the stages, by part (_timed)
@@ -233,9 +234,11 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                 self.log(f"{self.ref.name}: {row.label} rejected at {row.reason.split(':')[0]}")
 
     def _out_of_memory(self, row: Row, e: OutOfMemory) -> str:
-        """A row's call ran out of GPU memory. If it asked for more than the GPU had free when the plan was made, or
-        no other process took GPU memory since, the row is rejected and the reason says which; if other processes
-        took memory, there is no verdict (UsageError: on a shared GPU a right kernel would be turned away)."""
+        """A row's call ran out of GPU memory. If it asked for more than the GPU had free when the plan was made, the
+        row is rejected; otherwise, if other processes took memory since or held more than OTHERS_SLACK when the
+        plan was made, there is no verdict (GpuMemoryShort: how much is left beside them depends on them, and a
+        batch judges the job again with the GPU to itself); with the GPU to itself, the row is rejected. The reason
+        says which."""
         if self.gpu_at_plan is None:
             return str(e)
         g, need, free_then = 2**30, memory_need(self.fp, len(self.rows)), self.gpu_at_plan[0]
@@ -250,7 +253,13 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                                 f"{others / g:.1f} GiB of the GPU during the run (the plan found room for "
                                 f"{need / g:.1f} GiB at its start): no verdict; judge again with the GPU to itself "
                                 f"({str(e)[:240]})")
-        return (f"{e}; no other process took GPU memory during the run: the row's process held {mine / g:.1f} GiB "
+        if self.others_at_plan > OTHERS_SLACK:
+            raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory (its process asked for "
+                                f"{(mine + e.asked) / g:.1f} GiB in all, of the {free_then / g:.1f} GiB free at the "
+                                f"judge's start) while other processes held {self.others_at_plan / g:.1f} GiB of the "
+                                f"GPU: no verdict; judge again with the GPU to itself ({str(e)[:240]})")
+        return (f"{e}; no other process took GPU memory during the run (nor held any to speak of at its start): "
+                f"the row's process held {mine / g:.1f} GiB "
                 f"when it asked for more (the judge plans {need / g:.1f} GiB for this problem)")
 
     def _workers_held(self, but=None) -> int:

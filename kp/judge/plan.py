@@ -76,6 +76,14 @@ def gpu_snapshot() -> tuple[int, int]:
     return torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved()
 
 
+def held_by_others() -> int:
+    """GPU bytes not free and not in this process's allocator now: other processes' (and every CUDA context's,
+    this process's and its workers' included: about half a GiB each, under OTHERS_SLACK for a judge alone)."""
+    import torch
+    free, total = torch.cuda.mem_get_info()
+    return total - free - torch.cuda.memory_reserved()
+
+
 def memory_taken_by_others(then: tuple[int, int], now: tuple[int, int], workers_held: int) -> int:
     """Bytes of GPU memory that processes other than the judge and its workers took between two gpu_snapshot()s:
     what the GPU lost beyond the judge's own allocator's growth and what its workers' allocators hold now (they

@@ -14,6 +14,11 @@ import run
 from kp.batch import backends, jobfile
 
 
+# The GPU tests served by one batch per pytest process (tests/test_judge.py's gpu_batch fixture): the batch's time
+# is theirs together, whichever of them sets it up.
+GPU_BATCHED = ("test_judge_case_on_gpu", "test_wrong_case_rejected_on_gpu")
+
+
 def exit_code(line: dict) -> int:
     """What `run.py` would have exited with for this job: 0 accepted, 1 rejected, 2 no verdict (an error line)."""
     return 0 if line["ok"] else 2 if line["verdict"].startswith("error") else 1

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -35,20 +36,60 @@ def _gpu_memory_back(request):
 
 def pytest_addoption(parser):
     parser.addoption("--shard", default=None, metavar="K/N",
-                     help="run the K-th of N shares of the tests (0-based): GPU tests dealt round-robin in collection "
-                          "order, the others too, so N pytest processes, one per GPU, run the suite once together")
+                     help="run the K-th of N shares of the tests (0-based), so N pytest processes, one per GPU, run "
+                          "the suite once together: GPU tests dealt by their recorded seconds "
+                          "(tests/gpu_test_seconds.json) so the shares end together, else round-robin; the others "
+                          "round-robin")
     parser.addoption("--only", choices=("gpu", "cpu"), default=None,
                      help="gpu: only the tests marked as needing a GPU; cpu: only the others (tools/gpu_tests.py runs "
                           "the GPU tests over the GPUs, then the others with the GPUs hidden, as CI runs them)")
 
 
-def shard_of(names: list[str], gpu_names: set[str], k: int, n: int) -> list[str]:
-    """The K-th of N shares: the GPU tests dealt round-robin among themselves (so each GPU gets its turn of the heavy
-    ones, which sit together in the order), the others likewise, each share starting where the last left off."""
+# Seconds each GPU test took in a recorded run (`python -m tools.gpu_tests --store-durations` writes it), by node id
+# without xdist's "@group" suffix: the shares are dealt by them (shard_of).
+GPU_SECONDS = Path(__file__).with_name("gpu_test_seconds.json")
+UNRECORDED_S = 1.0  # a GPU test the record lacks (new, or under the record's cut): about what most of them take
+
+
+def gpu_test_seconds(path: Path = GPU_SECONDS) -> dict[str, float]:
+    """The record's seconds by node id; {} where there is none or it does not read."""
+    try:
+        return {k.split("@")[0]: float(v) for k, v in json.loads(path.read_text())["seconds"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def _batched(name: str) -> bool:
+    from batched import GPU_BATCHED
+    return name.split("::")[-1].split("[")[0] in GPU_BATCHED
+
+
+def shard_of(names: list[str], gpu_names: set[str], k: int, n: int,
+             seconds: dict[str, float] | None = None) -> list[str]:
+    """The K-th of N shares. Without `seconds`: the GPU tests dealt round-robin among themselves (so each GPU gets its
+    turn of the heavy ones, which sit together in the order). With them (a recorded run's, by node id): each GPU test,
+    longest first, to the share with the least time so far (a longest-first greedy deal), so that the shares end
+    together. The batched judge cases each count as an even part of the record's time for all of them (their
+    batch's time falls on whichever case sets it up, but grows with every case a share has). The other tests are
+    dealt round-robin either way, each share starting where the last left off. Every process of the N computes the
+    same deal."""
     gpu_tests = [x for x in names if x in gpu_names]
     cpu_tests = [x for x in names if x not in gpu_names]
-    mine = set(gpu_tests[k::n]) | set(cpu_tests[(k + len(gpu_tests)) % n::n])
-    return [x for x in names if x in mine]
+    mine_cpu = set(cpu_tests[(k + len(gpu_tests)) % n::n])
+    if not seconds:
+        return [x for x in names if x in set(gpu_tests[k::n]) | mine_cpu]
+    clean = [x.split("@")[0] for x in gpu_tests]
+    batched = [c for c in clean if _batched(c)]
+    batch_total = sum(seconds.get(c, 0.0) for c in batched)  # the batches' setups, and each case's look-up
+    batch_s = batch_total / len(batched) if batch_total > 0 else UNRECORDED_S
+    cost = [batch_s if _batched(c) else seconds.get(c, UNRECORDED_S) for c in clean]
+    load, mine = [0.0] * n, set()
+    for i in sorted(range(len(gpu_tests)), key=lambda i: (-cost[i], i)):
+        share = min(range(n), key=lambda s: (load[s], s))
+        load[share] += cost[i]
+        if share == k:
+            mine.add(gpu_tests[i])
+    return [x for x in names if x in mine | mine_cpu]
 
 
 def _is_gpu_test(item) -> bool:
@@ -71,7 +112,7 @@ def pytest_collection_modifyitems(config, items):
     except (ValueError, AssertionError):
         raise pytest.UsageError(f"--shard {spec!r}: K/N with 0 <= K < N, e.g. --shard 0/4") from None
     gpu_names = {it.nodeid for it in items if _is_gpu_test(it)}
-    keep = set(shard_of([it.nodeid for it in items], gpu_names, k, n))
+    keep = set(shard_of([it.nodeid for it in items], gpu_names, k, n, gpu_test_seconds()))
     config.hook.pytest_deselected(items=[it for it in items if it.nodeid not in keep])
     items[:] = [it for it in items if it.nodeid in keep]
 

@@ -131,6 +131,48 @@ def test_shards_cover_every_test_once_and_deal_the_gpu_tests_evenly():
     assert shard_of(names, gpu_names, 0, 1) == names
 
 
+def test_shards_dealt_by_recorded_seconds_end_together(tmp_path):
+    """With a record of each GPU test's seconds, the shares are dealt longest first to the least-loaded share: a test
+    as long as ten others gets a share with fewer of them, and the batched judge cases, whose batch's time the record
+    puts on one of them, are spread evenly as an even part each. Every test still runs exactly once."""
+    from conftest import gpu_test_seconds, shard_of
+    names = [f"tests/a.py::t{i}" for i in range(40)] + [f"tests/test_judge.py::test_judge_case_on_gpu[c{i}]"
+                                                         for i in range(12)]
+    gpu_names = set(names[:30]) | set(names[40:])
+    seconds = {names[0]: 100.0, **{x: 10.0 for x in names[1:30]}, names[40]: 120.0}  # c0 set up the batch
+    shares = [shard_of(names, gpu_names, k, 4, seconds) for k in range(4)]
+    assert sorted(x for s in shares for x in s) == sorted(names)
+    cost = {**seconds, **{x: 10.0 for x in names[40:]}}  # the batch's 120 s over its 12 cases
+    loads = [sum(cost[x] for x in s if x in gpu_names) for s in shares]
+    assert max(loads) - min(loads) <= 10, loads
+    rr = [sum(cost[x] for x in shard_of(names, gpu_names, k, 4) if x in gpu_names) for k in range(4)]
+    assert max(loads) < max(rr), (loads, rr)
+    heavy = next(s for s in shares if names[0] in s)
+    assert len([x for x in heavy if x in gpu_names]) < min(len([x for x in s if x in gpu_names]) for s in shares
+                                                            if s is not heavy)
+    assert [len([x for x in s if "judge_case" in x]) for s in shares] == [3, 3, 3, 3]
+    # the committed record reads; a broken one deals round-robin
+    assert gpu_test_seconds() and all(v >= 0 for v in gpu_test_seconds().values())
+    (tmp_path / "bad.json").write_text("{not json")
+    assert gpu_test_seconds(tmp_path / "bad.json") == {}
+
+
+def test_gpu_tests_store_durations_merges_the_record(tmp_path):
+    """tools/gpu_tests.py --store-durations: each GPU test's setup, call and teardown added from pytest's durations
+    list, xdist's group suffix dropped, tests this run did not include keep their earlier figures."""
+    import json
+    from tools import gpu_tests
+    rec = tmp_path / "rec.json"
+    rec.write_text(json.dumps({"measured": "earlier", "seconds": {"tests/a.py::old": 5.0, "tests/a.py::t[x]": 99.0}}))
+    log = tmp_path / "gpu0.log"
+    log.write_text("..\n12.50s setup    tests/a.py::t[x]@gpu\n1.50s call     tests/a.py::t[x]@gpu\n"
+                   "0.10s teardown tests/a.py::u@gpu\n1 passed\n")
+    assert gpu_tests.store_durations([log, tmp_path / "gpu1.log"], rec, "NVIDIA X") == 2
+    got = json.loads(rec.read_text())
+    assert got["seconds"] == {"tests/a.py::old": 5.0, "tests/a.py::t[x]": 14.0, "tests/a.py::u": 0.1}
+    assert "NVIDIA X" in got["measured"]
+
+
 def test_gpu_tests_line_names_each_gpus_slowest_tests(tmp_path, capsys):
     """tools/gpu_tests.py: each GPU's line gives pytest's exit code and last line, then the slowest tests of that
     GPU's pytest (its --durations list), so the share that sets the suite's time says what it spent it on."""

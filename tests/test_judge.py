@@ -823,7 +823,7 @@ def shipped_candidate(tmp_path: Path, problem: str, variant: str, opts: dict) ->
 # The GPU judge cases and GPU known-wrong cases of this pytest process (its shard), judged in one batch: three warm
 # slots on the visible GPU (tests/batched.py; a slot's job runs as the single command it stands for would, and a
 # job left without a verdict for GPU memory the other slots held is judged again with the GPU to itself).
-GPU_BATCHED = ("test_judge_case_on_gpu", "test_wrong_case_rejected_on_gpu")
+GPU_BATCHED = batched.GPU_BATCHED
 SLOTS_PER_GPU = 3
 
 

@@ -1,5 +1,6 @@
 """The GPU tests over every GPU of the host: one pytest per GPU (CUDA_VISIBLE_DEVICES set to it), each running its
-share of the tests that need a GPU (`--only gpu --shard K/N`, tests/conftest.py: dealt round-robin), started
+share of the tests that need a GPU (`--only gpu --shard K/N`, tests/conftest.py: dealt by each test's seconds in
+tests/gpu_test_seconds.json so that the shares end together, round-robin without it), started
 together; prints one line per GPU (and its three slowest tests) and exits with the worst exit code. With --cpu-tests, the other tests follow in one
 pytest over every core with the GPUs hidden, exactly as CI runs them on a host without a GPU.
 
@@ -7,6 +8,7 @@ pytest over every core with the GPUs hidden, exactly as CI runs them on a host w
     python -m tools.gpu_tests --cpu-tests          and then the tests that need no GPU: the whole suite
     python -m tools.gpu_tests --gpus 0,1 -- -k judge_case     pytest's own arguments after --
     python -m tools.gpu_tests --no-prebuild        without building every kernel first
+    python -m tools.gpu_tests --store-durations    and record each GPU test's seconds for the next runs' deal
 
 Every kernel is built first, all cores at once (`run.py --build`, and again as the non-Hopper path builds them,
 KP_CAPABILITY=8.0), into the cache the tests use; otherwise the first GPU test to need a kernel builds it while
@@ -69,6 +71,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default=None, help="comma-separated GPU ids (default: every GPU)")
     ap.add_argument("--logs", default=None, help="folder for each GPU's pytest output (default: a temporary one)")
     ap.add_argument("--no-prebuild", action="store_true", help="do not build every kernel before the tests")
+    ap.add_argument("--store-durations", action="store_true",
+                    help="record every GPU test's seconds (setup, call and teardown) in tests/gpu_test_seconds.json, "
+                         "which deals the shares of later runs so that they end together (tests/conftest.py)")
     ap.add_argument("--cpu-tests", action="store_true",
                     help="then the tests that need no GPU, over every core with the GPUs hidden (as CI runs them)")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -88,7 +93,9 @@ def main(argv=None) -> int:
     if not args.no_prebuild:
         prebuild(gpus[0], logs)
     pytest = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"]
-    if not any(a.startswith("--durations") for a in extra):  # each GPU's line names its slowest tests
+    if args.store_durations:  # every test's phases, listed
+        pytest += ["--durations=0", "--durations-min=0"]
+    elif not any(a.startswith("--durations") for a in extra):  # each GPU's line names its slowest tests
         pytest.append("--durations=3")
     for k, g in enumerate(gpus):
         env = {**os.environ, **threads(cpus // len(gpus)), "CUDA_VISIBLE_DEVICES": g}
@@ -98,6 +105,9 @@ def main(argv=None) -> int:
                       subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
     worst = _finish(procs, logs)
     print(f"{len(gpus)} GPUs, {time.perf_counter() - t0:.0f} s in all; each GPU's output: {logs}/", flush=True)
+    if args.store_durations:
+        n = store_durations([logs / f"gpu{g}.log" for g in gpus], GPU_SECONDS, _gpu_name())
+        print(f"{n} GPU tests' seconds recorded in {GPU_SECONDS.relative_to(ROOT)}", flush=True)
     if args.cpu_tests:
         t1 = time.perf_counter()
         env = {**os.environ, **threads(2), "CUDA_VISIBLE_DEVICES": ""}
@@ -108,6 +118,49 @@ def main(argv=None) -> int:
         print(f"the tests that need no GPU: {time.perf_counter() - t1:.0f} s; {time.perf_counter() - t0:.0f} s in all",
               flush=True)
     return worst
+
+
+GPU_SECONDS = ROOT / "tests" / "gpu_test_seconds.json"
+
+
+def _gpu_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return out[0].strip() if out else "an unnamed GPU"
+
+
+def durations(lines: list[str]) -> dict[str, float]:
+    """Seconds per test from pytest's --durations list (setup, call and teardown added), by node id without xdist's
+    "@group" suffix."""
+    out: dict[str, float] = {}
+    for ln in lines:
+        m = re.match(r"^(\d+(?:\.\d+)?)s (call|setup|teardown)\s+(\S+)", ln)
+        if m:
+            name = m[3].split("@")[0]
+            out[name] = round(out.get(name, 0.0) + float(m[1]), 2)
+    return out
+
+
+def store_durations(logs: list[Path], path: Path, gpu: str) -> int:
+    """The GPU tests' seconds of these pytest logs into the record at path (tests a run did not include keep their
+    earlier figures); returns how many this run recorded."""
+    import json
+    found: dict[str, float] = {}
+    for log in logs:
+        if log.exists():
+            found.update(durations(log.read_text(errors="replace").splitlines()))
+    try:
+        old = json.loads(path.read_text()).get("seconds", {})
+    except (OSError, ValueError, AttributeError):
+        old = {}
+    rec = {"measured": f"python -m tools.gpu_tests --store-durations, {time.strftime('%Y-%m-%d')}, on {gpu}; each "
+                       f"test's setup, call and teardown",
+           "seconds": dict(sorted({**old, **found}.items()))}
+    path.write_text(json.dumps(rec, indent=1) + "\n")
+    return len(found)
 
 
 def slowest(lines: list[str], n: int = 3) -> list[str]:

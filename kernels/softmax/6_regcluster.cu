@@ -24,7 +24,8 @@
 //   floats, or a smaller one whose slices fit 49152 + 4096 (see run(); 8 at N = 393216, 4 at 196612); CTA rank r
 //   owns columns [r*chunk, (r+1)*chunk) of each row its cluster takes; thread t owns float4s t + 512k (k < 24)
 //   in registers and, TAILED, float4s 12288 + t + 512q (q < 2) of the slice in shared memory.
-//   G = cudaOccupancyMaxActiveClusters (1 CTA/SM: 128 regs x 512 threads).
+//   G = cudaOccupancyMaxActiveClusters (1 CTA/SM: 128 regs x 512 threads). Every shipped path has 512 threads (the
+//   kernel's TH); 256 with two CTAs an SM is an A/B build (softmax_forward_half_cta; docs/softmax.md).
 //   Row order: cluster c takes rows c and c+G, then each further row from an atomic ticket that rank 0
 //   draws two rows ahead and hands to its peers with the (m, s) exchange. The first version gave cluster c rows
 //   c, c+G, c+2G, ... (static); the clusters then drift apart over ~273 rows each and the rows being read spread
@@ -213,8 +214,8 @@ __device__ __forceinline__ void bulk_range(T* dst, uint64_t* bar, const T* xr, i
         : "memory");
 }
 
-// Chunk c of the ring: groups [c*KPC*THREADS, (c+1)*KPC*THREADS), exactly the registers k in [c*KPC, (c+1)*KPC)
-// of every thread.
+// Chunk c of the ring: groups [c*KPC*TH, (c+1)*KPC*TH), exactly the registers k in [c*KPC, (c+1)*KPC) of every
+// thread (TH: threads a CTA).
 template <int TH, typename T>
 __device__ __forceinline__ void prefetch(T* buf, uint64_t* bar, const T* xr, int n, int c) {
   bulk_range(buf + 4 * c * KPC * TH, bar, xr, n, c * KPC * TH, (c + 1) * KPC * TH);

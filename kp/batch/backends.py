@@ -190,9 +190,10 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
             alone = {}
             for s, name in zip(slots, names):
                 alone.setdefault(s.gpu, (s, name))
-            # The GPU to itself: the other slots of its GPU go (an idle slot's process, its CUDA context and the
-            # boxes it started ahead held up to 76 of an H100's 80 GiB), and no box is started ahead meanwhile (a
-            # box's CUDA context took the 2.8 GiB a softmax job found missing mid-run).
+            # The GPU to itself: the other slots of its GPU go (idle, two slots held 76 of an H100's 80 GiB: what
+            # their last jobs left in their allocators, their CUDA contexts, the boxes they had started ahead), and
+            # no box is started ahead meanwhile (boxes' CUDA contexts took the 2.8 GiB a softmax job found missing
+            # mid-run).
             kept = {id(s) for s, _ in alone.values()}
             for s in slots:
                 if id(s) not in kept:

@@ -261,9 +261,9 @@ def test_boxes_ahead_follow_the_cores_a_slot_has():
 
 
 def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_path, monkeypatch):
-    """Several slots on one GPU: a job that got no verdict for want of GPU memory (the plan found too little free,
-    or other processes took memory mid-run) is judged once more at the end with the GPU to itself, and only that
-    verdict is recorded; on a GPU of its own, no verdict is recorded as it is."""
+    """A job that got no verdict for want of GPU memory (the plan found too little free, or other processes took or
+    held memory) is judged once more at the end with the GPU to itself (its other slots closed, no box started
+    ahead), and only that verdict is recorded; on a CPU slot, no verdict is recorded as it is."""
     from kp.batch import backends
 
     busy = {"now": 0, "most": 0, "most_again": 0, "ahead_again": 0}
@@ -311,7 +311,12 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
     assert busy["ahead_again"] == 0
     FakeSlot.tries.clear()
     busy["most"] = 0
-    res = backends.run_local(jobs, ["0", "1"], tmp_path / "r2.jsonl", progress=False)  # each GPU to one slot
+    # each GPU to one slot: shared still, with the boxes the slot starts ahead (a CUDA context each), so judged
+    # again too; a CPU slot's no-verdict is recorded as it is (nothing to give it to itself)
+    res = backends.run_local(jobs, ["0", "1"], tmp_path / "r2.jsonl", progress=False)
+    assert [d["verdict"] for d in res] == ["accepted"] * 4
+    FakeSlot.tries.clear()
+    res = backends.run_local(jobs, [None], tmp_path / "r3.jsonl", progress=False)
     assert all(d["verdict"].startswith("error: softmax needs") for d in res) and len(res) == 4
     # what marks such a job: the judge's GpuMemoryShort, not any usage error
     from kp.batch import slots

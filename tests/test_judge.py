@@ -1261,6 +1261,9 @@ def test_a_call_out_of_gpu_memory_is_judged_by_whose_memory_filled_the_gpu(monke
     with pytest.raises(harness.UsageError) as ei:
         judged(3 * g, 66 * g, asked=2 * g, others_at_plan=10 * g)
     assert "other processes held 10.0 GiB" in str(ei.value) and "judge again with the GPU to itself" in str(ei.value)
+    # ... but the CUDA contexts of the judge and its two workers (about a GiB each) are the judge's own
+    row = judged(3 * g, 66 * g, asked=2 * g, others_at_plan=int(4.5 * g))
+    assert not row.accepted and "held 66.0 GiB" in row.reason
     # a request beyond what the GPU had free at the start is the row's, whatever else came
     row = judged(3 * g, 1 * g, asked=80 * g)
     assert not row.accepted and "more than the 70.0 GiB the GPU had free" in row.reason

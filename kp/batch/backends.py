@@ -161,8 +161,9 @@ def throughput(results: list[dict], wall_s: float, slots: int | None) -> str:
 def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S,
               progress: bool = True, log_dir: Path | None = None) -> list[dict]:
     """Every job on the slots of this host, one per entry of `gpus` (None: a CPU slot). Returns the result lines
-    of this run (jobs already in `out` are skipped). A job that got no verdict for want of GPU memory on a GPU that
-    several slots share is judged once more at the end, with its GPU to itself, and recorded then."""
+    of this run (jobs already in `out` are skipped). A job that got no verdict for want of GPU memory (beside the
+    GPU's other slots, the boxes its slot started ahead, or other processes) is judged once more at the end, with its
+    GPU to itself, and recorded then."""
     todo, results = _todo(jobs, out)
     build_ahead_of_slots([job for job, _ in todo], gpus, timeout_s)
     bar = Progress(len(todo), progress)
@@ -178,10 +179,12 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
         _record(out, job, key, res, name, results, bar)
 
     def first_try(slot: Slot, name: str, job: Job, key: str, res: dict) -> None:
-        if res.get("gpu_memory") and slot.gpu in shared:
+        # A GPU of its own slot is shared too: with the boxes the slot starts ahead for its next jobs
+        if res.get("gpu_memory") and slot.gpu is not None:
             again.append((job, key))
-            bar.bar.write(f"{name:>4}  {job.name}: no verdict for want of GPU memory beside other slots; judged again "
-                          f"at the end with the GPU to itself", file=sys.stderr)
+            bar.bar.write(f"{name:>4}  {job.name}: no verdict for want of GPU memory beside other "
+                          f"{'slots' if slot.gpu in shared else 'processes'}; judged again at the end with the GPU to "
+                          f"itself", file=sys.stderr)
         else:
             record(slot, name, job, key, res)
     try:

@@ -53,7 +53,7 @@ from kp.lib.build import progress
 from kp.errors import GpuMemoryShort, NoVerdict, OutOfMemory, Rejected, UsageError, first_line
 from kp.judge.expected import Row
 from kp.lib.layers import PRECISIONS
-from kp.judge.plan import OTHERS_SLACK, free_gpu_bytes, gpu_snapshot, memory_need, memory_taken_by_others
+from kp.judge.plan import CONTEXT_BYTES, OTHERS_SLACK, free_gpu_bytes, gpu_snapshot, memory_need, memory_taken_by_others
 from kp.judge.reference import Reference
 from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
 from kp.judge.escape import EscapeStage
@@ -235,8 +235,8 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
 
     def _out_of_memory(self, row: Row, e: OutOfMemory) -> str:
         """A row's call ran out of GPU memory. If it asked for more than the GPU had free when the plan was made, the
-        row is rejected; otherwise, if other processes took memory since or held more than OTHERS_SLACK when the
-        plan was made, there is no verdict (GpuMemoryShort: how much is left beside them depends on them, and a
+        row is rejected; otherwise, if other processes took memory since, or held more than OTHERS_SLACK beyond the
+        CUDA contexts of the judge and its workers when the plan was made, there is no verdict (GpuMemoryShort: how much is left beside them depends on them, and a
         batch judges the job again with the GPU to itself); with the GPU to itself, the row is rejected. The reason
         says which."""
         if self.gpu_at_plan is None:
@@ -253,7 +253,8 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
                                 f"{others / g:.1f} GiB of the GPU during the run (the plan found room for "
                                 f"{need / g:.1f} GiB at its start): no verdict; judge again with the GPU to itself "
                                 f"({str(e)[:240]})")
-        if self.others_at_plan > OTHERS_SLACK:
+        own = CONTEXT_BYTES * (1 + sum(bool(r.isolated) for r in self.runners))  # contexts: ours, our workers'
+        if self.others_at_plan > OTHERS_SLACK + own:
             raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory (its process asked for "
                                 f"{(mine + e.asked) / g:.1f} GiB in all, of the {free_then / g:.1f} GiB free at the "
                                 f"judge's start) while other processes held {self.others_at_plan / g:.1f} GiB of the "

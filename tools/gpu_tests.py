@@ -132,15 +132,21 @@ def _gpu_name() -> str:
     return out[0].strip() if out else "an unnamed GPU"
 
 
+def _listed(lines: list[str]):
+    """(seconds, phase, node id) for each entry of pytest's --durations list in its output."""
+    for ln in lines:
+        m = re.match(r"^(\d+(?:\.\d+)?)s (call|setup|teardown)\s+(\S+)", ln)
+        if m:
+            yield m[1], m[2], m[3]
+
+
 def durations(lines: list[str]) -> dict[str, float]:
     """Seconds per test from pytest's --durations list (setup, call and teardown added), by node id without xdist's
     "@group" suffix."""
     out: dict[str, float] = {}
-    for ln in lines:
-        m = re.match(r"^(\d+(?:\.\d+)?)s (call|setup|teardown)\s+(\S+)", ln)
-        if m:
-            name = m[3].split("@")[0]
-            out[name] = round(out.get(name, 0.0) + float(m[1]), 2)
+    for sec, _, node in _listed(lines):
+        name = node.split("@")[0]
+        out[name] = round(out.get(name, 0.0) + float(sec), 2)
     return out
 
 
@@ -166,11 +172,8 @@ def store_durations(logs: list[Path], path: Path, gpu: str) -> int:
 def slowest(lines: list[str], n: int = 3) -> list[str]:
     """The n slowest entries of pytest's --durations list in its output, as 'SECONDSs test' (setup and teardown
     named as such), slowest first."""
-    found = []
-    for ln in lines:
-        m = re.match(r"^(\d+(?:\.\d+)?)s (call|setup|teardown)\s+(\S+)", ln)
-        if m:
-            found.append((float(m[1]), f"{m[1]}s {m[3]}" + ("" if m[2] == "call" else f" ({m[2]})")))
+    found = [(float(sec), f"{sec}s {node}" + ("" if phase == "call" else f" ({phase})"))
+             for sec, phase, node in _listed(lines)]
     return [t for _, t in sorted(found, key=lambda f: -f[0])[:n]]
 
 

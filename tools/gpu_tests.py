@@ -1,8 +1,8 @@
 """The GPU tests over every GPU of the host: one pytest per GPU (CUDA_VISIBLE_DEVICES set to it), each running its
 share of the tests that need a GPU (`--only gpu --shard K/N`, tests/conftest.py: dealt by each test's seconds in
-tests/gpu_test_seconds.json so that the shares end together, round-robin without it), started
-together; prints one line per GPU (and its three slowest tests) and exits with the worst exit code. With --cpu-tests, the other tests follow in one
-pytest over every core with the GPUs hidden, exactly as CI runs them on a host without a GPU.
+tests/gpu_test_seconds.json so that the shares end together, round-robin without it), started together; prints
+one line per GPU (and its three slowest tests) and exits with the worst exit code. With --cpu-tests, the other tests
+follow in one pytest over every core with the GPUs hidden, exactly as CI runs them on a host without a GPU.
 
     python -m tools.gpu_tests                      every GPU nvidia-smi lists
     python -m tools.gpu_tests --cpu-tests          and then the tests that need no GPU: the whole suite

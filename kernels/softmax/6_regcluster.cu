@@ -843,7 +843,8 @@ KP_EXPORT void softmax_forward_half_cta(const at::TensorBase& x, const at::Tenso
 KP_EXPORT void softmax_forward_probe(const at::TensorBase& x, const at::TensorBase& y, int64_t probe) {
   kp::check_row_softmax_args(x, y, /*sixteen_bit=*/true);
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.size(1) == 8 * SLICE && x.stride(0) == x.size(1) &&
-                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
+                  reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0,
               "probe: contiguous aligned bf16 rows of 8 x 49152 columns only");
   c10::cuda::CUDAGuard guard(x.device());
   using B = __nv_bfloat16;

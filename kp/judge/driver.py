@@ -53,7 +53,8 @@ from kp.lib.build import progress
 from kp.errors import GpuMemoryShort, NoVerdict, OutOfMemory, Rejected, UsageError, first_line
 from kp.judge.expected import Row
 from kp.lib.layers import PRECISIONS
-from kp.judge.plan import CONTEXT_BYTES, OTHERS_SLACK, free_gpu_bytes, gpu_snapshot, memory_need, memory_taken_by_others
+from kp.judge.plan import (CONTEXT_BYTES, OTHERS_SLACK, free_gpu_bytes, gpu_snapshot, memory_need,
+                           memory_taken_by_others)
 from kp.judge.reference import Reference
 from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
 from kp.judge.escape import EscapeStage
@@ -236,9 +237,9 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
     def _out_of_memory(self, row: Row, e: OutOfMemory) -> str:
         """A row's call ran out of GPU memory. If it asked for more than the GPU had free when the plan was made, the
         row is rejected; otherwise, if other processes took memory since, or held more than OTHERS_SLACK beyond the
-        CUDA contexts of the judge and its workers when the plan was made, there is no verdict (GpuMemoryShort: how much is left beside them depends on them, and a
-        batch judges the job again with the GPU to itself); with the GPU to itself, the row is rejected. The reason
-        says which."""
+        CUDA contexts of the judge and its workers when the plan was made, there is no verdict (GpuMemoryShort: how
+        much is left beside them depends on them, and a batch judges the job again with the GPU to itself); with the
+        GPU to itself, the row is rejected. The reason says which."""
         if self.gpu_at_plan is None:
             return str(e)
         g, need, free_then = 2**30, memory_need(self.fp, len(self.rows)), self.gpu_at_plan[0]

@@ -14,8 +14,7 @@ from kp.judge.expected import (Expected, Row, _Refs, _out_bytes_hint, _release, 
                                judge_output)
 from kp.judge.float64 import FP32_ONLY_BUDGET, float64_copy
 from kp.judge.plan import (check_memory, cpu_bench_refusal, float64_chunks, float64_on_gpu, gpu_snapshot,
-                           held_by_others,
-                           host_available)
+                           held_by_others, host_available)
 from kp.judge.premises import Premises
 from kp.judge.reference import (UPDATES, make_update, partial_map, rename_update, state_map, trial_seeds,
                                 unmapped)
@@ -131,7 +130,7 @@ class ConstructStage:
         """The memory plan, then the eager and torch.compile baselines in every runner."""
         if gpu:
             self.gpu_at_plan = gpu_snapshot()
-            self.others_at_plan = held_by_others()
+            self.others_at_plan = held_by_others(self.gpu_at_plan)
             free = self.gpu_at_plan[0]
             check_memory(self.ref.name, self.fp, len(self.rows), free)
             on_gpu, why = float64_on_gpu(self.fp, len(self.rows), free)

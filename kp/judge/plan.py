@@ -81,12 +81,12 @@ def gpu_snapshot() -> tuple[int, int]:
 CONTEXT_BYTES = 1 << 30
 
 
-def held_by_others() -> int:
-    """GPU bytes not free and not in this process's allocator now: other processes' memory, and every CUDA context's
-    (this process's and its workers' included: about CONTEXT_BYTES each)."""
+def held_by_others(snapshot: tuple[int, int]) -> int:
+    """GPU bytes neither free nor in this process's allocator at a gpu_snapshot(): other processes' memory, and every
+    CUDA context's (this process's and its workers' included: about CONTEXT_BYTES each)."""
     import torch
-    free, total = torch.cuda.mem_get_info()
-    return total - free - torch.cuda.memory_reserved()
+    free, reserved = snapshot
+    return torch.cuda.mem_get_info()[1] - free - reserved
 
 
 def memory_taken_by_others(then: tuple[int, int], now: tuple[int, int], workers_held: int) -> int:

@@ -164,6 +164,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         self.f64_device, self.f64_where = "cpu", "the host (--device cpu)"
         self.f64_chunks = 0  # > 0: on the GPU in that many slices of the batch (kp.judge.plan.float64_chunks)
         self.baseline_args = None  # what built the eager and torch.compile baselines in each worker, where built
+        self.prime_args = None  # without them: what runs the reference once in each candidate's worker (cmd_prime)
         self.gpu_at_plan = None  # (free, the judge's own) GPU bytes when the memory plan was made (kp.judge.plan)
         self.others_at_plan = 0  # GPU bytes other processes held then (kp.judge.plan.held_by_others)
         self.gpu_wait_s = 0.0  # waiting for other judges on this GPU (kp.lib.timing.gpu_shared, gpu_to_itself)

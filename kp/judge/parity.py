@@ -145,9 +145,25 @@ class ConstructStage:
             self.log(f"{self.ref.name}: building the eager{' and torch.compile' if self.compile_baseline else ''}"
                      f" baselines")
             self.baseline_args = (init, self.seed, state, self.compile_baseline, self.seed)
-            for runner in self.runners:
-                with self._timed("setup: the baselines built and run once"):
-                    runner.call("baselines", "baselines", *self.baseline_args)
+        elif gpu:
+            self.prime_args = (init, self.seed, self.seed)
+        for runner in self.runners:
+            self._ready_worker(runner)
+
+    def _ready_worker(self, runner) -> None:
+        """A worker made ready for the candidate before its file is imported: the timing stage's baselines built and
+        run once in it, or without timing the reference run once and dropped (Worker.cmd_prime): either way the
+        reference has run in the candidate's process first, as in a user's."""
+        if getattr(self, "baseline_args", None):
+            with self._timed("setup: the baselines built and run once"):
+                runner.call("baselines", "baselines", *self.baseline_args)
+        elif getattr(self, "prime_args", None) and runner.isolated:
+            with self._timed("setup: the reference run once in the candidate's process"):
+                r = runner.call("prime", "prime", *self.prime_args)
+            note = (f"the reference could not run in the candidate's process before it ({r.get('why')}): a library "
+                    f"the candidate's first call uses may be set up inside that call")
+            if not r.get("primed") and note not in self.notes:
+                self.notes.append(note)
 
     def _import_rows(self) -> None:
         for row in self.rows:
@@ -162,8 +178,7 @@ class ConstructStage:
                         row.runner.close()
                         self.runners.remove(row.runner)
                         row.runner = row.respawn()
-                        if self.baseline_args:  # the baselines every worker holds for the timing stage
-                            row.runner.call("baselines", "baselines", *self.baseline_args)
+                        self._ready_worker(row.runner)
                         r = row.runner.call("import", "load", str(Path(row.path).resolve()))
                     if r.get("cpu") not in (None, mine):  # still, or threads alone: said beside the verdict
                         said = "{} CPU kernels on {} threads".format

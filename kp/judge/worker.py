@@ -26,6 +26,7 @@ from kp.lib.timing import L2Flusher
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
 JOB_TIMEOUT_S = 600  # a candidate's whole job, single run or batch (--timeout): its builds, parity and timing
+FAULTED = "its GPU work faulted"  # how a command's error begins when its call left the CUDA context unusable
 RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")  # commands after which no thread
 #                                                                            the candidate started may be working
 
@@ -39,7 +40,7 @@ def _gpu_memory() -> tuple[int, int] | None:
 def raised(stage: str, error: str, gpu_memory=_gpu_memory) -> str:
     """A call that raised. Out of GPU memory, the reason also says what the GPU has free now (whose doing that was,
     the row's or another process's, the judge decides: kp.judge.plan.memory_taken_by_others)."""
-    why = f"{stage}: raised {error}"
+    why = f"{stage}: {error}" if error.startswith(FAULTED) else f"{stage}: raised {error}"
     if "OutOfMemoryError" in error:
         try:
             mem = gpu_memory()
@@ -137,6 +138,7 @@ class Worker(MeasureCommands):
     def loop(self):
         seq = 0
         while True:
+            fault = None
             try:
                 raw = self.conn.recv_bytes()
             except EOFError:
@@ -156,7 +158,8 @@ class Worker(MeasureCommands):
             except BaseException as e:  # the candidate's failure is data for the judge, not a crash of the worker:
                 #                         sys.exit() inside a forward too, which would end this process with
                 #                         exit code 0 and nothing said
-                reply = {"ok": False, "error": error_text(e),
+                fault = gpu_fault(self.device)
+                reply = {"ok": False, "error": fault_text(fault, error_text(e)) if fault else error_text(e),
                          "traceback": traceback.format_exc(limit=-40)}  # the innermost frames: the raise
                 if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_initialized():
                     reply["gpu_held"] = torch.cuda.memory_reserved()  # what this process held: see OutOfMemory
@@ -173,8 +176,10 @@ class Worker(MeasureCommands):
             reply["seq"] = seq  # which command this answers: anything else on the channel is not this loop's
             _settle_before_sending(self.device)
             send(self.conn, reply)
-            if not reply["ok"] and self.device == "cuda" and _cuda_broken():
-                return  # a sticky CUDA error: this context is gone; the judge sees the pipe close
+            if not reply["ok"] and fault:
+                print(f"kp worker: the CUDA context is unusable after {cmd!r} ({fault}); this process ends here",
+                      file=sys.stderr, flush=True)
+                return  # a sticky CUDA error: this context is gone; the judge has the reply that says so
 
     def _interim_pipe(self, msg: dict):
         """Hand `msg` to the judge and return its answer."""
@@ -201,6 +206,30 @@ class Worker(MeasureCommands):
                 m(*x)
         torch.cuda.synchronize()
         return {}
+
+    def cmd_prime(self, init, seed: int, example_seed: int):
+        """The reference's Model built and called once on benchmark inputs, then dropped, before the candidate's file
+        is imported: the process is then in the state a user's is in when it calls a candidate after its reference
+        (cuBLAS's and cuDNN's handles and workspaces made, the kernels' modules loaded), which a candidate that
+        captures a CUDA graph at its first call relies on (a library's first use inside a capture fails). Only the
+        reference's code runs. The timing stage's baselines (cmd_baselines) do the same and stay. Returns whether it
+        ran, and why not where it did not."""
+        try:
+            with torch.device(self.device):  # the values do not matter: made where they run, not copied there
+                m = self.ref.model(init, seed, self.device, self.train)
+                x = self.ref.inputs(example_seed, self.device)
+            set_precision(self.precision)
+            with torch.no_grad():
+                m(*x)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            return {"primed": True}
+        except Exception as e:  # the judge's own run of the reference reports a broken reference; here: said
+            return {"primed": False, "why": error_text(e)}
+        finally:
+            m = x = None
+            if self.device == "cuda":
+                torch.cuda.empty_cache()
 
     def cmd_load(self, path: str):
         warm_up(self.device)
@@ -330,12 +359,29 @@ def _settle_before_sending(device: str) -> None:
             pass  # a broken context: the reply says what failed
 
 
-def _cuda_broken() -> bool:
+def gpu_fault(device: str) -> str | None:
+    """After a command raised: the CUDA error that left this process's context unusable (an illegal address, a
+    launch failure in some kernel), as CUDA reports it now; None while the context still works. Such an error is
+    sticky and asynchronous: it surfaces at whatever call comes next (a library's handle creation, a copy), so the
+    error a command raised can be a symptom of a fault earlier in the same call."""
+    if device != "cuda" or not torch.cuda.is_initialized():
+        return None
     try:
         torch.cuda.synchronize()
-        return False
-    except Exception:
-        return True
+        torch.empty(1, device="cuda").fill_(0).item()
+        return None
+    except Exception as e:
+        return first_line(e)
+
+
+def fault_text(fault: str, raised_error: str) -> str:
+    """What a command answers when its call left the context unusable: the fault first, as the defect (the
+    candidate's own GPU work faulted in this call), and the error the call raised, where it differs, as where
+    the fault surfaced."""
+    text = f"{FAULTED} in this call: {fault}"
+    if fault.split(":")[-1].strip().lower() not in raised_error.lower():
+        text += f" (it surfaced as {raised_error}, a later call's report of that fault)"
+    return text + "; CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer names the kernel"
 
 
 def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dict, cwd: str, train: bool = True,

@@ -1,0 +1,74 @@
+"""The candidate's worker: how a failed call is answered (out of GPU memory, a fault of its GPU work), and the
+state the worker is put in before the candidate's file is imported."""
+from pathlib import Path
+
+from kp.judge.worker import FAULTED, fault_text, raised
+
+
+def test_out_of_gpu_memory_says_what_the_gpu_has_free():
+    """A candidate's call that runs out of GPU memory is rejected, and the reason says what the GPU has free, since
+    on a shared GPU the memory of other processes counts against it; any other error is said as it was."""
+    from kp.judge.worker import raised
+    oom = raised("trial 2 (seed 7)", "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.06 GiB",
+                 gpu_memory=lambda: (1 << 30, 80 << 30))
+    assert oom.startswith("trial 2 (seed 7): raised OutOfMemoryError") and "1.0 of 80.0 GiB free now" in oom
+    other = raised("trial 1", "ValueError: bad shape", gpu_memory=lambda: (1, 2))
+    assert other == "trial 1: raised ValueError: bad shape"
+
+
+def test_a_fault_in_the_candidates_gpu_work_is_named_as_the_fault():
+    """A call whose GPU work faulted (an illegal address, sticky) is answered with the fault, not with the later
+    library call where CUDA reported it; where the call raised the fault itself, it is said once."""
+    sym = "RuntimeError: CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling `cublasCreate(handle)`"
+    fault = "CUDA error: an illegal memory access was encountered"
+    text = fault_text(fault, sym)
+    assert text.startswith(f"{FAULTED} in this call: {fault}") and f"it surfaced as {sym}" in text
+    why = raised("trial 1 (seed 1)", text)
+    assert why.startswith("trial 1 (seed 1): its GPU work faulted in this call: CUDA error: an illegal memory"), why
+    same = fault_text(fault, f"AcceleratorError: {fault}")
+    assert "surfaced" not in same and same.count("illegal memory access") == 1
+
+
+class _Runner:
+    def __init__(self, isolated, primed=True):
+        self.isolated, self.primed, self.calls = isolated, primed, []
+
+    def call(self, stage, cmd, *args):
+        self.calls.append(cmd)
+        return {"primed": self.primed, "why": None if self.primed else "OutOfMemoryError: CUDA out of memory"}
+
+
+def _judge(bench: bool):
+    from kp.judge.driver import Judge
+    j = Judge.__new__(Judge)
+    j.notes, j.detail = [], {}
+    j.baseline_args = ("init", 1, {}, False, 1) if bench else None
+    j.prime_args = None if bench else ("init", 1, 1)
+    return j
+
+
+def test_the_reference_runs_in_the_candidates_worker_before_its_import():
+    """Timed, the baselines run in every worker (the reference's first call there); untimed, a candidate's worker
+    runs the reference once and drops it (a library's first use then is not inside the candidate's first call, as
+    in a user's process); the judge's own in-process runner needs neither. A reference that cannot run there is said
+    in the notes, not a failure of the candidate."""
+    timed, untimed, local, short = _Runner(True), _Runner(True), _Runner(False), _Runner(True, primed=False)
+    _judge(True)._ready_worker(timed)
+    assert timed.calls == ["baselines"]
+    j = _judge(False)
+    for r in (untimed, local):
+        j._ready_worker(r)
+    assert untimed.calls == ["prime"] and local.calls == [] and not j.notes
+    j._ready_worker(short)
+    assert short.calls == ["prime"] and len(j.notes) == 1 and "could not run in the candidate's process" in j.notes[0]
+
+
+def test_prime_runs_the_reference_alone_and_says_when_it_cannot(tmp_path):
+    """cmd_prime builds the reference's Model, calls it once and keeps nothing; a reference that raises there is
+    answered with why, not raised (the judge's own run of it reports a broken reference)."""
+    from kp.judge.worker import Worker
+    ref = Path(__file__).parent / "judge_cases" / "contract" / "graphs" / "ref.py"
+    w = Worker(("file", str(ref)), "cpu", "fp32")
+    assert w.cmd_prime([512, 384], 1, 2) == {"primed": True} and not w.models and not w.baselines
+    bad = w.cmd_prime([7, 384], 1, 2)  # a layer 7 wide: the inputs are 512 wide
+    assert bad["primed"] is False and bad["why"].startswith("RuntimeError"), bad

@@ -727,6 +727,22 @@ def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
     assert rec["process_s_before_judge"] > 0  # this test process's age when the judge started
 
 
+def test_the_stage_table_books_waits_and_builds_apart(monkeypatch):
+    """A stage's wait for other judges on its GPU and the candidate's own extension builds inside it (the worker
+    counts its load/load_inline seconds) are rows of their own in the record's stage table, taken out of the stage."""
+    def stage_waits_and_builds(self, rec, init):
+        time.sleep(0.3)
+        self._waited_for_gpu(0.1)  # as timing.gpu_shared tells it
+        self.runners[0].build_s += 0.15  # as a worker's reply tells it
+    monkeypatch.setattr(judge.Judge, "stage_wb", stage_waits_and_builds, raising=False)
+    monkeypatch.setattr(judge, "STAGES", judge.STAGES + (judge.Stage("wb", "stage_wb"),))
+    ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
+    rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
+    st = rec["stage_seconds"]
+    assert st[judge.WAIT_STAGE] == 0.1 and st[judge.BUILD_STAGE] == 0.15 and 0.03 <= st["wb"] < 0.3, st
+    assert rec["gpu_wait_s"] == 0.1
+
+
 @pytest.mark.parametrize("judges", ["SCALAR", None], ids=["instruction_set", "threads"])
 def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch, judges):
     """PyTorch picks its CPU kernels per process from what the machine says of its CPU: where the candidate's

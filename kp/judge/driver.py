@@ -309,11 +309,15 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         def run_stages(stages) -> None:
             for stage in stages:
                 if stage.applies(self):
-                    t0 = time.perf_counter()
+                    t0, waited, built = time.perf_counter(), self.gpu_wait_s, self._build_s()
                     shared = stage.shares_gpu and self.device == "cuda" and not self.gpu_own
                     with timing.gpu_shared(self.log) if shared else contextlib.nullcontext():
                         getattr(self, stage.method)(rec, init)
-                    seconds[stage.name] = seconds.get(stage.name, 0.0) + time.perf_counter() - t0
+                    waited, built = self.gpu_wait_s - waited, max(self._build_s() - built, 0.0)
+                    for name, s in ((stage.name, time.perf_counter() - t0 - waited - built),
+                                    (WAIT_STAGE, waited), (BUILD_STAGE, built)):
+                        if s > 0 or name == stage.name:
+                            seconds[name] = seconds.get(name, 0.0) + max(s, 0.0)
         timing.GPU_WAITS.append(self._waited_for_gpu)
         try:
             with contextlib.ExitStack() as self.held:  # what a stage holds until the stages end (the GPU to itself)
@@ -330,6 +334,10 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         rec["stage_detail"] = {k: round(v, 2) for k, v in sorted(self.detail.items(), key=lambda kv: -kv[1])}
         rec["gpu_wait_s"] = round(self.gpu_wait_s, 2)
         return self._record_tail(rec, self.device == "cuda")
+
+    def _build_s(self) -> float:
+        """Seconds the candidates' workers have spent in their own load/load_inline calls so far."""
+        return sum(getattr(r, "build_s", 0.0) for r in self.runners)
 
     def _enough_checks(self, rec: dict) -> None:
         """No acceptance without checks: a row that would be accepted on fewer than MIN_CHECKED checked calls (its
@@ -413,6 +421,12 @@ def _process_age_s() -> float | None:
         return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
     except (OSError, ValueError, IndexError):
         return None
+
+
+# Stage-table rows that are not stages: the time a stage spent waiting for other judges on its GPU, and the time the
+# candidate's own extension builds took (load/load_inline, wherever it calls them), each taken out of its stage.
+WAIT_STAGE = "waiting for the GPU"
+BUILD_STAGE = "build"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -179,11 +179,17 @@ def first_compiler_error(text: str) -> str:
     return lines[0][:240] if lines else ""
 
 
+BUILD_SECONDS = [0.0]  # seconds this process has spent inside load and load_inline (a build, or finding one built)
+
+
 def record_build_failures(sink: list) -> None:
     """Wrap torch.utils.cpp_extension's load and load_inline so a build that fails is recorded (extension name,
     the compiler's first error) before the exception reaches the candidate, which may catch it and fall back to
-    PyTorch: the verdict then says its kernel never ran. Installed before the namespace fingerprint is taken."""
+    PyTorch: the verdict then says its kernel never ran. The seconds spent inside them add up in BUILD_SECONDS,
+    wherever the candidate calls them (import, __init__, its first call), for the record's stage table. Installed
+    before the namespace fingerprint is taken."""
     import functools
+    import time
     from torch.utils import cpp_extension as ext
 
     def wrap(fn):
@@ -192,12 +198,15 @@ def record_build_failures(sink: list) -> None:
 
         @functools.wraps(fn)
         def recorded(*args, **kwargs):
+            t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
                 name = kwargs.get("name", args[0] if args else "?")
                 sink.append({"extension": str(name), "error": first_compiler_error(e) or type(e).__name__})
                 raise
+            finally:
+                BUILD_SECONDS[0] += time.perf_counter() - t0
         recorded._kp_records_failures = True
         return recorded
     for attr in ("load", "load_inline"):

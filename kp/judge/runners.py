@@ -97,6 +97,7 @@ class ProcessRunner:
         self.passed: dict = {}  # the judged row's passed checks (what a timeout's verdict lists)
         self.seq = 0  # commands sent: each answer must carry its command's number
         self.build_failures: list[dict] = []
+        self.build_s = 0.0  # seconds the worker has spent in the candidate's load/load_inline calls (its reply says)
         if sandbox:
             self.scratch = None  # the box's private /tmp holds its working directory
             box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir)
@@ -156,6 +157,8 @@ class ProcessRunner:
             raise Rejected(f"{stage}: {FOREIGN} (numbered {reply.get('seq')!r}, the command was {self.seq})")
         reply = Reply(stage, reply)
         self.build_failures = reply.get("build_failures") or self.build_failures
+        if isinstance(reply.get("build_s"), (int, float)):
+            self.build_s = float(reply["build_s"])
         if reply.get("patched"):
             raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "
                            f"(judge, timer and baselines depend on them)")

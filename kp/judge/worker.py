@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from kp.errors import first_line, oom_request_bytes
-from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
+from kp.judge.guards import (BUILD_SECONDS, fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
 from kp.judge.float64 import hold_on
 from kp.judge.measure import MeasureCommands, export_output
@@ -173,6 +173,7 @@ class Worker(MeasureCommands):
                 reply["seconds"].update({"the command received": t_recv,
                                          "its checks after the call": time.perf_counter() - t_after})
             reply["build_failures"] = self.build_failures
+            reply["build_s"] = BUILD_SECONDS[0]
             reply["seq"] = seq  # which command this answers: anything else on the channel is not this loop's
             _settle_before_sending(self.device)
             send(self.conn, reply)

@@ -72,3 +72,17 @@ def test_prime_runs_the_reference_alone_and_says_when_it_cannot(tmp_path):
     assert w.cmd_prime([512, 384], 1, 2) == {"primed": True} and not w.models and not w.baselines
     bad = w.cmd_prime([7, 384], 1, 2)  # a layer 7 wide: the inputs are 512 wide
     assert bad["primed"] is False and bad["why"].startswith("RuntimeError"), bad
+
+
+def test_timing_the_candidates_builds_changes_nothing_the_fingerprint_guards(monkeypatch):
+    """The seconds a candidate spends in load/load_inline are counted where the namespace fingerprint does not
+    look (a list the worker owns), so a candidate that builds is not taken for one that patches the judge."""
+    from torch.utils import cpp_extension as ext
+    from kp.judge.guards import fingerprint_changes, namespace_fingerprint, record_build_failures
+    monkeypatch.setattr(ext, "load_inline", lambda *a, **k: "built")
+    monkeypatch.setattr(ext, "load", lambda *a, **k: "built")
+    sink, seconds = [], [0.0]
+    record_build_failures(sink, seconds)
+    before = namespace_fingerprint()
+    assert ext.load_inline(name="x") == "built" and ext.load(name="y") == "built"
+    assert seconds[0] > 0 and sink == [] and fingerprint_changes(before) == []

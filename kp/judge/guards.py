@@ -179,15 +179,12 @@ def first_compiler_error(text: str) -> str:
     return lines[0][:240] if lines else ""
 
 
-BUILD_SECONDS = [0.0]  # seconds this process has spent inside load and load_inline (a build, or finding one built)
-
-
-def record_build_failures(sink: list) -> None:
+def record_build_failures(sink: list, seconds: list | None = None) -> None:
     """Wrap torch.utils.cpp_extension's load and load_inline so a build that fails is recorded (extension name,
     the compiler's first error) before the exception reaches the candidate, which may catch it and fall back to
-    PyTorch: the verdict then says its kernel never ran. The seconds spent inside them add up in BUILD_SECONDS,
-    wherever the candidate calls them (import, __init__, its first call), for the record's stage table. Installed
-    before the namespace fingerprint is taken."""
+    PyTorch: the verdict then says its kernel never ran. The seconds spent inside them (a build, or finding one
+    built) add up in seconds[0], wherever the candidate calls them (import, __init__, its first call), for the
+    record's stage table. Installed before the namespace fingerprint is taken."""
     import functools
     import time
     from torch.utils import cpp_extension as ext
@@ -206,7 +203,8 @@ def record_build_failures(sink: list) -> None:
                 sink.append({"extension": str(name), "error": first_compiler_error(e) or type(e).__name__})
                 raise
             finally:
-                BUILD_SECONDS[0] += time.perf_counter() - t0
+                if seconds is not None:
+                    seconds[0] += time.perf_counter() - t0
         recorded._kp_records_failures = True
         return recorded
     for attr in ("load", "load_inline"):

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from kp.errors import first_line, oom_request_bytes
-from kp.judge.guards import (BUILD_SECONDS, fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
+from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
 from kp.judge.float64 import hold_on
 from kp.judge.measure import MeasureCommands, export_output
@@ -125,6 +125,7 @@ class Worker(MeasureCommands):
         self.ref = Reference.load(ref_spec).use_precision(precision)
         self.device, self.precision, self.conn, self.train = device, precision, conn, train
         self.build_failures: list[dict] = []
+        self.build_seconds = [0.0]  # in the candidate's load/load_inline calls (guards.record_build_failures)
         self.factories = dict(factories or {})
         self.held_inputs = None
         self.models: dict[str, object] = {}
@@ -173,7 +174,7 @@ class Worker(MeasureCommands):
                 reply["seconds"].update({"the command received": t_recv,
                                          "its checks after the call": time.perf_counter() - t_after})
             reply["build_failures"] = self.build_failures
-            reply["build_s"] = BUILD_SECONDS[0]
+            reply["build_s"] = self.build_seconds[0]
             reply["seq"] = seq  # which command this answers: anything else on the channel is not this loop's
             _settle_before_sending(self.device)
             send(self.conn, reply)
@@ -235,7 +236,7 @@ class Worker(MeasureCommands):
     def cmd_load(self, path: str):
         warm_up(self.device)
         settle_torch()
-        record_build_failures(self.build_failures)
+        record_build_failures(self.build_failures, self.build_seconds)
         cpu = cpu_kernels()  # before the candidate's code runs: what torch here picked, for the judge to compare
         p = Path(path).resolve()
         watch_thread_starts(str(p.parent))

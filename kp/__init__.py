@@ -16,15 +16,16 @@ LAYER_ORDER = (
     "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",
     # one judged call: the reference, the timer, profiles, what is watched in a candidate's process, the worker that
     # runs a model, the runners that talk to it, the boxed worker's entry
-    "judge.reference", "lib.timing", "observe.profile", "judge.guards", "judge.measure", "judge.worker",
+    "judge.reference", "lib.timing", "observe.profile", "judge.guards", "judge.measure", "judge.replies", "judge.worker",
     "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables
     "observe.ncu", "observe.report",
-    # the judge: its memory plan, what a call must return, its stages (construct and parity, KernelBench's own
-    # check, escape and own kernel, timing and ceilings, profiles), the driver that runs them in order; its roofline
-    # picture; many jobs (what a job, a job file and a results file are; candidates' builds ahead of judging; the
-    # slot a job runs in; which slots or Ray tasks run which jobs)
-    "judge.plan", "judge.expected", "judge.parity", "judge.kernelbench", "judge.escape", "judge.timed",
-    "judge.observe", "judge.driver",
+    # the judge: its memory plan, an output against what it must be, what a call must return, its stages (construct,
+    # parity, KernelBench's own check, escape and own kernel, timing and ceilings, profiles), its answers to running
+    # out of GPU memory, its record, the driver that runs them in order; its roofline picture; many jobs (what a job,
+    # a job file and a results file are; candidates' builds ahead of judging; the slot a job runs in; which slots or
+    # Ray tasks run which jobs)
+    "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.parity", "judge.kernelbench",
+    "judge.escape", "judge.timed", "judge.observe", "judge.memory", "judge.record", "judge.driver",
     "observe.plot", "batch.jobfile", "batch.ahead", "batch.slots", "batch.backends",
 )

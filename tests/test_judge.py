@@ -15,7 +15,7 @@ import torch
 
 import harness
 from kp.judge import driver as judge, escape as stage_escape, timed as stage_timing
-from kp.judge import expected, guards, plan, reference, runners, worker
+from kp.judge import expected, guards, memory, outputs, plan, reference, runners, worker
 from kp.observe import profile
 from conftest import HAS_GPU, gpu, run_script as run
 import batched
@@ -441,11 +441,11 @@ def test_the_judges_own_out_of_memory_says_whose_memory_it_was():
     alone would not help), or nothing measured; never 'another process' without the measurement."""
     g = 2**30
     args = ("softmax", ["judge start", "parity"], 7 * g, 36 * g)
-    taken = judge.own_oom_reason(*args, 12 * g, 3 * g, "CUDA out of memory. Tried to allocate 12.00 GiB")
+    taken = memory.own_oom_reason(*args, 12 * g, 3 * g, "CUDA out of memory. Tried to allocate 12.00 GiB")
     assert "other processes took 12.0 GiB" in taken and "after judge start, parity" in taken
-    own = judge.own_oom_reason(*args, 1 * g, 14 * g, "CUDA out of memory")
+    own = memory.own_oom_reason(*args, 1 * g, 14 * g, "CUDA out of memory")
     assert "no other process took GPU memory" in own and "(14.0 GiB) held more than the plan allows" in own
-    assert "not measured" in judge.own_oom_reason(*args, None, 0, "x") and "\n" not in own
+    assert "not measured" in memory.own_oom_reason(*args, None, 0, "x") and "\n" not in own
     from tools import judge_corpus  # each is the batch's and the corpus tool's "no verdict: GPU memory"
     assert all(re.search(judge_corpus.NO_VERDICT_GPU_MEMORY, "error: " + m) for m in (taken, own))
 
@@ -666,12 +666,12 @@ def test_kernelbench_check_agrees_with_torch_allclose():
     import itertools
     vals = [0.0, 1.0, -1.0, 1.005, 1.00001, float("inf"), -float("inf"), float("nan"), 1e30, -2.5]
     for g, w in itertools.product(vals, vals):
-        said = expected._allclose([torch.tensor([g])], [torch.tensor([w])], [1e-4, 1e-2])
+        said = outputs._allclose([torch.tensor([g])], [torch.tensor([w])], [1e-4, 1e-2])
         want = [torch.allclose(torch.tensor([g]), torch.tensor([w]), atol=t, rtol=t) for t in (1e-4, 1e-2)]
         assert [x == "pass" for x in said] == want, (g, w, said)
     with pytest.raises(RuntimeError):  # mixed dtypes: torch.allclose raises, so KernelBench's check fails
         torch.allclose(torch.ones(2), torch.ones(2, dtype=torch.bfloat16))
-    said = expected._allclose([torch.ones(2)], [torch.ones(2, dtype=torch.bfloat16)], [1e-2])
+    said = outputs._allclose([torch.ones(2)], [torch.ones(2, dtype=torch.bfloat16)], [1e-2])
     assert said[0].startswith("fail (output torch.float32, expected torch.bfloat16")
 
 
@@ -687,7 +687,7 @@ def test_kernelbench_check_in_slices_says_what_the_whole_says(monkeypatch):
             x.view(-1)[trial % 45] = float("nan")
         if trial % 9 == 0:
             x = w.clone()
-        said = expected._allclose([x], [w], [1e-4, 1e-2])
+        said = outputs._allclose([x], [w], [1e-4, 1e-2])
         assert [s == "pass" for s in said] == [torch.allclose(x, w, atol=t, rtol=t) for t in (1e-4, 1e-2)]
         worst = float((x - w).abs().double().nan_to_num(float("inf")).max())
         assert all(s == "pass" or s == f"fail (max difference {worst:.2e})" for s in said), (said, worst)
@@ -749,13 +749,13 @@ def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch, judges):
     process picked another instruction set than the judge's, a fresh worker is started (told the judge's choice),
     and where that still differs, or the thread counts alone differ, the record says so beside the verdict (its
     rounding may differ)."""
-    from kp.judge import parity
+    from kp.judge import construct
     import torch
     judges = judges or torch.backends.cpu.get_cpu_capability()  # the same instruction set, other threads
     workers = 2 if judges == "SCALAR" else 1
     kernels = (judges, 1 if judges == "SCALAR" else 999)
     mine = f"{kernels[0]} CPU kernels on {kernels[1]} threads"
-    monkeypatch.setattr(parity, "cpu_kernels", lambda: kernels)
+    monkeypatch.setattr(construct, "cpu_kernels", lambda: kernels)
     started = []
     real = runners.ProcessRunner.__init__
     monkeypatch.setattr(runners.ProcessRunner, "__init__", lambda self, *a, **k: started.append(1) or real(self, *a,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kp.judge import expected, float64
+from kp.judge import expected, float64, outputs
 from kp.judge.reference import Reference
 from kp.lib import numerics
 
@@ -44,14 +44,14 @@ def test_half_precision_budget_floor_and_fairness():
     accumulates half-precision GEMMs and reductions in fp32); PyTorch counts as fair on a derived input up to 16 u."""
     assert numerics.unit_roundoff(torch.bfloat16) == 2.0 ** -8 and numerics.unit_roundoff(torch.float16) == 2.0 ** -11
     assert numerics.dtype_floor(torch.float32) == numerics.ABS_FLOOR == numerics.dtype_floor(torch.int64)
-    assert expected.torch_fair_max(torch.int64) == expected.TORCH_FAIR_MAX  # an index output (argmax)
+    assert outputs.torch_fair_max(torch.int64) == outputs.TORCH_FAIR_MAX  # an index output (argmax)
     assert numerics.accumulation_floor(1, torch.bfloat16) == 2.0 ** -8
     assert numerics.accumulation_floor(2 ** 30, torch.float16) == pytest.approx(2 * 2.0 ** -24 * 2 ** 15)
     assert numerics.accumulation_floor(4096, torch.float32) == numerics.accumulation_floor(4096)
     b = numerics.budget_from(numerics.Err(5e-4, 2e-3, 0), 1, torch.bfloat16)
     assert b.rel_l2 == 2.0 ** -8 and b.worst_row == 8e-3
-    assert expected.torch_fair_max(torch.float32) == expected.TORCH_FAIR_MAX
-    assert expected.torch_fair_max(torch.bfloat16) == 16 * 2.0 ** -8
+    assert outputs.torch_fair_max(torch.float32) == outputs.TORCH_FAIR_MAX
+    assert outputs.torch_fair_max(torch.bfloat16) == 16 * 2.0 ** -8
     assert float64.fp32_only_budget(torch.float32) == float64.FP32_ONLY_BUDGET
     assert float64.fp32_only_budget(torch.bfloat16) == 2 * 2.0 ** -7
     from kp.judge.reference import UPDATE_SIZE, update_size  # a weight change stays far above the dtype's rounding

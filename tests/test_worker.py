@@ -2,13 +2,13 @@
 state the worker is put in before the candidate's file is imported."""
 from pathlib import Path
 
-from kp.judge.worker import FAULTED, fault_text, raised
+from kp.judge.replies import FAULTED, fault_text, raised
 
 
 def test_out_of_gpu_memory_says_what_the_gpu_has_free():
     """A candidate's call that runs out of GPU memory is rejected, and the reason says what the GPU has free, since
     on a shared GPU the memory of other processes counts against it; any other error is said as it was."""
-    from kp.judge.worker import raised
+    from kp.judge.replies import raised
     oom = raised("trial 2 (seed 7)", "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.06 GiB",
                  gpu_memory=lambda: (1 << 30, 80 << 30))
     assert oom.startswith("trial 2 (seed 7): raised OutOfMemoryError") and "1.0 of 80.0 GiB free now" in oom

@@ -50,17 +50,18 @@ import torch
 
 from kp.box import sandbox
 from kp.lib.build import progress
-from kp.errors import GpuMemoryShort, NoVerdict, OutOfMemory, Rejected, UsageError, first_line
+from kp.errors import NoVerdict, OutOfMemory, Rejected, UsageError
 from kp.judge.expected import Row
 from kp.lib.layers import PRECISIONS
-from kp.judge.plan import (CONTEXT_BYTES, OTHERS_SLACK, free_gpu_bytes, gpu_snapshot, memory_need,
-                           memory_taken_by_others)
 from kp.judge.reference import Reference
 from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
 from kp.judge.escape import EscapeStage
 from kp.judge.observe import ObserveStage
 from kp.judge.kernelbench import KernelBenchCheck
-from kp.judge.parity import MIN_TRIALS, CallCheck, ConstructStage, ParityStage
+from kp.judge.construct import ConstructStage
+from kp.judge.memory import OutOfMemoryVerdicts
+from kp.judge.record import RecordParts, process_age_s
+from kp.judge.parity import MIN_TRIALS, CallCheck, ParityStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
 from kp.judge.worker import JOB_TIMEOUT_S
@@ -96,24 +97,7 @@ def default_variants(problem: str, include_records: bool = False, precision: str
     return vs + (["auto"] if picks_per_call(problem) else [])
 
 
-def own_oom_reason(name: str, stages: list[str], free: int, need: int, others: int | None, workers: int,
-                   error: str) -> str:
-    """Why the judge's own process ran out of GPU memory, in one line: after which stages, what was free, and whose
-    memory filled the GPU where that was measured (others: bytes other processes took since the plan, None where no
-    plan was measured; workers: what the judged models' processes hold)."""
-    g = 2**30
-    if others is None:
-        whose = "whose memory filled the GPU was not measured"
-    elif others > OTHERS_SLACK:
-        whose = f"other processes took {others / g:.1f} GiB of the GPU during the run"
-    else:
-        whose = (f"no other process took GPU memory during the run: the judge's process and the judged models' "
-                 f"({workers / g:.1f} GiB) held more than the plan allows")
-    return (f"{name}: the GPU ran out of memory in the judge's own process after {', '.join(stages) or 'the start'} "
-            f"({free / g:.1f} GiB free now; the plan needs {need / g:.1f} GiB): {whose} ({error[:120]})")
-
-
-class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStage, TimingStage, ObserveStage):
+class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStage, TimingStage, ObserveStage):
     def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
@@ -157,7 +141,7 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         self.row_refs: dict | None = None  # ... and each row's own references, advanced through them
         self.input_buffers: dict[int, torch.Tensor] = {}
         self.t_start = time.perf_counter()
-        self.before_judge_s = _process_age_s()  # the interpreter's start, imports, argument parsing, a box's start
+        self.before_judge_s = process_age_s()  # the interpreter's start, imports, argument parsing, a box's start
         self._fp = None
         # where the float64 reference runs: decided with the memory plan (kp.judge.plan.float64_on_gpu); the host until
         # then and on --device cpu
@@ -234,57 +218,6 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
             except Rejected as e:
                 row.reject(self._out_of_memory(row, e) if isinstance(e, OutOfMemory) else e)
                 self.log(f"{self.ref.name}: {row.label} rejected at {row.reason.split(':')[0]}")
-
-    def _out_of_memory(self, row: Row, e: OutOfMemory) -> str:
-        """A row's call ran out of GPU memory. If it asked for more than the GPU had free when the plan was made, the
-        row is rejected; otherwise, if other processes took memory since, or held more than OTHERS_SLACK beyond the
-        CUDA contexts of the judge and its workers when the plan was made, there is no verdict (GpuMemoryShort: how
-        much is left beside them depends on them, and a batch judges the job again with the GPU to itself); with the
-        GPU to itself, the row is rejected. The reason says which."""
-        if self.gpu_at_plan is None:
-            return str(e)
-        g, need, free_then = 2**30, memory_need(self.fp, len(self.rows)), self.gpu_at_plan[0]
-        mine = e.held if row.runner.isolated else gpu_snapshot()[1]
-        if mine + e.asked > free_then:  # whoever else came
-            return (f"{e}; its process asked for {(mine + e.asked) / g:.1f} GiB in all, more than the "
-                    f"{free_then / g:.1f} GiB the GPU had free when the judge started")
-        held = e.held + self._workers_held(but=row.runner)
-        others = memory_taken_by_others(self.gpu_at_plan, gpu_snapshot(), held)
-        if others > OTHERS_SLACK:
-            raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory after other processes took "
-                                f"{others / g:.1f} GiB of the GPU during the run (the plan found room for "
-                                f"{need / g:.1f} GiB at its start): no verdict; judge again with the GPU to itself "
-                                f"({str(e)[:240]})")
-        own = CONTEXT_BYTES * (1 + sum(bool(r.isolated) for r in self.runners))  # contexts: ours, our workers'
-        if self.others_at_plan > OTHERS_SLACK + own:
-            raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory (its process asked for "
-                                f"{(mine + e.asked) / g:.1f} GiB in all, of the {free_then / g:.1f} GiB free at the "
-                                f"judge's start) while other processes held {self.others_at_plan / g:.1f} GiB of the "
-                                f"GPU: no verdict; judge again with the GPU to itself ({str(e)[:240]})")
-        return (f"{e}; no other process took GPU memory during the run (nor held any to speak of at its start): "
-                f"the row's process held {mine / g:.1f} GiB "
-                f"when it asked for more (the judge plans {need / g:.1f} GiB for this problem)")
-
-    def _workers_held(self, but=None) -> int:
-        """GPU bytes the judged models' own processes hold now (each worker asked), but=a runner left out."""
-        held = 0
-        for runner in self.runners:  # the workers' memory is the judge's, not another process's
-            if runner is not but and runner.isolated:
-                try:
-                    held += int(runner.call("memory", "memory").get("held", 0))
-                except (Rejected, TypeError, ValueError):
-                    pass
-        return held
-
-    def _own_oom(self, e: BaseException, stages: list[str]) -> GpuMemoryShort:
-        """The judge's own process out of GPU memory (the plan checked the free memory at its start): no verdict,
-        and whose memory it was, measured as for a row: other processes', or the judge's and its workers' own."""
-        g, need = 2**30, memory_need(self.fp, len(self.rows))
-        workers = self._workers_held()
-        others = memory_taken_by_others(self.gpu_at_plan, gpu_snapshot(), workers) if self.gpu_at_plan else None
-        return GpuMemoryShort(own_oom_reason(self.ref.name, stages, free_gpu_bytes(), need, others, workers,
-                                             first_line(e)))
-
 
     # -- the whole run ------------------------------------------------------------------------------------------
     def run_cases(self) -> list[Row]:
@@ -373,54 +306,6 @@ class Judge(ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStag
         for runner in self.runners:
             if getattr(runner, "deadline", None) is not None:
                 runner.deadline += seconds
-
-    def _record_head(self, gpu: bool) -> dict:
-        seeds = [s for _, s, _, _ in self._sequence()]
-        self.log(f"{self.ref.name}: seed {self.seed} (every input of the run is drawn from it; replay with --seed "
-                 f"{self.seed})")
-        self.skipped = []
-        rec = {"reference": self.ref.name, "ref_spec": list(self.ref.spec), "seed": self.seed, "mode": self.mode,
-               "notes_list": self.notes, "timeout_s": self.timeout_s,
-               "trial_seeds": seeds[:self.trials], "precision": self.precision, "allow_torch": self.allow_torch,
-               "device":
-               torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": self.fp,
-               "shape": self.fp["shapes"],
-               "rows": {}, "skipped": self.skipped}
-        if self.box_note:
-            rec["sandbox"] = self.box_note
-        return rec
-
-    def _record_tail(self, rec: dict, gpu: bool) -> dict:
-        rec["elapsed_s"] = round(time.perf_counter() - self.t_start, 2)  # from the judge's start: footprint included
-        if self.before_judge_s is not None:
-            rec["process_s_before_judge"] = round(self.before_judge_s, 2)
-        for row in self.rows:
-            rec["rows"][row.label] = {
-                "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
-                "pure_torch": row.pure_torch, "own_kernels": row.own_kernels,
-                "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
-                "weights": row.weights, "kernelbench": row.kernelbench, "traceback": row.traceback,
-                "build_failures": getattr(row.runner, "build_failures", [])}
-        if getattr(self, "refs", None) is not None:
-            rec["reference_precision"] = self.refs.how
-            if self.refs.chunk_proof:
-                rec["float64_reference"] += f"; run {self.refs.chunk_proof}" if not self.refs.moved else ""
-        if self.ref.host_draw and self.ref.host_draw not in self.notes:
-            self.notes.append(self.ref.host_draw)
-        rec["inputs_drawn_on"] = "the host" if self.ref.host_draw or self.device == "cpu" else "the device"
-        rec["ok"] = all(r.accepted or r.peer for r in self.rows)
-        rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
-        return rec
-
-
-def _process_age_s() -> float | None:
-    """Seconds since this process started (Linux: /proc), or None where that cannot be read."""
-    try:
-        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 # Stage-table rows that are not stages: the time a stage spent waiting for other judges on its GPU, and the time the

@@ -8,7 +8,7 @@ import time
 import torch
 
 from kp.errors import Rejected, first_line
-from kp.judge.expected import _allclose, _release
+from kp.judge.outputs import _allclose, _release
 from kp.judge.reference import _as_list, trial_seeds
 from kp.lib.numerics import HALF, clone_layout
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kp.errors import Rejected
-from kp.judge.expected import _release
+from kp.judge.outputs import _release
 
 
 class ObserveStage:

@@ -1,24 +1,20 @@
-"""The judge's construct and parity stages (KernelBench's own check is kp.judge.kernelbench). Construct: the memory
-plan, the baselines, each candidate's import, the models built after the reference's seed with its state loaded.
-Parity: one stateful sequence of checked calls (trials with weight changes, derived inputs, declared cases), each
-call checked the same way (CallCheck) against the float64 reference."""
+"""The judge's parity stage (construct and what comes before it are kp.judge.construct; KernelBench's own check is
+kp.judge.kernelbench): one stateful sequence of checked calls (trials with weight changes, derived inputs, declared
+cases), each call checked the same way (CallCheck) against the float64 reference."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 
 from kp.errors import Rejected, UsageError, first_line
-from kp.judge.expected import (Expected, Row, _Refs, _out_bytes_hint, _release, _same_buffer, _unread_counter,
-                               judge_output)
-from kp.judge.float64 import FP32_ONLY_BUDGET, float64_copy
-from kp.judge.plan import (check_memory, cpu_bench_refusal, float64_chunks, float64_on_gpu, gpu_snapshot,
-                           held_by_others, host_available)
+from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
+from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output
+from kp.judge.float64 import FP32_ONLY_BUDGET
+from kp.judge.plan import cpu_bench_refusal, host_available
 from kp.judge.premises import Premises
-from kp.judge.reference import (UPDATES, make_update, partial_map, rename_update, state_map, trial_seeds,
-                                unmapped)
-from kp.lib.numerics import budget_from, clone_layout, cpu_kernels, rel_error, same_values
+from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
+from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
 
 MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
@@ -35,159 +31,6 @@ def _overflowed(base: list, derived: list) -> str | None:
             return (f"the derived input overflows {x.dtype} (its largest finite value is "
                     f"{torch.finfo(x.dtype).max:.5g}), outside the problem's domain in this precision")
     return None
-
-
-class ConstructStage:
-    """Construct: each row's model built after the reference's seed with the reference's state loaded as far as it
-    maps (methods of kp.judge.driver.Judge)."""
-
-    def _build(self, row: Row, refs: _Refs, init, seed: int, stage: str = "construct", state=None,
-               load: bool = True) -> None:
-        """Construct the row's model after the seed and load the reference's state (its state now, or `state`) as
-        far as it maps: whole (by name, or in order where the names differ but the shapes line up), else
-        KernelBench's same-seed contract (what has the same name and shape is loaded, the rest keeps the
-        candidate's own same-seed initialisation, and only what maps is changed between calls)."""
-        reply = row.runner.call(stage, "build", row.label, init, seed)
-        keys = [(k, tuple(s)) for k, s in reply["keys"]]
-        if self.train and reply.get("eval_modules"):
-            kinds = reply["eval_modules"]
-            what = "BatchNorm would use running statistics" if any("Norm" in k for k in kinds) else \
-                "Dropout would be off"
-            raise Rejected(f"{stage}: ModelNew is in eval mode (self.training is False) but the reference trains: "
-                           f"{what} ({', '.join(kinds)}); --mode eval judges inference semantics")
-        ref_keys = refs.keys()
-        names = state_map(ref_keys, keys) if ref_keys else {}
-        if names is None:  # in order again without the counters nothing reads (a rewrite need not keep them)
-            names = state_map([(k, s) for k, s in ref_keys if not _unread_counter(refs.r32, k)], keys)
-        if names is None:
-            names = partial_map(ref_keys, keys)
-            if row.weights is None:
-                params = {k for k, _ in refs.r32.named_parameters()}
-                moved = sorted(k for k in names if k in params)
-                left = unmapped(ref_keys, keys, names)
-                row.weights = ("same-seed init; " + (f"loaded and changed between calls: {len(moved)} of "
-                                                     f"{len(params)} parameters by name" if moved else
-                                                     "not changed between calls: no parameter maps")
-                               + (f" ({left})" if left else ""))
-                self.log(f"{self.ref.name}: {row.label} weights: {row.weights}")
-        row.names = names
-        if names and load:
-            state = {names[k]: v for k, v in (refs.state() if state is None else state).items() if k in names}
-            row.runner.call(stage, "update", row.label, {"kind": "load_state_dict", "state": state})
-
-    def _fresh_refs(self, init) -> _Refs:
-        """The references as built after the seed, holding the current weights and buffers: where calls carry
-        state, both they and the rows start again from here."""
-        old = self.refs
-        new = _Refs(self.ref, init, self.seed, self.device, old.f64_device, self.train, chunks=old.chunks)
-        new.r32.load_state_dict(old.state())
-        new.r64 = float64_copy(new.r32, new.f64_device)
-        new.how, new.moved, new.chunk_proof, new.state_attrs = old.how, old.moved, old.chunk_proof, old.state_attrs
-        new._state_calls = old._state_calls
-        new.initial = old.initial
-        return new
-
-    def _own_init(self, row: Row, init, label: str, pristine: list, exp: Expected) -> str | None:
-        """A row wrong with the reference's weights loaded, judged once more at its own same-seed initialisation
-        (nothing loaded): when that passes, why it failed is that its parameters mean something else."""
-        try:
-            row.runner.call(label, "build", row.label, init, self.seed)
-            self._check_call(row, label, pristine, exp)
-        except Rejected:
-            return None
-        how = "by name" if all(k == v for k, v in row.names.items()) else "in order"
-        return (f"right at its own same-seed initialisation, wrong with the reference's weights loaded {how}: its "
-                f"parameters mean something else (e.g. pre-scaled, transposed or folded)")
-
-    def _eval_semantics(self, row: Row, init, label: str, pristine: list) -> str | None:
-        """A training-mode row wrong at its first call, judged once more against the reference in eval mode (a fresh
-        one, as built): when that passes, the candidate normalises with running statistics where a training Model
-        uses the batch's, the defect of BatchNorm folded or fused for inference, and the reason says so. Only the
-        first call comes here, before any weight change: the reference's state as built is its state now with the
-        buffers that call moved put back."""
-        if not (self.train and any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats
-                                   for m in self.refs.r32.modules())):
-            return None
-        try:
-            exp = _Refs(self.ref, init, self.seed, self.device, self.refs.f64_device, train=False).expected(
-                pristine, self.precision)
-            as_built = {**self.refs.state(), **self.refs.initial}
-            self._build(row, self.refs, init, self.seed, stage=label, state=as_built)
-            self._check_call(row, label, pristine, exp)
-        except Rejected:
-            return None
-        return ("it matches the reference in eval mode: it normalises with BatchNorm's running statistics where a "
-                "training-mode Model uses the batch's (--mode eval judges inference semantics)")
-
-    def stage_setup(self, rec: dict, init) -> None:
-        self._setup(init, self.device == "cuda")
-        rec["float64_reference"] = self.f64_where
-
-    def stage_import(self, rec: dict, init) -> None:
-        self._import_rows()
-
-    def _setup(self, init, gpu: bool) -> None:
-        """The memory plan, then the eager and torch.compile baselines in every runner."""
-        if gpu:
-            self.gpu_at_plan = gpu_snapshot()
-            self.others_at_plan = held_by_others(self.gpu_at_plan)
-            free = self.gpu_at_plan[0]
-            check_memory(self.ref.name, self.fp, len(self.rows), free)
-            on_gpu, why = float64_on_gpu(self.fp, len(self.rows), free)
-            self.f64_chunks = 0 if on_gpu else float64_chunks(self.fp, len(self.rows), free)
-            self.f64_device = self.device if on_gpu or self.f64_chunks else "cpu"
-            self.f64_where = f"{'the GPU' if on_gpu else 'the host'} ({why})" if not self.f64_chunks else \
-                f"the GPU in {self.f64_chunks} slices of the batch where it can be sliced, else the host ({why})"
-            self.log(f"{self.ref.name}: the float64 reference runs on {self.f64_where}")
-        refs0 = self.ref.model(init, self.seed, self.device, self.train)
-        state = refs0.state_dict()
-        if gpu and self.bench:
-            self.log(f"{self.ref.name}: building the eager{' and torch.compile' if self.compile_baseline else ''}"
-                     f" baselines")
-            self.baseline_args = (init, self.seed, state, self.compile_baseline, self.seed)
-        elif gpu:
-            self.prime_args = (init, self.seed, self.seed)
-        for runner in self.runners:
-            self._ready_worker(runner)
-
-    def _ready_worker(self, runner) -> None:
-        """A worker made ready for the candidate before its file is imported: the timing stage's baselines built and
-        run once in it, or without timing the reference run once and dropped (Worker.cmd_prime): either way the
-        reference has run in the candidate's process first, as in a user's."""
-        if getattr(self, "baseline_args", None):
-            with self._timed("setup: the baselines built and run once"):
-                runner.call("baselines", "baselines", *self.baseline_args)
-        elif getattr(self, "prime_args", None) and runner.isolated:
-            with self._timed("setup: the reference run once in the candidate's process"):
-                r = runner.call("prime", "prime", *self.prime_args)
-            note = (f"the reference could not run in the candidate's process before it ({r.get('why')}): a library "
-                    f"the candidate's first call uses may be set up inside that call")
-            if not r.get("primed") and note not in self.notes:
-                self.notes.append(note)
-
-    def _import_rows(self) -> None:
-        for row in self.rows:
-            if row.runner.isolated:
-                try:
-                    with self._timed("import: the candidate's worker ready and its file imported"):
-                        r = row.runner.call("import", "load", str(Path(row.path).resolve()))
-                    mine = cpu_kernels()
-                    if r.get("cpu") and r["cpu"][0] != mine[0] and row.respawn is not None:
-                        # one PyTorch, two choices of its CPU kernels (a box started before this process imported
-                        # torch chose its own): a fresh worker is told this process's choice
-                        row.runner.close()
-                        self.runners.remove(row.runner)
-                        row.runner = row.respawn()
-                        self._ready_worker(row.runner)
-                        r = row.runner.call("import", "load", str(Path(row.path).resolve()))
-                    if r.get("cpu") not in (None, mine):  # still, or threads alone: said beside the verdict
-                        said = "{} CPU kernels on {} threads".format
-                        self.notes.append(f"the candidate's process runs PyTorch's {said(*r['cpu'])}, the judge's "
-                                          f"its {said(*mine)}: PyTorch's own operators may round differently there")
-                    if not r["has_model_new"]:
-                        row.reject("import: the file defines no class ModelNew")
-                except Rejected as e:
-                    row.reject(e)
 
 
 class CallCheck:

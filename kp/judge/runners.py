@@ -14,7 +14,8 @@ from pathlib import Path
 from kp.box.start import WORKER_PRELOAD, candidate_build_dir, candidate_paths
 from kp.errors import OutOfMemory, Rejected, oom_request_bytes
 from kp.judge.guards import late_message
-from kp.judge.worker import REPLY_TIMEOUT_S, Worker, _settle_before_sending, error_text, raised, worker_main
+from kp.judge.replies import _settle_before_sending, error_text, raised
+from kp.judge.worker import REPLY_TIMEOUT_S, Worker, worker_main
 from kp.lib.registry import ROOT
 
 

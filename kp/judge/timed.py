@@ -12,7 +12,7 @@ import time
 import torch
 
 from kp.errors import GpuMemoryShort, OutOfMemory, Rejected
-from kp.judge.expected import _release, judge_output
+from kp.judge.outputs import _release, judge_output
 from kp.lib.numerics import same_values
 from kp.judge.plan import free_gpu_bytes, memory_need
 from kp.lib.timing import copy_bandwidth, gemm_rates, gpu_to_itself

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import pickle
 import sys
 import threading
 import time
@@ -14,11 +13,12 @@ from pathlib import Path
 
 import torch
 
-from kp.errors import first_line, oom_request_bytes
+from kp.errors import oom_request_bytes
 from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
 from kp.judge.float64 import hold_on
 from kp.judge.measure import MeasureCommands, export_output
+from kp.judge.replies import _settle_before_sending, error_text, fault_text, gpu_fault, send
 from kp.judge.reference import Reference, apply_update, describe
 from kp.lib.layers import set_precision
 from kp.lib.numerics import cpu_kernels
@@ -26,46 +26,11 @@ from kp.lib.timing import L2Flusher
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
 JOB_TIMEOUT_S = 600  # a candidate's whole job, single run or batch (--timeout): its builds, parity and timing
-FAULTED = "its GPU work faulted"  # how a command's error begins when its call left the CUDA context unusable
 RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")  # commands after which no thread
 #                                                                            the candidate started may be working
 
 # ---------------------------------------------------------------------------------------------------------------
 # Worker: holds the judged models; runs in a process of its own for a candidate file, in this process for variants.
-
-def _gpu_memory() -> tuple[int, int] | None:
-    return torch.cuda.mem_get_info() if torch.cuda.is_available() else None
-
-
-def raised(stage: str, error: str, gpu_memory=_gpu_memory) -> str:
-    """A call that raised. Out of GPU memory, the reason also says what the GPU has free now (whose doing that was,
-    the row's or another process's, the judge decides: kp.judge.plan.memory_taken_by_others)."""
-    why = f"{stage}: {error}" if error.startswith(FAULTED) else f"{stage}: raised {error}"
-    if "OutOfMemoryError" in error:
-        try:
-            mem = gpu_memory()
-        except RuntimeError:  # a GPU that cannot answer: the reason as it was
-            mem = None
-        if mem:
-            why += f" (the GPU has {mem[0] / 2**30:.1f} of {mem[1] / 2**30:.1f} GiB free now)"
-    return why
-
-
-def error_text(e: BaseException) -> str:
-    """What a command that raised answers: 'Type: first line'. Out of GPU memory, also what the raising process's
-    allocator holds then (taken here, in that process: a worker's figures, not the judge's), since its own
-    tensors are the ones a reader can act on. An exit asked for from inside a command (sys.exit, exit()) says so."""
-    if isinstance(e, SystemExit):
-        return (f"SystemExit: the candidate's code asked its process to exit (sys.exit or exit() with code "
-                f"{e.code!r}) in the middle of the judge's command")
-    text = f"{type(e).__name__}: {first_line(e)}"
-    if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_available() and torch.cuda.is_initialized():
-        g = 2**30
-        text += (f" [the raising process: {torch.cuda.memory_allocated() / g:.1f} GiB allocated, "
-                 f"{torch.cuda.memory_reserved() / g:.1f} GiB reserved, peak {torch.cuda.max_memory_allocated() / g:.1f}"
-                 f" GiB]")
-    return text
-
 
 def nan_fill_cached_free(reserve_bytes: int) -> None:
     """Fill the caching allocator's free blocks (and at least reserve_bytes of them) with 0xFF bytes = NaN, so
@@ -320,70 +285,6 @@ class Worker(MeasureCommands):
         if not isinstance(m, torch.nn.Module):
             return {"buffers": {}}
         return {"buffers": {k: v.detach().clone() for k, v in m.state_dict().items()}}
-
-
-def owned_copy(msg):
-    """`msg` with every tensor replaced by a detached copy in memory this process owns: what is sent when a tensor
-    cannot cross as it is (CUDA-graph pool memory, which CUDA cannot export; a non-leaf tensor that requires
-    grad, which pickling refuses)."""
-    if isinstance(msg, torch.Tensor):
-        with torch.no_grad():
-            return msg.detach().clone()
-    if isinstance(msg, dict):
-        return {k: owned_copy(v) for k, v in msg.items()}
-    if isinstance(msg, (tuple, list)):
-        return type(msg)(owned_copy(v) for v in msg)
-    return msg
-
-
-def send(conn, msg: dict) -> None:
-    """Send `msg` to the judge; where a tensor in it cannot be shared as it is, send owned copies instead. The
-    message is pickled whole before anything is written, so a failed first try leaves the channel clean."""
-    try:
-        conn.send(msg)
-    except (RuntimeError, TypeError, pickle.PicklingError):
-        msg = owned_copy(msg)
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()  # the copies are written before the judge reads them
-        conn.send(msg)
-
-
-def _settle_before_sending(device: str) -> None:
-    """Finish this process's GPU work before a message with GPU tensors leaves it. A storage the receiver already
-    maps (the judge refills one input buffer per layout, so the worker keeps mapping the same one) is taken from
-    torch's IPC cache without waiting on the sender's event: unsynchronised, the receiver can read a buffer that is
-    still being written (seen as a correct kernel reading the previous call's inputs while other jobs kept the GPU
-    busy)."""
-    if device == "cuda" and torch.cuda.is_initialized():
-        try:
-            torch.cuda.synchronize()
-        except Exception:
-            pass  # a broken context: the reply says what failed
-
-
-def gpu_fault(device: str) -> str | None:
-    """After a command raised: the CUDA error that left this process's context unusable (an illegal address, a
-    launch failure in some kernel), as CUDA reports it now; None while the context still works. Such an error is
-    sticky and asynchronous: it surfaces at whatever call comes next (a library's handle creation, a copy), so the
-    error a command raised can be a symptom of a fault earlier in the same call."""
-    if device != "cuda" or not torch.cuda.is_initialized():
-        return None
-    try:
-        torch.cuda.synchronize()
-        torch.empty(1, device="cuda").fill_(0).item()
-        return None
-    except Exception as e:
-        return first_line(e)
-
-
-def fault_text(fault: str, raised_error: str) -> str:
-    """What a command answers when its call left the context unusable: the fault first, as the defect (the
-    candidate's own GPU work faulted in this call), and the error the call raised, where it differs, as where
-    the fault surfaced."""
-    text = f"{FAULTED} in this call: {fault}"
-    if fault.split(":")[-1].strip().lower() not in raised_error.lower():
-        text += f" (it surfaced as {raised_error}, a later call's report of that fault)"
-    return text + "; CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer names the kernel"
 
 
 def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dict, cwd: str, train: bool = True,

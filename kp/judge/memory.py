@@ -1,0 +1,80 @@
+"""Out of GPU memory, whose doing it was: a row's call (rejected where it asked for more than the GPU had free at the
+plan, else no verdict where other processes took or held the memory), the judge's own process (no verdict, with
+whose memory filled the GPU). Methods of kp.judge.driver.Judge."""
+from __future__ import annotations
+
+from kp.errors import GpuMemoryShort, OutOfMemory, Rejected, first_line
+from kp.judge.expected import Row
+from kp.judge.plan import (CONTEXT_BYTES, OTHERS_SLACK, free_gpu_bytes, gpu_snapshot, memory_need,
+                           memory_taken_by_others)
+
+
+def own_oom_reason(name: str, stages: list[str], free: int, need: int, others: int | None, workers: int,
+                   error: str) -> str:
+    """Why the judge's own process ran out of GPU memory, in one line: after which stages, what was free, and whose
+    memory filled the GPU where that was measured (others: bytes other processes took since the plan, None where no
+    plan was measured; workers: what the judged models' processes hold)."""
+    g = 2**30
+    if others is None:
+        whose = "whose memory filled the GPU was not measured"
+    elif others > OTHERS_SLACK:
+        whose = f"other processes took {others / g:.1f} GiB of the GPU during the run"
+    else:
+        whose = (f"no other process took GPU memory during the run: the judge's process and the judged models' "
+                 f"({workers / g:.1f} GiB) held more than the plan allows")
+    return (f"{name}: the GPU ran out of memory in the judge's own process after {', '.join(stages) or 'the start'} "
+            f"({free / g:.1f} GiB free now; the plan needs {need / g:.1f} GiB): {whose} ({error[:120]})")
+
+
+class OutOfMemoryVerdicts:
+    """The judge's answers to running out of GPU memory (methods of kp.judge.driver.Judge)."""
+
+    def _out_of_memory(self, row: Row, e: OutOfMemory) -> str:
+        """A row's call ran out of GPU memory. If it asked for more than the GPU had free when the plan was made, the
+        row is rejected; otherwise, if other processes took memory since, or held more than OTHERS_SLACK beyond the
+        CUDA contexts of the judge and its workers when the plan was made, there is no verdict (GpuMemoryShort: how
+        much is left beside them depends on them, and a batch judges the job again with the GPU to itself); with the
+        GPU to itself, the row is rejected. The reason says which."""
+        if self.gpu_at_plan is None:
+            return str(e)
+        g, need, free_then = 2**30, memory_need(self.fp, len(self.rows)), self.gpu_at_plan[0]
+        mine = e.held if row.runner.isolated else gpu_snapshot()[1]
+        if mine + e.asked > free_then:  # whoever else came
+            return (f"{e}; its process asked for {(mine + e.asked) / g:.1f} GiB in all, more than the "
+                    f"{free_then / g:.1f} GiB the GPU had free when the judge started")
+        held = e.held + self._workers_held(but=row.runner)
+        others = memory_taken_by_others(self.gpu_at_plan, gpu_snapshot(), held)
+        if others > OTHERS_SLACK:
+            raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory after other processes took "
+                                f"{others / g:.1f} GiB of the GPU during the run (the plan found room for "
+                                f"{need / g:.1f} GiB at its start): no verdict; judge again with the GPU to itself "
+                                f"({str(e)[:240]})")
+        own = CONTEXT_BYTES * (1 + sum(bool(r.isolated) for r in self.runners))  # contexts: ours, our workers'
+        if self.others_at_plan > OTHERS_SLACK + own:
+            raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory (its process asked for "
+                                f"{(mine + e.asked) / g:.1f} GiB in all, of the {free_then / g:.1f} GiB free at the "
+                                f"judge's start) while other processes held {self.others_at_plan / g:.1f} GiB of the "
+                                f"GPU: no verdict; judge again with the GPU to itself ({str(e)[:240]})")
+        return (f"{e}; no other process took GPU memory during the run (nor held any to speak of at its start): "
+                f"the row's process held {mine / g:.1f} GiB "
+                f"when it asked for more (the judge plans {need / g:.1f} GiB for this problem)")
+
+    def _workers_held(self, but=None) -> int:
+        """GPU bytes the judged models' own processes hold now (each worker asked), but=a runner left out."""
+        held = 0
+        for runner in self.runners:  # the workers' memory is the judge's, not another process's
+            if runner is not but and runner.isolated:
+                try:
+                    held += int(runner.call("memory", "memory").get("held", 0))
+                except (Rejected, TypeError, ValueError):
+                    pass
+        return held
+
+    def _own_oom(self, e: BaseException, stages: list[str]) -> GpuMemoryShort:
+        """The judge's own process out of GPU memory (the plan checked the free memory at its start): no verdict,
+        and whose memory it was, measured as for a row: other processes', or the judge's and its workers' own."""
+        need = memory_need(self.fp, len(self.rows))
+        workers = self._workers_held()
+        others = memory_taken_by_others(self.gpu_at_plan, gpu_snapshot(), workers) if self.gpu_at_plan else None
+        return GpuMemoryShort(own_oom_reason(self.ref.name, stages, free_gpu_bytes(), need, others, workers,
+                                             first_line(e)))

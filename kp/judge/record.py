@@ -1,0 +1,61 @@
+"""The judge's record: its head (what was judged, how, with which seeds) written before the stages, its tail (each
+row's verdict and evidence, the timings) after them. Methods of kp.judge.driver.Judge."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import time
+
+import torch
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc), or None where that cannot be read."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class RecordParts:
+    """The record's head and tail (methods of kp.judge.driver.Judge)."""
+
+    def _record_head(self, gpu: bool) -> dict:
+        seeds = [s for _, s, _, _ in self._sequence()]
+        self.log(f"{self.ref.name}: seed {self.seed} (every input of the run is drawn from it; replay with --seed "
+                 f"{self.seed})")
+        self.skipped = []
+        rec = {"reference": self.ref.name, "ref_spec": list(self.ref.spec), "seed": self.seed, "mode": self.mode,
+               "notes_list": self.notes, "timeout_s": self.timeout_s,
+               "trial_seeds": seeds[:self.trials], "precision": self.precision, "allow_torch": self.allow_torch,
+               "device":
+               torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": self.fp,
+               "shape": self.fp["shapes"],
+               "rows": {}, "skipped": self.skipped}
+        if self.box_note:
+            rec["sandbox"] = self.box_note
+        return rec
+
+    def _record_tail(self, rec: dict, gpu: bool) -> dict:
+        rec["elapsed_s"] = round(time.perf_counter() - self.t_start, 2)  # from the judge's start: footprint included
+        if self.before_judge_s is not None:
+            rec["process_s_before_judge"] = round(self.before_judge_s, 2)
+        for row in self.rows:
+            rec["rows"][row.label] = {
+                "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
+                "pure_torch": row.pure_torch, "own_kernels": row.own_kernels,
+                "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
+                "weights": row.weights, "kernelbench": row.kernelbench, "traceback": row.traceback,
+                "build_failures": getattr(row.runner, "build_failures", [])}
+        if getattr(self, "refs", None) is not None:
+            rec["reference_precision"] = self.refs.how
+            if self.refs.chunk_proof:
+                rec["float64_reference"] += f"; run {self.refs.chunk_proof}" if not self.refs.moved else ""
+        if self.ref.host_draw and self.ref.host_draw not in self.notes:
+            self.notes.append(self.ref.host_draw)
+        rec["inputs_drawn_on"] = "the host" if self.ref.host_draw or self.device == "cpu" else "the device"
+        rec["ok"] = all(r.accepted or r.peer for r in self.rows)
+        rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
+        return rec

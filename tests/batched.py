@@ -5,7 +5,7 @@ A judge case costs a GPU test 15-25 s as a single command (a fresh judge process
 time) and a warm slot 1-6 s, so the GPU tests judge their cases this way. Each job is judged as `run.py ARGS`
 judges it: the same parser and the same options (run.judge_opts), the same job function as `run.py --jobs`; its
 result line has the verdict line, whether it is ok, and the judge's full record. The mechanism runs in CI on CPU
-slots (test_judge.py, test_batched_cases_keep_each_commands_verdict)."""
+slots (test_judge_cases.py, test_batched_cases_keep_each_commands_verdict)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +14,8 @@ import run
 from kp.batch import backends, jobfile
 
 
-# The GPU tests served by one batch per pytest process (tests/test_judge.py's gpu_batch fixture): the batch's time
-# is theirs together, whichever of them sets it up.
+# The GPU tests served by one batch per pytest process (tests/test_judge_cases.py's gpu_batch fixture): the batch's
+# time is theirs together, whichever of them sets it up.
 GPU_BATCHED = ("test_judge_case_on_gpu", "test_wrong_case_rejected_on_gpu")
 
 

@@ -12,6 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 HAS_GPU = torch.cuda.is_available()
+# Each judge on the CPU plans its benchmark-shape calls in this much host memory (kp.judge.plan.host_budget), not in
+# three quarters of what the host has free: the suite runs several judges at once (xdist), each seeing the same free
+# memory. A test that needs another budget sets its own.
+os.environ.setdefault("KP_CPU_MEMORY", str(3 << 29))
 
 
 def gpu(test):

@@ -345,3 +345,22 @@ def test_a_slot_does_not_charge_waiting_for_the_gpu_to_its_job():
     time.sleep(0.1)
     res = s.poll(timeout_s=90)
     assert res["verdict"] == "accepted" and 139 < res["elapsed_s"] < 150
+
+
+def test_the_batch_table_leaves_out_empty_columns_and_says_where_a_candidate_raised(tmp_path):
+    """Nothing timed (the CPU, --no-bench): no timing columns; a rejection whose call raised in the candidate's own
+    code names its file and line; the progress line while the batch runs is the verdict's head and its seconds."""
+    from kp.batch.backends import short_verdict
+    from kp.batch.jobfile import format_table
+    cand = tmp_path / "raises.py"
+    tb = f'Traceback (most recent call last):\n  File "{cand}", line 4, in forward\n    return x.view(-1, 7)\n'
+    lines = [{"job": {"name": "ref: good.py"}, "gpu": "cpu0", "ok": True, "elapsed_s": 9.0, "summary": {},
+              "verdict": "accepted (parity only on cpu) in 9.0 s"},
+             {"job": {"name": "ref: raises.py"}, "gpu": "cpu0", "ok": False, "elapsed_s": 0.5, "summary": {},
+              "verdict": "rejected: trial 1 (seed 5): raised RuntimeError: shape in 0.5 s",
+              "record": {"rows": {"candidate": {"traceback": tb, "path": str(cand)}}}}]
+    table = format_table(lines)
+    assert table.splitlines()[0].split() == ["job", "gpu", "s", "verdict"], table
+    assert table.splitlines()[2].endswith("in 0.5 s [at raises.py:4]"), table
+    assert short_verdict(lines[1]["verdict"]) == "rejected: trial 1 (seed 5) in 0.5 s"
+    assert short_verdict(lines[0]["verdict"]) == "accepted in 9.0 s"

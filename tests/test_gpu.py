@@ -1,6 +1,6 @@
 """GPU: the softmax shape sweep for every variant; bad input gets a clear error; the compile cache behaves (warm load,
 stale lock, compile errors); the timer's call order. (Parity of every variant on every declared case and the
-benchmark shape goes through the judge: tests/test_judge.py.)"""
+benchmark shape goes through the judge: tests/test_judge_cases.py.)"""
 import os
 import shutil
 import subprocess

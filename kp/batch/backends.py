@@ -90,6 +90,14 @@ class Progress:
         self.bar.close()
 
 
+def short_verdict(verdict: str) -> str:
+    """A verdict as the progress line says it while the batch runs: its head ("accepted", "rejected: trial 1") and the
+    seconds; the whole line is in the table at the end and in the results file."""
+    head = verdict.split(" (")[0] if verdict.startswith("accepted") else ": ".join(verdict.split(": ")[:2])
+    secs = verdict.rsplit(" in ", 1)[1] if " in " in verdict and verdict.endswith(" s") else None
+    return head[:100] + (f" in {secs}" if secs and not head.endswith(" s") else "")
+
+
 def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results: list, progress: Progress) -> None:
     line = {"key": key, "job": {"name": job.name, **job.as_dict()}, "gpu": where, "ok": res["ok"],
             "verdict": res["verdict"], "elapsed_s": res.get("elapsed_s"), "gpu_name": res.get("gpu_name"),
@@ -100,7 +108,7 @@ def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results
     if out is not None:
         append_result(out, line)
     results.append(line)
-    progress.done(res["ok"], f"{where:>4}  {job.name}: {res['verdict']}")
+    progress.done(res["ok"], f"{where:>4}  {job.name}: {short_verdict(res['verdict'])}")
 
 
 class GpuUse:

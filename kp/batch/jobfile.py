@@ -150,21 +150,32 @@ def summary(res: dict) -> dict:
 
 
 def format_table(lines: list[dict]) -> str:
-    """Accepted first, fastest against eager first; rejected after, with their reasons."""
+    """Accepted first, fastest against eager first; rejected after, with their reasons (and, where the candidate's
+    own code raised, its innermost line). Columns that are empty in every row (nothing timed, one row per job) are
+    left out."""
+    from kp.observe.report import own_frames
+
     def sort_key(d):
         s = d.get("summary") or {}
         return (not d["ok"], -(s.get("vs_eager") or 0.0), d["job"]["name"])
     rows = sorted(lines, key=sort_key)
     w = max([20] + [len(d["job"]["name"]) for d in rows])
     g = max([4] + [len(str(d.get("gpu", "-"))) for d in rows])
-    out = [f"{'job':{w}} {'gpu':>{g}} {'row':>16} {'ms':>8} {'vs eager':>8} {'vs comp':>7} {'s':>5}  verdict"]
+    cols = [("row", 16, lambda s: str(s.get("row") or "-")[-16:], "row"),
+            ("ms", 8, lambda s: f"{s['ms']:.3f}" if s.get("ms") else "-", "ms"),
+            ("vs eager", 8, lambda s: f"{s['vs_eager']:.2f}x" if s.get("vs_eager") else "-", "vs_eager"),
+            ("vs comp", 7, lambda s: f"{s['vs_torch.compile']:.2f}x" if s.get("vs_torch.compile") else "-",
+             "vs_torch.compile")]
+    cols = [c for c in cols if any((d.get("summary") or {}).get(c[3]) for d in rows)]
+    out = [f"{'job':{w}} {'gpu':>{g}} " + "".join(f"{name:>{cw}} " for name, cw, _, _ in cols) + f"{'s':>5}  verdict"]
     for d in rows:
         s = d.get("summary") or {}
-        ms = f"{s['ms']:8.3f}" if s.get("ms") else f"{'-':>8}"
-        ve = f"{s['vs_eager']:7.2f}x" if s.get("vs_eager") else f"{'-':>8}"
-        vc = f"{s['vs_torch.compile']:6.2f}x" if s.get("vs_torch.compile") else f"{'-':>7}"
-        out.append(f"{d['job']['name']:{w}} {str(d.get('gpu', '-')):>{g}} {str(s.get('row') or '-')[-16:]:>16} {ms} "
-                   f"{ve} {vc} {d.get('elapsed_s', 0):5.0f}  {d['verdict']}")
+        cand = ((d.get("record") or {}).get("rows") or {}).get("candidate") or {}
+        frames = own_frames(cand.get("traceback"), cand.get("path"), most=1) if not d["ok"] else []
+        where = f" [at {frames[0].split(' in ')[0]}]" if frames else ""
+        out.append(f"{d['job']['name']:{w}} {str(d.get('gpu', '-')):>{g}} "
+                   + "".join(f"{f(s):>{cw}} " for _, cw, f, _ in cols)
+                   + f"{d.get('elapsed_s', 0):5.0f}  {d['verdict']}{where}")
     n_ok = sum(d["ok"] for d in lines)
     out.append(f"{n_ok} accepted, {len(lines) - n_ok} rejected")
     return "\n".join(out)

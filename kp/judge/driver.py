@@ -97,7 +97,8 @@ def default_variants(problem: str, include_records: bool = False, precision: str
     return vs + (["auto"] if picks_per_call(problem) else [])
 
 
-class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStage, TimingStage, ObserveStage):
+class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStage,
+            TimingStage, ObserveStage):
     def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
@@ -217,7 +218,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
                 stage_fn(row)
             except Rejected as e:
                 row.reject(self._out_of_memory(row, e) if isinstance(e, OutOfMemory) else e)
-                self.log(f"{self.ref.name}: {row.label} rejected at {row.reason.split(':')[0]}")
+                self.log(f"{self.ref.name}: {row.label} rejected at {row.reason.split(':')[0].split(' (')[0]}")
 
     # -- the whole run ------------------------------------------------------------------------------------------
     def run_cases(self) -> list[Row]:
@@ -280,7 +281,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
             why = rec.get("notes") or "too few calls could be checked here"
             raise NoVerdict(f"{self.ref.name}: no verdict: {', '.join(r.label for r in short)} passed "
                             f"{min(len(r.checks) for r in short)} checked calls, fewer than the {MIN_CHECKED} an "
-                            f"acceptance needs ({why}); judge it on a GPU, or on a host with room for its shapes")
+                            f"acceptance needs ({why}); judge it on a GPU, or on a host with more free memory")
 
     @contextlib.contextmanager
     def _timed(self, what: str):

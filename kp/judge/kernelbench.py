@@ -37,8 +37,12 @@ class KernelBenchCheck:
             self.log(f"{self.ref.name}: no parity to check (the reference alone is timed against torch.compile; "
                      f"--no-bench checks its own Model against float64 instead)")
             return
-        self.log(f"{self.ref.name}: parity done in {time.perf_counter() - self.t_parity:.0f} s "
-                 f"({sum(r.accepted for r in self.rows)}/{len(self.rows)} rows pass)")
+        live = [r for r in self.rows if r.accepted]
+        checked = min((len(r.checks) for r in live), default=0)
+        self.log(f"{self.ref.name}: parity done in {time.perf_counter() - self.t_parity:.0f} s: " +
+                 (f"{len(live)} of {len(self.rows)} rows pass, at least {checked} checked calls each" if checked else
+                  f"{len(live)} of {len(self.rows)} rows not rejected, no call checked here" if live else
+                  "every row rejected"))
 
     def _kernelbench(self, init, runs: bool = True) -> None:
         """KernelBench's own correctness check on each candidate, beside ours (it never decides the verdict):

@@ -11,7 +11,7 @@ from kp.errors import Rejected, UsageError, first_line
 from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
 from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output
 from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.judge.plan import cpu_bench_refusal, host_available
+from kp.judge.plan import cpu_bench_refusal, host_budget
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
 from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
@@ -131,25 +131,25 @@ class ParityStage:
     def stage_parity(self, rec: dict, init) -> None:
         """Parity on the benchmark shape (where it can run here), then the declared cases."""
         self.t_parity = time.perf_counter()
-        why_not = None if self.device == "cuda" else cpu_bench_refusal(self.fp, host_available())
-        if why_not:  # on the CPU: a smaller shape of the reference's own family, where one fits
-            room = host_available()
+        room = None if self.device == "cuda" else host_budget()
+        why_not = None if room is None else cpu_bench_refusal(self.fp, room)
+        if why_not:  # on the CPU: the largest smaller shape of the reference's own family that fits
             scaled = self.ref.scale_to_fit(lambda fp: cpu_bench_refusal(fp, room) is None)
             if scaled:
                 self._fp = self.ref.footprint(self.device)
                 said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in scaled.items())
-                self.notes.append(f"{why_not}; judged at a smaller shape of the reference's family ({said}: "
-                                  f"{self.fp['shapes']})")
-                rec["judged_shape"] = self.fp["shapes"]
+                self.notes.append(f"judged at {self.fp['shapes']} ({said}): the benchmark shape needs more host "
+                                  f"memory")
                 why_not = None
                 self._each(lambda row: row.runner.isolated and row.runner.call("scale", "scale", scaled))
         self.bench_parity = why_not is None
+        rec["judged_shape"] = self.fp["shapes"] if self.bench_parity else None  # rec["shape"]: the benchmark's
         if self.bench_parity:
             self._parity_bench(init)
             self._drop_input_buffers()
         else:
-            rec["notes"] = (f"{why_not}, nor a smaller shape of its family (none fits, or none runs: only "
-                            f"module-level sizes that get_inputs() alone reads may shrink); declared cases only")
+            rec["notes"] = (f"{why_not}, nor a smaller shape of its family ({self.ref.no_smaller_shape}); declared "
+                            f"cases only")
         self._parity_cases()
         self._drop_input_buffers()
 

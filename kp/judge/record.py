@@ -24,8 +24,8 @@ class RecordParts:
 
     def _record_head(self, gpu: bool) -> dict:
         seeds = [s for _, s, _, _ in self._sequence()]
-        self.log(f"{self.ref.name}: seed {self.seed} (every input of the run is drawn from it; replay with --seed "
-                 f"{self.seed})")
+        self.log(f"{self.ref.name}: every input of the run is drawn from --seed {self.seed} (give it again to "
+                 f"replay them)")
         self.skipped = []
         rec = {"reference": self.ref.name, "ref_spec": list(self.ref.spec), "seed": self.seed, "mode": self.mode,
                "notes_list": self.notes, "timeout_s": self.timeout_s,

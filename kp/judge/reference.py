@@ -42,6 +42,7 @@ class Reference:
         self.bound = getattr(module, "BOUND", None)
         self.problem = spec[1] if spec[0] == "problem" else None
         self.host_draw: str | None = None  # why get_inputs() is drawn on the host, where it could not run on the device
+        self.no_smaller_shape = ""  # why scale_to_fit found no smaller shape of the family, once it has looked
         self.dtype: torch.dtype | None = None  # fp16/bf16 modes: every floating input, weight and buffer cast to it
 
     def use_precision(self, precision: str) -> "Reference":
@@ -100,7 +101,7 @@ class Reference:
         are. The batch (a size that moves only dimension 0 of the inputs) is halved first; then sizes that move no
         input's last dimension (spatial extents, sequence lengths); the last dimension, the row most operators
         reduce, is kept. Each size is halved down to 2 at the least; sizes are tried on the meta device, where
-        nothing is allocated."""
+        nothing is allocated. Where it returns {}, `no_smaller_shape` says why."""
         g = vars(self.module)
         reads = lambda f: _code_names(getattr(f, "__code__", None))
         model_names = set().union(*(_code_names(getattr(v, "__code__", None))
@@ -110,6 +111,7 @@ class Reference:
                  if type(g.get(n)) is int and g[n] > 2]
         base = self._meta_shapes()
         if base is None:
+            self.no_smaller_shape = "its get_inputs() does not run on the meta device, where shapes are tried"
             return {}
         moves = {}
         for n in names:
@@ -134,6 +136,12 @@ class Reference:
                 ok = self._fits(fits)
             if ok:
                 return {k: (v, g[k]) for k, v in original.items() if g[k] != v}
+        if moves:
+            self.no_smaller_shape = (f"the smallest it may take, {', '.join(f'{n} = {g[n]}' for n in moves)}, does not "
+                                     f"fit either")
+        else:
+            self.no_smaller_shape = ("no module-level size that only get_inputs() reads, and that moves no input's "
+                                     "last dimension, sets its shapes: only such sizes may shrink")
         g.update(original)
         return {}
 

@@ -7,14 +7,14 @@ from kp.lib.numerics import over_budget
 from kp.observe.profile import kernel_base_name
 
 def kernelbench_line(r: dict) -> str | None:
-    """KernelBench's own check on the same candidate, beside the verdict and never deciding it:
-    "KernelBench's own check (torch.allclose, atol = rtol): pass at 1e-4, fail at 1e-2"."""
+    """KernelBench's own check on the same candidate (torch.allclose, atol = rtol), beside the verdict and never
+    deciding it: "KernelBench: pass at 1e-4, fail at 1e-2". None where it ran at no tolerance (a rejection before
+    it, or out of GPU memory there): the record's `kernelbench` says why."""
     kb = r.get("kernelbench")
-    if not kb:
+    if not kb or all(str(v).startswith("not") for v in kb.values()):
         return None
     word = lambda v: v if v in ("pass",) else v.split(" ")[0] + (" run" if v.startswith("not") else "")
-    return "KernelBench's own check (torch.allclose, atol = rtol): " + ", ".join(f"{word(v)} at {k}"
-                                                                              for k, v in kb.items())
+    return "KernelBench: " + ", ".join(f"{word(v)} at {k}" for k, v in kb.items())
 
 
 def own_frames(traceback: str | None, path: str | None, most: int = 3) -> list[str]:
@@ -61,19 +61,16 @@ def verdict(rec: dict, label: str = "candidate") -> str:
 def _verdict(rec: dict, label: str) -> str:
     r = rec["rows"][label]
     box = rec.get("sandbox", "")
-    unboxed = f"ran {box}" if box.startswith("unsandboxed: ") else None  # asked for, not available: always said
+    # asked for, not available: always said, in short (the record's `sandbox` has the whole reason)
+    unboxed = f"ran unboxed: {box.split(': ', 1)[1].split(' (')[0]}" if box.startswith("unsandboxed: ") else None
     if not r["accepted"]:
         notes = row_notes(rec, r) + ([unboxed] if unboxed else [])
         return f"rejected: {r['reason']}" + (f" ({'; '.join(notes)})" if notes else "")
     notes = []
-    if rec.get("stages_not_run"):
-        notes.append(f"parity only on {rec['device']}: {', '.join(rec['stages_not_run'])} checks need a GPU and "
-                     f"were not run")
+    if rec.get("stages_not_run"):  # on the CPU: --allow-torch or not, whether a kernel of its own runs is not seen
+        notes.append(f"parity only on {rec['device']}: {', '.join(rec['stages_not_run'])} need a GPU")
     if r.get("pure_torch"):
         notes.append("pure PyTorch: no kernel of its own ran (--allow-torch)")
-    elif rec.get("allow_torch") and rec.get("stages_not_run"):
-        notes.append("--allow-torch: a pure-PyTorch rewrite is accepted; whether a kernel of its own runs is seen "
-                     "on a GPU only")
     if rec.get("mode") == "eval":
         notes.append("eval mode: inference semantics")
     if unboxed:
@@ -185,8 +182,7 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
                 e, wr = (f"{failed[0].rel_l2:8.1e}", f"{failed[0].worst_row:9.1e}") if failed else \
                     (f"{'-':>8}", f"{'-':>9}")
             v = ("accepted" + (" (pure PyTorch)" if r["pure_torch"] else "")) if r["accepted"] else \
-                (f"rejected{' (peer, not gated)' if r['peer'] else ''}" +
-                 (" (the reason is on the last line)" if verdict_follows else f": {r['reason']}"))
+                (f"rejected{' (peer, not gated)' if r['peer'] else ''}" + ("" if verdict_follows else f": {r['reason']}"))
             cols += f" {e} {wr}  {v}"
         elif k == "eager" and torch_err is not None:
             cols += f" {torch_err:8.1e} {'':9}  (PyTorch fp32's own error, worst call)"

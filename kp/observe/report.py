@@ -8,13 +8,13 @@ from kp.observe.profile import kernel_base_name
 
 def kernelbench_line(r: dict) -> str | None:
     """KernelBench's own check on the same candidate (torch.allclose, atol = rtol), beside the verdict and never
-    deciding it: "KernelBench: pass at 1e-4, fail at 1e-2". None where it ran at no tolerance (a rejection before
+    deciding it: "KernelBench 1e-4 pass, 1e-2 fail". None where it ran at no tolerance (a rejection before
     it, or out of GPU memory there): the record's `kernelbench` says why."""
     kb = r.get("kernelbench")
     if not kb or all(str(v).startswith("not") for v in kb.values()):
         return None
     word = lambda v: v if v in ("pass",) else v.split(" ")[0] + (" run" if v.startswith("not") else "")
-    return "KernelBench: " + ", ".join(f"{word(v)} at {k}" for k, v in kb.items())
+    return "KernelBench " + ", ".join(f"{k} {word(v)}" for k, v in kb.items())
 
 
 def own_frames(traceback: str | None, path: str | None, most: int = 3) -> list[str]:
@@ -62,7 +62,7 @@ def _verdict(rec: dict, label: str) -> str:
     r = rec["rows"][label]
     box = rec.get("sandbox", "")
     # asked for, not available: always said, in short (the record's `sandbox` has the whole reason)
-    unboxed = f"ran unboxed: {box.split(': ', 1)[1].split(' (')[0]}" if box.startswith("unsandboxed: ") else None
+    unboxed = f"unboxed: {box.split(': ', 1)[1].split(' (')[0]}" if box.startswith("unsandboxed: ") else None
     if not r["accepted"]:
         notes = row_notes(rec, r) + ([unboxed] if unboxed else [])
         return f"rejected: {r['reason']}" + (f" ({'; '.join(notes)})" if notes else "")

@@ -1,0 +1,33 @@
+"""The judge a search loop keeps warm (kp.batch.session.JudgeSession): slots started once, candidates as files or
+as source text, a verdict per candidate with the fields of a `--out` record, in the order given."""
+from pathlib import Path
+
+import pytest
+
+from kp.batch.session import JudgeSession
+from kp.errors import UsageError
+
+BATCH = Path(__file__).resolve().parent / "batch"
+WRONG_SOURCE = (BATCH / "wrong.py").read_text()
+
+
+def test_a_session_judges_files_and_source_text_in_order_on_warm_slots():
+    with JudgeSession(BATCH / "ref.py", slots=2, device="cpu", allow_torch=True, timeout_s=120) as judge:
+        first = judge(BATCH / "good.py")
+        assert first["ok"] and first["verdict"].startswith("accepted") and first["record"]["rows"]["candidate"]
+        many = judge.many([BATCH / "good.py"], sources=[WRONG_SOURCE, WRONG_SOURCE])
+        assert [v["ok"] for v in many] == [True, False, False], [v["verdict"] for v in many]
+        same = lambda v: v["verdict"].rsplit(" in ", 1)[0]  # the verdict, without its seconds
+        assert many[1]["verdict"].startswith("rejected: trial 1") and same(many[1]) == same(many[2])
+        assert {"ok", "verdict", "elapsed_s", "summary", "record", "job", "gpu"} <= set(many[0])
+        seeds = {v["record"]["seed"] for v in [first, *many]}
+        assert len(seeds) == 1  # every candidate of the session meets the same inputs and weights
+        slots = [s.proc.pid for s, _ in judge.slots]
+    assert all(pid for pid in slots)
+
+
+def test_a_session_refuses_what_it_cannot_judge():
+    with pytest.raises(UsageError, match="neither a file nor a built-in problem"):
+        JudgeSession("no_such_ref.py", device="cpu")
+    with pytest.raises(UsageError, match="unknown judge options"):
+        JudgeSession(BATCH / "ref.py", device="cpu", bench_mark=False)

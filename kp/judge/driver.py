@@ -280,8 +280,8 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         if short:
             why = rec.get("notes") or "too few calls could be checked here"
             raise NoVerdict(f"{self.ref.name}: no verdict: {', '.join(r.label for r in short)} passed "
-                            f"{min(len(r.checks) for r in short)} checked calls, fewer than the {MIN_CHECKED} an "
-                            f"acceptance needs ({why}); judge it on a GPU, or on a host with more free memory")
+                            f"{min(len(r.checks) for r in short)} of the {MIN_CHECKED} checked calls an acceptance "
+                            f"needs ({why}); judge it on a GPU or a host with more free memory")
 
     @contextlib.contextmanager
     def _timed(self, what: str):

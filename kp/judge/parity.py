@@ -148,8 +148,7 @@ class ParityStage:
             self._parity_bench(init)
             self._drop_input_buffers()
         else:
-            rec["notes"] = (f"{why_not}, nor a smaller shape of its family ({self.ref.no_smaller_shape}); declared "
-                            f"cases only")
+            rec["notes"] = f"{why_not}; no smaller shape of its family: {self.ref.no_smaller_shape}"
         self._parity_cases()
         self._drop_input_buffers()
 

@@ -58,9 +58,9 @@ def cpu_bench_refusal(fp: dict, budget: int) -> str | None:
     if need <= budget:
         return None
     io = fp["inputs"] + fp["outputs"]
-    return (f"the benchmark shape was not run on the CPU: its calls need about {need / 2**30:.1f} GiB of host memory "
-            f"(inputs and outputs {io / 2**30:.1f} GiB, the forward's peak {fp.get('peak', 0) / 2**30:.1f} GiB, with "
-            f"the float64 reference and the candidate's copies), over the {budget / 2**30:.1f} GiB planned for here")
+    return (f"the benchmark shape needs about {need / 2**30:.1f} GiB of host memory with the judge's copies (inputs and "
+            f"outputs {io / 2**30:.1f} GiB, a forward's peak {fp.get('peak', 0) / 2**30:.1f} GiB), {budget / 2**30:.1f} "
+            f"GiB planned here")
 
 
 def footprint_bytes(fp: dict) -> int:

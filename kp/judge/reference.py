@@ -141,11 +141,9 @@ class Reference:
             if ok:
                 return {k: (v, g[k]) for k, v in original.items() if g[k] != v}
         if moves:
-            self.no_smaller_shape = (f"the smallest it may take, {', '.join(f'{n} = {g[n]}' for n in moves)}, does not "
-                                     f"fit either")
+            self.no_smaller_shape = f"even at {', '.join(f'{n} = {g[n]}' for n in moves)} it does not fit"
         else:
-            self.no_smaller_shape = ("no module-level size that only get_inputs() reads, and that moves no input's "
-                                     "last dimension, sets its shapes: only such sizes may shrink")
+            self.no_smaller_shape = "no module-level size that get_inputs() alone reads sets its batch or extents"
         g.update(original)
         return {}
 

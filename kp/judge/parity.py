@@ -138,8 +138,8 @@ class ParityStage:
             if scaled:
                 self._fp = self.ref.footprint(self.device)
                 said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in scaled.items())
-                self.notes.append(f"judged at {self.fp['shapes']} ({said})")  # the record: why (judged_shape_why)
-                rec["judged_shape_why"] = why_not
+                self.notes.append(f"judged at {self.fp['shapes']}")  # the record: how and why
+                rec["judged_shape_why"] = f"{why_not}; {said}"
                 why_not = None
                 self._each(lambda row: row.runner.isolated and row.runner.call("scale", "scale", scaled))
         self.bench_parity = why_not is None

@@ -338,8 +338,8 @@ def test_no_row_is_accepted_on_fewer_than_the_minimum_checked_calls():
         j.ref, j.device = ref, device
         checks = {f"trial {i}": {} for i in range(judge.MIN_CHECKED - 1)}
         j.rows = [expected.Row("candidate", None, checks=dict(checks))]
-        with pytest.raises(NoVerdict, match=r"no verdict: candidate passed 2 of the 3 checked calls an acceptance "
-                                            r"needs \(the benchmark shape needs about 60.0 GiB"):
+        with pytest.raises(NoVerdict, match=r"no verdict: candidate passed 2 of the 3 checked calls it needs "
+                                            r"\(the benchmark shape needs about 60.0 GiB"):
             j._enough_checks({"notes": "the benchmark shape needs about 60.0 GiB of host memory"})
         j.rows[0].checks["trial 9"] = {}
         j._enough_checks({})  # enough

@@ -278,10 +278,12 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         shapes did not fit where it ran, and it declares too few cases) gets no verdict, on any device."""
         short = [r for r in self.rows if r.accepted and not r.peer and len(r.checks) < MIN_CHECKED]
         if short:
-            why = rec.get("notes") or "too few calls could be checked here"
+            if rec.get("notes") and getattr(self, "log", None):  # the whole reason, its figures, before the verdict
+                self.log(f"{self.ref.name}: {rec['notes']}")
+            why = getattr(self, "no_room", None) or rec.get("notes") or "too few calls could be checked here"
             raise NoVerdict(f"{self.ref.name}: no verdict: {', '.join(r.label for r in short)} passed "
-                            f"{min(len(r.checks) for r in short)} of the {MIN_CHECKED} checked calls an acceptance "
-                            f"needs ({why}); judge it on a GPU or a host with more free memory")
+                            f"{min(len(r.checks) for r in short)} of the {MIN_CHECKED} checked calls it needs ({why}); "
+                            f"judge it on a GPU or a larger host")
 
     @contextlib.contextmanager
     def _timed(self, what: str):

@@ -11,7 +11,7 @@ from kp.errors import Rejected, UsageError, first_line
 from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
 from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output
 from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.judge.plan import cpu_bench_refusal, host_budget
+from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
 from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
@@ -149,6 +149,8 @@ class ParityStage:
             self._drop_input_buffers()
         else:
             rec["notes"] = f"{why_not}; no smaller shape of its family: {self.ref.no_smaller_shape}"
+            self.no_room = (f"its shape needs {cpu_need(self.fp) / 2**30:.1f} GiB of host memory, {room / 2**30:.1f} "
+                            f"GiB here, none smaller fits")  # the verdict's short form
         self._parity_cases()
         self._drop_input_buffers()
 

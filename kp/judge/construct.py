@@ -106,7 +106,8 @@ class ConstructStage:
         self._import_rows()
 
     def _setup(self, init, gpu: bool) -> None:
-        """The memory plan, then the eager and torch.compile baselines in every runner."""
+        """The memory plan, then every worker made ready (_ready_worker): the eager and torch.compile baselines in
+        it where the run is timed, else the reference run once in each candidate's worker."""
         if gpu:
             self.gpu_at_plan = gpu_snapshot()
             self.others_at_plan = held_by_others(self.gpu_at_plan)
@@ -118,11 +119,10 @@ class ConstructStage:
             self.f64_where = f"{'the GPU' if on_gpu else 'the host'} ({why})" if not self.f64_chunks else \
                 f"the GPU in {self.f64_chunks} slices of the batch where it can be sliced, else the host ({why})"
             self.log(f"{self.ref.name}: the float64 reference runs on {self.f64_where}")
-        refs0 = self.ref.model(init, self.seed, self.device, self.train)
-        state = refs0.state_dict()
-        if gpu and self.bench:
+        if gpu and self.bench:  # the baselines hold the reference's weights as built after the seed
             self.log(f"{self.ref.name}: building the eager{' and torch.compile' if self.compile_baseline else ''}"
                      f" baselines")
+            state = self.ref.model(init, self.seed, self.device, self.train).state_dict()
             self.baseline_args = (init, self.seed, state, self.compile_baseline, self.seed)
         elif gpu:
             self.prime_args = (init, self.seed, self.seed)

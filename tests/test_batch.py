@@ -185,6 +185,36 @@ def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     assert warm["ok"], warm["verdict"]
 
 
+def test_builds_started_in_init_or_at_the_first_call_are_built_ahead_too(tmp_path):
+    """A candidate that builds in its ModelNew's __init__ or at its first call is built ahead as well: its ModelNew
+    made and called on the meta device, where the build runs and nothing else does. The 'build' is a file written
+    into its build folder; each candidate is right only when it finds the file there when its judging reaches the
+    build (a judging that had to build gives the identity instead of the ReLU). A batch judges the candidates that
+    build nothing first, while the builds run beside it."""
+    from kp.batch import ahead, slots
+    head = ("import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
+            "# noqa: F401\n\n# {tag}\n\n\ndef build():\n    mark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) "
+            "/ 'built'\n    ahead = mark.exists()\n    mark.write_text('x')\n    return ahead\n\n\n")
+    in_init = ("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+               "        self.ahead = build()\n\n    def forward(self, x):\n"
+               "        return torch.relu(x) if self.ahead else x\n")
+    first_call = ("class ModelNew(nn.Module):\n    ahead = None\n\n    def forward(self, x):\n"
+                  "        if self.ahead is None:\n            self.ahead = build()\n"
+                  "        return torch.relu(x).clone() if self.ahead else x\n")
+    opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
+    jobs = []
+    for name, body in (("init", in_init), ("first_call", first_call)):
+        (tmp_path / f"{name}.py").write_text(head.format(tag=f"{name} {tmp_path}") + body)
+        jobs.append(jobfile.make_job(("file", str(CASES / "ref.py")), tmp_path / f"{name}.py", opts))
+    pure = jobfile.make_job(("file", str(CASES / "ref.py")), CASES / "good.py", opts)
+    order, builds = ahead.build_ahead_of_slots(jobs + [pure], [None], timeout_s=120, procs=2)
+    assert order == [pure] + jobs and builds is not None  # what builds nothing is judged first
+    builds.join(120)
+    for job in jobs:
+        res = slots.run_job(job)
+        assert res["ok"], (job.candidate, res["verdict"])
+
+
 def test_each_slot_is_told_its_next_job_and_every_job_runs_once(monkeypatch):
     """A slot holds the job it runs next (its box is started while the job before it runs): each job is run once,
     a slot's next job is the one it was told of, and at the end of the queue an idle slot takes another slot's next
@@ -301,7 +331,7 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
             self.closed = True
 
     monkeypatch.setattr(backends, "Slot", FakeSlot)
-    monkeypatch.setattr(backends, "build_ahead_of_slots", lambda *a: None)
+    monkeypatch.setattr(backends, "build_ahead_of_slots", lambda jobs, gpus, timeout_s: (jobs, None))
     monkeypatch.setattr(backends, "_forks_workers", lambda jobs: False)
     jobs = [jobfile.make_job(("file", CASES / "ref.py"), c, {"device": "cuda", "seed": 1}) for c in CANDS[:4]]
     out = tmp_path / "r.jsonl"

@@ -100,17 +100,17 @@ def test_timing_holds_the_gpu_against_other_judges(monkeypatch, tmp_path):
     """Two judges sharing a GPU time one at a time: the second waits (and says so) until the first lets go."""
     import fcntl
     import os
-    from kp.lib import timing
-    monkeypatch.setattr(timing, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
+    from kp.lib import gpu_lock
+    monkeypatch.setattr(gpu_lock, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
     said = []
-    with timing.gpu_to_itself(said.append):
+    with gpu_lock.gpu_to_itself(said.append):
         fd = os.open(tmp_path / "gpu.lock", os.O_RDWR)
         with pytest.raises(BlockingIOError):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go on leaving; now held by "another judge"
     import threading
     threading.Timer(0.3, os.close, (fd,)).start()
-    with timing.gpu_to_itself(said.append):  # waits until the other lets go
+    with gpu_lock.gpu_to_itself(said.append):  # waits until the other lets go
         pass
     assert said[0].startswith("waiting for the GPU") and said[1].startswith("GPU free after")
 
@@ -121,32 +121,32 @@ def test_no_judge_times_while_another_is_in_a_gpu_stage(monkeypatch, tmp_path):
     every wait is told (a judge moves its deadline by it, a batch slot its limit)."""
     import threading
     import time
-    from kp.lib import timing
-    monkeypatch.setattr(timing, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
+    from kp.lib import gpu_lock
+    monkeypatch.setattr(gpu_lock, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
     told, events = [], []
-    monkeypatch.setattr(timing, "GPU_WAITS", [told.append])
+    monkeypatch.setattr(gpu_lock, "GPU_WAITS", [told.append])
     in_stage, leave_stage = threading.Event(), threading.Event()
 
     def judge_in_parity():
-        with timing.gpu_shared():
+        with gpu_lock.gpu_shared():
             events.append("A in parity")
             in_stage.set()
             leave_stage.wait(5)
             events.append("A leaves parity")
 
     def judge_starting_parity():
-        with timing.gpu_shared():
+        with gpu_lock.gpu_shared():
             events.append("C in parity")
 
     a = threading.Thread(target=judge_in_parity)
     a.start()
     in_stage.wait(5)
-    with timing.gpu_shared():  # two judges' stages side by side: no wait
+    with gpu_lock.gpu_shared():  # two judges' stages side by side: no wait
         events.append("D in parity beside A")
     c = threading.Thread(target=judge_starting_parity)
     threading.Timer(0.3, c.start).start()  # asks for its stage while B waits to time
     threading.Timer(0.6, leave_stage.set).start()
-    with timing.gpu_to_itself():
+    with gpu_lock.gpu_to_itself():
         events.append("B times")
         time.sleep(0.3)
         events.append("B done")
@@ -154,6 +154,69 @@ def test_no_judge_times_while_another_is_in_a_gpu_stage(monkeypatch, tmp_path):
     c.join(5)
     assert events == ["A in parity", "D in parity beside A", "A leaves parity", "B times", "B done", "C in parity"]
     assert len(told) == 2 and told[0] > 0.4 and told[1] > 0.2  # B waited for A's stage, C for B's timing
+
+
+def test_a_judge_waiting_to_time_waits_for_one_call_not_a_whole_stage(monkeypatch, tmp_path):
+    """A judge in a long shared stage pulses before each command it sends: a judge asking to time gets the GPU at
+    the next pulse, and the stage goes on after that judge's timing (its wait told like any other)."""
+    import threading
+    import time
+    from kp.lib import gpu_lock
+    monkeypatch.setattr(gpu_lock, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
+    told, events = [], []
+    monkeypatch.setattr(gpu_lock, "GPU_WAITS", [told.append])
+    started, stop = threading.Event(), threading.Event()
+
+    def long_parity():
+        with gpu_lock.gpu_shared():
+            started.set()
+            for call in range(200):  # a 10 s stage of 50 ms calls
+                gpu_lock.pulse()
+                events.append(("A call", time.perf_counter()))
+                if stop.is_set():
+                    return
+                time.sleep(0.05)
+
+    a = threading.Thread(target=long_parity)
+    a.start()
+    started.wait(5)
+    time.sleep(0.2)
+    t_ask = time.perf_counter()
+    with gpu_lock.gpu_to_itself():
+        t_in = time.perf_counter()
+        time.sleep(0.3)
+        t_out = time.perf_counter()
+    time.sleep(0.2)
+    stop.set()
+    a.join(5)
+    assert t_in - t_ask < 0.5  # one call's length, not the stage's 10 s
+    assert not [t for what, t in events if t_in < t < t_out]  # no call of A while B timed
+    assert [t for what, t in events if t > t_out]  # A's stage went on after
+    assert told and max(told) > 0.2  # A's wait behind B's timing, told
+
+
+def test_the_escape_check_without_timing_confirms_a_host_clock_objection_with_the_gpu_alone(monkeypatch):
+    """Without timing the escape check shares the GPU; a host clock that objects on every try is tried once more
+    with the GPU to itself, and that try decides (here: an honest call slowed by other judges' kernels)."""
+    import contextlib
+    from kp.judge import escape
+    slowed = [(23.5, 15.5, 0.05)] * 5
+    honest = [(15.6, 15.5, 0.05)] * 5
+    alone = []
+
+    @contextlib.contextmanager
+    def to_itself(log=None):
+        alone.append(True)
+        yield
+    monkeypatch.setattr(escape, "gpu_to_itself", to_itself)
+    runner = _EscapeReplies([slowed, slowed, slowed, honest])
+    j = _escape_judge()
+    j.device, j.gpu_own = "cuda", False
+    info = j._escape(judge.Row("candidate", runner))
+    assert alone == [True] and runner.calls == 4 and info["host_excess_ms"] < info["threshold_ms"]
+    j.gpu_own = True  # with timing the GPU is this judge's already: the objection stands
+    with pytest.raises(judge.Rejected, match="host clock saw"):
+        j._escape(judge.Row("candidate", _EscapeReplies([slowed, slowed, slowed, honest])))
 
 
 def test_a_judge_waiting_for_the_gpu_moves_its_deadline():
@@ -166,7 +229,10 @@ def test_a_judge_waiting_for_the_gpu_moves_its_deadline():
     before = j.deadline
     j._waited_for_gpu(7.5)
     assert j.deadline == before + 7.5 and j.runners[0].deadline == 57.5 and j.gpu_wait_s == 7.5
-    assert [s.name for s in judge.STAGES if s.shares_gpu] == ["setup and baselines", "parity", "kernelbench check"]
+    assert [s.name for s in judge.STAGES if s.shares_gpu(j)] == [  # without timing: no stage holds the GPU alone
+        "setup and baselines", "parity", "kernelbench check", "escape", "timing", "traffic, memory and ceilings"]
+    j.bench = True
+    assert [s.name for s in judge.STAGES if s.shares_gpu(j)] == ["setup and baselines", "parity", "kernelbench check"]
 
 
 def test_timed_call_check_rejects_a_stale_output_and_modified_inputs():

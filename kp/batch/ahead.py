@@ -10,6 +10,7 @@ there, with its reason.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -48,20 +49,22 @@ def worth_it(jobs: list[Job], slots: int, procs: int) -> list[Job]:
 
 
 def build_one(job: Job, timeout_s: float) -> str | None:
-    """Import one candidate as the judge's import stage does; None, or why it did not import."""
+    """One candidate's builds, wherever it starts them (Worker.cmd_prebuild: its import, then its ModelNew built and
+    called on the meta device), in the box its judging uses, with the GPUs visible (torch reads them for its
+    architecture flags) but no CUDA context made, so a hundred builds beside the slots take none of a GPU's memory.
+    None, or why it did not import."""
     from kp.box import sandbox
     from kp.judge.runners import candidate_runner
     opts = dict(job.opts)
     try:
-        runner = candidate_runner(job.ref, job.candidate, opts.get("device") or "cuda",
-                                  opts.get("precision") or "fp32", lambda msg: False,
+        runner = candidate_runner(job.ref, job.candidate, "cpu", opts.get("precision") or "fp32", lambda msg: False,
                                   boxed=sandbox.choice(opts.get("sandbox", True))[0],
                                   train=opts.get("mode", "train") == "train",
                                   deadline=time.monotonic() + timeout_s, limit_s=timeout_s)
     except Exception as e:
         return f"{type(e).__name__}: {e}"
     try:
-        runner.call("import", "load", str(Path(job.candidate).resolve()))
+        runner.call("import", "prebuild", str(Path(job.candidate).resolve()))
         return None
     except Rejected as e:
         return str(e)
@@ -92,20 +95,43 @@ def builders() -> int:
     return max(1, n // 2)
 
 
-def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: float) -> None:
-    """A batch's builds ahead, where worth it (`worth_it`), on the first slot's GPU: the kind the builds target
-    (torch reads the visible GPUs for its architecture flags), as the slots' own imports will see it."""
-    procs = builders()
+def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: float, procs: int | None = None):
+    """A batch's builds ahead, where worth it (`worth_it`), beside the slots' judging from its start: a background
+    thread builds `procs` at a time, in the order the slots will meet the candidates; a slot that reaches one still
+    building waits for that build (torch's own lock on the build folder), never builds it twice. The GPUs visible to
+    the builds are the first slot's (the kind the builds target: torch reads them for its architecture flags).
+    Returns the jobs in the order to judge them (the candidates that build nothing first, so the builds get ahead)
+    and the thread (join it to wait for the builds). procs: builds at once (None: `builders`)."""
+    procs = procs or builders()
     ahead = worth_it(jobs, len(gpus), procs)
     if not ahead:
-        return
-    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if gpus[0] is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]
+        return jobs, None
+    import threading
+    first = {id(j) for j in ahead}
+    built = {j.candidate for j in ahead}
+    order = [j for j in jobs if j.candidate not in built] + [j for j in jobs if j.candidate in built]
+    env = {"CUDA_VISIBLE_DEVICES": gpus[0]} if gpus[0] is not None else {}
+
+    def run() -> None:
+        with _environment(env):
+            build_ahead([j for j in order if id(j) in first], procs, timeout_s,
+                        log=lambda s: print(s, file=sys.stderr, flush=True))
+    thread = threading.Thread(target=run, name="kp-build-ahead", daemon=True)
+    thread.start()
+    return order, thread
+
+
+@contextlib.contextmanager
+def _environment(env: dict):
+    """os.environ with `env` set, for the builds' boxes (each takes the environment at its start); the slots set
+    their own GPU in their own processes."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
-        build_ahead(ahead, procs, timeout_s, log=lambda s: print(s, file=sys.stderr, flush=True))
+        yield
     finally:
-        if saved is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

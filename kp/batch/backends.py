@@ -173,7 +173,9 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     GPU's other slots, the boxes its slot started ahead, or other processes) is judged once more at the end, with its
     GPU to itself, and recorded then."""
     todo, results = _todo(jobs, out)
-    build_ahead_of_slots([job for job, _ in todo], gpus, timeout_s)
+    keyed = {id(job): (job, key) for job, key in todo}
+    order, builds = build_ahead_of_slots([job for job, _ in todo], gpus, timeout_s)  # beside the slots
+    todo = [keyed[id(job)] for job in order]
     bar = Progress(len(todo), progress)
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -210,6 +212,8 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
                 if id(s) not in kept:
                     s.close()
             _drain(deque(again), list(alone.values()), timeout_s, bar, record, most=0)
+        if builds is not None:
+            builds.join()
     finally:
         for s in slots:
             s.close()

@@ -139,8 +139,8 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         os.dup2(fd, 2)
     _warm_up(forkserver_too)
     import torch
-    from kp.lib import timing
-    timing.GPU_WAITS.append(lambda seconds: conn.send({"waited": seconds}))  # not charged to the job's limit
+    from kp.lib import gpu_lock
+    gpu_lock.GPU_WAITS.append(lambda seconds: conn.send({"waited": seconds}))  # not charged to the job's limit
     gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     while True:
         try:

@@ -65,7 +65,7 @@ from kp.judge.parity import MIN_TRIALS, CallCheck, ParityStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
 from kp.judge.worker import JOB_TIMEOUT_S
-from kp.lib import timing
+from kp.lib import gpu_lock
 
 MODES = ("train", "eval")
 MIN_CHECKED = MIN_TRIALS  # checked calls a row must pass to be accepted, on any device
@@ -152,7 +152,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         self.prime_args = None  # without them: what runs the reference once in each candidate's worker (cmd_prime)
         self.gpu_at_plan = None  # (free, the judge's own) GPU bytes when the memory plan was made (kp.judge.plan)
         self.others_at_plan = 0  # GPU bytes other processes held then (kp.judge.plan.held_by_others)
-        self.gpu_wait_s = 0.0  # waiting for other judges on this GPU (kp.lib.timing.gpu_shared, gpu_to_itself)
+        self.gpu_wait_s = 0.0  # waiting for other judges on this GPU (kp.lib.gpu_lock)
         self.gpu_own = False  # the GPU held against every other judge on this host, from the escape stage on
         self.detail: dict[str, float] = {}  # seconds inside the stages, by part (_timed)
         if device == "cuda":
@@ -244,22 +244,22 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
             for stage in stages:
                 if stage.applies(self):
                     t0, waited, built = time.perf_counter(), self.gpu_wait_s, self._build_s()
-                    shared = stage.shares_gpu and self.device == "cuda" and not self.gpu_own
-                    with timing.gpu_shared(self.log) if shared else contextlib.nullcontext():
+                    shared = stage.shares_gpu(self) and self.device == "cuda" and not self.gpu_own
+                    with gpu_lock.gpu_shared(self.log) if shared else contextlib.nullcontext():
                         getattr(self, stage.method)(rec, init)
                     waited, built = self.gpu_wait_s - waited, max(self._build_s() - built, 0.0)
                     for name, s in ((stage.name, time.perf_counter() - t0 - waited - built),
                                     (WAIT_STAGE, waited), (BUILD_STAGE, built)):
                         if s > 0 or name == stage.name:
                             seconds[name] = seconds.get(name, 0.0) + max(s, 0.0)
-        timing.GPU_WAITS.append(self._waited_for_gpu)
+        gpu_lock.GPU_WAITS.append(self._waited_for_gpu)
         try:
             with contextlib.ExitStack() as self.held:  # what a stage holds until the stages end (the GPU to itself)
                 run_stages(STAGES)
         except torch.OutOfMemoryError as e:  # the plan checked the free memory at the start; it can shrink since
             raise self._own_oom(e, list(seconds)) from None
         finally:
-            timing.GPU_WAITS.remove(self._waited_for_gpu)
+            gpu_lock.GPU_WAITS.remove(self._waited_for_gpu)
             for runner in self.runners:
                 runner.close()
         run_stages(AFTER_WORKERS)
@@ -325,25 +325,35 @@ class Stage:
     name: str
     method: str
     applies: Callable[[Judge], bool] = lambda judge: True
-    shares_gpu: bool = False  # runs GPU work beside other judges' stages, never beside another judge's timing
+    shares_gpu: Callable[[Judge], bool] = lambda judge: False  # runs GPU work beside other judges' (their checks,
+    #                                                               never their timing): kp.lib.gpu_lock
 
 
 def _on_gpu(judge: Judge) -> bool:
     return judge.device == "cuda"
 
 
+def _always(judge: Judge) -> bool:
+    return True
+
+
+def _unless_timing(judge: Judge) -> bool:
+    """Without timing, nothing of the escape stage on needs the GPU to itself (kp.lib.gpu_lock)."""
+    return not judge.bench
+
+
 # The stages in order. Adding a check is a method in the stage module it belongs to, or a new stage: a method of a
 # mixin of Judge and one entry here.
 STAGES = (
-    Stage("setup and baselines", "stage_setup", shares_gpu=True),  # kp.judge.parity: memory plan, float64
+    Stage("setup and baselines", "stage_setup", shares_gpu=_always),  # kp.judge.parity: memory plan, float64
     #                                                                    placement, baselines
     Stage("import", "stage_import"),  # the candidate's file imported in its worker (its build: the host's work)
-    Stage("parity", "stage_parity", shares_gpu=True),  # construct, the stateful checked calls, derived inputs,
+    Stage("parity", "stage_parity", shares_gpu=_always),  # construct, the stateful checked calls, derived inputs,
     #                                                    declared cases
-    Stage("kernelbench check", "stage_kernelbench", shares_gpu=True),  # kp.judge.kernelbench: KernelBench's own
-    Stage("escape", "stage_escape", _on_gpu),  # kp.judge.escape: work outside the timer, own kernel
-    Stage("timing", "stage_timing", _on_gpu),  # kp.judge.timed
-    Stage("traffic, memory and ceilings", "stage_ceilings", _on_gpu),
+    Stage("kernelbench check", "stage_kernelbench", shares_gpu=_always),  # kp.judge.kernelbench: KernelBench's own
+    Stage("escape", "stage_escape", _on_gpu, _unless_timing),  # kp.judge.escape: work outside the timer, own kernel
+    Stage("timing", "stage_timing", _on_gpu, _unless_timing),  # kp.judge.timed (without timing: its checked calls)
+    Stage("traffic, memory and ceilings", "stage_ceilings", _on_gpu, _unless_timing),
     Stage("profile", "stage_profile", lambda judge: judge.profile),  # kp.judge.observe
 )
 AFTER_WORKERS = (Stage("ncu", "stage_ncu", lambda judge: judge.ncu and _on_gpu(judge)),)

@@ -6,6 +6,7 @@ from kp.errors import Rejected
 from kp.judge.expected import Row
 from kp.observe.profile import kernel_base_name
 from kp.judge.guards import busy_ms, escape_threshold_ms, host_clock_excess_ms, window_violations
+from kp.lib.gpu_lock import gpu_to_itself
 
 ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
 
@@ -22,6 +23,10 @@ class EscapeStage:
         control = max(host_clock_excess_ms(e["control"]), 0.0)  # what the same steps cost around no call, now
         return (e, ev_ms, host_clock_excess_ms(e["samples"]) - control, *window_violations(e["events"], e["marker"]))
 
+    def _beside_other_judges(self) -> bool:
+        """Whether this judge's escape tries ran on a GPU other judges may be using (no timing: kp.lib.gpu_lock)."""
+        return getattr(self, "device", "cpu") == "cuda" and not getattr(self, "gpu_own", True)
+
     def _escape(self, row: Row) -> dict:
         e, ev_ms, excess, bad, window = self._escape_try(row, self.seed + 2000)
         for attempt in range(ESCAPE_RETRIES):  # only the host clock objects: work that escapes the events does so
@@ -30,6 +35,10 @@ class EscapeStage:
             again = self._escape_try(row, self.seed + 2001 + attempt)
             if again[3] or again[2] < excess:
                 e, ev_ms, excess, bad, window = again
+        if not bad and excess > escape_threshold_ms(ev_ms) and self._beside_other_judges():
+            with gpu_to_itself(getattr(self, "log", None)):  # the host clock still objects, on a GPU other judges'
+                #                                              calls share: a last try with it alone decides
+                e, ev_ms, excess, bad, window = self._escape_try(row, self.seed + 2001 + ESCAPE_RETRIES)
         info = {"host_excess_ms": excess, "threshold_ms": escape_threshold_ms(ev_ms), "event_ms": ev_ms,
                 "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
                 "outside_window": [(x["name"][:80], x["stream"]) for x in bad],

@@ -16,6 +16,7 @@ from kp.errors import OutOfMemory, Rejected, oom_request_bytes
 from kp.judge.guards import late_message
 from kp.judge.replies import _settle_before_sending, error_text, raised
 from kp.judge.worker import REPLY_TIMEOUT_S, Worker, worker_main
+from kp.lib import gpu_lock
 from kp.lib.registry import ROOT
 
 
@@ -131,6 +132,7 @@ class ProcessRunner:
         return Rejected(f"{stage}: timeout after {self.limit_s:.0f} s, in this stage (passed before it: {passed})")
 
     def call(self, stage: str, *msg, timeout: float = REPLY_TIMEOUT_S) -> dict:
+        gpu_lock.pulse()  # a judge waiting to time on this GPU goes first (kp.lib.gpu_lock); waits move deadlines
         limit = time.monotonic() + timeout
         if self.deadline is not None and self.deadline < limit:
             limit = self.deadline
@@ -228,6 +230,7 @@ class LocalRunner:
         self.worker.interim = on_interim
 
     def call(self, stage: str, cmd: str, *args, **_) -> dict:
+        gpu_lock.pulse()  # a judge waiting to time on this GPU goes first (kp.lib.gpu_lock)
         try:
             return getattr(self.worker, "cmd_" + cmd)(*args)
         except Rejected:

@@ -15,7 +15,8 @@ from kp.errors import GpuMemoryShort, OutOfMemory, Rejected
 from kp.judge.outputs import _release, judge_output
 from kp.lib.numerics import same_values
 from kp.judge.plan import free_gpu_bytes, memory_need
-from kp.lib.timing import copy_bandwidth, gemm_rates, gpu_to_itself
+from kp.lib.gpu_lock import gpu_to_itself
+from kp.lib.timing import copy_bandwidth, gemm_rates
 
 # Timed calls checked per row: one at a secret rep below the least reps, and at random at most this many more (each
 # check of a large problem computes a float64 reference: two in all is what the judge paid before the draw moved here)
@@ -98,13 +99,14 @@ class TimingStage:
     """Methods of kp.judge.driver.Judge: the stage's state is the judge's."""
 
     def stage_escape(self, rec: dict, init) -> None:
-        """Escape and own kernel (kp.judge.escape), first of the stages with the GPU to this judge alone (no other
-        judge's kernels, until the driver's stages end): work that escapes the timer would also race the timing
-        loop."""
+        """Escape and own kernel (kp.judge.escape). With timing, the first of the stages with the GPU to this judge
+        alone (no other judge's kernels, until the driver's stages end): the profiled busy time a median is held
+        against is taken here. Without timing it shares the GPU (kp.lib.gpu_lock)."""
         self.t_gpu_stages = time.perf_counter()
         self._rebuild(init)
-        self.held.enter_context(gpu_to_itself(self.log))
-        self.gpu_own = True
+        if self.bench:
+            self.held.enter_context(gpu_to_itself(self.log))
+            self.gpu_own = True
         self._each(self._escape)
 
     def stage_timing(self, rec: dict, init) -> None:
@@ -142,7 +144,8 @@ class TimingStage:
             with self._timed("ceilings: copy bandwidth and GEMM rates measured"):
                 rec.update(self.ceilings(rec["traffic"]["eager"]))
         for row in self.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
-            if row.runner.isolated and row.label in rec.get("timing", {}):
+            #                       (without timing the times are not reported, and were taken beside other judges)
+            if self.bench and row.runner.isolated and row.label in rec.get("timing", {}):
                 med = rec["timing"][row.label]["median_ms"]
                 why = below_busy(med, (row.escape or {}).get("busy_ms")) or \
                     ("bandwidth" in rec and below_floor(med, self.fp["inputs"], rec["bandwidth"]))

@@ -209,15 +209,38 @@ class Worker(MeasureCommands):
         self.objects_before = loaded_objects()
         self.threads_before = {t.ident for t in threading.enumerate()}
         self.candidate_dir = str(p.parent)
+        return {"has_model_new": self._import(p), "cpu": cpu}
+
+    def _import(self, p: Path) -> bool:
+        """The candidate's file imported as `kp_candidate`; whether it has a ModelNew class (the factory then)."""
         sys.path.insert(0, str(p.parent))
         spec = importlib.util.spec_from_file_location("kp_candidate", p)
         module = importlib.util.module_from_spec(spec)
         sys.modules["kp_candidate"] = module
         spec.loader.exec_module(module)
         if not isinstance(getattr(module, "ModelNew", None), type):
-            return {"has_model_new": False, "cpu": cpu}
+            return False
         self.factories["candidate"] = module.ModelNew
-        return {"has_model_new": True, "cpu": cpu}
+        return True
+
+    def cmd_prebuild(self, path: str):
+        """Ahead of judging (kp.batch.ahead): the candidate's file imported, then, for an extension built later
+        than its import (in __init__ or at the first call), ModelNew built and called on the meta device, where
+        nothing is allocated or computed and a call that needs real data fails at once, after the build it starts.
+        Whatever the candidate's code raises here is ignored: its judging runs it again and says. Returns the
+        seconds spent in its load/load_inline calls."""
+        record_build_failures(self.build_failures, self.build_seconds)
+        if self._import(Path(path).resolve()):
+            steps = (lambda: self.factories["candidate"](*self.ref.init()),
+                     lambda: self.models["ahead"](*self.ref.module.get_inputs()))
+            for step in steps:
+                try:
+                    with torch.device("meta"), torch.no_grad():
+                        self.models["ahead"] = step()
+                except BaseException:  # noqa: B036 - sys.exit() in a candidate's call ends nothing here
+                    break
+            self.models.pop("ahead", None)
+        return {"build_s": self.build_seconds[0]}
 
     def cmd_build(self, label: str, init, seed: int, source: str | None = None, train: bool | None = None):
         """The model `label` from the factory `source` (default: the same name) after the seed; in eval mode when

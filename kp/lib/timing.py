@@ -2,11 +2,8 @@
 and the ceilings measured in the same run (copy bandwidth, GEMM rates)."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import os
-import tempfile
 import time
 
 import torch
@@ -16,90 +13,6 @@ from kp.lib.numerics import HALF, precision_dtype
 
 # ---------------------------------------------------------------------------------------------------------------
 # Timing.
-
-def gpu_lock_path() -> str:
-    try:
-        uid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
-    except Exception:  # no such property on this build: the index, which slots pin to a physical GPU
-        uid = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] + f"-{torch.cuda.current_device()}"
-    return os.path.join(tempfile.gettempdir(), f"kp-gpu-{uid}.lock")
-
-
-# Told the seconds each wait for the GPU took: a judge moves its job's deadline by them, and a batch slot tells its
-# parent, which moves the limit it kills the job at, so waiting for other judges costs no job its time.
-GPU_WAITS: list = []
-
-
-def _flock(fd: int, mode: int, log, why: str) -> float:
-    """Take the lock, saying so when it must wait; returns the seconds waited."""
-    import fcntl
-    try:
-        fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        return 0.0
-    except BlockingIOError:
-        pass
-    if log:
-        log(f"waiting for the GPU: {why}")
-    t0 = time.perf_counter()
-    fcntl.flock(fd, mode)
-    waited = time.perf_counter() - t0
-    if log:
-        log(f"GPU free after {waited:.1f} s")
-    return waited
-
-
-def _lock_files() -> tuple[int, int]:
-    """The GPU's two lock files, opened: the turn and the gate (gpu_to_itself, gpu_shared)."""
-    path = gpu_lock_path()
-    return (os.open(path, os.O_RDWR | os.O_CREAT, 0o666), os.open(path + ".gate", os.O_RDWR | os.O_CREAT, 0o666))
-
-
-def _waited(seconds: float) -> None:
-    if seconds > 0:
-        for told in list(GPU_WAITS):
-            told(seconds)
-
-
-@contextlib.contextmanager
-def gpu_to_itself(log=None):
-    """Hold the current GPU against every other judge on this host while timing on it, so judges that share a GPU
-    (batch slots, two users) build, import and check parity side by side but time one at a time, on a GPU where no
-    other judge's kernels run: another process's kernels would lengthen this one's host clock and events alike and
-    read as work escaping the timer. Two lock files per GPU (its UUID names them): the turn, taken exclusively here,
-    which stops other judges from starting a stage (gpu_shared), then the gate, taken exclusively once the stages
-    that other judges are in have ended."""
-    turn, gate = _lock_files()
-    import fcntl
-    try:
-        waited = _flock(turn, fcntl.LOCK_EX, log, "another judge on this host is timing on it")
-        waited += _flock(gate, fcntl.LOCK_EX, log, "other judges on this host are in a stage on it")
-        _waited(waited)
-        yield
-    finally:
-        os.close(gate)  # closing releases the locks
-        os.close(turn)
-
-
-@contextlib.contextmanager
-def gpu_shared(log=None):
-    """A judge's stage that uses the GPU beside other judges' (parity, its reference, KernelBench's check): waits
-    while another judge times on this GPU, and keeps any from starting to time until the stage ends. The turn is
-    held only for as long as it takes to enter the gate, so a judge waiting to time is not kept out by stages that
-    start after it asked."""
-    turn, gate = _lock_files()
-    import fcntl
-    try:
-        waited = _flock(turn, fcntl.LOCK_SH, log, "another judge on this host is timing on it")
-        waited += _flock(gate, fcntl.LOCK_SH, log, "another judge on this host is timing on it")
-        os.close(turn)
-        turn = -1
-        _waited(waited)
-        yield
-    finally:
-        os.close(gate)
-        if turn >= 0:
-            os.close(turn)
-
 
 @dataclasses.dataclass
 class Timing:

@@ -10,7 +10,7 @@ import torch
 from kp.errors import first_line
 from kp.judge.float64 import Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
-from kp.lib.numerics import ReductionLength, batch_rows, clone_layout, dtype_floor, reduction_length, rel_error
+from kp.lib.numerics import FlopCount, ReductionLength, batch_rows, clone_layout, dtype_floor, reduction_length, rel_error
 from kp.judge.outputs import Expected, _release
 from kp.judge.reference import Reference, _as_list, apply_update
 
@@ -240,10 +240,9 @@ class _Refs:
         return None
 
     def expected(self, pristine: list, precision: str) -> Expected:
-        from torch.utils.flop_counter import FlopCounterMode
         set_precision(precision)
         try:
-            counter, reductions = FlopCounterMode(display=False), ReductionLength()
+            counter, reductions = FlopCount(), ReductionLength()
             before = None if self._state_calls >= 2 else \
                 {k: v.detach().clone() for k, (_, _, v) in _named_plain(self.r32).items()}
             with torch.no_grad(), counter, reductions:

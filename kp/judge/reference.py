@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -12,7 +14,7 @@ import torch
 
 from kp.lib.build import require_gpu
 from kp.errors import UsageError, first_line
-from kp.lib.numerics import HALF, batch_rows, cast_floats, precision_dtype, unit_roundoff
+from kp.lib.numerics import HALF, EagerMode, FlopCount, batch_rows, cast_floats, precision_dtype, unit_roundoff
 from kp.lib.registry import problem_module
 
 # The changes made to the weights between parity calls, in this order (cycled when there are more trials).
@@ -180,24 +182,40 @@ class Reference:
         """Bytes of the benchmark inputs, outputs and weights, and the reference's FLOPs (torch's FlopCounterMode),
         from a run on the meta device (nothing allocated); from one real call on `device` when the model cannot
         run on meta (an op without a meta kernel, a data-dependent shape)."""
+        key = self._footprint_key(device)
+        cached = _footprints_read(key)
+        if cached is not None:
+            return cached
         try:
-            return self._meta_footprint()
+            fp = self._meta_footprint()
         except Exception:
-            from torch.utils.flop_counter import FlopCounterMode
-            return self._footprint(device, FlopCounterMode)
+            fp = self._footprint(device)
+        _footprints_write(key, fp)
+        return fp
+
+    def _footprint_key(self, device: str) -> str | None:
+        """What a footprint depends on: the file's text, its module-level values now (a smaller shape of the family
+        changes them: scale_to_fit), the precision, torch's version and, for the fallback run, the device. None where
+        the file cannot be read (nothing is kept then)."""
+        try:
+            text = Path(self.module.__file__).read_bytes()
+        except (OSError, TypeError, AttributeError):
+            return None
+        plain = sorted((k, repr(v)) for k, v in vars(self.module).items()
+                       if not k.startswith("__") and isinstance(v, (int, float, bool, str, tuple)))
+        return hashlib.sha256(repr((text, plain, self.dtype, torch.__version__, device)).encode()).hexdigest()[:32]
 
     def _meta_footprint(self) -> dict:
-        from torch.utils.flop_counter import FlopCounterMode
-        return self._footprint("meta", FlopCounterMode)
+        return self._footprint("meta")
 
-    def _footprint(self, device: str, counter_cls) -> dict:
+    def _footprint(self, device: str) -> dict:
         from kp.judge.float64 import hold_on
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
         with torch.device(device):
             torch.manual_seed(0)
             xs = cast_floats(self.module.get_inputs(), self.dtype)
             m = hold_on(self.module.Model(*self.init()), device, self.dtype)  # cast as model() casts
-            counter = counter_cls(display=False)
+            counter = FlopCount()
             weights = nbytes(list(m.parameters()) + list(m.buffers()))
             with counter, torch.no_grad(), LivePeak(nbytes(xs) + weights) as live:
                 out = m(*xs)
@@ -213,6 +231,35 @@ class Reference:
         if hasattr(self.module, "traffic"):
             return self.module.traffic(*inputs, init=init, **(opts or {}))
         return {"bytes": fp["inputs"] + fp["outputs"] + fp["weights"], "flops": fp["flops"]}
+
+
+# A footprint on the meta device costs a process its first meta operators' imports (sympy, torch._dynamo: about 2 s
+# on a small job); the same file at the same sizes has the same footprint, kept here between runs.
+def _footprints_dir() -> Path:
+    from kp.box.start import cache_root
+    return cache_root() / "footprints"
+
+
+def _footprints_read(key: str | None) -> dict | None:
+    if key is None:
+        return None
+    try:
+        return json.loads((_footprints_dir() / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _footprints_write(key: str | None, fp: dict) -> None:
+    if key is None:
+        return
+    try:
+        d = _footprints_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f"{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(fp))
+        os.replace(tmp, d / f"{key}.json")
+    except OSError:
+        pass  # a cache that cannot be written: the next run measures again
 
 
 def _code_names(code) -> set[str]:
@@ -235,10 +282,9 @@ class LivePeak:
         self.live = self.peak = held
 
     def __enter__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
         outer = self
 
-        class _Mode(TorchDispatchMode):
+        class _Mode(EagerMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 for t in (out if isinstance(out, (tuple, list)) else [out]):

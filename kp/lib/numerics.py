@@ -232,7 +232,46 @@ def _op_reduction(func, args, kwargs, out) -> float:
     return 1.0
 
 
-class ReductionLength(torch.utils._python_dispatch.TorchDispatchMode):
+class EagerMode(torch.utils._python_dispatch.TorchDispatchMode):
+    """A dispatch mode the judge runs eagerly, never under torch.compile: its __torch_dispatch__ is not wrapped to
+    keep Dynamo out, which imports torch._dynamo (and sympy) at the first operator, about 2 s of a small job."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class FlopCount(EagerMode):
+    """The FLOPs of a forward by torch's own formulas (torch.utils.flop_counter's registry, what FlopCounterMode
+    counts with, an operator it has no formula for decomposed as it does), counted by an EagerMode."""
+
+    def __init__(self):
+        super().__init__()
+        from torch.utils.flop_counter import flop_registry
+        self.registry, self.counts = flop_registry, {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in self.registry and func is not torch.ops.prim.device.default:
+            with self:
+                r = func.decompose(*args, **kwargs)
+            if r is not NotImplemented:
+                return r
+        out = func(*args, **kwargs)
+        packet = func._overloadpacket
+        if packet in self.registry:
+            self.counts[packet] = self.counts.get(packet, 0) + self.registry[packet](*args, **kwargs, out_val=out)
+        return out
+
+    def get_total_flops(self) -> int:
+        return sum(self.counts.values())
+
+    def get_flop_counts(self) -> dict:
+        """As FlopCounterMode's: {module: {operator: FLOPs}}, the whole forward as one module."""
+        return {"Global": dict(self.counts)}
+
+
+class ReductionLength(EagerMode):
     """The longest reduction any operator of a forward performs, K of the budget's floor: a softmax, a norm or a
     prefix sum keeps its input's shape, so the model's own input and output sizes do not show it."""
 

@@ -16,6 +16,10 @@
       a run has more such candidates than slots) before the GPUs judge them one by one.
   python -m tools.judge_corpus classify results.jsonl [--md]
       the verdicts of such a run by cause (one example each), and how KernelBench's own check compares.
+  python -m tools.judge_corpus pace before.jsonl after.jsonl
+      where each run's job-seconds went: waiting for a GPU, the candidates' builds, the judging.
+  python -m tools.judge_corpus compare before.jsonl after.jsonl
+      the jobs whose verdict changed between two runs of one job file, each with both verdicts.
   python -m tools.judge_corpus floors results.jsonl
       every rejection over the error budget read again against today's floor: the reference's longest reduction
       (kp.lib.numerics.ReductionLength, traced on the meta device) and whether the recorded error fits under it. A
@@ -118,10 +122,11 @@ def _classify(lines: list[dict], md: bool) -> str:
     return "\n".join(out)
 
 
-def leaderboard_jobs(root: Path, csv_path: Path, every: int = 1, modes: tuple[str, ...] = ()) -> int:
-    """Every `every`-th pair, in the data file's order (levels 1 to 3, problem by problem); paths relative to the
-    job file, as run.py --jobs reads them. With `modes`, one row per pair and mode, a pair's modes next to each other
-    (the second finds the candidate's extension already built)."""
+def leaderboard_jobs(root: Path, csv_path: Path, every: int = 1, modes: tuple[str, ...] = (),
+                     count: int | None = None) -> int:
+    """Every `every`-th pair (or `count` pairs evenly spread), in the data file's order (levels 1 to 3, problem by
+    problem); paths relative to the job file, as run.py --jobs reads them. With `modes`, one row per pair and mode, a
+    pair's modes next to each other (the second finds the candidate's extension already built)."""
     import os
     assets = root / "docs" / "assets" if (root / "docs" / "assets").is_dir() else root
     data = json.loads((assets / "data.json").read_text())
@@ -136,6 +141,8 @@ def leaderboard_jobs(root: Path, csv_path: Path, every: int = 1, modes: tuple[st
             if ref.is_file() and cand.is_file():
                 rows.append(tuple(os.path.relpath(p, csv_path.resolve().parent) for p in (ref, cand)))
     rows = rows[::every]
+    if count and count < len(rows):
+        rows = [rows[i * len(rows) // count] for i in range(count)]
     if modes:
         rows = [(*r, m) for r in rows for m in modes]
     with open(csv_path, "w", newline="") as f:
@@ -239,6 +246,38 @@ def floors(path: Path) -> str:
     return "\n".join(out)
 
 
+def pace(paths: list[Path]) -> str:
+    """Where each run's job-seconds went (its records' elapsed_s, gpu_wait_s and stage_seconds), a markdown row per
+    results file: verdicts, job-seconds, the share spent waiting for a GPU, in the candidates' builds, the rest."""
+    from kp.batch.jobfile import read_results
+    out = ["| run | verdicts | job-seconds | waiting for a GPU | build | judging | accepted |",
+           "|---|---|---|---|---|---|---|"]
+    for path in paths:
+        lines = read_results(path)
+        total = sum(float(d.get("elapsed_s") or 0) for d in lines)
+        recs = [d.get("record") or {} for d in lines]
+        wait = sum(float(r.get("gpu_wait_s") or 0) for r in recs)
+        build = sum(float((r.get("stage_seconds") or {}).get("build", 0)) for r in recs)
+        share = lambda x: f"{x:,.0f} s ({100 * x / max(total, 1e-9):.0f}%)"
+        out.append(f"| {path.name} | {len(lines)} | {total:,.0f} | {share(wait)} | {share(build)} | "
+                   f"{share(total - wait - build)} | {sum(bool(d.get('ok')) for d in lines)} |")
+    return "\n".join(out)
+
+
+def compare(before: Path, after: Path) -> str:
+    """The jobs whose verdict differs between two runs of the same job file (matched by job key), by cause."""
+    from kp.batch.jobfile import read_results
+    a = {d["key"]: d for d in read_results(before)}
+    b = {d["key"]: d for d in read_results(after)}
+    both = sorted(set(a) & set(b), key=lambda k: a[k]["job"]["name"])
+    moved = [k for k in both if cause(a[k]["verdict"]) != cause(b[k]["verdict"]) or a[k]["ok"] != b[k]["ok"]]
+    out = [f"{len(both)} jobs in both runs ({len(a)} and {len(b)} recorded); {len(moved)} changed cause:"]
+    for k in moved:
+        out.append(f"- {a[k]['job']['name']}: {cause(a[k]['verdict'])} -> {cause(b[k]['verdict'])}\n"
+                   f"    before: {a[k]['verdict'][:220]}\n    after:  {b[k]['verdict'][:220]}")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -254,6 +293,7 @@ def main(argv=None) -> int:
     b.add_argument("root", type=Path)
     b.add_argument("--csv", type=Path, required=True)
     b.add_argument("--every", type=int, default=1, help="keep every N-th pair")
+    b.add_argument("--count", type=int, default=None, help="keep N pairs, evenly spread")
     b.add_argument("--modes", default="", help="e.g. train,eval: a row per pair and mode")
     w = sub.add_parser("warm")
     w.add_argument("csv", type=Path)
@@ -265,6 +305,11 @@ def main(argv=None) -> int:
     c.add_argument("--md", action="store_true")
     f = sub.add_parser("floors")
     f.add_argument("results", type=Path)
+    p = sub.add_parser("pace")
+    p.add_argument("results", type=Path, nargs="+")
+    d = sub.add_parser("compare")
+    d.add_argument("before", type=Path)
+    d.add_argument("after", type=Path)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     if args.cmd == "refs":
@@ -273,9 +318,13 @@ def main(argv=None) -> int:
         warm(args.csv, args.procs, args.timeout, args.device)
     elif args.cmd == "jobs":
         modes = tuple(m for m in args.modes.split(",") if m)
-        print(f"{leaderboard_jobs(args.root, args.csv, args.every, modes)} jobs written to {args.csv}")
+        print(f"{leaderboard_jobs(args.root, args.csv, args.every, modes, args.count)} jobs written to {args.csv}")
     elif args.cmd == "floors":
         print(floors(args.results))
+    elif args.cmd == "pace":
+        print(pace(args.results))
+    elif args.cmd == "compare":
+        print(compare(args.before, args.after))
     else:
         print(classify(args.results, args.md))
     return 0

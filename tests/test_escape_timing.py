@@ -3,6 +3,7 @@ against other judges only while timing, the timed calls checked after the fact, 
 import json
 import re
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -489,3 +490,32 @@ def test_ref_alone_times_eager_and_compile(tmp_path):
     assert "eager" in r.stdout and "peak GPU memory" in r.stdout
     assert "no parity to check (the reference alone" in r.stderr and "0/0 rows" not in r.stderr, r.stderr[-2000:]
 
+
+
+def test_a_median_under_the_profiled_time_beside_other_judges_is_measured_again_alone(monkeypatch):
+    """Without timing, the escape profile and the short timed check share the GPU with other judges: a median under
+    half the profiled time is measured again (both) with the GPU to itself, and that decides. A start event re-recorded
+    from inside the call stays under it and is rejected; an honest call slowed beside others is accepted."""
+    import contextlib
+    from kp.judge import timed
+
+    @contextlib.contextmanager
+    def to_itself(log=None):
+        alone.append(True)
+        yield
+    monkeypatch.setattr(timed, "gpu_to_itself", to_itself)
+    for alone_median, accepted in ((0.01, False), (0.9, True)):
+        alone = []
+        j = object.__new__(judge.Judge)
+        j.device, j.gpu_own, j.bench, j.rows = "cuda", False, False, []
+        row = judge.Row("candidate", types.SimpleNamespace(isolated=True, call=lambda *a, **k: {"peak": 0}))
+        row.escape = {"busy_ms": 1.0}
+        j.rows, j.runners, j._fp = [row], [], {"inputs": 4, "outputs": 4, "weights": 0, "flops": 0}
+        j.ref = types.SimpleNamespace(inputs=lambda *a: [], traffic=lambda *a, **k: {"bytes": 8, "flops": 0})
+        j.seed, j.precision = 1, "fp32"
+        j._escape = lambda r: None
+        j._timing = lambda: {"timing": {"candidate": {"median_ms": alone_median}}}
+        rec = {"timing": {"candidate": {"median_ms": 0.01}}}
+        monkeypatch.setattr(timed, "memory_need", lambda *a: 0)
+        j.stage_ceilings(rec, [])
+        assert alone == [True] and row.accepted is accepted, row.reason

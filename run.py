@@ -68,6 +68,10 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: from the OS, printed)")
     ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3; "
                                                           "default 3)")
+    ap.add_argument("--shapes", type=int, default=0, metavar="N",
+                    help="also judge parity at N other shapes of the reference's family (its module-level sizes: "
+                         "odd, half, a batch of one, double, ...); a candidate right at the benchmark's shape only "
+                         "is rejected (default 0: KernelBench's contract, one shape)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
     ap.add_argument("--no-sandbox", action="store_true", help="run candidates without the sandbox (bubblewrap "
@@ -271,7 +275,7 @@ def judge_opts(args) -> dict:
     return dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
                 bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
                 sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
-                timeout_s=args.timeout or JOB_TIMEOUT_S)
+                timeout_s=args.timeout or JOB_TIMEOUT_S, **({"shapes": args.shapes} if args.shapes else {}))
 
 
 def compile_check(args) -> int:

@@ -14,10 +14,11 @@ LAYER_ORDER = (
     # building: a candidate's box and paths, what a source exports and includes, the compile cache, the CPU-side
     # compile checks, the layers models/ are made of
     "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",
-    # one judged call: the reference, judges sharing a GPU, the timer, profiles, what is watched in a candidate's
-    # process, the worker that runs a model, the runners that talk to it, the boxed worker's entry
-    "judge.reference", "lib.gpu_lock", "lib.timing", "observe.profile", "judge.guards", "judge.measure",
-    "judge.replies", "judge.worker", "judge.runners", "box.entry",
+    # one judged call: the reference's shape family, the reference, judges sharing a GPU, the timer, profiles, what
+    # is watched in a candidate's process, the worker that runs a model, the runners that talk to it, the boxed
+    # worker's entry
+    "judge.family", "judge.reference", "lib.gpu_lock", "lib.timing", "observe.profile", "judge.guards",
+    "judge.measure", "judge.replies", "judge.worker", "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables
     "observe.ncu", "observe.report",
     # the judge: its memory plan, an output against what it must be, what a call must return, its stages (construct,

@@ -103,9 +103,10 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
                  budget_s: float = 20.0, sandbox: bool = True, profile: bool = False, ncu: bool = False,
-                 mode: str = "train", timeout_s: float | None = JOB_TIMEOUT_S, log=progress):
+                 mode: str = "train", timeout_s: float | None = JOB_TIMEOUT_S, shapes: int = 0, log=progress):
         """mode: 'train' (KernelBench's contract: a fresh Model trains) or 'eval' (inference: both models in eval
-        mode). timeout_s: the limit on a candidate's whole job (None: none), each worker call bounded by it."""
+        mode). timeout_s: the limit on a candidate's whole job (None: none), each worker call bounded by it.
+        shapes: other members of the reference's shape family each row's parity also runs at (kp.judge.family)."""
         if mode not in MODES:
             raise UsageError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if precision not in PRECISIONS:
@@ -130,6 +131,9 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         self.log = log
         self.mode, self.train = mode, mode == "train"
         self.timeout_s = timeout_s
+        if shapes < 0:
+            raise UsageError(f"--shapes takes a count of other shapes (0 or more), got {shapes}")
+        self.shapes = shapes
         self.deadline = time.monotonic() + timeout_s if timeout_s else None
         self.notes: list[str] = []  # said in the verdict line and the record: what the judge could not do as usual
         self.rows: list[Row] = []

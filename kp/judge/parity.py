@@ -147,6 +147,8 @@ class ParityStage:
         if self.bench_parity:
             self._parity_bench(init)
             self._drop_input_buffers()
+            if getattr(self, "shapes", 0):
+                self._parity_shapes(rec, init)
         else:
             rec["notes"] = f"{why_not}; no smaller shape of its family: {self.ref.no_smaller_shape}"
             self.no_room = (f"its shape needs {cpu_need(self.fp) / 2**30:.1f} GiB of host memory, {room / 2**30:.1f} "
@@ -168,7 +170,69 @@ class ParityStage:
             calls.append((f"inputs {name} (seed {s})", s, None, name))
         return calls
 
-    def _parity_bench(self, init) -> None:
+    def _parity_shapes(self, rec: dict, init) -> None:
+        """--shapes N: the same stateful sequence of checked calls (fresh inputs, weight changes, derived inputs) at
+        N other members of the reference's shape family (kp.judge.family), each with the rows built again and the
+        candidate's own copies of the sizes set alike (Worker.cmd_scale). A row right at the benchmark's shape and
+        wrong at a member is rejected naming both. A member the host or GPU has no room for, or where the reference
+        itself raises, is skipped and said."""
+        members, none = self.ref.family(self.shapes)
+        bench, bench_fp, bench_refs = self.fp["shapes"], self._fp, self.refs
+        rec["family"] = []
+        if not members:
+            self._skip(f"other shapes (--shapes {self.shapes}): {none}")
+            return
+        g = vars(self.ref.module)
+        for member, sizes in members:
+            if not self.live():
+                break
+            g.update({k: new for k, (_, new) in sizes.items()})
+            entry = {"member": member, "sizes": {k: new for k, (_, new) in sizes.items()}}
+            rec["family"].append(entry)
+            try:
+                self._fp = self.ref.footprint(self.device)
+                entry["shape"] = shape = self.fp["shapes"]
+                no_room = self._no_room_for(bench_fp)
+                if no_room:
+                    entry["skipped"] = no_room
+                    self._skip(f"at {shape} ({member} sizes): {no_room}")
+                    continue
+                self._each(lambda row: row.runner.isolated and row.runner.call("scale", "scale", sizes))
+                live = {r.label for r in self.live()}
+                try:
+                    self._parity_bench(init, at=shape)
+                except UsageError as e:  # the reference raised on its own inputs there: not a shape it takes
+                    entry["skipped"] = f"the reference raises there ({e})"
+                    self._skip(f"at {shape} ({member} sizes): the reference raises there")
+                    continue
+                for row in self.rows:
+                    if row.label in live and not row.accepted:
+                        why = row.reason.removeprefix(f"at {shape}: ")
+                        row.reason = f"shapes: right at {bench} only, wrong at {shape} ({member} sizes): {why}"
+                entry["passed"] = sorted(r.label for r in self.live() if r.label in live)
+            finally:
+                g.update({k: old for k, (old, _) in sizes.items()})
+                self._each(lambda row: row.runner.isolated and row.runner.call(
+                    "scale", "scale", {k: (new, old) for k, (old, new) in sizes.items()}))
+                self._fp = bench_fp
+                self._drop_input_buffers()
+        self.refs = bench_refs
+
+    def _no_room_for(self, bench_fp: dict) -> str | None:
+        """Why the member's shape (self.fp) is not judged here, or None: the CPU's host budget as for the benchmark's
+        shape; on a GPU, a member larger than the benchmark's must fit in what is free now."""
+        if self.device != "cuda":
+            return cpu_bench_refusal(self.fp, host_budget())
+        from kp.judge.plan import free_gpu_bytes, memory_need
+        grow = memory_need(self.fp, len(self.rows)) - memory_need(bench_fp, len(self.rows))
+        if grow > 0 and grow > 0.8 * free_gpu_bytes():
+            return (f"it needs {grow / 2**30:.1f} GiB of GPU memory more than the benchmark's shape, "
+                    f"{free_gpu_bytes() / 2**30:.1f} GiB are free")
+        return None
+
+    def _parity_bench(self, init, at: str | None = None) -> None:
+        """The stateful sequence of checked calls on the shape the reference's sizes have now: the benchmark's, or a
+        member of its family (`at`: its shape, which every check's label starts with)."""
         with self._timed("parity: the references (fp32 and its float64 copy) built"):
             refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train,
                                      chunks=max(self.f64_chunks, 1))
@@ -180,6 +244,7 @@ class ParityStage:
         for label, s, upd, derive in self._sequence():
             if not self.live():
                 break
+            label = f"at {at}: {label}" if at else label
             changed = upd and self._each_update(refs, upd, s)
             if upd and not changed:  # nothing to change: the call is a plain one and says so
                 label = label.replace(f", after an {upd}", "")
@@ -253,14 +318,16 @@ class ParityStage:
             del pristine, exp
             _release()
         premises.forget()
+        notes = []
         if refs.state_attrs:
-            self.notes.append(f"the reference carries state from call to call ({', '.join(refs.state_attrs)}): every "
-                              f"checked call is judged against it advanced through the same calls")
+            notes.append(f"the reference carries state from call to call ({', '.join(refs.state_attrs)}): every "
+                         f"checked call is judged against it advanced through the same calls")
         if refs.moved:
-            self.notes.append(f"the float64 reference {refs.moved}")
+            notes.append(f"the float64 reference {refs.moved}" + (f" at {at}" if at else ""))
         if refs.fp32_only():
-            self.notes.append(f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
-                              f"relL2 budget {FP32_ONLY_BUDGET:g}")
+            notes.append(f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
+                         f"relL2 budget {FP32_ONLY_BUDGET:g}")
+        self.notes += [n for n in notes if n not in self.notes]
 
     def _skip(self, what: str) -> None:
         self.skipped.append(what)

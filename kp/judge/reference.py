@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from kp.judge.family import ShapeFamily
 from kp.lib.build import require_gpu
 from kp.errors import UsageError, first_line
 from kp.lib.numerics import HALF, EagerMode, FlopCount, batch_rows, cast_floats, precision_dtype, unit_roundoff
@@ -34,7 +35,7 @@ def update_size(dtype: torch.dtype) -> float:
 # ---------------------------------------------------------------------------------------------------------------
 # The reference.
 
-class Reference:
+class Reference(ShapeFamily):
     """A KernelBench-format reference: a built-in problem module or any file with Model, get_inputs and
     get_init_inputs. Optional extras: CASES, traffic, BOUND, PRECISIONS, ModelNew/variants (built-in problems)."""
 
@@ -98,73 +99,6 @@ class Reference:
         else:
             xs = self.module.get_inputs()
         return cast_floats([x.to(device) if isinstance(x, torch.Tensor) else x for x in xs], self.dtype)
-
-    def scale_to_fit(self, fits) -> dict[str, tuple[int, int]]:
-        """Shrink the reference's own shape family until `fits(footprint)` holds, and return what changed
-        ({global: (benchmark value, judged value)}), or {} where no allowed change makes it fit (nothing is
-        changed then). Only module-level integers that get_inputs() reads and that neither get_init_inputs() nor
-        Model's code reads may change, so the model, its weights and every operator's parameters stay as they
-        are. The batch (a size that moves only dimension 0 of the inputs) is halved first; then sizes that move no
-        input's last dimension (spatial extents, sequence lengths); the last dimension, the row most operators
-        reduce, is kept. Each size is halved down to 2 at the least; sizes are tried on the meta device, where
-        nothing is allocated. Where it returns {}, `no_smaller_shape` says why."""
-        g = vars(self.module)
-        reads = lambda f: _code_names(getattr(f, "__code__", None))
-        model_names = set().union(*(_code_names(getattr(v, "__code__", None))
-                                    for c in self.module.Model.__mro__ if c.__module__ == self.module.__name__
-                                    for v in vars(c).values()), set())
-        names = [n for n in sorted(reads(self.module.get_inputs) - reads(self.module.get_init_inputs) - model_names)
-                 if type(g.get(n)) is int and g[n] > 2]
-        base = self._meta_shapes()
-        if base is None:
-            self.no_smaller_shape = "its get_inputs() does not run on the meta device, where shapes are tried"
-            return {}
-        moves = {}
-        for n in names:
-            old = g[n]
-            g[n] = old // 2
-            shapes = self._meta_shapes()
-            g[n] = old
-            if shapes is None or len(shapes) != len(base):
-                continue
-            if any(len(a) != len(b) for a, b in zip(base, shapes)):
-                continue
-            moved = [(len(a), {d for d in range(len(a)) if a[d] != b[d]}) for a, b in zip(base, shapes)]
-            rows = any(nd >= 2 and nd - 1 in dims for nd, dims in moved)  # a matrix's last dimension: its rows
-            wide = any(nd >= 2 and dims for nd, dims in moved)  # a 1-D input alone is one row: kept too
-            if wide and not rows:
-                moves[n] = 0 if all(dims <= {0} for _, dims in moved) else 1  # the batch first
-        original = {n: g[n] for n in moves}
-        for n in sorted(moves, key=lambda n: (moves[n], -g[n])):
-            ok = self._fits(fits)
-            while not ok and g[n] > 2:
-                g[n] = max(2, g[n] // 2)
-                ok = self._fits(fits)
-            if ok:
-                return {k: (v, g[k]) for k, v in original.items() if g[k] != v}
-        if moves:
-            self.no_smaller_shape = f"even at {', '.join(f'{n} = {g[n]}' for n in moves)} it does not fit"
-        else:
-            self.no_smaller_shape = "no module-level size that get_inputs() alone reads sets its batch or extents"
-        g.update(original)
-        return {}
-
-    def _fits(self, fits) -> bool:
-        """Whether the shapes as the module's sizes stand now fit (False where the meta-device run fails)."""
-        try:
-            return bool(fits(self._meta_footprint()))
-        except Exception:
-            return False
-
-    def _meta_shapes(self) -> list[tuple] | None:
-        """The shapes get_inputs() draws, traced on the meta device, or None where it cannot run there."""
-        try:
-            with torch.device("meta"):
-                torch.manual_seed(0)
-                xs = self.module.get_inputs()
-        except Exception:
-            return None
-        return [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in xs]
 
     def case(self, name: str, seed: int, device) -> tuple[list, list]:
         g = torch.Generator().manual_seed(seed)
@@ -260,17 +194,6 @@ def _footprints_write(key: str | None, fp: dict) -> None:
         os.replace(tmp, d / f"{key}.json")
     except OSError:
         pass  # a cache that cannot be written: the next run measures again
-
-
-def _code_names(code) -> set[str]:
-    """The global names a function's code reads, its nested functions' and comprehensions' included."""
-    if code is None:
-        return set()
-    out = set(code.co_names)
-    for c in code.co_consts:
-        if hasattr(c, "co_names"):
-            out |= _code_names(c)
-    return out
 
 
 class LivePeak:

@@ -108,7 +108,9 @@ def row_floor_s(rec: dict, label: str) -> float:
 
 def checks_line(r: dict) -> str:
     """How many checked calls a row passed, by kind, in words."""
+    shapes = len({c.split(":")[0] for c in r["checks"] if c.startswith("at ")})
     kinds = {"trial": "on fresh inputs", "inputs": "on derived inputs", "case": "on declared cases",
+             "at": f"at {shapes} other shape{'s' * (shapes != 1)} of its family (--shapes)",
              "timed": "timed calls checked"}
     n = {k: sum(1 for c in r["checks"] if c.split(" ")[0] == k) for k in kinds}
     changed = sum(1 for c in r["checks"] if c.startswith("trial") and ", after a" in c)

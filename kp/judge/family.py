@@ -1,0 +1,154 @@
+"""A reference's shape family: the module-level sizes its get_inputs() alone reads (neither get_init_inputs() nor
+Model's code reads them, so the model, its weights and every operator's parameters stay as they are when they
+change). The CPU judges a too-large reference at a smaller member (scale_to_fit); `--shapes N` judges a candidate at
+N members besides the benchmark's (family): odd sizes, smaller, a batch of one, larger."""
+from __future__ import annotations
+
+import torch
+
+
+def _code_names(code) -> set[str]:
+    """The global names a function's code reads, its nested functions' and comprehensions' included."""
+    if code is None:
+        return set()
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            out |= _code_names(c)
+    return out
+
+
+def _odd(n: int) -> int:
+    """An odd size just under n (1023 for 1024, 1001 for 1003): no power of two, no multiple of a tile divides it."""
+    return max(1, n - 1 if n % 2 == 0 else n - 2)
+
+
+# The members --shapes N takes, in order (the first N that apply): each maps a size to its value there. Odd sizes
+# first (a width assumed a multiple of the tile), then half (fewer rows than a hard-coded count: slices clip, an
+# index past the end does not), a batch of one, double (rows past a hard-coded count left unwritten), then odd
+# halves and odd doubles.
+MEMBERS = (
+    ("odd", lambda n, batch: _odd(n)),
+    ("half", lambda n, batch: max(1, n // 2)),
+    ("one", lambda n, batch: 1 if batch else n),
+    ("double", lambda n, batch: 2 * n),
+    ("odd half", lambda n, batch: max(1, (n // 2) | 1)),
+    ("odd double", lambda n, batch: 2 * n + 1),
+)
+
+
+class ShapeFamily:
+    """Methods of kp.judge.reference.Reference (self.module: the reference's module)."""
+
+    def family_sizes(self) -> list[str]:
+        """The module-level integer sizes get_inputs() reads and neither get_init_inputs() nor Model's code does."""
+        g = vars(self.module)
+        reads = lambda f: _code_names(getattr(f, "__code__", None))
+        model_names = set().union(*(_code_names(getattr(v, "__code__", None))
+                                    for c in self.module.Model.__mro__ if c.__module__ == self.module.__name__
+                                    for v in vars(c).values()), set())
+        return [n for n in sorted(reads(self.module.get_inputs) - reads(self.module.get_init_inputs) - model_names)
+                if type(g.get(n)) is int and g[n] > 0]
+
+    def family(self, n: int) -> tuple[list[tuple[str, dict[str, tuple[int, int]]]], str | None]:
+        """Up to n members of the family besides the shape the sizes have now: [(name, {size: (now, there)})], and
+        why none where there are none. A member whose inputs get_inputs() cannot draw on the meta device, or whose
+        inputs differ in number or rank from the benchmark's, is not one (the sizes go together in ways the file
+        does not say)."""
+        g = vars(self.module)
+        names = self.family_sizes()
+        if not names:
+            return [], "no module-level size that get_inputs() alone reads sets its inputs' shapes"
+        base = self._meta_shapes()
+        if base is None:
+            return [], "its get_inputs() does not run on the meta device, where shapes are tried"
+        batch = {}
+        for name in names:  # a batch size moves dimension 0 of the inputs only
+            old = g[name]
+            g[name] = old + 1
+            shapes = self._meta_shapes()
+            g[name] = old
+            moved = [(a, b) for a, b in zip(base, shapes) if a != b] if shapes and len(shapes) == len(base) else []
+            batch[name] = bool(moved) and all(len(a) == len(b) and all(d == 0 or a[d] == b[d] for d in range(len(a)))
+                                              for a, b in moved)
+        out, seen = [], {tuple(base)}
+        for member, size_of in MEMBERS:
+            if len(out) == n:
+                break
+            sizes = {k: (g[k], size_of(g[k], batch[k])) for k in names}
+            sizes = {k: v for k, v in sizes.items() if v[0] != v[1]}
+            if not sizes:
+                continue
+            old = {k: g[k] for k in sizes}
+            g.update({k: v[1] for k, v in sizes.items()})
+            shapes = self._meta_shapes()
+            g.update(old)
+            if shapes is None or len(shapes) != len(base) or any(len(a) != len(b) for a, b in zip(base, shapes)):
+                continue
+            if tuple(shapes) in seen:
+                continue
+            seen.add(tuple(shapes))
+            out.append((member, sizes))
+        return out, None if out else "no member of its family draws inputs of the benchmark's number and ranks"
+
+    def scale_to_fit(self, fits) -> dict[str, tuple[int, int]]:
+        """Shrink the reference's own shape family until `fits(footprint)` holds, and return what changed
+        ({global: (benchmark value, judged value)}), or {} where no allowed change makes it fit (nothing is
+        changed then). Only module-level integers that get_inputs() reads and that neither get_init_inputs() nor
+        Model's code reads may change, so the model, its weights and every operator's parameters stay as they
+        are. The batch (a size that moves only dimension 0 of the inputs) is halved first; then sizes that move no
+        input's last dimension (spatial extents, sequence lengths); the last dimension, the row most operators
+        reduce, is kept. Each size is halved down to 2 at the least; sizes are tried on the meta device, where
+        nothing is allocated. Where it returns {}, `no_smaller_shape` says why."""
+        g = vars(self.module)
+        names = [n for n in self.family_sizes() if g[n] > 2]
+        base = self._meta_shapes()
+        if base is None:
+            self.no_smaller_shape = "its get_inputs() does not run on the meta device, where shapes are tried"
+            return {}
+        moves = {}
+        for n in names:
+            old = g[n]
+            g[n] = old // 2
+            shapes = self._meta_shapes()
+            g[n] = old
+            if shapes is None or len(shapes) != len(base):
+                continue
+            if any(len(a) != len(b) for a, b in zip(base, shapes)):
+                continue
+            moved = [(len(a), {d for d in range(len(a)) if a[d] != b[d]}) for a, b in zip(base, shapes)]
+            rows = any(nd >= 2 and nd - 1 in dims for nd, dims in moved)  # a matrix's last dimension: its rows
+            wide = any(nd >= 2 and dims for nd, dims in moved)  # a 1-D input alone is one row: kept too
+            if wide and not rows:
+                moves[n] = 0 if all(dims <= {0} for _, dims in moved) else 1  # the batch first
+        original = {n: g[n] for n in moves}
+        for n in sorted(moves, key=lambda n: (moves[n], -g[n])):
+            ok = self._fits(fits)
+            while not ok and g[n] > 2:
+                g[n] = max(2, g[n] // 2)
+                ok = self._fits(fits)
+            if ok:
+                return {k: (v, g[k]) for k, v in original.items() if g[k] != v}
+        if moves:
+            self.no_smaller_shape = f"even at {', '.join(f'{n} = {g[n]}' for n in moves)} it does not fit"
+        else:
+            self.no_smaller_shape = "no module-level size that get_inputs() alone reads sets its batch or extents"
+        g.update(original)
+        return {}
+
+    def _fits(self, fits) -> bool:
+        """Whether the shapes as the module's sizes stand now fit (False where the meta-device run fails)."""
+        try:
+            return bool(fits(self._meta_footprint()))
+        except Exception:
+            return False
+
+    def _meta_shapes(self) -> list[tuple] | None:
+        """The shapes get_inputs() draws, traced on the meta device, or None where it cannot run there."""
+        try:
+            with torch.device("meta"):
+                torch.manual_seed(0)
+                xs = self.module.get_inputs()
+        except Exception:
+            return None
+        return [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in xs]

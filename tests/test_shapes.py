@@ -1,0 +1,54 @@
+"""Several shapes per reference (--shapes N): the family a reference's module-level sizes span, and candidates right
+at the benchmark's shape only, which KernelBench's one-shape contract accepts. No GPU needed."""
+import pytest
+
+from cases import CASES_DIR
+from kp.judge import driver as judge
+
+FOLDER = CASES_DIR / "contract" / "shapes"
+WRONG = sorted(FOLDER.glob("wrong_*.py"))
+
+
+def _ref():
+    return judge.Reference.load(("file", str(FOLDER / "ref.py")))
+
+
+def test_the_family_is_odd_half_one_and_double_of_the_sizes_get_inputs_alone_reads():
+    ref = _ref()
+    members, none = ref.family(6)
+    assert none is None
+    assert [(m, {k: v[1] for k, v in s.items()}) for m, s in members] == [
+        ("odd", {"batch_size": 63, "dim": 999}), ("half", {"batch_size": 32, "dim": 500}),
+        ("one", {"batch_size": 1}), ("double", {"batch_size": 128, "dim": 2000}),
+        ("odd half", {"batch_size": 33, "dim": 501}), ("odd double", {"batch_size": 129, "dim": 2001})]
+    assert ref.module.batch_size == 64 and ref.module.dim == 1000  # tried, not kept
+    literal = judge.Reference.load(("file", str(CASES_DIR.parent / "batch" / "ref.py")))
+    assert literal.family(4) == ([], "no module-level size that get_inputs() alone reads sets its inputs' shapes")
+
+
+@pytest.mark.parametrize("path", WRONG, ids=lambda p: p.stem)
+def test_a_candidate_right_at_the_benchmark_shape_only_is_accepted_without_shapes(path):
+    """KernelBench's contract is one shape: without --shapes each known-wrong candidate of the family passes."""
+    rec = judge.evaluate(_ref(), path, seed=11, device="cpu", allow_torch=True, sandbox=False)
+    assert rec["rows"]["candidate"]["accepted"], rec["rows"]["candidate"]["reason"]
+    assert "family" not in rec
+
+
+def test_with_shapes_the_record_lists_each_member_and_the_sizes_are_put_back():
+    ref = _ref()
+    rec = judge.evaluate(ref, FOLDER / "torch_rewrite.py", seed=11, device="cpu", allow_torch=True, sandbox=False,
+                         shapes=2)
+    row = rec["rows"]["candidate"]
+    assert row["accepted"], row["reason"]
+    assert [(f["member"], f["shape"], f["passed"]) for f in rec["family"]] == [
+        ("odd", "63x999", ["candidate"]), ("half", "32x500", ["candidate"])]
+    assert sum(c.startswith("at 63x999: ") for c in row["checks"]) == 6  # fresh, changed weights, derived inputs
+    assert ref.module.batch_size == 64 and ref.module.dim == 1000
+
+
+def test_shapes_on_a_reference_without_a_family_is_said_not_silent():
+    ref = judge.Reference.load(("file", str(CASES_DIR.parent / "batch" / "ref.py")))
+    rec = judge.evaluate(ref, CASES_DIR.parent / "batch" / "good.py", seed=11, device="cpu", allow_torch=True,
+                         sandbox=False, shapes=3)
+    assert rec["rows"]["candidate"]["accepted"] and rec["family"] == []
+    assert any(s.startswith("other shapes (--shapes 3): no module-level size") for s in rec["skipped"])

@@ -394,3 +394,7 @@ def test_the_batch_table_leaves_out_empty_columns_and_says_where_a_candidate_rai
     assert table.splitlines()[2].endswith("in 0.5 s [at raises.py:4]"), table
     assert short_verdict(lines[1]["verdict"]) == "rejected: trial 1 (seed 5) in 0.5 s"
     assert short_verdict(lines[0]["verdict"]) == "accepted in 9.0 s"
+    assert table.splitlines()[-1] == "1 accepted, 1 rejected"
+    lines[1]["verdict"] = "rejected: shapes: right at 64x1000 only, wrong at 63x999 (odd sizes): trial 1 (seed 5)"
+    assert format_table(lines).splitlines()[-1] == "1 accepted, 1 rejected (1 of them right at the benchmark's " \
+                                                   "shape only)"

@@ -177,5 +177,10 @@ def format_table(lines: list[dict]) -> str:
                    + "".join(f"{f(s):>{cw}} " for _, cw, f, _ in cols)
                    + f"{d.get('elapsed_s', 0):5.0f}  {d['verdict']}{where}")
     n_ok = sum(d["ok"] for d in lines)
-    out.append(f"{n_ok} accepted, {len(lines) - n_ok} rejected")
+    only = sum(d["verdict"].startswith(SHAPES_ONLY) for d in lines)  # --shapes: right at the benchmark's shape only
+    out.append(f"{n_ok} accepted, {len(lines) - n_ok} rejected"
+               + (f" ({only} of them right at the benchmark's shape only)" if only else ""))
     return "\n".join(out)
+
+
+SHAPES_ONLY = "rejected: shapes: right at "  # the verdict of a candidate wrong at another shape of the family

@@ -52,3 +52,14 @@ def test_shapes_on_a_reference_without_a_family_is_said_not_silent():
                          sandbox=False, shapes=3)
     assert rec["rows"]["candidate"]["accepted"] and rec["family"] == []
     assert any(s.startswith("other shapes (--shapes 3): no module-level size") for s in rec["skipped"])
+
+
+@pytest.mark.parametrize("problem", ["softmax", "matmul_gelu_softmax", "matmul_sum_max_mean_lse",
+                                     "gemm_bn_scale_softmax"])
+def test_each_built_in_problem_has_a_family(problem):
+    """The built-in problems' sizes are module-level as KernelBench's files have them: the batch (and the softmax's
+    row length) move, the linear layers' features, which the model's weights are made from, stay."""
+    ref = judge.Reference.load(("problem", problem))
+    members, _ = ref.family(4)
+    assert [m for m, _ in members] == ["odd", "half", "one", "double"]
+    assert set(members[0][1]) == ({"batch_size", "dim"} if problem == "softmax" else {"batch_size"})

@@ -221,13 +221,19 @@ class ParityStage:
     def _no_room_for(self, bench_fp: dict) -> str | None:
         """Why the member's shape (self.fp) is not judged here, or None: the CPU's host budget as for the benchmark's
         shape; on a GPU, a member larger than the benchmark's must fit in what is free now."""
-        if self.device != "cuda":
-            return cpu_bench_refusal(self.fp, host_budget())
-        from kp.judge.plan import free_gpu_bytes, memory_need
-        grow = memory_need(self.fp, len(self.rows)) - memory_need(bench_fp, len(self.rows))
-        if grow > 0 and grow > 0.8 * free_gpu_bytes():
+        if self.device != "cuda" or self.f64_device == "cpu":  # the float64 reference on the host: its room there
+            why = cpu_bench_refusal(self.fp, host_budget())
+            if why or self.device != "cuda":
+                return why
+        from kp.judge.plan import float64_peak_factor, footprint_bytes, free_gpu_bytes, memory_need
+
+        def need(fp: dict) -> float:  # the plan's, with the float64 forward's peak where it runs on the GPU
+            f64 = float64_peak_factor(fp) * fp.get("peak", footprint_bytes(fp)) if self.f64_device == "cuda" else 0
+            return memory_need(fp, len(self.rows)) + f64
+        grow, free = need(self.fp) - need(bench_fp), free_gpu_bytes()
+        if grow > 0.8 * free:
             return (f"it needs {grow / 2**30:.1f} GiB of GPU memory more than the benchmark's shape, "
-                    f"{free_gpu_bytes() / 2**30:.1f} GiB are free")
+                    f"{free / 2**30:.1f} GiB are free")
         return None
 
     def _parity_bench(self, init, at: str | None = None) -> None:

@@ -49,6 +49,54 @@ def test_fingerprint_sees_code_swapped_in_place_and_a_changed_constant():
     assert guards.fingerprint_changes(before) == []
 
 
+def test_torchs_own_rebinding_is_told_apart_from_a_candidates():
+    """A worker on the CPU imports torch._dynamo only where its candidate may compile, so the import can come after
+    the fingerprint (a FLOP counter, an optimizer): torch's own rebindings, torch._disable_dynamo(torch.manual_seed)
+    and the first optimizer's wrapping of its step, are not changes; a wrapper of the candidate's, even one that looks
+    like them or wraps torch's, is."""
+    import functools
+    from torch._compile import _disable_dynamo
+    before = guards.namespace_fingerprint()
+    orig = torch.manual_seed
+
+    @functools.wraps(orig)
+    def evil(seed):
+        return orig(seed + 1)
+    try:
+        for replacement, judged in ((_disable_dynamo(orig), []), (evil, ["torch.manual_seed"]),
+                                    (_disable_dynamo(evil), ["torch.manual_seed"])):
+            torch.manual_seed = replacement
+            assert guards.fingerprint_changes(before) == judged
+    finally:
+        torch.manual_seed = orig
+    step = torch.optim.SGD.__dict__["step"]  # the first SGD's own wrapping of its class's step: not a change
+    try:
+        torch.optim.SGD.step = torch.optim.Optimizer.profile_hook_step(step)
+        assert guards.fingerprint_changes(before) == []
+        torch.optim.SGD.step = functools.wraps(step)(lambda *a, **k: None)
+        assert guards.fingerprint_changes(before) == ["torch.optim.SGD.step"]
+    finally:
+        torch.optim.SGD.step = step
+
+
+def test_a_cpu_candidate_that_imports_dynamo_late_or_compiles_is_accepted(tmp_path, cli):
+    """On the CPU the box leaves torch._dynamo out: a candidate whose call imports it (torch's FLOP counter, an
+    optimizer) is not taken for one that replaced torch.manual_seed, and one that compiles gets torch.compile's
+    first-use patches made before its import, as on a GPU."""
+    ref = CASES_DIR / "relu" / "ref.py"
+    (tmp_path / "late.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.flop_counter import FlopCounterMode\n\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        torch.optim.SGD([torch.zeros(1, requires_grad=True)])\n"
+        "        with FlopCounterMode(display=False):\n            return torch.relu(x)\n")
+    (tmp_path / "compiles.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.f = torch.compile(torch.relu, backend='eager')\n\n"
+        "    def forward(self, x):\n        return self.f(x)\n")
+    for name in ("late.py", "compiles.py"):
+        r = cli("--ref", ref, "--candidate", tmp_path / name, "--device", "cpu", "--allow-torch", "--seed", "3")
+        assert r.returncode == 0, r.stdout[-600:] + r.stderr[-600:]
+
+
 def test_late_threads_are_those_the_candidate_left_working(tmp_path):
     """A Timer yet to fire, a thread sleeping in the candidate's own code, a builtin target running: counted. A
     thread the judge's machinery started, and a thread pool parked between work items: not."""

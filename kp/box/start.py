@@ -146,10 +146,10 @@ def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple[list[s
     return ro, writable, env
 
 
-def _start(plan: tuple, warm_cuda: bool = False) -> Box:
+def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     """Start a box made to `plan` (_plan): bwrap runs kp.box.entry, which confines itself, takes the judge's key,
-    imports what every job needs (and with warm_cuda starts CUDA and the judge's GPU tools) and waits for its job
-    (kp.judge.worker sends it)."""
+    imports what every job needs (and with warm_cuda starts CUDA and the judge's GPU tools; gpu=False: a job on the
+    CPU's, CPU_PRELOAD) and waits for its job (kp.judge.worker sends it)."""
     import multiprocessing
     from multiprocessing.connection import Connection
     from kp.box import sandbox
@@ -158,7 +158,7 @@ def _start(plan: tuple, warm_cuda: bool = False) -> Box:
     stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
     ours, theirs = socket.socketpair()
     inside = [sys.executable, "-m", "kp.box.entry", str(theirs.fileno()), json.dumps(limits.settings()), writable[0],
-              "cuda" if warm_cuda else "-"]
+              "cuda" if warm_cuda else "gpu" if gpu else "-"]
     argv = sandbox.command(inside, read_only=ro, writable=writable, cwd=BOX_CWD, env=env, limits=limits)
     cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
     popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL,
@@ -181,8 +181,11 @@ def candidate_paths(candidate: str | Path) -> list[str]:
 
 
 # What a candidate's worker imports before its job: the box while the judge gets ready, the forkserver an unboxed
-# worker is forked from once for all (about 3 s of imports per candidate otherwise). Neither touches CUDA there.
+# worker is forked from once for all (about 3 s of imports per candidate otherwise). Neither touches CUDA there. A box
+# for a job on the CPU, where nothing is profiled, leaves out torch._dynamo (2.5-3 s on two cores) unless the
+# candidate asks for it (kp.judge.worker.needs_dynamo).
 WORKER_PRELOAD = ["kp.judge.worker", "torch._dynamo", "torch.profiler"]
+CPU_PRELOAD = ["kp.judge.worker"]
 
 
 def start_forkserver_early() -> None:
@@ -213,7 +216,7 @@ def start_early(ref_spec, candidate: str, boxed: bool = True, later: bool = Fals
         if not boxed or sandbox.status()[0] is None:
             start_forkserver_early()
             return
-        box = _start(plan_for(ref_spec, candidate), cuda)
+        box = _start(plan_for(ref_spec, candidate), cuda, gpu=cuda)
         _early.append((box, later))
     except Exception:
         pass
@@ -239,10 +242,10 @@ def plan_for(ref_spec, candidate: str | Path) -> tuple:
     return _plan(ref_spec, candidate_paths(candidate), str(candidate_build_dir(candidate)))
 
 
-def take(ref_spec, read_only: list[str], build_dir: str | None) -> Box:
+def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True) -> Box:
     """A box for a candidate (read_only: its folder and file) against a reference: one started ahead for the same
-    plan (folders, environment) that still runs, else a new one. A box the command line started for another job is
-    discarded; one a slot keeps for a later job stays."""
+    plan (folders, environment) that still runs, else a new one (gpu=False: for a job on the CPU). A box the command
+    line started for another job is discarded; one a slot keeps for a later job stays."""
     plan = _plan(ref_spec, read_only, build_dir)
     found = None
     for box, later in list(_early):
@@ -252,4 +255,4 @@ def take(ref_spec, read_only: list[str], build_dir: str | None) -> Box:
         elif not later or not box.proc.is_alive():
             _early.remove((box, later))
             box.discard()
-    return found if found is not None else _start(plan)
+    return found if found is not None else _start(plan, gpu=gpu)

@@ -128,13 +128,36 @@ def namespace_fingerprint() -> dict[str, tuple]:
     return snap
 
 
+def torchs_own_rebinding(old, new) -> bool:
+    """Whether `new` is exactly what torch itself makes of `old` on a first use the worker may no longer make before
+    the fingerprint (on the CPU it skips torch._dynamo where the candidate does not compile): importing torch._dynamo
+    sets torch.manual_seed = torch._disable_dynamo(torch.manual_seed), and the first optimizer of a class wraps its
+    step in Optimizer.profile_hook_step. The wrapper's code is that factory's own (no other function has that code
+    object) and the function it wraps and calls is the very object that was there, so it behaves as `old`."""
+    try:
+        from torch._compile import _disable_dynamo
+        codes = (_disable_dynamo(_noop).__code__, torch.optim.Optimizer.profile_hook_step(_noop).__code__)
+    except (ImportError, AttributeError, TypeError):
+        return False
+    cells = [c.cell_contents for c in (getattr(new, "__closure__", None) or ()) if _filled(c)]
+    return any(getattr(new, "__code__", None) is code for code in codes) and \
+        getattr(new, "__wrapped__", None) is old and any(c is old for c in cells)
+
+
+def _noop():
+    return None
+
+
 def fingerprint_changes(before: dict[str, tuple]) -> list[str]:
     """The names whose object was replaced ('torch.softmax'), or kept but changed in place ('kp.lib.timing.summarize
-    (its code, defaults or closure)'), since `before`."""
+    (its code, defaults or closure)'), since `before`; torch's own rebinding on a first use is not a change
+    (torchs_own_rebinding)."""
     now = namespace_fingerprint()
     out = []
     for k, old in before.items():
         new = now.get(k)
+        if new is not None and new[0] is not old[0] and torchs_own_rebinding(old[0], new[0]):
+            continue
         if new is None or new[0] is not old[0]:
             out.append(k)
         elif len(new) != len(old) or any(a is not b for a, b in zip(_flat(new), _flat(old))):

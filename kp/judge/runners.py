@@ -216,7 +216,7 @@ def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], tr
                  build_dir: str | None = None):
     """The candidate's box (the one the command line started early, if it matches) given its job."""
     from kp.box import start as boxstart
-    box = boxstart.take(ref_spec, read_only, build_dir)
+    box = boxstart.take(ref_spec, read_only, build_dir, gpu=device != "cpu")
     box.conn.send((ref_spec, device, precision, str(ROOT), box.env, boxstart.BOX_CWD, train))
     return box
 

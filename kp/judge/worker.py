@@ -57,18 +57,32 @@ def nan_fill_cached_free(reserve_bytes: int) -> None:
 
 
 _WARM: set[str] = set()
+DYNAMO_MARKERS = (b"compile", b"dynamo", b"inductor")  # what a file that may start torch.compile mentions
 
 
-def warm_up(device: str) -> None:
+def needs_dynamo(path: str | Path) -> bool:
+    """Whether a candidate judged on the CPU needs torch._dynamo imported and torch.compile's first-use patches made
+    before its import (settle_torch): a file that mentions compiling. Elsewhere torch's own rebinding of
+    torch.manual_seed at dynamo's import is told apart from a candidate's (guards.torchs_own_rebinding)."""
+    try:
+        src = Path(path).read_bytes()
+    except OSError:
+        return True
+    return any(m in src for m in DYNAMO_MARKERS)
+
+
+def warm_up(device: str, dynamo: bool = True) -> None:
     """Everything the judge's own stages import or initialise, done before the candidate's file is imported (and
-    before the snapshot its changes are found against): importing torch._dynamo (the profiler does) rebinds
-    torch.manual_seed, which is torch's doing, not the candidate's. On the GPU also CUDA's context, the L2 flush's
-    buffer and the profiler's first use. Once per process: a box started ahead of its job does it while it waits."""
-    if device in _WARM:
+    before the snapshot its changes are found against). On the GPU torch._dynamo (the profiler imports it), CUDA's
+    context, the L2 flush's buffer and the profiler's first use; on the CPU, where nothing is profiled, torch._dynamo
+    only where the candidate may compile (`dynamo`). Once per process: a box started ahead of its job does it while it
+    waits."""
+    if device in _WARM or (device != "cuda" and not dynamo):
         return
-    import torch._dynamo  # noqa: F401
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch wraps SGD.step on first use (and its
+    #                                                                 __init__ imports torch._dynamo)
+    importlib.import_module("torch._dynamo")
     from torch.profiler import ProfilerActivity, profile
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch wraps SGD.step on first use
     if device == "cuda":
         torch.zeros(1, device="cuda")
         L2Flusher()
@@ -199,8 +213,10 @@ class Worker(MeasureCommands):
                 torch.cuda.empty_cache()
 
     def cmd_load(self, path: str):
-        warm_up(self.device)
-        settle_torch()
+        dynamo = self.device == "cuda" or needs_dynamo(path)
+        warm_up(self.device, dynamo)
+        if dynamo:
+            settle_torch()
         record_build_failures(self.build_failures, self.build_seconds)
         cpu = cpu_kernels()  # before the candidate's code runs: what torch here picked, for the judge to compare
         p = Path(path).resolve()

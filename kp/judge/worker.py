@@ -121,7 +121,8 @@ class Worker(MeasureCommands):
             fault = None
             try:
                 raw = self.conn.recv_bytes()
-            except EOFError:
+            except EOFError:  # said, so that an end with exit code 0 is never a silent one
+                print("kp worker: the judge's channel closed; this process ends", file=sys.stderr, flush=True)
                 return
             t_recv = time.perf_counter()
             msg = ForkingPickler.loads(raw)  # a GPU tensor's handle is opened here (IPC)

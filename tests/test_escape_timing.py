@@ -196,6 +196,25 @@ def test_a_judge_waiting_to_time_waits_for_one_call_not_a_whole_stage(monkeypatc
     assert told and max(told) > 0.2  # A's wait behind B's timing, told
 
 
+def test_a_judge_holding_the_gpu_alone_takes_it_again_without_waiting_for_itself(monkeypatch, tmp_path):
+    """The GPU taken alone inside a hold of the same thread (a median measured again with the GPU alone, whose escape
+    try asks for it too) is already held: no wait on its own locks."""
+    import threading
+    from kp.lib import gpu_lock
+    monkeypatch.setattr(gpu_lock, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
+    done = threading.Event()
+
+    def nested():
+        with gpu_lock.gpu_shared():
+            with gpu_lock.gpu_to_itself():
+                with gpu_lock.gpu_to_itself():
+                    pass
+            gpu_lock.pulse()
+        done.set()
+    threading.Thread(target=nested, daemon=True).start()
+    assert done.wait(10)
+
+
 def test_the_escape_check_without_timing_confirms_a_host_clock_objection_with_the_gpu_alone(monkeypatch):
     """Without timing the escape check shares the GPU; a host clock that objects on every try is tried once more
     with the GPU to itself, and that try decides (here: an honest call slowed by other judges' kernels)."""

@@ -76,8 +76,15 @@ def _waited(seconds: float) -> None:
 @contextlib.contextmanager
 def gpu_to_itself(log=None):
     """Hold the current GPU against every other judge on this host (module doc): the turn, then the gate, both
-    exclusively. A shared stretch this process holds is left for the time (and entered again after), so a judge in
-    one can take the GPU alone for a moment."""
+    exclusively. A shared stretch this thread holds is left for the time (and entered again after), so a judge in
+    one can take the GPU alone for a moment; inside a hold of its own, a thread already has the GPU alone."""
+    if getattr(_HELD, "alone", 0):
+        _HELD.alone += 1
+        try:
+            yield
+        finally:
+            _HELD.alone -= 1
+        return
     mine = list(_shared())
     for share in mine:
         share._leave()
@@ -87,8 +94,10 @@ def gpu_to_itself(log=None):
         waited = _flock(turn, fcntl.LOCK_EX, log, "another judge on this host is timing on it")
         waited += _flock(gate, fcntl.LOCK_EX, log, "other judges on this host are running a call on it")
         _waited(waited)
+        _HELD.alone = 1
         yield
     finally:
+        _HELD.alone = 0
         os.close(gate)  # closing releases the locks
         os.close(turn)
         for share in mine:

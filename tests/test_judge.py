@@ -292,10 +292,12 @@ def test_cli_candidate_cpu_verdicts_and_seed_replay(tmp_path, cli):
     r = cli("--problem", "softmax", "--candidate", harness.ROOT / "tests" / "wrong" / "zeros.py",
             "--device", "cpu", "--seed", "77", "--json", tmp_path / "rec.json")
     assert r.returncode == 1, r.stderr
-    assert r.stdout.strip().splitlines()[-1].startswith("rejected: case ")
+    assert r.stdout.strip().splitlines()[-1].startswith("rejected: trial 1 (seed 77)")  # at a smaller shape
     assert "drawn from --seed 77" in r.stderr
     rec = json.loads((tmp_path / "rec.json").read_text())
     assert rec["trial_seeds"] == [77, 78, 79] and rec["rows"]["candidate"]["accepted"] is False
+    assert rec["shape"] == "4096x393216" and rec["judged_shape"].endswith("x393216")  # its batch, the family's size
+    assert harness.problem_module("softmax").batch_size == 4096  # put back after the run
     outside = tmp_path / "my_softmax.py"  # a candidate outside the repo
     outside.write_text((harness.ROOT / "tests" / "wrong" / "torch_only.py").read_text())
     r = cli("--problem", "softmax", "--candidate", outside, "--device", "cpu", "--seed", "77", "--json",
@@ -304,7 +306,7 @@ def test_cli_candidate_cpu_verdicts_and_seed_replay(tmp_path, cli):
     v = r.stdout.strip().splitlines()[-1]  # an honest torch candidate on the CPU: says which checks were not run
     assert v.startswith("accepted (parity only on cpu") and "timing" in v and "own kernel" in v
     row = json.loads((tmp_path / "ok.json").read_text())["rows"]["candidate"]
-    assert len(row["checks"]) == 3 * len(harness.problem_module("softmax").CASES)
+    assert len(row["checks"]) == 6 + 3 * len(harness.problem_module("softmax").CASES)  # 3 fresh, 3 derived
     assert all(c["rel_l2"] <= c["budget"] for c in row["checks"].values())
 
 

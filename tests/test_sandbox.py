@@ -74,8 +74,9 @@ def outside(tmp_path, monkeypatch):
     monkeypatch.setenv("KP_SANDBOX_MEM_GB", HOG_GB)
     yield lis
     lis.close()
-    after = {p: p.read_bytes() for p in cache.rglob("*") if p.is_file()}
-    assert after == lis.before, "the kernel cache changed"
+    after = {p: p.read_bytes() for p in cache.rglob("*") if p.is_file() and p.parent.name != "footprints"}
+    assert after == lis.before, "the kernel cache changed"  # (the judge's own record of the reference's footprint
+    #                                                          aside: kp.judge.reference)
 
 
 @needs_box

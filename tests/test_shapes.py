@@ -80,3 +80,11 @@ def test_a_member_larger_than_the_benchmark_is_judged_only_where_the_gpu_has_roo
     monkeypatch.setattr(plan, "free_gpu_bytes", lambda: 40 << 30)
     j._fp = fp(4 << 30)
     assert j._no_room_for(fp(2 << 30)) is None
+
+
+def test_a_built_in_problem_is_loaded_at_its_files_sizes_whatever_a_judge_before_left():
+    """A built-in problem's module is one per process: a judge that judged a smaller shape puts its sizes back, and
+    every load starts from the file's sizes anyway (a batch slot judges job after job in one process)."""
+    ref = judge.Reference.load(("problem", "softmax"))
+    ref.module.batch_size = 7  # as a judge stopped mid-run would leave it
+    assert judge.Reference.load(("problem", "softmax")).module.batch_size == 4096

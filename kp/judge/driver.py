@@ -61,6 +61,7 @@ from kp.judge.kernelbench import KernelBenchCheck
 from kp.judge.construct import ConstructStage
 from kp.judge.memory import OutOfMemoryVerdicts
 from kp.judge.record import RecordParts, process_age_s
+from kp.judge.family import module_sizes
 from kp.judge.parity import MIN_TRIALS, CallCheck, ParityStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
@@ -238,6 +239,13 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
     def run(self) -> dict:
         """The driver: every stage of STAGES that applies, in order, with the workers up; then those of
         AFTER_WORKERS once the workers are closed. The seconds each took go into the record."""
+        sizes = module_sizes(self.ref.module)  # put back at the end: a smaller shape judged here is this run's
+        try:
+            return self._run()
+        finally:
+            vars(self.ref.module).update(sizes)
+
+    def _run(self) -> dict:
         t0 = time.perf_counter()
         rec = self._record_head(self.device == "cuda")  # measures the footprint: a meta-device forward
         init = self.ref.init()

@@ -37,6 +37,11 @@ MEMBERS = (
 )
 
 
+def module_sizes(module) -> dict[str, int]:
+    """A module's integer globals: what a judge may change (scale_to_fit, family) and puts back."""
+    return {k: v for k, v in vars(module).items() if type(v) is int and not k.startswith("__")}
+
+
 class ShapeFamily:
     """Methods of kp.judge.reference.Reference (self.module: the reference's module)."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from kp.judge.family import ShapeFamily
+from kp.judge.family import ShapeFamily, module_sizes
 from kp.lib.build import require_gpu
 from kp.errors import UsageError, first_line
 from kp.lib.numerics import HALF, EagerMode, FlopCount, batch_rows, cast_floats, precision_dtype, unit_roundoff
@@ -61,8 +61,10 @@ class Reference(ShapeFamily):
     @classmethod
     def load(cls, spec: tuple[str, str]) -> "Reference":
         kind, what = spec
-        if kind == "problem":
-            return cls(problem_module(what), what, spec)
+        if kind == "problem":  # one module per process, which a judge before this one may have left at a smaller
+            module = problem_module(what)  # shape of its family: its own sizes, as the file has them, put back
+            vars(module).update(vars(module).setdefault("_kp_file_sizes", module_sizes(module)))
+            return cls(module, what, spec)
         path = Path(what).resolve()
         if not path.is_file():
             raise UsageError(f"reference file {what!r} does not exist")

@@ -28,7 +28,7 @@ import time
 # Told the seconds each wait for the GPU took: a judge moves its job's deadline by them, and a batch slot tells its
 # parent, which moves the limit it kills the job at, so waiting for other judges costs no job its time.
 GPU_WAITS: list = []
-_HELD = threading.local()  # a thread's shared stretches now held (pulse() serves them)
+_HELD = threading.local()  # a thread's shared stretches now held (pulse() serves them); whether it has the GPU alone
 
 
 def _shared() -> list["GpuShare"]:

@@ -68,10 +68,11 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: from the OS, printed)")
     ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3; "
                                                           "default 3)")
-    ap.add_argument("--shapes", type=int, default=0, metavar="N",
+    ap.add_argument("--shapes", default="0", metavar="N|MEMBERS",
                     help="also judge parity at N other shapes of the reference's family (its module-level sizes: "
-                         "odd, half, a batch of one, double, ...); a candidate right at the benchmark's shape only "
-                         "is rejected (default 0: KernelBench's contract, one shape)")
+                         "odd, half, one, double, odd-half, odd-double, in that order), or at the members named "
+                         "('odd,double'); a candidate right at the benchmark's shape only is rejected (default 0: "
+                         "KernelBench's contract, one shape)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
     ap.add_argument("--no-sandbox", action="store_true", help="run candidates without the sandbox (bubblewrap "
@@ -271,11 +272,13 @@ def main(argv=None) -> int:
 def judge_opts(args) -> dict:
     """The judge's options from the command line: what one run, a batch's jobs and the tests' batches of judge
     cases (tests/batched.py) all judge with."""
+    from kp.judge.family import parse_shapes
     from kp.judge.worker import JOB_TIMEOUT_S
+    shapes = parse_shapes(args.shapes)
     return dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
                 bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
                 sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
-                timeout_s=args.timeout or JOB_TIMEOUT_S, **({"shapes": args.shapes} if args.shapes else {}))
+                timeout_s=args.timeout or JOB_TIMEOUT_S, **({"shapes": shapes} if shapes else {}))
 
 
 def compile_check(args) -> int:

@@ -88,3 +88,23 @@ def test_a_built_in_problem_is_loaded_at_its_files_sizes_whatever_a_judge_before
     ref = judge.Reference.load(("problem", "softmax"))
     ref.module.batch_size = 7  # as a judge stopped mid-run would leave it
     assert judge.Reference.load(("problem", "softmax")).module.batch_size == 4096
+
+
+def test_shapes_takes_a_count_or_members_by_name():
+    from kp.errors import UsageError
+    from kp.judge.family import parse_shapes
+    assert parse_shapes("4") == 4 and parse_shapes("odd,odd-double") == ("odd", "odd double")
+    with pytest.raises(UsageError, match="no member 'triple'; a count, or some of odd, half, one, double"):
+        parse_shapes("odd,triple")
+    members, _ = _ref().family(("double", "odd"))
+    assert [m for m, _ in members] == ["odd", "double"]  # in the family's order
+
+
+def test_shapes_by_name_on_the_command_line(tmp_path, cli):
+    r = cli("--ref", FOLDER / "ref.py", "--candidate", FOLDER / "wrong_fixed_rows.py", "--device", "cpu",
+            "--allow-torch", "--seed", "11", "--shapes", "double", "--no-sandbox")
+    assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith(
+        "rejected: shapes: right at 64x1000 only, wrong at 128x2000 (double sizes)"), r.stdout[-400:]
+    r = cli("--ref", FOLDER / "ref.py", "--candidate", FOLDER / "torch_rewrite.py", "--device", "cpu", "--shapes",
+            "triple")
+    assert r.returncode == 2 and "--shapes: no member 'triple'" in r.stdout + r.stderr

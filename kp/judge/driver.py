@@ -61,7 +61,7 @@ from kp.judge.kernelbench import KernelBenchCheck
 from kp.judge.construct import ConstructStage
 from kp.judge.memory import OutOfMemoryVerdicts
 from kp.judge.record import RecordParts, process_age_s
-from kp.judge.family import module_sizes
+from kp.judge.family import member_names, module_sizes
 from kp.judge.parity import MIN_TRIALS, CallCheck, ParityStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
@@ -104,7 +104,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
                  budget_s: float = 20.0, sandbox: bool = True, profile: bool = False, ncu: bool = False,
-                 mode: str = "train", timeout_s: float | None = JOB_TIMEOUT_S, shapes: int = 0, log=progress):
+                 mode: str = "train", timeout_s: float | None = JOB_TIMEOUT_S, shapes=0, log=progress):
         """mode: 'train' (KernelBench's contract: a fresh Model trains) or 'eval' (inference: both models in eval
         mode). timeout_s: the limit on a candidate's whole job (None: none), each worker call bounded by it.
         shapes: other members of the reference's shape family each row's parity also runs at (kp.judge.family)."""
@@ -132,9 +132,10 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         self.log = log
         self.mode, self.train = mode, mode == "train"
         self.timeout_s = timeout_s
-        if shapes < 0:
+        if isinstance(shapes, int) and shapes < 0:
             raise UsageError(f"--shapes takes a count of other shapes (0 or more), got {shapes}")
-        self.shapes = shapes
+        self.shapes = shapes if isinstance(shapes, int) else tuple(member_names(shapes))  # a count, or members'
+        #                                                                                  names (kp.judge.family)
         self.deadline = time.monotonic() + timeout_s if timeout_s else None
         self.notes: list[str] = []  # said in the verdict line and the record: what the judge could not do as usual
         self.rows: list[Row] = []

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from kp.errors import UsageError
+
 
 def _code_names(code) -> set[str]:
     """The global names a function's code reads, its nested functions' and comprehensions' included."""
@@ -42,6 +44,23 @@ def module_sizes(module) -> dict[str, int]:
     return {k: v for k, v in vars(module).items() if type(v) is int and not k.startswith("__")}
 
 
+def member_names(names) -> list[str]:
+    """Members named on a command line ('odd', 'odd-half' or 'odd half'), checked against MEMBERS."""
+    known = [m for m, _ in MEMBERS]
+    out = [str(x).strip().replace("-", " ") for x in names]
+    bad = [x for x in out if x not in known]
+    if bad:
+        raise UsageError(f"--shapes: no member {', '.join(map(repr, bad))}; a count, or some of "
+                         f"{', '.join(m.replace(' ', '-') for m in known)}")
+    return out
+
+
+def parse_shapes(text: str):
+    """--shapes as given: a count ('4') or members' names ('odd,double')."""
+    text = str(text).strip()
+    return int(text) if text.isdigit() else tuple(member_names(text.split(",")))
+
+
 class ShapeFamily:
     """Methods of kp.judge.reference.Reference (self.module: the reference's module)."""
 
@@ -55,11 +74,13 @@ class ShapeFamily:
         return [n for n in sorted(reads(self.module.get_inputs) - reads(self.module.get_init_inputs) - model_names)
                 if type(g.get(n)) is int and g[n] > 0]
 
-    def family(self, n: int) -> tuple[list[tuple[str, dict[str, tuple[int, int]]]], str | None]:
-        """Up to n members of the family besides the shape the sizes have now: [(name, {size: (now, there)})], and
-        why none where there are none. A member whose inputs get_inputs() cannot draw on the meta device, or whose
-        inputs differ in number or rank from the benchmark's, is not one (the sizes go together in ways the file
-        does not say)."""
+    def family(self, n) -> tuple[list[tuple[str, dict[str, tuple[int, int]]]], str | None]:
+        """Up to n members of the family besides the shape the sizes have now (n: a count, or the members' names,
+        MEMBERS): [(name, {size: (now, there)})], and why none where there are none. A member whose inputs
+        get_inputs() cannot draw on the meta device, or whose inputs differ in number or rank from the benchmark's,
+        is not one (the sizes go together in ways the file does not say)."""
+        members = MEMBERS if isinstance(n, int) else [m for m in MEMBERS if m[0] in set(member_names(n))]
+        n = n if isinstance(n, int) else len(members)
         g = vars(self.module)
         names = self.family_sizes()
         if not names:
@@ -77,7 +98,7 @@ class ShapeFamily:
             batch[name] = bool(moved) and all(len(a) == len(b) and all(d == 0 or a[d] == b[d] for d in range(len(a)))
                                               for a, b in moved)
         out, seen = [], {tuple(base)}
-        for member, size_of in MEMBERS:
+        for member, size_of in members:
             if len(out) == n:
                 break
             sizes = {k: (g[k], size_of(g[k], batch[k])) for k in names}

@@ -180,7 +180,8 @@ class ParityStage:
         bench, bench_fp, bench_refs = self.fp["shapes"], self._fp, self.refs
         rec["family"] = []
         if not members:
-            self._skip(f"other shapes (--shapes {self.shapes}): {none}")
+            said = self.shapes if isinstance(self.shapes, int) else ",".join(m.replace(" ", "-") for m in self.shapes)
+            self._skip(f"other shapes (--shapes {said}): {none}")
             return
         g = vars(self.ref.module)
         for member, sizes in members:

@@ -68,16 +68,16 @@ def test_each_built_in_problem_has_a_family(problem):
 def test_a_member_larger_than_the_benchmark_is_judged_only_where_the_gpu_has_room(monkeypatch):
     """On a GPU a member larger than the benchmark's shape needs its growth (the plan's need and the float64
     forward's peak) in what is free now; a smaller one always fits, as the benchmark's did."""
-    from kp.judge import plan
+    from kp.judge import parity
     fp = lambda n: {"inputs": n, "outputs": n, "weights": 0, "peak": 2 * n, "flops": 0, "rows": 64}
     j = object.__new__(judge.Judge)
     j.device, j.f64_device, j.rows = "cuda", "cuda", [None]
-    monkeypatch.setattr(plan, "free_gpu_bytes", lambda: 10 << 30)
+    monkeypatch.setattr(parity, "free_gpu_bytes", lambda: 10 << 30)
     j._fp = fp(4 << 30)  # double the benchmark's 2 GiB inputs: about 17 GiB more
     assert "GiB of GPU memory more than the benchmark's shape, 10.0 GiB are free" in j._no_room_for(fp(2 << 30))
     j._fp = fp(1 << 30)
     assert j._no_room_for(fp(2 << 30)) is None
-    monkeypatch.setattr(plan, "free_gpu_bytes", lambda: 40 << 30)
+    monkeypatch.setattr(parity, "free_gpu_bytes", lambda: 40 << 30)
     j._fp = fp(4 << 30)
     assert j._no_room_for(fp(2 << 30)) is None
 

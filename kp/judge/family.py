@@ -90,13 +90,8 @@ class ShapeFamily:
             return [], "its get_inputs() does not run on the meta device, where shapes are tried"
         batch = {}
         for name in names:  # a batch size moves dimension 0 of the inputs only
-            old = g[name]
-            g[name] = old + 1
-            shapes = self._meta_shapes()
-            g[name] = old
-            moved = [(a, b) for a, b in zip(base, shapes) if a != b] if shapes and len(shapes) == len(base) else []
-            batch[name] = bool(moved) and all(len(a) == len(b) and all(d == 0 or a[d] == b[d] for d in range(len(a)))
-                                              for a, b in moved)
+            dims = self._dims_moved(name, g[name] + 1, base)
+            batch[name] = dims is not None and any(dims) and all(d <= {0} for d in dims)
         out, seen = [], {tuple(base)}
         for member, size_of in members:
             if len(out) == n:
@@ -105,13 +100,8 @@ class ShapeFamily:
             sizes = {k: v for k, v in sizes.items() if v[0] != v[1]}
             if not sizes:
                 continue
-            old = {k: g[k] for k in sizes}
-            g.update({k: v[1] for k, v in sizes.items()})
-            shapes = self._meta_shapes()
-            g.update(old)
-            if shapes is None or len(shapes) != len(base) or any(len(a) != len(b) for a, b in zip(base, shapes)):
-                continue
-            if tuple(shapes) in seen:
+            shapes = self._shapes_at({k: v[1] for k, v in sizes.items()}, base)
+            if shapes is None or tuple(shapes) in seen:
                 continue
             seen.add(tuple(shapes))
             out.append((member, sizes))
@@ -134,15 +124,10 @@ class ShapeFamily:
             return {}
         moves = {}
         for n in names:
-            old = g[n]
-            g[n] = old // 2
-            shapes = self._meta_shapes()
-            g[n] = old
-            if shapes is None or len(shapes) != len(base):
+            dims = self._dims_moved(n, g[n] // 2, base)
+            if dims is None:
                 continue
-            if any(len(a) != len(b) for a, b in zip(base, shapes)):
-                continue
-            moved = [(len(a), {d for d in range(len(a)) if a[d] != b[d]}) for a, b in zip(base, shapes)]
+            moved = [(len(a), d) for a, d in zip(base, dims)]
             rows = any(nd >= 2 and nd - 1 in dims for nd, dims in moved)  # a matrix's last dimension: its rows
             wide = any(nd >= 2 and dims for nd, dims in moved)  # a 1-D input alone is one row: kept too
             if wide and not rows:
@@ -161,6 +146,25 @@ class ShapeFamily:
             self.no_smaller_shape = "no module-level size that get_inputs() alone reads sets its batch or extents"
         g.update(original)
         return {}
+
+    def _shapes_at(self, sizes: dict[str, int], base: list[tuple]) -> list[tuple] | None:
+        """The shapes get_inputs() draws with `sizes` set (and put back after), or None where the meta device cannot
+        draw them or they differ from `base` in number or rank."""
+        g = vars(self.module)
+        old = {k: g[k] for k in sizes}
+        g.update(sizes)
+        try:
+            shapes = self._meta_shapes()
+        finally:
+            g.update(old)
+        if shapes is None or len(shapes) != len(base) or any(len(a) != len(b) for a, b in zip(base, shapes)):
+            return None
+        return shapes
+
+    def _dims_moved(self, name: str, value: int, base: list[tuple]) -> list[set[int]] | None:
+        """Per input, the dimensions that change when the size `name` is `value` (_shapes_at's None where none)."""
+        shapes = self._shapes_at({name: value}, base)
+        return None if shapes is None else [{d for d in range(len(a)) if a[d] != b[d]} for a, b in zip(base, shapes)]
 
     def _fits(self, fits) -> bool:
         """Whether the shapes as the module's sizes stand now fit (False where the meta-device run fails)."""

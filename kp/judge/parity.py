@@ -11,7 +11,7 @@ from kp.errors import Rejected, UsageError, first_line
 from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
 from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output
 from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget
+from kp.judge.plan import cpu_bench_refusal, cpu_need, float64_peak, free_gpu_bytes, host_budget, memory_need
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
 from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
@@ -226,11 +226,8 @@ class ParityStage:
             why = cpu_bench_refusal(self.fp, host_budget())
             if why or self.device != "cuda":
                 return why
-        from kp.judge.plan import float64_peak_factor, footprint_bytes, free_gpu_bytes, memory_need
-
-        def need(fp: dict) -> float:  # the plan's, with the float64 forward's peak where it runs on the GPU
-            f64 = float64_peak_factor(fp) * fp.get("peak", footprint_bytes(fp)) if self.f64_device == "cuda" else 0
-            return memory_need(fp, len(self.rows)) + f64
+        def need(fp: dict) -> int:  # the plan's, with the float64 forward's peak where it runs on the GPU
+            return memory_need(fp, len(self.rows)) + (float64_peak(fp) if self.f64_device == "cuda" else 0)
         grow, free = need(self.fp) - need(bench_fp), free_gpu_bytes()
         if grow > 0.8 * free:
             return (f"it needs {grow / 2**30:.1f} GiB of GPU memory more than the benchmark's shape, "

@@ -58,9 +58,9 @@ def cpu_bench_refusal(fp: dict, budget: int) -> str | None:
     if need <= budget:
         return None
     io = fp["inputs"] + fp["outputs"]
-    return (f"the benchmark shape needs about {need / 2**30:.1f} GiB of host memory with the judge's copies (inputs and "
-            f"outputs {io / 2**30:.1f} GiB, a forward's peak {fp.get('peak', 0) / 2**30:.1f} GiB), {budget / 2**30:.1f} "
-            f"GiB planned here")
+    return (f"the benchmark shape needs about {need / 2**30:.1f} GiB of host memory with the judge's copies "
+            f"(inputs and outputs {io / 2**30:.1f} GiB, a forward's peak {fp.get('peak', 0) / 2**30:.1f} GiB), "
+            f"{budget / 2**30:.1f} GiB planned here")
 
 
 def footprint_bytes(fp: dict) -> int:
@@ -114,12 +114,17 @@ def memory_need(fp: dict, models: int) -> int:
     return MEMORY_FACTOR * footprint_bytes(fp) + max(models - 1, 0) * fp["weights"]
 
 
+def float64_peak(fp: dict) -> int:
+    """GPU bytes the float64 reference's forward takes at its peak: the fp32 forward's, widened."""
+    return int(float64_peak_factor(fp) * fp.get("peak", footprint_bytes(fp)))
+
+
 def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
     """Whether the float64 reference runs on the GPU, and why in words for the record: it does whenever the
     plan's need and the float64 forward's peak fit in what the GPU has free (a problem of a few GB then takes
     seconds where the host takes minutes); otherwise on the host."""
     need = memory_need(fp, models)
-    f64 = int(float64_peak_factor(fp) * fp.get("peak", footprint_bytes(fp)))
+    f64 = float64_peak(fp)
     where = (f"{(need + f64) / 2**30:.1f} GiB needed with the float64 forward's peak of {f64 / 2**30:.1f} GiB, "
              f"{free / 2**30:.1f} GiB free")
     return need + f64 <= free, where

@@ -10,7 +10,8 @@ import torch
 from kp.errors import first_line
 from kp.judge.float64 import Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
-from kp.lib.numerics import FlopCount, ReductionLength, batch_rows, clone_layout, dtype_floor, reduction_length, rel_error
+from kp.lib.numerics import (FlopCount, ReductionLength, batch_rows, clone_layout, dtype_floor, reduction_length,
+                             rel_error)
 from kp.judge.outputs import Expected, _release
 from kp.judge.reference import Reference, _as_list, apply_update
 

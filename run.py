@@ -69,10 +69,11 @@ def parse_args(argv):
     ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3; "
                                                           "default 3)")
     ap.add_argument("--shapes", default="0", metavar="N|MEMBERS",
-                    help="also judge parity at N other shapes of the reference's family (its module-level sizes: "
-                         "odd, half, one, double, odd-half, odd-double, in that order), or at the members named "
-                         "('odd,double'); a candidate right at the benchmark's shape only is rejected (default 0: "
-                         "KernelBench's contract, one shape)")
+                    help="also judge at N other shapes of the reference's family (its module-level sizes: those "
+                         "its SHAPE_FAMILY declares, then odd, half, one, double, odd-half, odd-double), or at the "
+                         "members named ('odd,double'); a candidate right at the benchmark's shape only is rejected; "
+                         "with timing, each shape is timed too (a table row per shape; --plot draws the curve) "
+                         "(default 0: KernelBench's contract, one shape)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
     ap.add_argument("--no-sandbox", action="store_true", help="run candidates without the sandbox (bubblewrap "
@@ -85,8 +86,9 @@ def parse_args(argv):
     ap.add_argument("--ncu", action="store_true", help="one call of each row under Nsight Compute (ncu, when it "
                                                        "exists): per kernel DRAM bytes, bandwidth, SM and tensor "
                                                        "throughput, registers, local memory, occupancy")
-    ap.add_argument("--plot", metavar="PNG", help="draw the timing table as a roofline picture (needs "
-                                                  "matplotlib); several problems: one file each, named -PROBLEM")
+    ap.add_argument("--plot", metavar="PNG", help="draw the timing table as a roofline picture, or with --shapes the "
+                                                  "speed curve over the shapes (the roofline beside it, -roofline) "
+                                                  "(needs matplotlib); several problems: one file each, -PROBLEM")
     ap.add_argument("--precision", default="fp32", help="fp32 (default; TF32 off); tf32 (opt-in: budget from "
                                                         "PyTorch with TF32 on, baselines timed with it on, the "
                                                         "TF32 GEMM ceiling); bf16 or fp16 (every floating input, "
@@ -262,7 +264,7 @@ def main(argv=None) -> int:
             path = Path(args.plot)
             if len(refs) > 1:
                 path = path.with_name(f"{path.stem}-{ref.name}{path.suffix}")
-            print(f"roofline picture: {plot.roofline(rec, path)}", flush=True)
+            print(plot.draw(rec, path), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records[0] if len(records) == 1 else records, f, indent=2, default=str)

@@ -36,6 +36,10 @@ class Model(nn.Module):
 
 batch_size = 4096  # the shape family's sizes (--shapes judges at other values of these): rows, row length
 dim = 393216
+# --shapes N judges and times these first: the row lengths of docs/softmax.md's bandwidth sweep, each at the
+# benchmark's 6.4 GB of input (the rungs' regimes: one CTA's registers, a cluster's, its shared memory, two reads)
+SHAPE_FAMILY = [{"batch_size": batch_size * dim // cols, "dim": cols}
+                for cols in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)]
 
 
 def get_inputs():

@@ -3,6 +3,7 @@ at the benchmark's shape only, which KernelBench's one-shape contract accepts. N
 import pytest
 
 from cases import CASES_DIR
+from conftest import gpu
 from kp.judge import driver as judge
 
 FOLDER = CASES_DIR / "contract" / "shapes"
@@ -60,9 +61,31 @@ def test_each_built_in_problem_has_a_family(problem):
     """The built-in problems' sizes are module-level as KernelBench's files have them: the batch (and the softmax's
     row length) move, the linear layers' features, which the model's weights are made from, stay."""
     ref = judge.Reference.load(("problem", problem))
-    members, _ = ref.family(4)
+    members, _ = ref.family(("odd", "half", "one", "double"))
     assert [m for m, _ in members] == ["odd", "half", "one", "double"]
     assert set(members[0][1]) == ({"batch_size", "dim"} if problem == "softmax" else {"batch_size"})
+
+
+def test_a_count_takes_the_members_a_file_declares_first_spread_over_its_list():
+    """The softmax declares its sweep's row lengths (SHAPE_FAMILY): a count picks them spread from the shortest to
+    the longest row, each at the benchmark's number of elements; past the list, the generic members follow."""
+    ref = judge.Reference.load(("problem", "softmax"))
+    n_elems = ref.module.batch_size * ref.module.dim
+    members, _ = ref.family(6)
+    dims = [sizes["dim"][1] for _, sizes in members]
+    assert [m for m, _ in members] == ["declared"] * 6
+    assert dims == [1024, 4096, 8192, 32768, 65536, 262144]
+    assert all(sizes["batch_size"][1] * sizes["dim"][1] == n_elems for _, sizes in members)
+    more, _ = ref.family(len(ref.module.SHAPE_FAMILY) + 2)
+    assert [m for m, _ in more][-3:] == ["declared", "odd", "half"]
+
+
+def test_a_declared_member_that_sets_a_size_outside_the_family_is_a_usage_error(monkeypatch):
+    """A size the model or get_init_inputs() reads would change the model itself: refused before anything runs."""
+    ref = _ref()
+    monkeypatch.setattr(ref.module, "SHAPE_FAMILY", [{"batch_size": 8, "hidden": 4}], raising=False)
+    with pytest.raises(judge.UsageError, match="hidden"):
+        ref.family(2)
 
 
 def test_a_member_larger_than_the_benchmark_is_judged_only_where_the_gpu_has_room(monkeypatch):
@@ -108,3 +131,58 @@ def test_shapes_by_name_on_the_command_line(tmp_path, cli):
     r = cli("--ref", FOLDER / "ref.py", "--candidate", FOLDER / "torch_rewrite.py", "--device", "cpu", "--shapes",
             "triple")
     assert r.returncode == 2 and "--shapes: no member 'triple'" in r.stdout + r.stderr
+
+
+def _timed_record() -> dict:
+    """A record as a judge timed with --shapes 2 writes it: the benchmark's timing, then each member's."""
+    def t(ms):
+        return {"median_ms": ms, "q1_ms": ms, "q3_ms": ms, "host_us": 5.0}
+    traffic = lambda n: {"bytes": 8 * n, "flops": 0}
+    return {"reference": "ref", "shape": "64x1000", "device": "cuda", "precision": "fp32", "bandwidth": 4e12,
+            "rows": {"candidate": {"accepted": True, "checks": {}, "reason": None}},
+            "timing": {"eager": t(0.02), "torch.compile": t(0.01), "candidate": t(0.005)},
+            "traffic": {"eager": traffic(64000)},
+            "family": [{"member": "odd", "shape": "63x999", "sizes": {}, "passed": ["candidate"],
+                        "timing": {"eager": t(0.02), "torch.compile": t(0.01), "candidate": t(0.04)},
+                        "traffic": {"eager": traffic(62937)}},
+                       {"member": "double", "shape": "128x2000", "skipped": "no room"}]}
+
+
+def test_the_speed_curve_is_a_row_per_shape_timed_with_speedups_and_the_ceilings_share():
+    from kp.observe.report import curve, family_lines
+    rec = _timed_record()
+    pts = curve(rec)
+    assert [(p["shape"], p["member"]) for p in pts] == [("64x1000", "benchmark"), ("63x999", "odd")]
+    assert pts[0]["vs_eager"]["candidate"] == pytest.approx(4.0) and pts[1]["vs_eager"]["candidate"] == 0.5
+    assert pts[1]["vs_compile"]["candidate"] == pytest.approx(0.25)
+    assert pts[0]["roof"]["candidate"] == pytest.approx(8 * 64000 / 4e12 / 5e-6)
+    lines = family_lines(rec)
+    assert any("63x999" in ln and "0.50x" in ln and "0.25x" in ln for ln in lines), lines
+    assert not any("128x2000" in ln for ln in lines)  # skipped there: no point, said in the record's skips
+
+
+def test_the_speed_curve_is_drawn_where_matplotlib_is(tmp_path):
+    pytest.importorskip("matplotlib")
+    from kp.observe import plot
+    said = plot.draw(_timed_record(), tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").stat().st_size > 0 and (tmp_path / "curve-roofline.png").stat().st_size > 0
+    assert said.startswith("speed curve")
+    rec = _timed_record()
+    del rec["family"]
+    assert plot.draw(rec, tmp_path / "one.png").startswith("roofline picture")
+
+
+@gpu
+def test_with_timing_each_member_is_timed_beside_eager_and_compile():
+    """--shapes with timing on a GPU: every member parity passed at is timed side by side, the benchmark's sizes
+    are put back after, and the table has a row per shape."""
+    from kp.observe.report import format_record
+    ref = _ref()
+    rec = judge.evaluate(ref, FOLDER / "torch_rewrite.py", seed=11, device="cuda", allow_torch=True, shapes=2)
+    assert rec["rows"]["candidate"]["accepted"], rec["rows"]["candidate"]["reason"]
+    for entry in rec["family"]:
+        assert {"eager", "torch.compile", "candidate"} <= set(entry["timing"]), entry
+        assert entry["traffic"]["eager"]["bytes"] > 0
+    assert ref.module.batch_size == 64 and ref.module.dim == 1000
+    text = format_record(rec)
+    assert "63x999" in text and "32x500" in text and "at each shape timed" in text

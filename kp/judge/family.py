@@ -1,7 +1,8 @@
 """A reference's shape family: the module-level sizes its get_inputs() alone reads (neither get_init_inputs() nor
 Model's code reads them, so the model, its weights and every operator's parameters stay as they are when they
 change). The CPU judges a too-large reference at a smaller member (scale_to_fit); `--shapes N` judges a candidate at
-N members besides the benchmark's (family): odd sizes, smaller, a batch of one, larger."""
+N members besides the benchmark's (family): those the file declares (SHAPE_FAMILY), then odd sizes, smaller, a batch
+of one, larger; with timing on, each member is timed too (kp.judge.timed), the speed curve."""
 from __future__ import annotations
 
 import torch
@@ -76,11 +77,10 @@ class ShapeFamily:
 
     def family(self, n) -> tuple[list[tuple[str, dict[str, tuple[int, int]]]], str | None]:
         """Up to n members of the family besides the shape the sizes have now (n: a count, or the members' names,
-        MEMBERS): [(name, {size: (now, there)})], and why none where there are none. A member whose inputs
-        get_inputs() cannot draw on the meta device, or whose inputs differ in number or rank from the benchmark's,
-        is not one (the sizes go together in ways the file does not say)."""
-        members = MEMBERS if isinstance(n, int) else [m for m in MEMBERS if m[0] in set(member_names(n))]
-        n = n if isinstance(n, int) else len(members)
+        MEMBERS): [(name, {size: (now, there)})], and why none where there are none. With a count, the members the
+        file declares (SHAPE_FAMILY) come first, spread over its list; the generic ones fill up to n. A member whose
+        inputs get_inputs() cannot draw on the meta device, or whose inputs differ in number or rank from the
+        benchmark's, is not one (the sizes go together in ways the file does not say)."""
         g = vars(self.module)
         names = self.family_sizes()
         if not names:
@@ -92,12 +92,21 @@ class ShapeFamily:
         for name in names:  # a batch size moves dimension 0 of the inputs only
             dims = self._dims_moved(name, g[name] + 1, base)
             batch[name] = dims is not None and any(dims) and all(d <= {0} for d in dims)
+        if isinstance(n, int):
+            declared = self.declared_members(names)
+            picks = sorted({round(i * (len(declared) - 1) / (n - 1)) for i in range(n)} if n > 1 else
+                           {len(declared) // 2}) if declared and n else []
+            candidates = [declared[i] for i in picks] + \
+                [(m, {k: f(g[k], batch[k]) for k in names}) for m, f in MEMBERS]
+        else:
+            wanted = set(member_names(n))
+            candidates = [(m, {k: f(g[k], batch[k]) for k in names}) for m, f in MEMBERS if m in wanted]
+            n = len(candidates)
         out, seen = [], {tuple(base)}
-        for member, size_of in members:
+        for member, there in candidates:
             if len(out) == n:
                 break
-            sizes = {k: (g[k], size_of(g[k], batch[k])) for k in names}
-            sizes = {k: v for k, v in sizes.items() if v[0] != v[1]}
+            sizes = {k: (g[k], v) for k, v in there.items() if g[k] != v}
             if not sizes:
                 continue
             shapes = self._shapes_at({k: v[1] for k, v in sizes.items()}, base)
@@ -106,6 +115,20 @@ class ShapeFamily:
             seen.add(tuple(shapes))
             out.append((member, sizes))
         return out, None if out else "no member of its family draws inputs of the benchmark's number and ranks"
+
+    def declared_members(self, names: list[str] | None = None) -> list[tuple[str, dict[str, int]]]:
+        """The members a file declares in SHAPE_FAMILY (a list of {size: value}), each named "declared": the shapes
+        its author wants judged and timed (a problem's sweep). A size that is not one of the family's (one the model
+        or get_init_inputs() reads too) is a usage error, said before anything runs."""
+        names = self.family_sizes() if names is None else names
+        out = []
+        for entry in getattr(self.module, "SHAPE_FAMILY", None) or []:
+            bad = sorted(set(entry) - set(names))
+            if bad or not all(type(v) is int and v > 0 for v in entry.values()):
+                raise UsageError(f"{self.name}: SHAPE_FAMILY entry {entry} sets {', '.join(bad) or 'a size'} that is "
+                                 f"not a positive size get_inputs() alone reads (the family's: {', '.join(names)})")
+            out.append(("declared", dict(entry)))
+        return out
 
     def scale_to_fit(self, fits) -> dict[str, tuple[int, int]]:
         """Shrink the reference's own shape family until `fits(footprint)` holds, and return what changed

@@ -119,9 +119,55 @@ class TimingStage:
             note = f"the float64 reference {self.refs.moved} during timing"  # the worker's pool: host from then
             self.notes.append(note)
             rec["float64_reference"] = f"{self.f64_where}; {note}"
+        rec.update(timed)
+        if self.bench and rec.get("family"):
+            self._time_family(rec, init)
         self.log(f"{self.ref.name}: escape checks and timing done in "
                  f"{time.perf_counter() - self.t_gpu_stages:.0f} s")
-        rec.update(timed)
+
+    def _time_family(self, rec: dict, init) -> None:
+        """--shapes with timing: the rows and baselines timed again, side by side as at the benchmark's shape, at
+        every member of the family parity passed at (kp.judge.family): the speed curve, in each member's entry of
+        rec["family"] ("timing", "traffic"). A timed call checked wrong there rejects the row naming both shapes,
+        as parity does; a member whose timing does not fit in the GPU's memory is skipped and said."""
+        g, bench, bench_fp = vars(self.ref.module), self.fp["shapes"], self._fp
+        for entry in rec["family"]:
+            if entry.get("skipped") or not entry.get("passed") or not self.live():
+                continue
+            sizes = {k: (g[k], v) for k, v in entry["sizes"].items()}
+            g.update(entry["sizes"])
+            try:
+                self._fp = self.ref.footprint(self.device)
+                for runner in self.runners:  # each worker draws its timing's inputs: at the member's sizes
+                    runner.call("scale", "scale", sizes)
+                self._rebuild(init)
+                live = {r.label for r in self.live()}
+                try:
+                    timed = self._timing()
+                except GpuMemoryShort as e:
+                    entry["timing_skipped"] = str(e)
+                    self._skip(f"timing at {entry['shape']} ({entry['member']} sizes): the GPU's memory ran short")
+                    continue
+                for row in self.rows:
+                    if row.label in live and not row.accepted:
+                        row.reason = (f"shapes: right at {bench} only, wrong at {entry['shape']} ({entry['member']} "
+                                      f"sizes): {row.reason}")
+                entry["timing"] = timed.get("timing", {})
+                entry["rungs"] = timed.get("rungs", {})  # what a dispatching row ran there
+                x = self.ref.inputs(self.seed, self.device)
+                entry["traffic"] = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
+                entry["traffic"]["eager"] = self.ref.traffic(x, init, self.fp)
+                del x
+            finally:
+                g.update({k: old for k, (old, _) in sizes.items()})
+                for runner in self.runners:
+                    try:
+                        runner.call("scale", "scale", {k: (new, old) for k, (old, new) in sizes.items()})
+                    except Rejected:  # a worker that died at the member: its row says why already
+                        pass
+                self._fp = bench_fp
+                _release()
+        self._rebuild(init)
 
     def stage_ceilings(self, rec: dict, init) -> None:
         """The traffic, memory and ceilings of the record; a median the call's own profiled work, or the hardware,

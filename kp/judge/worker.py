@@ -285,15 +285,19 @@ class Worker(MeasureCommands):
         return {}
 
     def cmd_scale(self, sizes: dict):
-        """The judge checks a smaller shape of the reference's family (the CPU's room): the same module-level sizes
-        of the candidate's file, where it has them with the benchmark's values, take the smaller ones too, so a
-        ModelNew written against the file's own sizes meets the shapes it is given."""
+        """The judge checks another shape of the reference's family (the CPU's room, --shapes): the same module-level
+        sizes of the candidate's file, where it has them with the benchmark's values, take the new ones too, so a
+        ModelNew written against the file's own sizes meets the shapes it is given; this process's reference, which
+        draws the timing's inputs, takes them all."""
         module = sys.modules.get("kp_candidate")
         changed = []
         for name, (old, new) in sizes.items():
             if module is not None and type(getattr(module, name, None)) is int and getattr(module, name) == old:
                 setattr(module, name, new)
                 changed.append(name)
+            ref = vars(self.ref.module)  # this process's reference draws the timing's inputs: at the same sizes
+            if type(ref.get(name)) is int and ref[name] == old:  # (a module shared with the judge: set already)
+                ref[name] = new
         return {"changed": changed}
 
     # -- parity -------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Pictures of measured numbers: the roofline of a judge's timing table (`run.py --plot PATH`) and a bandwidth
-curve over a sweep (bench/softmax/plot_sweep.py). Both draw the ceilings measured in the same run as lines, so a
+"""Pictures of measured numbers: the roofline of a judge's timing table (`run.py --plot PATH`), the speed curve
+over a reference's shapes (`run.py --shapes N --plot PATH`) and a bandwidth curve over a sweep
+(bench/softmax/plot_sweep.py). Both draw the ceilings measured in the same run as lines, so a
 point's distance to its line is what is left to win.
 
 matplotlib is optional (it is not in requirements.txt): `require()` fails in one line, before a run, when it is
@@ -135,6 +136,46 @@ def bandwidth_curve(xs: list[float], series: dict[str, list[float]], ceiling: fl
     return _save(fig, path)
 
 
+def shape_curve(rec: dict, path: str | Path) -> Path:
+    """The speed curve of a record timed with --shapes (kp.observe.report.curve): each judged row's speedup over
+    eager (solid) and torch.compile (dashed) at every shape timed, and, where the ceilings were measured, its share
+    of them below; shapes in the order timed, the benchmark's first."""
+    from kp.observe.report import curve
+    pts = curve(rec)
+    if not pts:
+        raise UsageError("no speed curve in this record: it was not timed at other shapes (--shapes with timing)")
+    plt = _pyplot()
+    roof = any(p["roof"] for p in pts)
+    fig, axes = plt.subplots(2 if roof else 1, 1, figsize=(max(7, 1.1 * len(pts)), 6.5 if roof else 4),
+                             sharex=True, squeeze=False)
+    xs = list(range(len(pts)))
+    names = [f"{p['shape']}\n({p['member']})" for p in pts]
+    rows = [k for k in rec["rows"] if any(k in p["vs_eager"] for p in pts)]
+    for k in rows:
+        ys = [p["vs_eager"].get(k) for p in pts]
+        line, = axes[0][0].plot(xs, [y if y is not None else math.nan for y in ys], "o-", label=f"{row_label(rec, k)}"
+                                f" vs eager")
+        yc = [p["vs_compile"].get(k) for p in pts]
+        if any(y is not None for y in yc):
+            axes[0][0].plot(xs, [y if y is not None else math.nan for y in yc], "s--", color=line.get_color(),
+                            alpha=0.6, label=f"{row_label(rec, k)} vs torch.compile")
+        if roof:
+            axes[1][0].plot(xs, [100 * p["roof"].get(k, math.nan) for p in pts], "o-", color=line.get_color(),
+                            label=row_label(rec, k))
+    axes[0][0].axhline(1.0, color="gray", ls=":")
+    axes[0][0].set_ylabel("speedup (x)")
+    axes[0][0].set_title(_title(rec) + ": speed at each shape")
+    axes[0][0].grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7, loc="best")
+    if roof:
+        axes[1][0].set_ylabel("% of the ceiling measured")
+        axes[1][0].set_ylim(0, 110)
+        axes[1][0].grid(alpha=0.3)
+    axes[-1][0].set_xticks(xs)
+    axes[-1][0].set_xticklabels(names, fontsize=7, rotation=30, ha="right")
+    return _save(fig, path)
+
+
 def _save(fig, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +184,17 @@ def _save(fig, path) -> Path:
     import matplotlib.pyplot as plt
     plt.close(fig)
     return path
+
+
+def draw(rec: dict, path: str | Path) -> str:
+    """A record's picture: the speed curve where it was timed at several shapes (the roofline of its benchmark
+    shape beside it, named PATH-roofline), else the roofline. Returns what was drawn, in words."""
+    from kp.observe.report import curve
+    path = Path(path)
+    if curve(rec):
+        beside = roofline(rec, path.with_name(f"{path.stem}-roofline{path.suffix}"))
+        return f"speed curve: {shape_curve(rec, path)}; roofline at the benchmark's shape: {beside}"
+    return f"roofline picture: {roofline(rec, path)}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args.png)
         if len(recs) > 1:
             path = path.with_name(f"{path.stem}-{r['reference']}{path.suffix}")
-        print(roofline(r, path))
+        print(draw(r, path))
     return 0
 
 

@@ -106,6 +106,57 @@ def row_floor_s(rec: dict, label: str) -> float:
     return max(tr["bytes"] / rec["bandwidth"], tr["flops"] / rec["flops_rate"] if rec.get("flops_rate") else 0.0)
 
 
+def curve(rec: dict) -> list[dict]:
+    """The speed curve of a record timed with --shapes: one point per shape timed (the benchmark's first, then the
+    family's members in order): shape, member, each timed label's median ms, and, per judged row, its speedup over
+    eager and torch.compile and its share of the copy/GEMM ceiling measured in the run (None where not measured)."""
+    out = []
+    members = [{"shape": rec.get("shape"), "member": "benchmark", "timing": rec.get("timing") or {},
+                "traffic": rec.get("traffic") or {}}] + [e for e in rec.get("family") or [] if e.get("timing")]
+    if len(members) < 2 or not members[0]["timing"]:
+        return []
+    for e in members:
+        t = {k: v["median_ms"] for k, v in e["timing"].items()}
+        point = {"shape": e["shape"], "member": e["member"], "ms": t, "vs_eager": {}, "vs_compile": {}, "roof": {}}
+        for k in rec["rows"]:
+            if k not in t or k == "eager":
+                continue
+            point["vs_eager"][k] = t["eager"] / t[k] if "eager" in t else None
+            point["vs_compile"][k] = t["torch.compile"] / t[k] if "torch.compile" in t else None
+            tr = e["traffic"].get(k, e["traffic"].get("eager"))
+            if tr and rec.get("bandwidth"):
+                floor = max(tr["bytes"] / rec["bandwidth"], tr["flops"] / rec["flops_rate"] if rec.get("flops_rate")
+                            else 0.0)
+                point["roof"][k] = floor / (t[k] * 1e-3)
+        out.append(point)
+    return out
+
+
+def family_lines(rec: dict) -> list[str]:
+    """The speed curve as a table: a row per shape, each timed label's median, then the best judged row's speedups
+    and share of the ceiling."""
+    points = curve(rec)
+    if not points:
+        return []
+    labels = [k for k in row_names(rec) if any(k in p["ms"] for p in points)]
+    w = max([14] + [len(str(p["shape"])) for p in points])
+    cols = [max(9, len(row_label(rec, k))) for k in labels]
+    lines = ["  at each shape timed (--shapes): median ms; the fastest judged row against eager and torch.compile, "
+             "and its share of the ceiling",
+             f"  {'shape':{w}} {'member':>10} " + " ".join(f"{row_label(rec, k):>{c}}" for k, c in zip(labels, cols))
+             + f" {'fastest':>12} {'vs eager':>8} {'vs comp':>7} {'%roof':>6}"]
+    for p in points:
+        ms = " ".join(f"{p['ms'][k]:{c}.3f}" if k in p["ms"] else f"{'-':>{c}}" for k, c in zip(labels, cols))
+        judged = [k for k in p["vs_eager"] if rec["rows"][k]["accepted"]] or list(p["vs_eager"])
+        best = min(judged, key=lambda k: p["ms"][k]) if judged else None
+        fmt = lambda v, suffix: f"{v:.2f}{suffix}" if v is not None else "-"
+        tail = (f" {row_label(rec, best)[:12]:>12} {fmt(p['vs_eager'][best], 'x'):>8} "
+                f"{fmt(p['vs_compile'][best], 'x'):>7} {fmt(100 * p['roof'][best] if best in p['roof'] else None, '%'):>6}"
+                if best else "")
+        lines.append(f"  {str(p['shape']):{w}} {p['member']:>10} {ms}{tail}")
+    return lines
+
+
 def checks_line(r: dict) -> str:
     """How many checked calls a row passed, by kind, in words."""
     shapes = len({c.split(":")[0] for c in r["checks"] if c.startswith("at ")})
@@ -199,6 +250,7 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
         if r.get("own_kernels"):
             lines.append(f"  {k}: own kernels " + "; ".join(f"{kernel_base_name(n)} ({lib})" for n, lib in
                                                            list(r["own_kernels"].items())[:4]))
+    lines += family_lines(rec)
     if rec.get("profile"):
         from kp.observe.profile import format_profile
         lines += format_profile(rec["profile"])

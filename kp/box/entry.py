@@ -1,4 +1,4 @@
-"""Entry point of a candidate's worker inside the box (`python -m kp.box.entry FD SETTINGS DIR [cuda|gpu|-]`): confine
+"""Entry point of a candidate's worker inside the box (`python -m kp.box.entry FD SETTINGS DIR [cuda|gpu|-] [dynamo|-]`): confine
 this process before anything else runs (pid_max of the box's pid namespace for root, every capability dropped,
 rlimits), take the judge's key for shared tensors, import what every job needs (while the judge gets ready: the box
 may be started before the judge imports torch; with `cuda`, CUDA and the judge's GPU tools too), then take the job
@@ -58,6 +58,7 @@ def confine(settings: dict) -> None:
 def main() -> None:
     fd, settings, shared = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
     kind = sys.argv[4] if len(sys.argv) > 4 else "gpu"  # cuda: warm it too; gpu: a GPU job's imports; -: a CPU job's
+    dynamo = len(sys.argv) > 5 and sys.argv[5] == "dynamo"  # the candidate's file asks for torch.compile's machinery
     warm_cuda = kind == "cuda"
     confine(settings)
     from multiprocessing.connection import Connection
@@ -67,15 +68,14 @@ def main() -> None:
     multiprocessing.current_process().authkey = conn.recv_bytes()
     multiprocessing.current_process()._config["tempdir"] = shared
     import importlib
-    from kp.box.start import CPU_PRELOAD, WORKER_PRELOAD
+    from kp.box.start import DYNAMO_PRELOAD, WORKER_PRELOAD
     from kp.judge.worker import worker_main
-    for name in CPU_PRELOAD if kind == "-" else WORKER_PRELOAD:  # what its job needs, imported while the judge gets
-        #                                                           ready (the box may start early)
-        importlib.import_module(name)
+    for name in WORKER_PRELOAD + DYNAMO_PRELOAD * dynamo:  # what its job needs, imported while the judge gets ready
+        importlib.import_module(name)  #                      (the box may start early)
     if warm_cuda:  # a box started ahead of its job: CUDA's context and the judge's GPU tools too (the job's own
         from kp.judge.worker import warm_up  # environment is the box's: CUDA reads the same one now)
         try:
-            warm_up("cuda")
+            warm_up("cuda", dynamo)
         except Exception:
             pass  # no usable GPU here: the job's own commands say so
     args = conn.recv()

@@ -158,7 +158,7 @@ def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
     ours, theirs = socket.socketpair()
     inside = [sys.executable, "-m", "kp.box.entry", str(theirs.fileno()), json.dumps(limits.settings()), writable[0],
-              "cuda" if warm_cuda else "gpu" if gpu else "-"]
+              "cuda" if warm_cuda else "gpu" if gpu else "-", "dynamo" if needs_dynamo(plan_candidate(plan)) else "-"]
     argv = sandbox.command(inside, read_only=ro, writable=writable, cwd=BOX_CWD, env=env, limits=limits)
     cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
     popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL,
@@ -181,11 +181,24 @@ def candidate_paths(candidate: str | Path) -> list[str]:
 
 
 # What a candidate's worker imports before its job: the box while the judge gets ready, the forkserver an unboxed
-# worker is forked from once for all (about 3 s of imports per candidate otherwise). Neither touches CUDA there. A box
-# for a job on the CPU, where nothing is profiled, leaves out torch._dynamo (2.5-3 s on two cores) unless the
-# candidate asks for it (kp.judge.worker.needs_dynamo).
-WORKER_PRELOAD = ["kp.judge.worker", "torch._dynamo", "torch.profiler"]
-CPU_PRELOAD = ["kp.judge.worker"]
+# worker is forked from once for all (about 3 s of imports per candidate otherwise). Neither touches CUDA there.
+# torch._dynamo (2.5-3 s on two cores, 4.3 s on an H200 host) only where the candidate's file asks for it
+# (needs_dynamo): the judge's own stages do not use it.
+WORKER_PRELOAD = ["kp.judge.worker"]
+DYNAMO_PRELOAD = ["torch._dynamo"]
+DYNAMO_MARKERS = (b"compile", b"dynamo", b"inductor")  # what a file that may start torch.compile mentions
+
+
+def needs_dynamo(path: str | Path | None) -> bool:
+    """Whether a candidate needs torch._dynamo imported and torch.compile's first-use patches made before its import
+    (kp.judge.worker.settle_torch): a file that mentions compiling (an unreadable one: assumed to). Elsewhere torch's
+    own rebinding of torch.manual_seed at dynamo's import is told apart from a candidate's
+    (kp.judge.guards.torchs_own_rebinding)."""
+    try:
+        src = Path(path).read_bytes()
+    except (OSError, TypeError):
+        return True
+    return any(m in src for m in DYNAMO_MARKERS)
 
 
 def start_forkserver_early() -> None:
@@ -234,6 +247,11 @@ def discard_early(keep: set[int] = frozenset()) -> None:
         if id(box) not in keep:
             _early.remove((box, later))
             box.discard()
+
+
+def plan_candidate(plan: tuple) -> str | None:
+    """The candidate's file a box's plan reads (candidate_paths: its folder, then the file), or None."""
+    return next((p for p in plan[0][1:] if p.endswith(".py")), None)
 
 
 def plan_for(ref_spec, candidate: str | Path) -> tuple:

@@ -65,7 +65,9 @@ def _namespaces():
     return {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
             "torch._C.TensorBase": torch._C.TensorBase, "torch.nn.Module": torch.nn.Module,
             "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
-            "torch.profiler": torch.profiler, "torch.special": torch.special, "torch.linalg": torch.linalg,
+            "torch.profiler": torch.profiler, "torch.autograd.profiler": torch.autograd.profiler,
+            "torch.autograd.profiler.profile": torch.autograd.profiler.profile,  # what the escape check profiles with
+            "torch.special": torch.special, "torch.linalg": torch.linalg,
             "torch.optim.SGD": torch.optim.SGD, "time": time_mod, "threading.Thread": threading.Thread, "os": os,
             # the playground's own modules a candidate could patch (the façade and everything behind it), and the
             # classes they define (kp.lib.timing.L2Flusher, Timing, the Worker itself)

@@ -16,7 +16,7 @@ from kp.judge.reference import describe
 from kp.lib.build import cache_root, shared_cache
 from kp.lib.layers import set_precision
 from kp.lib.timing import L2Flusher, bench_interleaved
-from kp.observe.profile import cpu_ops, gpu_events, kernel_base_name, summarize
+from kp.observe.profile import cpu_ops, gpu_events, kernel_base_name, profiler, summarize
 
 WARMUP = 3  # untimed calls of each row before timing
 
@@ -129,7 +129,6 @@ class MeasureCommands:
 
     # -- escape + own kernel --------------------------------------------------------------------------------------
     def cmd_escape(self, label: str, seed: int):
-        from torch.profiler import ProfilerActivity, profile
         x = self.ref.inputs(seed, self.device)
         model = self.models[label]
         f = lambda: model(*x)
@@ -155,7 +154,7 @@ class MeasureCommands:
                     h1 = time.perf_counter()
                     out.append(((h1 - h0) * 1e3, start.elapsed_time(stop), (e1 - e0) * 1e3))
             marker = None  # the marker kernel's name, from a profile of the marker alone
-            with profile(activities=[ProfilerActivity.CUDA]) as p0:
+            with profiler() as p0:
                 torch.cuda._sleep(1000)
                 torch.cuda.synchronize()
             evs = gpu_events(p0)
@@ -163,7 +162,7 @@ class MeasureCommands:
                 marker = evs[0]["name"]
             flush()
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            with profiler() as prof:
                 torch.cuda._sleep(20000)
                 f()
                 torch.cuda._sleep(20000)
@@ -193,7 +192,6 @@ class MeasureCommands:
     def cmd_profile(self, labels: list[str], seed: int):
         """One call of each baseline and row under PyTorch's profiler, after a warm call (and on the GPU an L2
         flush): its kernels (on the CPU: operators) grouped by name."""
-        from torch.profiler import ProfilerActivity, profile
         x = self.ref.inputs(seed, self.device)
         gpu = self.device == "cuda"
         flush = L2Flusher() if gpu else None
@@ -205,7 +203,7 @@ class MeasureCommands:
                 if gpu:
                     flush()
                     torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA if gpu else ProfilerActivity.CPU]) as prof:
+                with profiler(gpu) as prof:
                     model(*x)
                     if gpu:
                         torch.cuda.synchronize()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from kp.box.start import needs_dynamo
 from kp.errors import oom_request_bytes
 from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
@@ -23,6 +24,7 @@ from kp.judge.reference import Reference, apply_update, describe
 from kp.lib.layers import set_precision
 from kp.lib.numerics import cpu_kernels
 from kp.lib.timing import L2Flusher
+from kp.observe.profile import profiler
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
 JOB_TIMEOUT_S = 600  # a candidate's whole job, single run or batch (--timeout): its builds, parity and timing
@@ -57,41 +59,25 @@ def nan_fill_cached_free(reserve_bytes: int) -> None:
 
 
 _WARM: set[str] = set()
-DYNAMO_MARKERS = (b"compile", b"dynamo", b"inductor")  # what a file that may start torch.compile mentions
-
-
-def needs_dynamo(path: str | Path) -> bool:
-    """Whether a candidate judged on the CPU needs torch._dynamo imported and torch.compile's first-use patches made
-    before its import (settle_torch): a file that mentions compiling. Elsewhere torch's own rebinding of
-    torch.manual_seed at dynamo's import is told apart from a candidate's (guards.torchs_own_rebinding)."""
-    try:
-        src = Path(path).read_bytes()
-    except OSError:
-        return True
-    return any(m in src for m in DYNAMO_MARKERS)
-
-
 def warm_up(device: str, dynamo: bool = True) -> None:
     """Everything the judge's own stages import or initialise, done before the candidate's file is imported (and
-    before the snapshot its changes are found against). On the GPU torch._dynamo (the profiler imports it), CUDA's
-    context, the L2 flush's buffer and the profiler's first use; on the CPU, where nothing is profiled, torch._dynamo
-    only where the candidate may compile (`dynamo`). Once per process: a box started ahead of its job does it while it
-    waits."""
-    if device in _WARM or (device != "cuda" and not dynamo):
-        return
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch wraps SGD.step on first use (and its
-    #                                                                 __init__ imports torch._dynamo)
-    importlib.import_module("torch._dynamo")
-    from torch.profiler import ProfilerActivity, profile
-    if device == "cuda":
+    before the snapshot its changes are found against): on the GPU, CUDA's context, the L2 flush's buffer and the
+    profiler's first use; torch._dynamo and torch.compile's first-use patches only where the candidate may compile
+    (`dynamo`, kp.box.start.needs_dynamo). Once per process: a box started ahead of its job does it while it waits."""
+    if dynamo and "dynamo" not in _WARM:
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch wraps SGD.step on first use (and its
+        #                                                                 __init__ imports torch._dynamo)
+        importlib.import_module("torch._dynamo")
+        _WARM.add("dynamo")
+    if device == "cuda" and device not in _WARM:
         torch.zeros(1, device="cuda")
         L2Flusher()
         e = torch.cuda.Event(enable_timing=True)
-        with profile(activities=[ProfilerActivity.CUDA]):
+        with profiler():
             e.record()
             torch.cuda._sleep(10)
             torch.cuda.synchronize()
-    _WARM.add(device)
+        _WARM.add(device)
 
 
 class Worker(MeasureCommands):
@@ -214,7 +200,7 @@ class Worker(MeasureCommands):
                 torch.cuda.empty_cache()
 
     def cmd_load(self, path: str):
-        dynamo = self.device == "cuda" or needs_dynamo(path)
+        dynamo = needs_dynamo(path)
         warm_up(self.device, dynamo)
         if dynamo:
             settle_torch()

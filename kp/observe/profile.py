@@ -10,6 +10,15 @@ import tempfile
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 
 
+def profiler(gpu: bool = True):
+    """PyTorch's profiler (kineto) recording the GPU's activities (gpu=False: the CPU's operators), as a context
+    manager with export_chrome_trace and key_averages. The autograd profiler that torch.profiler.profile wraps: the
+    wrapper's start reads a torch._inductor setting, which imports torch._inductor and torch._dynamo on first use
+    (4.3 s of a small job's start on an H200 host), for nothing a profile here reads."""
+    from torch.autograd import profiler as autograd_profiler
+    return autograd_profiler.profile(use_cpu=not gpu, use_device="cuda" if gpu else None, use_kineto=True)
+
+
 def kernel_base_name(name: str) -> str:
     """'void kp::softmax_kernel<8>(float const*, ...)' -> 'softmax_kernel' (what a symbol table contains)."""
     s = name.strip().replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")  # profiler / ncu

@@ -198,7 +198,9 @@ def test_a_judge_waiting_to_time_waits_for_one_call_not_a_whole_stage(monkeypatc
 
 def test_a_judge_holding_the_gpu_alone_takes_it_again_without_waiting_for_itself(monkeypatch, tmp_path):
     """The GPU taken alone inside a hold of the same thread (a median measured again with the GPU alone, whose escape
-    try asks for it too) is already held: no wait on its own locks."""
+    try asks for it too) is already held, and the commands sent to workers inside it pulse the thread's shared
+    stretch, which has nothing to wait for: no wait on its own locks (a GPU batch once waited for itself there until
+    the job's time limit)."""
     import threading
     from kp.lib import gpu_lock
     monkeypatch.setattr(gpu_lock, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
@@ -207,8 +209,9 @@ def test_a_judge_holding_the_gpu_alone_takes_it_again_without_waiting_for_itself
     def nested():
         with gpu_lock.gpu_shared():
             with gpu_lock.gpu_to_itself():
+                gpu_lock.pulse()  # a command sent to a worker inside the hold: its share waits for nobody
                 with gpu_lock.gpu_to_itself():
-                    pass
+                    gpu_lock.pulse()
             gpu_lock.pulse()
         done.set()
     threading.Thread(target=nested, daemon=True).start()

@@ -136,7 +136,10 @@ class GpuShare:
 
     def pulse(self) -> None:
         """Between two commands: if a judge holds the turn (it waits to time, or times), this one's GPU work is
-        finished and the gate let go, then taken again after that judge."""
+        finished and the gate let go, then taken again after that judge. Inside this thread's own hold of the GPU
+        (gpu_to_itself) the turn is its own: nothing to wait for (flock would make it wait for itself)."""
+        if getattr(_HELD, "alone", 0):
+            return
         turn = _open(self.path)
         try:
             fcntl.flock(turn, fcntl.LOCK_SH | fcntl.LOCK_NB)

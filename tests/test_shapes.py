@@ -47,6 +47,31 @@ def test_with_shapes_the_record_lists_each_member_and_the_sizes_are_put_back():
     assert ref.module.batch_size == 64 and ref.module.dim == 1000
 
 
+def test_a_member_too_large_for_the_host_is_judged_scaled_to_fit_with_its_row_length_kept(monkeypatch):
+    """On the CPU a member the host has no room for is made smaller as the benchmark's own shape would be (the batch
+    halved, the row kept), judged there and said, not skipped."""
+    from kp.judge import parity, plan
+    ref = _ref()
+    g = vars(ref.module)
+
+    def need_at(batch, dim):
+        old = g["batch_size"], g["dim"]
+        g.update(batch_size=batch, dim=dim)
+        try:
+            return plan.cpu_need(ref._meta_footprint())
+        finally:
+            g.update(batch_size=old[0], dim=old[1])
+    budget = (need_at(64, 2000) + need_at(128, 2000)) // 2
+    monkeypatch.setattr(parity, "host_budget", lambda: budget)
+    rec = judge.evaluate(ref, FOLDER / "torch_rewrite.py", seed=11, device="cpu", allow_torch=True, sandbox=False,
+                         shapes=("double",))
+    [entry] = rec["family"]
+    assert entry["shape"] == "64x2000" and entry["passed"] == ["candidate"], entry
+    assert "batch_size 128 -> 64" in entry["scaled"]
+    assert any("double sizes judged at 64x2000" in n for n in rec.get("notes_list") or []), rec.get("notes_list")
+    assert ref.module.batch_size == 64 and ref.module.dim == 1000
+
+
 def test_shapes_on_a_reference_without_a_family_is_said_not_silent():
     ref = judge.Reference.load(("file", str(CASES_DIR.parent / "batch" / "ref.py")))
     rec = judge.evaluate(ref, CASES_DIR.parent / "batch" / "good.py", seed=11, device="cpu", allow_torch=True,

@@ -184,6 +184,7 @@ class ParityStage:
             self._skip(f"other shapes (--shapes {said}): {none}")
             return
         g = vars(self.ref.module)
+        judged = {bench}
         for member, sizes in members:
             if not self.live():
                 break
@@ -192,12 +193,26 @@ class ParityStage:
             rec["family"].append(entry)
             try:
                 self._fp = self.ref.footprint(self.device)
-                entry["shape"] = shape = self.fp["shapes"]
                 no_room = self._no_room_for(bench_fp)
+                if no_room and self.device != "cuda":  # the host's room: a smaller member of the same kind, as
+                    fitted = self.ref.scale_to_fit(  #     the benchmark's own shape is (its row length kept)
+                        lambda fp: cpu_bench_refusal(fp, host_budget()) is None)
+                    if fitted:
+                        sizes = {**sizes, **{k: (sizes[k][0] if k in sizes else a, b) for k, (a, b) in fitted.items()}}
+                        entry["sizes"] = {k: new for k, (_, new) in sizes.items()}
+                        entry["scaled"] = f"{no_room}; " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in fitted.items())
+                        self._fp = self.ref.footprint(self.device)
+                        no_room = None
+                entry["shape"] = shape = self.fp["shapes"]
+                if shape in judged:  # scaled to fit, it is a shape judged already
+                    no_room = f"scaled to fit the host it is {shape}, judged already"
+                judged.add(shape)
                 if no_room:
                     entry["skipped"] = no_room
                     self._skip(f"at {shape} ({member} sizes): {no_room}")
                     continue
+                if entry.get("scaled"):
+                    self.notes.append(f"{member} sizes judged at {shape}, scaled to fit the host")
                 self._each(lambda row: row.runner.isolated and row.runner.call("scale", "scale", sizes))
                 live = {r.label for r in self.live()}
                 try:
@@ -223,7 +238,7 @@ class ParityStage:
         """Why the member's shape (self.fp) is not judged here, or None: the CPU's host budget as for the benchmark's
         shape; on a GPU, a member larger than the benchmark's must fit in what is free now."""
         if self.device != "cuda" or self.f64_device == "cpu":  # the float64 reference on the host: its room there
-            why = cpu_bench_refusal(self.fp, host_budget())
+            why = cpu_bench_refusal(self.fp, host_budget(), "it")
             if why or self.device != "cuda":
                 return why
         def need(fp: dict) -> int:  # the plan's, with the float64 forward's peak where it runs on the GPU

@@ -52,13 +52,13 @@ def cpu_need(fp: dict) -> int:
     return int((2 + widen(fp)) * fp.get("peak", footprint_bytes(fp)) + fp["inputs"] + fp["outputs"])
 
 
-def cpu_bench_refusal(fp: dict, budget: int) -> str | None:
-    """Why the benchmark shape is not run on the CPU (cpu_need over the host's budget), or None."""
+def cpu_bench_refusal(fp: dict, budget: int, what: str = "the benchmark shape") -> str | None:
+    """Why `what` (a shape with footprint fp) is not run on the CPU (cpu_need over the host's budget), or None."""
     need = cpu_need(fp)
     if need <= budget:
         return None
     io = fp["inputs"] + fp["outputs"]
-    return (f"the benchmark shape needs about {need / 2**30:.1f} GiB of host memory with the judge's copies "
+    return (f"{what} needs about {need / 2**30:.1f} GiB of host memory with the judge's copies "
             f"(inputs and outputs {io / 2**30:.1f} GiB, a forward's peak {fp.get('peak', 0) / 2**30:.1f} GiB), "
             f"{budget / 2**30:.1f} GiB planned here")
 

@@ -76,6 +76,12 @@ def parse_args(argv):
                          "(default 0: KernelBench's contract, one shape)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
+    ap.add_argument("--warm", action="store_true",
+                    help="judge in a judge kept warm between commands (started by the first such command, ended "
+                         "after 15 idle minutes; also KP_WARM=1): the next command on the same candidate file pays "
+                         "neither torch's import nor its box's start")
+    ap.add_argument("--warm-stop", action="store_true", help="end this user's warm judges")
+    ap.add_argument("--warm-serve", help=argparse.SUPPRESS)
     ap.add_argument("--no-sandbox", action="store_true", help="run candidates without the sandbox (bubblewrap "
                     "namespaces and limits; on by default where bwrap works)")
     ap.add_argument("--allow-torch", action="store_true", help="accept a candidate that runs no kernel of its own "
@@ -124,7 +130,30 @@ def start_box_early(argv) -> None:
         boxstart.start_early(spec, args.candidate[0], boxed=not args.no_sandbox, cuda=args.device != "cpu")
 
 
+def warm_fits(argv) -> bool:
+    """Whether a warm judge (--warm) runs this command: one judgement (a batch has slots of its own), not --list,
+    --build or a usage error (said here, by main())."""
+    import contextlib
+    import io
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args = parse_args(argv)
+    except SystemExit:
+        return False
+    return not (many_jobs(args) or args.list or args.build or args.warm_stop) and bool(args.ref or args.problem)
+
+
 if __name__ == "__main__":
+    from kp.batch import server
+    if "--warm-serve" in sys.argv:  # the warm judge itself (kp.batch.server), started by a --warm command
+        sys.exit(server.serve(sys.argv[sys.argv.index("--warm-serve") + 1]))
+    if "--warm-stop" in sys.argv:
+        sys.exit(server.stop(sys.argv[1:]))
+    if server.wanted(sys.argv[1:]) and warm_fits(sys.argv[1:]):
+        code = server.run_warm(sys.argv[1:])
+        if code is not None:
+            sys.stdout.flush()
+            os._exit(code)
     start_box_early(sys.argv[1:])
 
 import harness  # noqa: E402 (after the box's early start: this imports torch)
@@ -285,10 +314,9 @@ def judge_opts(args) -> dict:
 
 def compile_check(args) -> int:
     """--build without a GPU: every rung (or the ones named) compiled by nvcc for each architecture its `Requires`
-    line claims, as CI does; nothing is linked or loaded. Exit 1 if any fails, with the compiler's words."""
-    import concurrent.futures as cf
+    line claims, as CI does (kp.lib.checks.check_rungs). Exit 1 if any fails, with the compiler's words."""
     import shutil
-    import tempfile
+    from kp.lib.checks import check_rungs
     if shutil.which("nvcc") is None:
         return fail_usage("--build without a GPU compile-checks the kernels with nvcc, and no nvcc is on PATH (the "
                           "CUDA toolkit's bin folder)")
@@ -296,24 +324,7 @@ def compile_check(args) -> int:
     for p in args.problem or harness.problems():
         names = harness.variants(p) if not args.variant or "all" in args.variant else args.variant
         items += [harness.rung(p, v) for v in names if v != "auto"]
-    out = Path(tempfile.mkdtemp(prefix="kp_check_"))
-    t0 = time.perf_counter()
-    print(f"no GPU: compile-checking {len(items)} rungs with nvcc for the architectures each claims (nothing is "
-          f"linked or run)", file=sys.stderr)
-
-    def one(r):
-        archs = r.claimed_archs()
-        ok, log = harness.compile_check(r.path, out, archs)
-        print(f"{r.problem}/{r.name} ({' '.join(archs)}): {'ok' if ok else 'FAILED'}", file=sys.stderr, flush=True)
-        return r, ok, log
-    with cf.ThreadPoolExecutor(max_workers=max(1, args.build_jobs or (os.cpu_count() or 1))) as ex:
-        res = list(ex.map(one, items))
-    bad = [(r, log) for r, ok, log in res if not ok]
-    for r, log in bad:
-        print(f"{r.path}:\n{log[-4000:]}", file=sys.stderr)
-    shutil.rmtree(out, ignore_errors=True)
-    print(f"compile-checked {len(res) - len(bad)}/{len(res)} rungs in {time.perf_counter() - t0:.1f} s wall")
-    return 1 if bad else 0
+    return check_rungs(items, args.build_jobs)
 
 
 def run_batch(args, opts: dict) -> int:

@@ -29,5 +29,5 @@ LAYER_ORDER = (
     "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.parity", "judge.kernelbench",
     "judge.escape", "judge.timed", "judge.observe", "judge.memory", "judge.record", "judge.driver",
     "observe.plot", "batch.jobfile", "batch.ahead", "batch.slots", "batch.backends",
-    "batch.session",
+    "batch.session", "batch.server",
 )

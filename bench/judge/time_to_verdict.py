@@ -5,6 +5,8 @@
     python -m bench.judge.time_to_verdict --only relu     cases whose name contains 'relu'
     python -m bench.judge.time_to_verdict --batch 8       each case's candidate 8 times in one batch: a job's own
                                                           seconds in a warm slot (its box started ahead)
+    python -m bench.judge.time_to_verdict --warm-judge    each command with run.py --warm: a judge kept warm
+                                                          between commands (its first, untimed run starts it)
 
 Each case is one `run.py --ref ... --candidate ... --no-compile` command in a process of its own, one at a time
 (a candidate's own build cached: each case is run once untimed first with --warm), as a user or a search loop would
@@ -69,8 +71,9 @@ def command(ref, cand, flags, device: str | None, json_path: Path, tmp: Path) ->
     return argv + (["--device", device] if device else [])
 
 
-def run_case(case, device: str | None, tmp: Path, timeout: float) -> dict:
+def run_case(case, device: str | None, tmp: Path, timeout: float, warm_judge: bool = False) -> dict:
     name, what, ref, cand, flags, _ = case
+    flags = [*flags, "--warm"] if warm_judge else flags
     out = tmp / f"{name}.json"
     out.unlink(missing_ok=True)
     t0 = time.perf_counter()
@@ -84,7 +87,9 @@ def run_case(case, device: str | None, tmp: Path, timeout: float) -> dict:
     wall = time.perf_counter() - t0
     rec = json.loads(out.read_text()) if out.exists() else {}
     stages = dict(rec.get("stage_seconds", {}))
-    if "process_s_before_judge" in rec and "elapsed_s" in rec:  # the command's wall time around the judge's own
+    if warm_judge and "elapsed_s" in rec:  # the judge ran in the warm judge's process: the rest is the command's
+        stages = {"the command around the warm judge": wall - rec["elapsed_s"], **stages}
+    elif "process_s_before_judge" in rec and "elapsed_s" in rec:  # the command's wall time around the judge's own
         stages = {"before the judge": rec["process_s_before_judge"], **stages,
                   "after the verdict": wall - rec["process_s_before_judge"] - rec["elapsed_s"]}
     return {"case": name, "what": what, "verdict": verdict, "wall_s": round(wall, 2), "stages": stages,
@@ -152,6 +157,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="cases whose name contains this")
     ap.add_argument("--warm", action="store_true", help="run each case once untimed first (builds cached)")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs per case (the table shows the median)")
+    ap.add_argument("--warm-judge", action="store_true",
+                    help="each command with run.py --warm (a judge kept warm between commands); the untimed first "
+                         "run of each case (--warm) starts it, and it is stopped at the end")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", metavar="PATH", help="write every run's figures here")
     ap.add_argument("--batch", type=int, default=0, metavar="N",
@@ -171,14 +179,16 @@ def main(argv=None) -> int:
                 if args.json:
                     Path(args.json).write_text(json.dumps(rows, indent=1))
                 continue
-            if args.warm:
-                run_case(case, args.device, tmp, args.timeout)
-            runs = sorted((run_case(case, args.device, tmp, args.timeout) for _ in range(args.repeat)),
-                          key=lambda r: r["wall_s"])
+            if args.warm or args.warm_judge:
+                run_case(case, args.device, tmp, args.timeout, args.warm_judge)
+            runs = sorted((run_case(case, args.device, tmp, args.timeout, args.warm_judge)
+                           for _ in range(args.repeat)), key=lambda r: r["wall_s"])
             rows.append({**runs[len(runs) // 2], "walls": [r["wall_s"] for r in runs]})
             print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)  # a run cut short keeps its rows
             if args.json:
                 Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.warm_judge:
+        subprocess.run([sys.executable, str(ROOT / "run.py"), "--warm-stop"], capture_output=True)
     print(table(rows))
     return 0
 

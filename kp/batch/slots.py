@@ -58,6 +58,43 @@ def run_job(job: Job) -> dict:
     return out
 
 
+def run_command(msg: dict) -> dict:
+    """A warm judge's command (kp.batch.server), in the slot's process: `run.py`'s main() on the command line, its
+    output captured; then the box for the same candidate's next command is started (one such box at a time)."""
+    import contextlib
+    import io
+    import sys
+    from pathlib import Path
+    from kp.lib.registry import ROOT
+    sys.path.insert(0, str(ROOT))
+    import run
+    from kp.box import start as boxstart
+    os.chdir(msg["cwd"])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = run.cli(msg["argv"])
+        except SystemExit as e:  # argparse's usage errors and --help
+            rc = e.code if isinstance(e.code, int) else 2
+        except Exception as e:  # the judge's own bug: said, the slot goes on
+            import traceback
+            traceback.print_exc()
+            rc = 2
+            print(f"error: the judge raised {type(e).__name__}", file=sys.stderr)
+    boxstart.discard_early()
+    try:
+        args = run.parse_args(msg["argv"])
+    except SystemExit:
+        args = None
+    if args is not None and args.candidate and len(args.candidate) == 1 and not run.many_jobs(args):
+        spec = ("file", str(Path(args.ref).resolve())) if args.ref else ("problem", args.problem[0]) \
+            if args.problem else None
+        if spec:
+            boxstart.start_early(spec, str(Path(args.candidate[0]).resolve()), boxed=not args.no_sandbox,
+                                 later=True, cuda=args.device != "cpu")
+    return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
 def _noop() -> None:
     pass
 
@@ -152,6 +189,14 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
             from kp.box import start as boxstart
             boxstart.discard_early()
             return
+        if isinstance(msg, dict):  # a warm judge's command line (kp.batch.server), run as run.py runs it
+            conn.send({"started": True, "gpu_name": gpu_name})
+            res = run_command(msg)
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            conn.send(res)
+            continue
         job, ahead = msg
         # the job's clock starts now, not while the slot was starting up; the GPU's name stays with a job the slot
         # does not finish (killed at its time limit, or dead)
@@ -194,6 +239,11 @@ class Slot:
         """Run `job`; `ahead`, the jobs this slot will run next, get their boxes started meanwhile."""
         self.job, self.key, self.t0, self.started, self.waited = job, key, time.monotonic(), False, 0.0
         self.conn.send((job, list(ahead)))
+
+    def submit_command(self, msg: dict) -> None:
+        """Run a command line as run.py would (kp.batch.server); poll() gives its output and exit code."""
+        self.job, self.key, self.t0, self.started, self.waited = msg, None, time.monotonic(), False, 0.0
+        self.conn.send(msg)
 
     def kill(self) -> None:
         try:

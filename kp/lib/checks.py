@@ -81,3 +81,33 @@ def binding_check_many(paths: list[Path], out_dir: Path, experiments: bool = Fal
             ln.startswith(str(hh)) for hh in headers.values() for ln in log.splitlines()))
         out[path] = (not bad, "\n".join(mine) or log)
     return out
+
+
+def check_rungs(rungs: list, jobs: int | None = None) -> int:
+    """Every rung compiled by nvcc for each architecture its `Requires` line claims, several at once, nothing linked
+    or loaded (`run.py --build` without a GPU, as CI does); each said on stderr as it ends, a failure's compiler
+    output after. Returns 1 if any failed, else 0."""
+    import concurrent.futures as cf
+    import os
+    import shutil
+    import sys
+    import tempfile
+    import time
+    out = Path(tempfile.mkdtemp(prefix="kp_check_"))
+    t0 = time.perf_counter()
+    print(f"no GPU: compile-checking {len(rungs)} rungs with nvcc for the architectures each claims (nothing is "
+          f"linked or run)", file=sys.stderr)
+
+    def one(r):
+        archs = r.claimed_archs()
+        ok, log = compile_check(r.path, out, archs)
+        print(f"{r.problem}/{r.name} ({' '.join(archs)}): {'ok' if ok else 'FAILED'}", file=sys.stderr, flush=True)
+        return r, ok, log
+    with cf.ThreadPoolExecutor(max_workers=max(1, jobs or (os.cpu_count() or 1))) as ex:
+        res = list(ex.map(one, rungs))
+    bad = [(r, log) for r, ok, log in res if not ok]
+    for r, log in bad:
+        print(f"{r.path}:\n{log[-4000:]}", file=sys.stderr)
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"compile-checked {len(res) - len(bad)}/{len(res)} rungs in {time.perf_counter() - t0:.1f} s wall")
+    return 1 if bad else 0

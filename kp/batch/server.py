@@ -1,0 +1,188 @@
+"""A judge kept warm between commands (`run.py --warm ...`, or KP_WARM=1): the first such command starts a server
+in the background; it and every later one hand their command line to it and print what it answers. The server owns
+one batch slot (kp.batch.slots: a judge process with torch imported, CUDA's context made and the run's ceilings
+measured, replaced if it dies), which runs `run.py`'s own main() on the command, so the output, the record and the
+exit code are the command's. After each command the slot starts the box for the same candidate's next judgement
+(a kernel author re-running the file after an edit: the box binds the candidate's folder, so it sees the new file),
+so the next command pays neither torch's import nor the box's start. The server leaves after IDLE_S without a
+command, or at `run.py --warm-stop`.
+
+One server per user, device (`--device cpu`, or the GPUs CUDA_VISIBLE_DEVICES names), the judge's own code (its
+files' sizes and times) and the KP_* settings: a command that differs in any of these gets a server of its own, and
+a server whose code changed is never asked. The socket lives in a folder only its user can enter, and every
+connection proves the key kept beside it.
+
+This module's client side imports nothing heavier than the standard library: a command that finds its server never
+imports torch.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+IDLE_S = float(os.environ.get("KP_WARM_IDLE_S", 900))  # a server with no command for this long leaves
+START_S = 120  # the most a command waits for a server it started to answer
+
+
+def _folder() -> Path:
+    d = Path(tempfile.gettempdir()) / f"kp-warm-{os.getuid()}"
+    d.mkdir(mode=0o700, exist_ok=True)
+    if d.stat().st_uid != os.getuid() or d.stat().st_mode & 0o077:
+        raise RuntimeError(f"{d} is not this user's alone: no warm judge")
+    return d
+
+
+def server_key(argv: list[str]) -> str:
+    """What a server is for: the device the command asks for (and the GPUs this process sees), the judge's own code,
+    the KP_* settings and the interpreter."""
+    device = "cpu" if _device(argv) == "cpu" else "cuda:" + os.environ.get("CUDA_VISIBLE_DEVICES", "all")
+    code = [(str(p.relative_to(ROOT)), p.stat().st_size, p.stat().st_mtime_ns)
+            for d in ("kp", "models") for p in sorted((ROOT / d).rglob("*.py"))]
+    code += [(f, (ROOT / f).stat().st_size, (ROOT / f).stat().st_mtime_ns) for f in ("run.py", "harness.py")]
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("KP_") and k not in ("KP_WARM",))
+    blob = json.dumps([device, code, env, sys.executable]).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _device(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a == "--device" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--device="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _paths(key: str) -> tuple[Path, Path, Path]:
+    d = _folder()
+    return d / f"{key}.sock", d / f"{key}.key", d / f"{key}.log"
+
+
+def wanted(argv: list[str]) -> bool:
+    """Whether this command asks for the warm judge (--warm, or KP_WARM=1)."""
+    return "--warm" in argv or os.environ.get("KP_WARM") == "1"
+
+
+def run_warm(argv: list[str]) -> int | None:
+    """The command run by its warm server (started now if there is none): its exit code, with its output printed
+    here; None where no server could be reached (the command then runs here as usual, and says why)."""
+    from multiprocessing.connection import Client
+    argv = [a for a in argv if a != "--warm"]
+    try:
+        key = server_key(argv)
+        sock, keyfile, log = _paths(key)
+        if not sock.exists():
+            _start_server(key, argv)
+        deadline = time.monotonic() + START_S
+        while not (sock.exists() and keyfile.exists()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no answer in {START_S} s (its log: {log})")
+            time.sleep(0.05)
+        conn = Client(str(sock), family="AF_UNIX", authkey=keyfile.read_bytes())
+    except (OSError, RuntimeError, EOFError) as e:
+        print(f"[kp] no warm judge ({e}); judging in this process", file=sys.stderr)
+        return None
+    with conn:
+        conn.send({"argv": argv, "cwd": os.getcwd()})
+        try:
+            res = conn.recv()
+        except EOFError:
+            print("error: the warm judge ended before answering; its log is " + str(log), file=sys.stderr)
+            return 2
+    sys.stderr.write(res.get("stderr", ""))
+    sys.stdout.write(res.get("stdout", ""))
+    print(f"[kp] judged by the warm judge (pid {res.get('pid')}, command {res.get('served')} since its start; "
+          f"`python run.py --warm-stop` ends it)", file=sys.stderr)
+    return int(res.get("rc", 2))
+
+
+def stop(argv: list[str]) -> int:
+    """--warm-stop: every warm judge of this user ends (each finishes the command it runs first)."""
+    from multiprocessing.connection import Client
+    n = 0
+    for sock in _folder().glob("*.sock"):
+        try:
+            with Client(str(sock), family="AF_UNIX", authkey=sock.with_suffix(".key").read_bytes()) as conn:
+                conn.send({"stop": True})
+                conn.recv()
+                n += 1
+        except (OSError, EOFError):
+            sock.unlink(missing_ok=True)
+    print(f"{n} warm judge(s) stopped")
+    return 0
+
+
+def _start_server(key: str, argv: list[str]) -> None:
+    sock, keyfile, log = _paths(key)
+    with open(log, "ab") as f:
+        subprocess.Popen([sys.executable, str(ROOT / "run.py"), "--warm-serve", key,
+                          *(["--device", "cpu"] if _device(argv) == "cpu" else [])],
+                         stdin=subprocess.DEVNULL, stdout=f, stderr=f, start_new_session=True, cwd=str(ROOT))
+
+
+def serve(key: str) -> int:
+    """The server's loop (`run.py --warm-serve KEY`): one command at a time, each in the slot; leaves after IDLE_S
+    without one, at a stop, or when its code changed (a later command gets a fresh one)."""
+    import threading
+    from multiprocessing.connection import Listener
+    from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot
+    sock, keyfile, _ = _paths(key)
+    authkey = secrets.token_bytes(32)
+    sock.unlink(missing_ok=True)
+    listener = Listener(str(sock), family="AF_UNIX", authkey=authkey)
+    keyfile.unlink(missing_ok=True)
+    fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, authkey)
+    os.close(fd)
+    slot = Slot(None, None)  # on the GPUs this process sees, as the command that started it saw them
+    last = [time.monotonic()]
+    busy = threading.Lock()
+
+    def idle_watch():
+        while True:
+            time.sleep(5)
+            if not busy.locked() and time.monotonic() - last[0] > IDLE_S:
+                _leave(slot, sock, keyfile)
+
+    threading.Thread(target=idle_watch, daemon=True).start()
+    served = 0
+    while True:
+        try:
+            conn = listener.accept()
+        except Exception:  # a client without the key, or gone: not a command
+            continue
+        with busy, conn:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                continue
+            if msg.get("stop") or server_key(msg.get("argv", [])) != key:
+                conn.send({"rc": 2, "stderr": "the warm judge's code or settings changed: ended; run again\n"}
+                          if not msg.get("stop") else {})
+                _leave(slot, sock, keyfile)
+            served += 1
+            slot.submit_command(msg)
+            res = None
+            while res is None:
+                res = slot.poll(DEFAULT_TIMEOUT_S * 4)
+                time.sleep(0.01)
+            if "rc" not in res:  # the slot died or ran out of time: said as a result of its own
+                res = {"rc": 2, "stderr": f"error: the warm judge's slot gave no answer: {res.get('verdict')}\n"}
+            res.update(pid=os.getpid(), served=served)
+            conn.send(res)
+            last[0] = time.monotonic()
+
+
+def _leave(slot, sock: Path, keyfile: Path) -> None:
+    sock.unlink(missing_ok=True)
+    keyfile.unlink(missing_ok=True)
+    slot.close()
+    os._exit(0)

@@ -32,6 +32,7 @@ def test_a_warm_judge_gives_each_command_its_own_verdict_record_and_exit_code(tm
     assert first.returncode == 0, first.stderr[-2000:]
     assert first.stdout.strip().splitlines()[-1].startswith("accepted"), first.stdout
     assert "judged by the warm judge" in first.stderr and "command 1 since its start" in first.stderr
+    assert "--seed" in first.stderr.split("judged by the warm judge")[0]  # the judge's own progress lines, passed on
     pid = first.stderr.split("(pid ")[1].split(",")[0]
     rec = json.loads((tmp_path / "a.json").read_text())  # relative to the command's folder, as without --warm
     assert rec["rows"]["candidate"]["accepted"]

@@ -1,8 +1,8 @@
 """A judge kept warm between commands (`run.py --warm ...`, or KP_WARM=1): the first such command starts a server
 in the background; it and every later one hand their command line to it and print what it answers. The server owns
-one batch slot (kp.batch.slots: a judge process with torch imported, CUDA's context made and the run's ceilings
-measured, replaced if it dies), which runs `run.py`'s own main() on the command, so the output, the record and the
-exit code are the command's. After each command the slot starts the box for the same candidate's next judgement
+one batch slot (kp.batch.slots: a judge process with torch imported and CUDA's context made, which keeps the
+ceilings it measures; replaced if it dies), which runs `run.py`'s own main() on the command, so the output, the
+record and the exit code are the command's (the judge's progress on stderr as it goes, the rest at the end). After each command the slot starts the box for the same candidate's next judgement
 (a kernel author re-running the file after an edit: the box binds the candidate's folder, so it sees the new file),
 so the next command pays neither torch's import nor the box's start. The server leaves after IDLE_S without a
 command, or at `run.py --warm-stop`.
@@ -94,6 +94,10 @@ def run_warm(argv: list[str]) -> int | None:
         conn.send({"argv": argv, "cwd": os.getcwd()})
         try:
             res = conn.recv()
+            while "say" in res:  # the judge's progress, as it goes
+                sys.stderr.write(res["say"])
+                sys.stderr.flush()
+                res = conn.recv()
         except EOFError:
             print("error: the warm judge ended before answering; its log is " + str(log), file=sys.stderr)
             return 2
@@ -173,11 +177,19 @@ def serve(key: str) -> int:
             res = None
             while res is None:
                 res = slot.poll(DEFAULT_TIMEOUT_S * 4)
+                while slot.said:
+                    try:
+                        conn.send({"say": slot.said.pop(0)})
+                    except OSError:
+                        slot.said.clear()
                 time.sleep(0.01)
             if "rc" not in res:  # the slot died or ran out of time: said as a result of its own
                 res = {"rc": 2, "stderr": f"error: the warm judge's slot gave no answer: {res.get('verdict')}\n"}
             res.update(pid=os.getpid(), served=served)
-            conn.send(res)
+            try:
+                conn.send(res)
+            except OSError:  # the command was interrupted meanwhile: nobody to tell
+                pass
             last[0] = time.monotonic()
 
 

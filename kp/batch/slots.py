@@ -8,6 +8,7 @@ kp.batch.backends'.
 from __future__ import annotations
 
 import gc
+import io
 import os
 import signal
 import time
@@ -58,11 +59,24 @@ def run_job(job: Job) -> dict:
     return out
 
 
-def run_command(msg: dict) -> dict:
+class _Said(io.StringIO):
+    """A command's stderr: kept, and each write passed on as it comes (the judge's progress lines)."""
+
+    def __init__(self, say):
+        super().__init__()
+        self.say = say
+
+    def write(self, text: str) -> int:
+        if text:
+            self.say(text)
+        return super().write(text)
+
+
+def run_command(msg: dict, say=None) -> dict:
     """A warm judge's command (kp.batch.server), in the slot's process: `run.py`'s main() on the command line, its
-    output captured; then the box for the same candidate's next command is started (one such box at a time)."""
+    output captured (stderr passed on to `say` as it is written); then the box for the same candidate's next
+    command is started (one such box at a time)."""
     import contextlib
-    import io
     import sys
     from pathlib import Path
     from kp.lib.registry import ROOT
@@ -70,7 +84,7 @@ def run_command(msg: dict) -> dict:
     import run
     from kp.box import start as boxstart
     os.chdir(msg["cwd"])
-    out, err = io.StringIO(), io.StringIO()
+    out, err = io.StringIO(), (_Said(say) if say else io.StringIO())
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             rc = run.cli(msg["argv"])
@@ -92,7 +106,7 @@ def run_command(msg: dict) -> dict:
         if spec:
             boxstart.start_early(spec, str(Path(args.candidate[0]).resolve()), boxed=not args.no_sandbox,
                                  later=True, cuda=args.device != "cpu")
-    return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    return {"rc": rc, "stdout": out.getvalue(), "stderr": "" if say else err.getvalue()}
 
 
 def _noop() -> None:
@@ -191,7 +205,7 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
             return
         if isinstance(msg, dict):  # a warm judge's command line (kp.batch.server), run as run.py runs it
             conn.send({"started": True, "gpu_name": gpu_name})
-            res = run_command(msg)
+            res = run_command(msg, say=lambda text: conn.send({"say": text}))
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -223,6 +237,7 @@ class Slot:
         self.key: str | None = None
         self.reserved: list[tuple[Job, str]] = []  # the jobs it runs next (their boxes started ahead), not yet begun
         self.t0, self.started, self.gpu_name, self.waited = 0.0, False, None, 0.0
+        self.said: list[str] = []  # a warm judge's command's stderr, not yet passed on
         self._start()
 
     def _start(self) -> None:
@@ -263,6 +278,9 @@ class Slot:
                 res = self.conn.recv()
                 if res.get("started"):
                     self.t0, self.started, self.gpu_name, res = time.monotonic(), True, res["gpu_name"], None
+                elif "say" in res:  # a warm judge's command's stderr, as it is written (kp.batch.server)
+                    self.said.append(res["say"])
+                    res = None
                 elif "waited" in res:  # for other judges on its GPU: the limit moves with it, as the judge's does
                     self.t0, self.waited, res = self.t0 + res["waited"], self.waited + res["waited"], None
         except (EOFError, OSError):

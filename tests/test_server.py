@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,11 @@ def test_a_warm_judge_gives_each_command_its_own_verdict_record_and_exit_code(tm
     assert wrong.returncode == 1 and wrong.stdout.strip().splitlines()[-1].startswith("rejected"), wrong.stdout
     again = _run([*common, "--candidate", BATCH / "good.py"], warm_env, tmp_path)
     assert again.returncode == 0 and f"(pid {pid}, command 3 since its start" in again.stderr, again.stderr[-2000:]
+
+    os.kill(int(pid), 9)  # a server gone without a word leaves its socket behind: the next command starts another
+    time.sleep(0.5)
+    after = _run([*common, "--candidate", BATCH / "good.py"], warm_env, tmp_path)
+    assert after.returncode == 0 and "command 1 since its start" in after.stderr, after.stderr[-2000:]
 
     usage = _run([*common, "--candidate", tmp_path / "missing.py"], warm_env, tmp_path)
     assert usage.returncode == 2 and "missing.py" in usage.stderr  # a usage error, said as run.py says it

@@ -72,24 +72,17 @@ def wanted(argv: list[str]) -> bool:
 
 
 def run_warm(argv: list[str]) -> int | None:
-    """The command run by its warm server (started now if there is none): its exit code, with its output printed
-    here; None where no server could be reached (the command then runs here as usual, and says why)."""
-    from multiprocessing.connection import Client
+    """The command run by its warm server (started now if there is none, or if the one found does not answer): its
+    exit code, with its output printed here; None where no server could be reached (the command then runs here as
+    usual, and says why)."""
     argv = [a for a in argv if a != "--warm"]
     try:
         key = server_key(argv)
-        sock, keyfile, log = _paths(key)
-        if not sock.exists():
-            _start_server(key, argv)
-        deadline = time.monotonic() + START_S
-        while not (sock.exists() and keyfile.exists()):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no answer in {START_S} s (its log: {log})")
-            time.sleep(0.05)
-        conn = Client(str(sock), family="AF_UNIX", authkey=keyfile.read_bytes())
-    except (OSError, RuntimeError, EOFError) as e:
-        print(f"[kp] no warm judge ({e}); judging in this process", file=sys.stderr)
+        conn = _connect(key, argv)
+    except Exception as e:  # noqa: BLE001 (whatever stops the warm judge, the command still gets its verdict)
+        print(f"[kp] no warm judge ({type(e).__name__}: {e}); judging in this process", file=sys.stderr)
         return None
+    log = _paths(key)[2]
     with conn:
         conn.send({"argv": argv, "cwd": os.getcwd()})
         try:
@@ -106,6 +99,31 @@ def run_warm(argv: list[str]) -> int | None:
     print(f"[kp] judged by the warm judge (pid {res.get('pid')}, command {res.get('served')} since its start; "
           f"`python run.py --warm-stop` ends it)", file=sys.stderr)
     return int(res.get("rc", 2))
+
+
+def _connect(key: str, argv: list[str]):
+    """A connection to the server for `key`: the one running, else one started now (under a lock, so that two
+    commands at once start one server); a server found dead (its socket refuses, its key is stale) is replaced."""
+    import fcntl
+    from multiprocessing.connection import Client
+    sock, keyfile, log = _paths(key)
+    for attempt in range(2):
+        with open(sock.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not sock.exists():
+                _start_server(key, argv)
+                deadline = time.monotonic() + START_S
+                while not (sock.exists() and keyfile.exists()):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"no answer in {START_S} s (its log: {log})")
+                    time.sleep(0.05)
+        try:
+            return Client(str(sock), family="AF_UNIX", authkey=keyfile.read_bytes())
+        except Exception:  # noqa: BLE001 (refused, or a key from a server that is gone: a fresh server)
+            if attempt:
+                raise
+            sock.unlink(missing_ok=True)
+            keyfile.unlink(missing_ok=True)
 
 
 def stop(argv: list[str]) -> int:
@@ -150,10 +168,12 @@ def serve(key: str) -> int:
     last = [time.monotonic()]
     busy = threading.Lock()
 
-    def idle_watch():
-        while True:
+    mode = ["--device", "cpu"] if "--device" in sys.argv else []
+
+    def idle_watch():  # idle too long, or the judge's code or settings changed since the start: a command would get
+        while True:    # a server of its own, and this one would wait out its idle time holding memory
             time.sleep(5)
-            if not busy.locked() and time.monotonic() - last[0] > IDLE_S:
+            if not busy.locked() and (time.monotonic() - last[0] > IDLE_S or server_key(mode) != key):
                 _leave(slot, sock, keyfile)
 
     threading.Thread(target=idle_watch, daemon=True).start()

@@ -59,6 +59,7 @@ def nan_fill_cached_free(reserve_bytes: int) -> None:
 
 
 _WARM: set[str] = set()
+COMPILED_SHAPES = 64  # shapes the torch.compile baseline compiles for, each statically (the benchmark's, the family's)
 def warm_up(device: str, dynamo: bool = True) -> None:
     """Everything the judge's own stages import or initialise, done before the candidate's file is imported (and
     before the snapshot its changes are found against): on the GPU, CUDA's context, the L2 flush's buffer and the
@@ -165,8 +166,12 @@ class Worker(MeasureCommands):
         eager = self.ref.model(init, seed, self.device, self.train)
         eager.load_state_dict(state)
         self.baselines = {"eager": eager}
-        if compile_baseline:  # shares eager's weights: one copy of them on the device
-            self.baselines["torch.compile"] = torch.compile(eager)
+        if compile_baseline:  # shares eager's weights: one copy of them on the device. Static at every shape it is
+            #                   timed at (--shapes times several), as a user compiling for that shape gets it; by
+            #                   default dynamo would go dynamic at the second shape and, past its recompile limit,
+            #                   fall back to eager without a word
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILED_SHAPES)
+            self.baselines["torch.compile"] = torch.compile(eager, dynamic=False)
         x = self.ref.inputs(example_seed, self.device)
         set_precision(self.precision)
         with torch.no_grad():

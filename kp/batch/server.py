@@ -214,7 +214,8 @@ def serve(key: str) -> int:
 
 
 def _leave(slot, sock: Path, keyfile: Path) -> None:
-    sock.unlink(missing_ok=True)
-    keyfile.unlink(missing_ok=True)
+    """Gone, and its files with it (the log too: a server that dies instead keeps it for whoever looks)."""
+    for f in (sock, keyfile, sock.with_suffix(".log")):
+        f.unlink(missing_ok=True)
     slot.close()
     os._exit(0)

@@ -131,15 +131,16 @@ class TimingStage:
         rec["family"] ("timing", "traffic"). A timed call checked wrong there rejects the row naming both shapes,
         as parity does; a member whose timing does not fit in the GPU's memory is skipped and said."""
         g, bench, bench_fp = vars(self.ref.module), self.fp["shapes"], self._fp
+        timed_any = False
         for entry in rec["family"]:
             if entry.get("skipped") or not entry.get("passed") or not self.live():
                 continue
             sizes = {k: (g[k], v) for k, v in entry["sizes"].items()}
             g.update(entry["sizes"])
+            timed_any = True
             try:
                 self._fp = self.ref.footprint(self.device)
-                for runner in self.runners:  # each worker draws its timing's inputs: at the member's sizes
-                    runner.call("scale", "scale", sizes)
+                self._scale_workers(sizes)  # each worker draws its timing's inputs: at the member's sizes
                 self._rebuild(init)
                 live = {r.label for r in self.live()}
                 try:
@@ -160,14 +161,24 @@ class TimingStage:
                 del x
             finally:
                 g.update({k: old for k, (old, _) in sizes.items()})
-                for runner in self.runners:
-                    try:
-                        runner.call("scale", "scale", {k: (new, old) for k, (old, new) in sizes.items()})
-                    except Rejected:  # a worker that died at the member: its row says why already
-                        pass
+                self._scale_workers({k: (new, old) for k, (old, new) in sizes.items()})
                 self._fp = bench_fp
                 _release()
-        self._rebuild(init)
+        if timed_any:
+            self._rebuild(init)
+
+    def _scale_workers(self, sizes: dict) -> None:
+        """The family's sizes set in every worker with a live row, or the baselines alone (Worker.cmd_scale); a worker
+        that cannot take them rejects its rows."""
+        for runner in self.runners:
+            rows = [r for r in self.rows if r.runner is runner]
+            if rows and not any(r.accepted for r in rows):
+                continue
+            try:
+                runner.call("scale", "scale", sizes)
+            except Rejected as e:
+                for r in rows:
+                    r.reject(e)
 
     def stage_ceilings(self, rec: dict, init) -> None:
         """The traffic, memory and ceilings of the record; a median the call's own profiled work, or the hardware,

@@ -84,14 +84,19 @@ def run_warm(argv: list[str]) -> int | None:
         return None
     log = _paths(key)[2]
     with conn:
-        conn.send({"argv": argv, "cwd": os.getcwd()})
+        said = False
         try:
+            conn.send({"argv": argv, "cwd": os.getcwd()})
             res = conn.recv()
             while "say" in res:  # the judge's progress, as it goes
                 sys.stderr.write(res["say"])
                 sys.stderr.flush()
+                said = True
                 res = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):
+            if not said:  # it left as this command came (its idle time was up): judged here instead
+                print("[kp] the warm judge left before taking the command; judging in this process", file=sys.stderr)
+                return None
             print("error: the warm judge ended before answering; its log is " + str(log), file=sys.stderr)
             return 2
     sys.stderr.write(res.get("stderr", ""))

@@ -146,7 +146,7 @@ def warm_fits(argv) -> bool:
 if __name__ == "__main__":
     from kp.batch import server
     if "--warm-serve" in sys.argv:  # the warm judge itself (kp.batch.server), started by a --warm command
-        sys.exit(server.serve(sys.argv[sys.argv.index("--warm-serve") + 1]))
+        sys.exit(server.serve(*sys.argv[sys.argv.index("--warm-serve") + 1:][:2]))
     if "--warm-stop" in sys.argv:
         sys.exit(server.stop(sys.argv[1:]))
     if server.wanted(sys.argv[1:]) and warm_fits(sys.argv[1:]):

@@ -29,6 +29,10 @@ def warm_env(tmp_path):
 
 def test_a_warm_judge_gives_each_command_its_own_verdict_record_and_exit_code(tmp_path, warm_env):
     common = ["--ref", BATCH / "ref.py", "--device", "cpu", "--allow-torch", "--warm"]
+    starts = _run([*common, "--candidate", BATCH / "good.py"], warm_env, tmp_path)
+    assert starts.returncode == 0 and "a warm judge is starting" in starts.stderr, starts.stderr[-2000:]
+    assert "judged by the warm judge" not in starts.stderr  # the first command is judged in its own process
+
     first = _run([*common, "--candidate", BATCH / "good.py", "--json", "a.json"], warm_env, tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     assert first.stdout.strip().splitlines()[-1].startswith("accepted"), first.stdout
@@ -46,7 +50,10 @@ def test_a_warm_judge_gives_each_command_its_own_verdict_record_and_exit_code(tm
     os.kill(int(pid), 9)  # a server gone without a word leaves its socket behind: the next command starts another
     time.sleep(0.5)
     after = _run([*common, "--candidate", BATCH / "good.py"], warm_env, tmp_path)
-    assert after.returncode == 0 and "command 1 since its start" in after.stderr, after.stderr[-2000:]
+    assert after.returncode == 0 and "a warm judge is starting" in after.stderr, after.stderr[-2000:]
+    served = _run([*common, "--candidate", BATCH / "good.py"], warm_env, tmp_path)
+    assert served.returncode == 0 and "command 1 since its start" in served.stderr, served.stderr[-2000:]
+    assert f"(pid {pid}," not in served.stderr
 
     usage = _run([*common, "--candidate", tmp_path / "missing.py"], warm_env, tmp_path)
     assert usage.returncode == 2 and "missing.py" in usage.stderr  # a usage error, said as run.py says it
@@ -59,8 +66,10 @@ def test_a_command_with_other_settings_gets_a_judge_of_its_own(tmp_path, warm_en
     judge started under the first."""
     common = ["--ref", BATCH / "ref.py", "--candidate", BATCH / "good.py", "--device", "cpu", "--allow-torch",
               "--warm"]
-    a = _run(common, warm_env, tmp_path)
-    b = _run(common, {**warm_env, "KP_CPU_MEMORY": str(1 << 30)}, tmp_path)
+    other = {**warm_env, "KP_CPU_MEMORY": str(1 << 30)}
+    for env in (warm_env, other):  # each starts its own
+        assert "a warm judge is starting" in _run(common, env, tmp_path).stderr
+    a, b = _run(common, warm_env, tmp_path), _run(common, other, tmp_path)
     assert a.returncode == b.returncode == 0, (a.stderr[-1500:], b.stderr[-1500:])
     pid = lambda r: r.stderr.split("(pid ")[1].split(",")[0]
     assert pid(a) != pid(b)

@@ -1,11 +1,12 @@
-"""A judge kept warm between commands (`run.py --warm ...`, or KP_WARM=1): the first such command starts a server
-in the background; it and every later one hand their command line to it and print what it answers. The server owns
-one batch slot (kp.batch.slots: a judge process with torch imported and CUDA's context made, which keeps the
-ceilings it measures; replaced if it dies), which runs `run.py`'s own main() on the command, so the output, the
-record and the exit code are the command's (the judge's progress on stderr as it goes, the rest at the end). After each command the slot starts the box for the same candidate's next judgement
-(a kernel author re-running the file after an edit: the box binds the candidate's folder, so it sees the new file),
-so the next command pays neither torch's import nor the box's start. The server leaves after IDLE_S without a
-command, or at `run.py --warm-stop`.
+"""A judge kept warm between commands (`run.py --warm ...`, or KP_WARM=1): the first such command starts a server in the
+background and is judged in its own process as usual, meanwhile the server starts; every later one hands its command
+line to the server and prints what it answers. The server owns one batch slot (kp.batch.slots: a judge process with
+torch imported and CUDA's context made, which keeps the ceilings it measures; replaced if it dies), which runs
+`run.py`'s own main() on the command, so the output, the record and the exit code are the command's (the judge's
+progress on stderr as it goes, the rest at the end). After each command (and at its start, for the command that
+started it) the slot starts the box for the same candidate's next judgement (a kernel author re-running the file
+after an edit: the box binds the candidate's folder, so it sees the new file), so the next command pays neither
+torch's import nor the box's start. The server leaves after IDLE_S without a command, or at `run.py --warm-stop`.
 
 One server per user, device (`--device cpu`, or the GPUs CUDA_VISIBLE_DEVICES names), the judge's own code (its
 files' sizes and times) and the KP_* settings: a command that differs in any of these gets a server of its own, and
@@ -72,15 +73,19 @@ def wanted(argv: list[str]) -> bool:
 
 
 def run_warm(argv: list[str]) -> int | None:
-    """The command run by its warm server (started now if there is none, or if the one found does not answer): its
-    exit code, with its output printed here; None where no server could be reached (the command then runs here as
-    usual, and says why)."""
+    """The command run by its warm server: its exit code, with its output printed here; None where there was none
+    (one is started then, for the next commands, with this command's box started ahead) or it could not be reached:
+    the command then runs here as usual, and says why."""
     argv = [a for a in argv if a != "--warm"]
     try:
         key = server_key(argv)
         conn = _connect(key, argv)
     except Exception as e:  # noqa: BLE001 (whatever stops the warm judge, the command still gets its verdict)
         print(f"[kp] no warm judge ({type(e).__name__}: {e}); judging in this process", file=sys.stderr)
+        return None
+    if conn is None:
+        print("[kp] a warm judge is starting for the next commands (`python run.py --warm-stop` ends it); this one "
+              "is judged in this process", file=sys.stderr)
         return None
     log = _paths(key)[2]
     with conn:
@@ -107,21 +112,23 @@ def run_warm(argv: list[str]) -> int | None:
 
 
 def _connect(key: str, argv: list[str]):
-    """A connection to the server for `key`: the one running, else one started now (under a lock, so that two
-    commands at once start one server); a server found dead (its socket refuses, its key is stale) is replaced."""
+    """A connection to the server for `key`, or None where none was running: one is started then (under a lock, so
+    that two commands at once start one server), for the commands after this one; a server found dead (its socket
+    refuses, its key is stale) is replaced."""
     import fcntl
     from multiprocessing.connection import Client
     sock, keyfile, log = _paths(key)
     for attempt in range(2):
         with open(sock.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not sock.exists():
-                _start_server(key, argv)
+            if not sock.exists():  # none yet: started now, for the next commands (it listens before it imports
+                _start_server(key, argv)  # torch: the lock is held until then, so one command starts one)
                 deadline = time.monotonic() + START_S
                 while not (sock.exists() and keyfile.exists()):
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"no answer in {START_S} s (its log: {log})")
-                    time.sleep(0.05)
+                    time.sleep(0.02)
+                return None
         try:
             return Client(str(sock), family="AF_UNIX", authkey=keyfile.read_bytes())
         except Exception:  # noqa: BLE001 (refused, or a key from a server that is gone: a fresh server)
@@ -151,16 +158,17 @@ def _start_server(key: str, argv: list[str]) -> None:
     sock, keyfile, log = _paths(key)
     with open(log, "ab") as f:
         subprocess.Popen([sys.executable, str(ROOT / "run.py"), "--warm-serve", key,
-                          *(["--device", "cpu"] if _device(argv) == "cpu" else [])],
+                          json.dumps({"argv": argv, "cwd": os.getcwd()})],
                          stdin=subprocess.DEVNULL, stdout=f, stderr=f, start_new_session=True, cwd=str(ROOT))
 
 
-def serve(key: str) -> int:
-    """The server's loop (`run.py --warm-serve KEY`): one command at a time, each in the slot; leaves after IDLE_S
-    without one, at a stop, or when its code changed (a later command gets a fresh one)."""
+def serve(key: str, first: str | None = None) -> int:
+    """The server's loop (`run.py --warm-serve KEY FIRST`): it listens at once (a command that comes while it starts
+    waits for it), starts its slot and there the box of the command that started it (FIRST: its command line and
+    folder), then runs one command at a time in the slot; it leaves after IDLE_S without one, at a stop, or when its
+    code changed (a later command gets a fresh one)."""
     import threading
     from multiprocessing.connection import Listener
-    from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot
     sock, keyfile, _ = _paths(key)
     authkey = secrets.token_bytes(32)
     sock.unlink(missing_ok=True)
@@ -169,11 +177,16 @@ def serve(key: str) -> int:
     fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, authkey)
     os.close(fd)
+    from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot
     slot = Slot(None, None)  # on the GPUs this process sees, as the command that started it saw them
+    first = json.loads(first) if first else None
+    if first:
+        slot.submit_command({**first, "ahead_only": True})
+        while slot.poll(DEFAULT_TIMEOUT_S) is None:
+            time.sleep(0.05)
     last = [time.monotonic()]
     busy = threading.Lock()
-
-    mode = ["--device", "cpu"] if "--device" in sys.argv else []
+    mode = ["--device", "cpu"] if first and _device(first["argv"]) == "cpu" else []
 
     def idle_watch():  # idle too long, or the judge's code or settings changed since the start: a command would get
         while True:    # a server of its own, and this one would wait out its idle time holding memory

@@ -111,36 +111,38 @@ def many_jobs(args) -> bool:
     return bool(args.jobs or args.gpus or args.ray or args.out or (args.candidate and len(args.candidate) > 1))
 
 
-def start_box_early(argv) -> None:
-    """One candidate judged in a box: start the box now, before torch is imported here, so that its own start-up
-    runs while this process gets ready (kp.box.start; the judge adopts it, or starts another if the job differs)."""
+def quiet_args(argv):
+    """The command line parsed without a word, or None on --help or a usage error (said once, by main())."""
     import contextlib
     import io
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            args = parse_args(argv)
-    except SystemExit:  # --help or a usage error: said once, by main()
-        return
-    if many_jobs(args) or args.list or args.build or not args.candidate or \
+            return parse_args(argv)
+    except SystemExit:
+        return None
+
+
+def start_box_early(argv, later: bool = False) -> None:
+    """One candidate judged in a box: start the box now, before torch is imported here, so that its own start-up
+    runs while this process gets ready (kp.box.start; the judge adopts it, or starts another if the job differs).
+    later: kept for a later command on the same candidate (a warm judge's, kp.batch.server)."""
+    args = quiet_args(argv)
+    if args is None or many_jobs(args) or args.list or args.build or not args.candidate or \
             (args.problem and len(args.problem) != 1):
         return
     spec = ("file", args.ref) if args.ref else ("problem", args.problem[0]) if args.problem else None
     if spec and spec[1] != "all":
         from kp.box import start as boxstart
-        boxstart.start_early(spec, args.candidate[0], boxed=not args.no_sandbox, cuda=args.device != "cpu")
+        boxstart.start_early(spec, args.candidate[0], boxed=not args.no_sandbox, later=later,
+                             cuda=args.device != "cpu")
 
 
 def warm_fits(argv) -> bool:
     """Whether a warm judge (--warm) runs this command: one judgement (a batch has slots of its own), not --list,
     --build or a usage error (said here, by main())."""
-    import contextlib
-    import io
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            args = parse_args(argv)
-    except SystemExit:
-        return False
-    return not (many_jobs(args) or args.list or args.build or args.warm_stop) and bool(args.ref or args.problem)
+    args = quiet_args(argv)
+    return args is not None and not (many_jobs(args) or args.list or args.build or args.warm_stop) and \
+        bool(args.ref or args.problem)
 
 
 if __name__ == "__main__":
@@ -148,7 +150,7 @@ if __name__ == "__main__":
     if "--warm-serve" in sys.argv:  # the warm judge itself (kp.batch.server), started by a --warm command
         sys.exit(server.serve(*sys.argv[sys.argv.index("--warm-serve") + 1:][:2]))
     if "--warm-stop" in sys.argv:
-        sys.exit(server.stop(sys.argv[1:]))
+        sys.exit(server.stop())
     if server.wanted(sys.argv[1:]) and warm_fits(sys.argv[1:]):
         code = server.run_warm(sys.argv[1:])
         if code is not None:

@@ -78,9 +78,9 @@ def run_command(msg: dict, say=None) -> dict:
     command is started (one such box at a time)."""
     import contextlib
     import sys
-    from pathlib import Path
     from kp.lib.registry import ROOT
-    sys.path.insert(0, str(ROOT))
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     import run
     from kp.box import start as boxstart
     os.chdir(msg["cwd"])
@@ -96,16 +96,7 @@ def run_command(msg: dict, say=None) -> dict:
             rc = 2
             print(f"error: the judge raised {type(e).__name__}", file=sys.stderr)
     boxstart.discard_early()
-    try:
-        args = run.parse_args(msg["argv"])
-    except SystemExit:
-        args = None
-    if args is not None and args.candidate and len(args.candidate) == 1 and not run.many_jobs(args):
-        spec = ("file", str(Path(args.ref).resolve())) if args.ref else ("problem", args.problem[0]) \
-            if args.problem else None
-        if spec:
-            boxstart.start_early(spec, str(Path(args.candidate[0]).resolve()), boxed=not args.no_sandbox,
-                                 later=True, cuda=args.device != "cpu")
+    run.start_box_early(msg["argv"], later=True)
     return {"rc": rc, "stdout": out.getvalue(), "stderr": "" if say else err.getvalue()}
 
 
@@ -203,21 +194,16 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
             from kp.box import start as boxstart
             boxstart.discard_early()
             return
-        if isinstance(msg, dict):  # a warm judge's command line (kp.batch.server), run as run.py runs it
-            conn.send({"started": True, "gpu_name": gpu_name})
-            res = run_command(msg, say=lambda text: conn.send({"say": text}))
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            conn.send(res)
-            continue
-        job, ahead = msg
         # the job's clock starts now, not while the slot was starting up; the GPU's name stays with a job the slot
         # does not finish (killed at its time limit, or dead)
         conn.send({"started": True, "gpu_name": gpu_name})
-        print(f"=== {job.name}", flush=True)
-        _box_ahead(job, ahead)
-        res = run_job(job)
+        if isinstance(msg, dict):  # a warm judge's command line (kp.batch.server), run as run.py runs it
+            res = run_command(msg, say=lambda text: conn.send({"say": text}))
+        else:
+            job, ahead = msg
+            print(f"=== {job.name}", flush=True)
+            _box_ahead(job, ahead)
+            res = run_job(job)
         res["gpu_name"] = gpu_name
         # what the job's judge left in this process's allocator goes back before the next job (or another slot's)
         # asks for the GPU's memory
@@ -225,7 +211,6 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         conn.send(res)
-
 
 class Slot:
     """One slot process and the job it runs; `poll` turns its answer, its death or its time running out into a

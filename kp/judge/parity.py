@@ -141,7 +141,7 @@ class ParityStage:
                 self.notes.append(f"judged at {self.fp['shapes']}")  # the record: how and why
                 rec["judged_shape_why"] = f"{why_not}; {said}"
                 why_not = None
-                self._each(lambda row: row.runner.isolated and row.runner.call("scale", "scale", scaled))
+                self._scale_workers(scaled)
         self.bench_parity = why_not is None
         rec["judged_shape"] = self.fp["shapes"] if self.bench_parity else None  # rec["shape"]: the benchmark's
         if self.bench_parity:
@@ -213,7 +213,7 @@ class ParityStage:
                     continue
                 if entry.get("scaled"):
                     self.notes.append(f"{member} sizes judged at {shape}, scaled to fit the host")
-                self._each(lambda row: row.runner.isolated and row.runner.call("scale", "scale", sizes))
+                self._scale_workers(sizes)
                 live = {r.label for r in self.live()}
                 try:
                     self._parity_bench(init, at=shape)
@@ -221,18 +221,35 @@ class ParityStage:
                     entry["skipped"] = f"the reference raises there ({e})"
                     self._skip(f"at {shape} ({member} sizes): the reference raises there")
                     continue
-                for row in self.rows:
-                    if row.label in live and not row.accepted:
-                        why = row.reason.removeprefix(f"at {shape}: ")
-                        row.reason = f"shapes: right at {bench} only, wrong at {shape} ({member} sizes): {why}"
+                self._wrong_at(live, bench, shape, member)
                 entry["passed"] = sorted(r.label for r in self.live() if r.label in live)
             finally:
                 g.update({k: old for k, (old, _) in sizes.items()})
-                self._each(lambda row: row.runner.isolated and row.runner.call(
-                    "scale", "scale", {k: (new, old) for k, (old, new) in sizes.items()}))
+                self._scale_workers({k: (new, old) for k, (old, new) in sizes.items()})
                 self._fp = bench_fp
                 self._drop_input_buffers()
         self.refs = bench_refs
+
+    def _scale_workers(self, sizes: dict) -> None:
+        """The family's sizes ({name: (now, there)}) set in every worker that still judges a row or times the
+        baselines alone (Worker.cmd_scale: the candidate's own copies of them, and the worker's reference, which
+        draws the timing's inputs); a worker that cannot take them rejects its rows."""
+        for runner in self.runners:
+            rows = [r for r in self.rows if r.runner is runner]
+            if rows and not any(r.accepted for r in rows):
+                continue
+            try:
+                runner.call("scale", "scale", sizes)
+            except Rejected as e:
+                for r in rows:
+                    r.reject(e)
+
+    def _wrong_at(self, live: set[str], bench: str, shape: str, member: str) -> None:
+        """The rows live before a member's checks (`live`) and rejected by them: their reason names both shapes."""
+        for row in self.rows:
+            if row.label in live and not row.accepted:
+                why = row.reason.removeprefix(f"at {shape}: ")
+                row.reason = f"shapes: right at {bench} only, wrong at {shape} ({member} sizes): {why}"
 
     def _no_room_for(self, bench_fp: dict) -> str | None:
         """Why the member's shape (self.fp) is not judged here, or None: the CPU's host budget as for the benchmark's

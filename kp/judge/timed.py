@@ -149,16 +149,10 @@ class TimingStage:
                     entry["timing_skipped"] = str(e)
                     self._skip(f"timing at {entry['shape']} ({entry['member']} sizes): the GPU's memory ran short")
                     continue
-                for row in self.rows:
-                    if row.label in live and not row.accepted:
-                        row.reason = (f"shapes: right at {bench} only, wrong at {entry['shape']} ({entry['member']} "
-                                      f"sizes): {row.reason}")
+                self._wrong_at(live, bench, entry["shape"], entry["member"])
                 entry["timing"] = timed.get("timing", {})
                 entry["rungs"] = timed.get("rungs", {})  # what a dispatching row ran there
-                x = self.ref.inputs(self.seed, self.device)
-                entry["traffic"] = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
-                entry["traffic"]["eager"] = self.ref.traffic(x, init, self.fp)
-                del x
+                entry["traffic"] = self._traffic(init)
             finally:
                 g.update({k: old for k, (old, _) in sizes.items()})
                 self._scale_workers({k: (new, old) for k, (old, new) in sizes.items()})
@@ -167,26 +161,10 @@ class TimingStage:
         if timed_any:
             self._rebuild(init)
 
-    def _scale_workers(self, sizes: dict) -> None:
-        """The family's sizes set in every worker with a live row, or the baselines alone (Worker.cmd_scale); a worker
-        that cannot take them rejects its rows."""
-        for runner in self.runners:
-            rows = [r for r in self.rows if r.runner is runner]
-            if rows and not any(r.accepted for r in rows):
-                continue
-            try:
-                runner.call("scale", "scale", sizes)
-            except Rejected as e:
-                for r in rows:
-                    r.reject(e)
-
     def stage_ceilings(self, rec: dict, init) -> None:
         """The traffic, memory and ceilings of the record; a median the call's own profiled work, or the hardware,
         contradicts is rejected."""
-        x = self.ref.inputs(self.seed, self.device)
-        rec["traffic"] = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
-        rec["traffic"]["eager"] = rec["traffic"]["torch.compile"] = self.ref.traffic(x, init, self.fp)
-        del x
+        rec["traffic"] = self._traffic(init)
         _release()
         peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
         for runner in self.runners:
@@ -214,6 +192,14 @@ class TimingStage:
                     why = self._contradicted(rec, row) if row.accepted else None
                 if why:
                     row.reject(why)
+
+    def _traffic(self, init) -> dict:
+        """The fewest bytes and FLOPs of one call at the shape the sizes have now: each row's (its own declared
+        traffic, or the reference's) and the baselines'."""
+        x = self.ref.inputs(self.seed, self.device)
+        out = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
+        out["eager"] = out["torch.compile"] = self.ref.traffic(x, init, self.fp)
+        return out
 
     def _contradicted(self, rec: dict, row) -> str | None:
         """Why the row's median cannot be its call's time, or None."""

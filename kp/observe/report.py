@@ -102,8 +102,13 @@ def row_traffic(rec: dict, label: str) -> dict:
 def row_floor_s(rec: dict, label: str) -> float:
     """The fastest a row's call could be at the ceilings measured in the run: its bytes at the copy rate or its
     flops at the best GEMM rate, whichever takes longer (the table's %roof is this over the median)."""
-    tr = row_traffic(rec, label)
-    return max(tr["bytes"] / rec["bandwidth"], tr["flops"] / rec["flops_rate"] if rec.get("flops_rate") else 0.0)
+    return floor_s(row_traffic(rec, label), rec)
+
+
+def floor_s(traffic: dict, rec: dict) -> float:
+    """The fewest seconds a call of this traffic takes at the record's ceilings (copy bandwidth, best GEMM rate)."""
+    return max(traffic["bytes"] / rec["bandwidth"],
+               traffic["flops"] / rec["flops_rate"] if rec.get("flops_rate") else 0.0)
 
 
 def curve(rec: dict) -> list[dict]:
@@ -125,9 +130,7 @@ def curve(rec: dict) -> list[dict]:
             point["vs_compile"][k] = t["torch.compile"] / t[k] if "torch.compile" in t else None
             tr = e["traffic"].get(k, e["traffic"].get("eager"))
             if tr and rec.get("bandwidth"):
-                floor = max(tr["bytes"] / rec["bandwidth"], tr["flops"] / rec["flops_rate"] if rec.get("flops_rate")
-                            else 0.0)
-                point["roof"][k] = floor / (t[k] * 1e-3)
+                point["roof"][k] = floor_s(tr, rec) / (t[k] * 1e-3)
         out.append(point)
     return out
 

@@ -56,3 +56,18 @@ def first_line(e: BaseException, limit: int = 300) -> str:
         text += " " + "; ".join(lines[1:])
         limit = max(limit, 900)
     return text[:limit] + ("..." if len(text) > limit else "")
+
+
+def cuda_broken() -> str | None:
+    """Why this process's CUDA context can no longer be used (a sticky error: a device-side assert or an illegal
+    address in work run here, such as the reference's own), or None. A candidate's fault stays in its worker's
+    process; the reference runs in the judge's."""
+    import torch
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+    except Exception as e:
+        return f"{type(e).__name__}: {first_line(e)}"
+    return None

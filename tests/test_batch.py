@@ -159,6 +159,24 @@ def test_sixteen_own_kernel_candidates_over_every_gpu(tmp_path):
     assert {d["gpu"] for d in recs} == {f"gpu{i}" for i in ids}
 
 
+@gpu
+def test_a_reference_that_faults_on_the_gpu_costs_only_its_own_job(tmp_path):
+    """A reference whose own kernel fails a device-side assert in the slot's judge: that job says so, and the slot
+    is started afresh, so the jobs after it on the same slot (one slot here) get their verdicts, not the sticky
+    error."""
+    fault = CASES / "ref_fault"
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("reference,candidate\n" + f"{fault / 'ref.py'},{fault / 'candidate.py'}\n" +
+                    f"{CASES / 'ref.py'},{CASES / 'good.py'}\n" * 2)
+    out = tmp_path / "results.jsonl"
+    r = run_script("--jobs", jobs, "--gpus", "0", "--allow-torch", "--no-bench", "--no-compile", "--out", out)
+    recs = sorted(lines(out), key=lambda d: d["finished_at"])
+    assert len(recs) == 3, r.stdout[-2000:] + r.stderr[-2000:]
+    assert recs[0]["verdict"].startswith("error: the reference itself raised"), recs[0]["verdict"]
+    assert recs[0]["slot_broken"]
+    assert all(d["ok"] and d["verdict"].startswith("accepted") for d in recs[1:]), [d["verdict"] for d in recs]
+
+
 def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     """Where a batch has more candidates that build an extension than slots, and the host more cores: each is
     imported once beforehand in its box with its build folder, and the judging's import finds what that left.

@@ -103,8 +103,9 @@ def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results
             "verdict": res["verdict"], "elapsed_s": res.get("elapsed_s"), "gpu_name": res.get("gpu_name"),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "summary": summary(res), "log": res.get("log", []), "record": res.get("record")}
-    if res.get("traceback"):
-        line["traceback"] = res["traceback"]
+    for k in ("traceback", "slot_broken"):  # slot_broken: the job left its slot's GPU context unusable (restarted)
+        if res.get(k):
+            line[k] = res[k]
     if out is not None:
         append_result(out, line)
     results.append(line)

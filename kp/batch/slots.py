@@ -14,7 +14,7 @@ import signal
 import time
 import traceback
 
-from kp.errors import GpuMemoryShort, UsageError, first_line
+from kp.errors import GpuMemoryShort, UsageError, cuda_broken, first_line
 from kp.judge.runners import exit_status, start_without_main
 from kp.judge.worker import JOB_TIMEOUT_S
 from kp.batch.jobfile import Job
@@ -208,9 +208,21 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         # what the job's judge left in this process's allocator goes back before the next job (or another slot's)
         # asks for the GPU's memory
         gc.collect()
-        if torch.cuda.is_available():
+        broken = cuda_broken()
+        if broken:  # a sticky CUDA error (a reference's device-side assert): no later job may run in this process
+            res["slot_broken"] = broken
+        elif torch.cuda.is_available():
             torch.cuda.empty_cache()
         conn.send(res)
+        if broken:
+            return
+
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+    except Exception as e:
+        return f"{type(e).__name__}: {first_line(e)}"
+    return None
 
 class Slot:
     """One slot process and the job it runs; `poll` turns its answer, its death or its time running out into a
@@ -285,6 +297,10 @@ class Slot:
             self._start()
         if res is None:
             return None
+        if res.get("slot_broken"):  # its job's result stands; the next job gets a fresh process
+            self.proc.join(10)
+            self.kill()
+            self._start()
         res.setdefault("elapsed_s", round(time.monotonic() - self.t0 + self.waited, 1))
         res.setdefault("gpu_name", self.gpu_name)
         self.job = None

@@ -2,8 +2,14 @@
 Model's code reads them, so the model, its weights and every operator's parameters stay as they are when they
 change). The CPU judges a too-large reference at a smaller member (scale_to_fit); `--shapes N` judges a candidate at
 N members besides the benchmark's (family): those the file declares (SHAPE_FAMILY), then odd sizes, smaller, a batch
-of one, larger; with timing on, each member is timed too (kp.judge.timed), the speed curve."""
+of one, larger; with timing on, each member is timed too (kp.judge.timed), the speed curve. A global the file
+computes from a size at import (`input_shape = (num_classes,)`) follows it: its top-level assignment is evaluated
+again with the size's new value, so the member's inputs agree with each other as the file means them to."""
 from __future__ import annotations
+
+import ast
+import contextlib
+from pathlib import Path
 
 import torch
 
@@ -40,9 +46,38 @@ MEMBERS = (
 )
 
 
-def module_sizes(module) -> dict[str, int]:
-    """A module's integer globals: what a judge may change (scale_to_fit, family) and puts back."""
-    return {k: v for k, v in vars(module).items() if type(v) is int and not k.startswith("__")}
+def module_sizes(module) -> dict:
+    """A module's integer globals and those made of them (floats, tuples): what a judge may change (scale_to_fit, family,
+    and the globals that follow them) and puts back."""
+    return {k: v for k, v in vars(module).items() if type(v) in (int, float, tuple) and not k.startswith("__")}
+
+
+def _same(a, b) -> bool:
+    """Equal and of one type (an int size, or a tuple of them)."""
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # a tensor, or anything whose == is not a truth value
+        return a is b
+
+
+def _assigned(targets, value):
+    """(name, value) for each plain name an assignment binds (a tuple of names unpacked), None where it binds
+    something else (an attribute, a subscript)."""
+    out = []
+    for t in targets:
+        if isinstance(t, ast.Name):
+            out.append((t.id, value))
+        elif isinstance(t, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in t.elts):
+            try:
+                values = list(value)
+            except TypeError:
+                return None
+            if len(values) != len(t.elts):
+                return None
+            out += [(e.id, v) for e, v in zip(t.elts, values)]
+        else:
+            return None
+    return out
 
 
 def member_names(names) -> list[str]:
@@ -66,14 +101,74 @@ class ShapeFamily:
     """Methods of kp.judge.reference.Reference (self.module: the reference's module)."""
 
     def family_sizes(self) -> list[str]:
-        """The module-level integer sizes get_inputs() reads and neither get_init_inputs() nor Model's code does."""
+        """The module-level integer sizes get_inputs() reads (itself, or through a global computed from them at
+        import) and neither get_init_inputs() nor Model's code does (nor through such a global)."""
         g = vars(self.module)
         reads = lambda f: _code_names(getattr(f, "__code__", None))
         model_names = set().union(*(_code_names(getattr(v, "__code__", None))
                                     for c in self.module.Model.__mro__ if c.__module__ == self.module.__name__
                                     for v in vars(c).values()), set())
-        return [n for n in sorted(reads(self.module.get_inputs) - reads(self.module.get_init_inputs) - model_names)
-                if type(g.get(n)) is int and g[n] > 0]
+        inputs, fixed = reads(self.module.get_inputs), reads(self.module.get_init_inputs) | model_names
+        out = []
+        for n in sorted(k for k, v in g.items() if type(v) is int and v > 0 and not k.startswith("__")):
+            follow = self._following({n: g[n] + 1})
+            if follow is None:
+                continue
+            moved = {n, *follow}
+            if moved & inputs and not moved & fixed:
+                out.append(n)
+        return out
+
+    def _assignments(self) -> list[tuple[list, object, set[str]]]:
+        """The file's top-level assignments, in order: (targets, compiled value, the names the value reads)."""
+        if "_kp_assignments" not in vars(self):
+            out = []
+            try:
+                tree = ast.parse(Path(self.module.__file__).read_text())
+            except (OSError, TypeError, AttributeError, SyntaxError, ValueError):
+                tree = ast.Module(body=[], type_ignores=[])
+            for node in tree.body:
+                if isinstance(node, ast.Assign) or (isinstance(node, ast.AnnAssign) and node.value is not None):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    reads = {x.id for x in ast.walk(node.value) if isinstance(x, ast.Name)}
+                    code = compile(ast.Expression(node.value), str(self.module.__file__), "eval")
+                    out.append((targets, code, reads))
+            self._kp_assignments = out
+        return self._kp_assignments
+
+    def _following(self, sizes: dict) -> dict | None:
+        """The globals computed at import from `sizes` ({name: new value}), evaluated again with the new values:
+        {name: (now, there)} for those that change, or None where that evaluation raises (the sizes do not go
+        together)."""
+        g = vars(self.module)
+        ns, moved, out = {**g, **sizes}, set(sizes), {}
+        inputs = _code_names(getattr(self.module.get_inputs, "__code__", None))
+        for targets, code, reads in self._assignments():
+            if not reads & moved:
+                continue
+            try:
+                value = eval(code, ns)
+            except Exception:
+                return None
+            bound = _assigned(targets, value)
+            if bound is None:
+                return None
+            for name, v in bound:
+                if name in sizes:  # the size's own assignment: the member's value stands
+                    continue
+                if type(v) not in (int, float, tuple) and name not in inputs:  # a table of members, a case list
+                    continue
+                ns[name] = v
+                moved.add(name)
+                if not _same(g.get(name), v):
+                    out[name] = (g.get(name), v)
+        return out
+
+    def _with_following(self, sizes: dict) -> dict | None:
+        """{name: (now, there)} for `sizes` ({name: new value}) and the globals that follow them, or None."""
+        g = vars(self.module)
+        follow = self._following(sizes)
+        return None if follow is None else {**{k: (g[k], v) for k, v in sizes.items()}, **follow}
 
     def family(self, n) -> tuple[list[tuple[str, dict[str, tuple[int, int]]]], str | None]:
         """Up to n members of the family besides the shape the sizes have now (n: a count, or the members' names,
@@ -106,7 +201,7 @@ class ShapeFamily:
         for member, there in candidates:
             if len(out) == n:
                 break
-            sizes = {k: (g[k], v) for k, v in there.items() if g[k] != v}
+            sizes = self._with_following({k: v for k, v in there.items() if g[k] != v})
             if not sizes:
                 continue
             shapes = self._shapes_at({k: v[1] for k, v in sizes.items()}, base)
@@ -155,31 +250,27 @@ class ShapeFamily:
             wide = any(nd >= 2 and dims for nd, dims in moved)  # a 1-D input alone is one row: kept too
             if wide and not rows:
                 moves[n] = 0 if all(dims <= {0} for _, dims in moved) else 1  # the batch first
-        original = {n: g[n] for n in moves}
+        now = {n: g[n] for n in moves}
         for n in sorted(moves, key=lambda n: (moves[n], -g[n])):
-            ok = self._fits(fits)
-            while not ok and g[n] > 2:
-                g[n] = max(2, g[n] // 2)
-                ok = self._fits(fits)
+            ok = self._fits_at(now, fits)
+            while not ok and now[n] > 2:
+                now[n] = max(2, now[n] // 2)
+                ok = self._fits_at(now, fits)
             if ok:
-                return {k: (v, g[k]) for k, v in original.items() if g[k] != v}
+                changed = self._with_following({k: v for k, v in now.items() if g[k] != v}) or {}
+                g.update({k: v for k, (_, v) in changed.items()})
+                return changed
         if moves:
-            self.no_smaller_shape = f"even at {', '.join(f'{n} = {g[n]}' for n in moves)} it does not fit"
+            self.no_smaller_shape = f"even at {', '.join(f'{n} = {now[n]}' for n in moves)} it does not fit"
         else:
             self.no_smaller_shape = "no module-level size that get_inputs() alone reads sets its batch or extents"
-        g.update(original)
         return {}
 
     def _shapes_at(self, sizes: dict[str, int], base: list[tuple]) -> list[tuple] | None:
         """The shapes get_inputs() draws with `sizes` set (and put back after), or None where the meta device cannot
         draw them or they differ from `base` in number or rank."""
-        g = vars(self.module)
-        old = {k: g[k] for k in sizes}
-        g.update(sizes)
-        try:
-            shapes = self._meta_shapes()
-        finally:
-            g.update(old)
+        with self._set(sizes) as ok:
+            shapes = self._meta_shapes() if ok else None
         if shapes is None or len(shapes) != len(base) or any(len(a) != len(b) for a, b in zip(base, shapes)):
             return None
         return shapes
@@ -189,12 +280,29 @@ class ShapeFamily:
         shapes = self._shapes_at({name: value}, base)
         return None if shapes is None else [{d for d in range(len(a)) if a[d] != b[d]} for a, b in zip(base, shapes)]
 
-    def _fits(self, fits) -> bool:
-        """Whether the shapes as the module's sizes stand now fit (False where the meta-device run fails)."""
+    def _fits_at(self, sizes: dict, fits) -> bool:
+        """Whether the shapes at `sizes` ({name: value}, the globals that follow them too) fit (False where the
+        meta-device run fails)."""
+        with self._set(sizes) as ok:
+            try:
+                return ok and bool(fits(self._meta_footprint()))
+            except Exception:
+                return False
+
+    @contextlib.contextmanager
+    def _set(self, sizes: dict):
+        """The module's globals at `sizes` and those that follow them for the block, put back after; yields False
+        (nothing set) where they do not go together."""
+        g = vars(self.module)
+        full = self._with_following(sizes)
+        if full is None:
+            yield False
+            return
+        g.update({k: v for k, (_, v) in full.items()})
         try:
-            return bool(fits(self._meta_footprint()))
-        except Exception:
-            return False
+            yield True
+        finally:
+            g.update({k: v for k, (v, _) in full.items()})
 
     def _meta_shapes(self) -> list[tuple] | None:
         """The shapes get_inputs() draws, traced on the meta device, or None where it cannot run there."""

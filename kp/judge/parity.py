@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from kp.errors import Rejected, UsageError, first_line
+from kp.errors import Rejected, UsageError, cuda_broken, first_line
 from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
 from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output
 from kp.judge.float64 import FP32_ONLY_BUDGET
@@ -218,6 +218,11 @@ class ParityStage:
                 try:
                     self._parity_bench(init, at=shape)
                 except UsageError as e:  # the reference raised on its own inputs there: not a shape it takes
+                    broken = cuda_broken() if self.device == "cuda" else None
+                    if broken:  # its fault was a sticky one: nothing more can run on this process's GPU
+                        raise UsageError(f"at {shape} ({member} sizes) the reference raised a CUDA error that leaves "
+                                         f"the judge's GPU context unusable ({broken}): a shape it does not take; "
+                                         f"name the members it takes (--shapes odd,half, ...)") from None
                     entry["skipped"] = f"the reference raises there ({e})"
                     self._skip(f"at {shape} ({member} sizes): the reference raises there")
                     continue

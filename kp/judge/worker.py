@@ -280,14 +280,15 @@ class Worker(MeasureCommands):
         sizes of the candidate's file, where it has them with the benchmark's values, take the new ones too, so a
         ModelNew written against the file's own sizes meets the shapes it is given; this process's reference, which
         draws the timing's inputs, takes them all."""
+        from kp.judge.family import _same
         module = sys.modules.get("kp_candidate")
         changed = []
-        for name, (old, new) in sizes.items():
-            if module is not None and type(getattr(module, name, None)) is int and getattr(module, name) == old:
+        for name, (old, new) in sizes.items():  # a size, or a global the file computes from sizes (a tuple)
+            if module is not None and _same(getattr(module, name, None), old):
                 setattr(module, name, new)
                 changed.append(name)
             ref = vars(self.ref.module)  # this process's reference draws the timing's inputs: at the same sizes
-            if type(ref.get(name)) is int and ref[name] == old:  # (a module shared with the judge: set already)
+            if _same(ref.get(name), old):  # (a module shared with the judge: set already)
                 ref[name] = new
         return {"changed": changed}
 

@@ -122,10 +122,11 @@ def quiet_args(argv):
         return None
 
 
-def start_box_early(argv, later: bool = False) -> None:
+def start_box_early(argv, later: bool = False, one_waiting: bool = False) -> None:
     """One candidate judged in a box: start the box now, before torch is imported here, so that its own start-up
     runs while this process gets ready (kp.box.start; the judge adopts it, or starts another if the job differs).
-    later: kept for a later command on the same candidate (a warm judge's, kp.batch.server)."""
+    later: kept for a later command on the same candidate (a warm judge's, kp.batch.server); one_waiting: unless
+    one for it waits already (the others go)."""
     args = quiet_args(argv)
     if args is None or many_jobs(args) or args.list or args.build or not args.candidate or \
             (args.problem and len(args.problem) != 1):
@@ -134,7 +135,7 @@ def start_box_early(argv, later: bool = False) -> None:
     if spec and spec[1] != "all":
         from kp.box import start as boxstart
         boxstart.start_early(spec, args.candidate[0], boxed=not args.no_sandbox, later=later,
-                             cuda=args.device != "cpu")
+                             cuda=args.device != "cpu", one_waiting=one_waiting)
 
 
 def warm_fits(argv) -> bool:
@@ -344,14 +345,17 @@ def run_batch(args, opts: dict) -> int:
     out = Path(args.out) if args.out else None
     timeout = args.timeout or batch.DEFAULT_TIMEOUT_S
     log_dir = out.with_name(out.name + ".logs") if out else None
-    t0 = time.perf_counter()
+    t0, stopped = time.perf_counter(), False
     if args.ray:
         results = batch.run_ray(jobs, args.ray, out, timeout)
         use, slots = None, None
     else:
         gpus = [None] if args.device == "cpu" else batch.gpu_list(args.gpus or "1")
         use, slots = batch.GpuUse(gpus), len(gpus)
-        results = batch.run_local(jobs, gpus, out, timeout, log_dir=log_dir)
+        try:
+            results = batch.run_local(jobs, gpus, out, timeout, log_dir=log_dir)
+        except batch.Interrupted as e:
+            results, stopped = e.results, True
     wall = time.perf_counter() - t0
     if out is not None:  # the table covers every job asked for, those recorded by an earlier run too
         keys = {j.key() for j in jobs}
@@ -363,6 +367,10 @@ def run_batch(args, opts: dict) -> int:
         print(batch.throughput(results, wall, slots) + (f"; {use.line()}" if use else ""))
     if out is not None:
         print(f"records: {out}" + (f"; the judges' own output: {log_dir}/" if log_dir and log_dir.exists() else ""))
+    if stopped:
+        print(f"interrupted: {len(lines)} of {len(jobs)} jobs have a verdict" +
+              ("; the same command again judges only the others" if out is not None else ""), file=sys.stderr)
+        return 130
     return 0 if lines and all(d["ok"] for d in lines) else 1
 
 

@@ -86,6 +86,26 @@ def test_killed_run_resumes_with_only_the_missing_jobs(tmp_path):
     check_verdicts(recs)
 
 
+def test_an_interrupted_run_ends_with_the_table_and_throughput_of_what_it_judged(tmp_path):
+    """Ctrl-C (or a time limit's SIGINT) while the hanging job is in flight: no traceback; the table, the throughput
+    line and how many jobs are left, exit 130; the slots are gone."""
+    out = tmp_path / "results.jsonl"
+    args = [sys.executable, str(ROOT / "run.py"), "--ref", str(CASES / "ref.py"), "--device", "cpu", "--allow-torch",
+            "--out", str(out), "--timeout", "300", "--candidate"] + \
+        [str(CASES / n) for n in ("good.py", "wrong.py", "hang.py")]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out.exists() and len(out.read_text().splitlines()) >= 2):
+        time.sleep(0.5)
+    time.sleep(1.0)
+    os.kill(p.pid, signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "2 verdicts in" in stdout and "interrupted: 2 of 3 jobs have a verdict" in stderr, stdout + stderr
+    assert len(lines(out)) == 2
+
+
 def test_job_file(tmp_path, cli):
     (tmp_path / "cands").mkdir()
     (tmp_path / "cands" / "a.py").write_text((CASES / "good.py").read_text())

@@ -215,11 +215,23 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
             _drain(deque(again), list(alone.values()), timeout_s, bar, record, most=0)
         if builds is not None:
             builds.join()
+    except KeyboardInterrupt:  # Ctrl-C, or a time limit's SIGINT: the jobs judged so far are what the run gave
+        for s in slots:
+            s.kill()
+        raise Interrupted(results) from None
     finally:
         for s in slots:
             s.close()
         bar.close()
     return results
+
+
+class Interrupted(Exception):
+    """A batch stopped from outside (SIGINT): `results`, the jobs it judged before; the slots are gone."""
+
+    def __init__(self, results: list[dict]):
+        super().__init__(f"interrupted after {len(results)} verdicts")
+        self.results = results
 
 
 AHEAD_MOST = 3  # jobs a slot holds beyond the one it runs, their boxes started (torch imported, CUDA's context

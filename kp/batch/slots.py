@@ -74,16 +74,19 @@ class _Said(io.StringIO):
 
 def run_command(msg: dict, say=None) -> dict:
     """A warm judge's command (kp.batch.server), in the slot's process: `run.py`'s main() on the command line, its
-    output captured (stderr passed on to `say` as it is written); then the box for the same candidate's next
-    command is started (one such box at a time)."""
+    output captured (stderr passed on to `say` as it is written). The box for the same candidate's next command
+    is started as this one starts (this one takes the box started before it, the oldest): a loop's next command
+    comes within seconds, before a box started at the end would be ready (its interpreter, torch and CUDA take
+    3-4 s); after it, one such box waits, the others go."""
     import contextlib
     import sys
     from kp.lib.registry import ROOT
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     import run
-    from kp.box import start as boxstart
     os.chdir(msg["cwd"])
+    if not msg.get("ahead_only"):
+        run.start_box_early(msg["argv"], later=True)
     out, err = io.StringIO(), (_Said(say) if say else io.StringIO())
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -95,8 +98,7 @@ def run_command(msg: dict, say=None) -> dict:
             traceback.print_exc()
             rc = 2
             print(f"error: the judge raised {type(e).__name__}", file=sys.stderr)
-    boxstart.discard_early()
-    run.start_box_early(msg["argv"], later=True)
+    run.start_box_early(msg["argv"], later=True, one_waiting=True)
     return {"rc": rc, "stdout": out.getvalue(), "stderr": "" if say else err.getvalue()}
 
 

@@ -215,13 +215,15 @@ def start_forkserver_early() -> None:
         pass
 
 
-def start_early(ref_spec, candidate: str, boxed: bool = True, later: bool = False, cuda: bool = False) -> None:
+def start_early(ref_spec, candidate: str, boxed: bool = True, later: bool = False, cuda: bool = False,
+                one_waiting: bool = False) -> None:
     """Start the box for one candidate now, before its job is set up; the judge adopts it (`take`). The command line
     starts its one candidate's box before torch is imported there; a batch's slot starts its next job's box while
     the job before it runs (later=True: kept until that job takes it or `discard_early`). cuda: the box starts CUDA
     and the judge's GPU tools too, before its job. Unboxed (no bwrap, or boxed=False), the forkserver its worker will
     come from instead. Any failure leaves nothing started: the judge then starts its box or worker as usual, and says
-    why if it cannot."""
+    why if it cannot. one_waiting: a warm judge's box for its candidate's next command: the boxes of other plans
+    go, and none is started where one for this plan waits already."""
     try:
         from kp.box import sandbox
         if not Path(candidate).is_file():
@@ -229,7 +231,12 @@ def start_early(ref_spec, candidate: str, boxed: bool = True, later: bool = Fals
         if not boxed or sandbox.status()[0] is None:
             start_forkserver_early()
             return
-        box = _start(plan_for(ref_spec, candidate), cuda, gpu=cuda)
+        plan = plan_for(ref_spec, candidate)
+        if one_waiting:
+            discard_early({id(b) for b in waiting() if b.plan == plan and b.proc.is_alive()})
+            if waiting():
+                return
+        box = _start(plan, cuda, gpu=cuda)
         _early.append((box, later))
     except Exception:
         pass

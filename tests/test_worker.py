@@ -86,3 +86,28 @@ def test_timing_the_candidates_builds_changes_nothing_the_fingerprint_guards(mon
     before = namespace_fingerprint()
     assert ext.load_inline(name="x") == "built" and ext.load(name="y") == "built"
     assert seconds[0] > 0 and sink == [] and fingerprint_changes(before) == []
+
+
+def test_a_build_that_failed_in_another_process_is_said_with_its_compiler_error(monkeypatch, tmp_path):
+    """A batch builds a candidate's extension ahead while its slot may reach it: the slot's load waits for the
+    build's lock and finds no library when that build failed. The compiler's error, which the failing build left in
+    its folder, is what the slot says (as a build error), not the missing library."""
+    import pytest
+    from torch.utils import cpp_extension as ext
+    from kp.judge.guards import BUILD_FAILED, record_build_failures
+
+    def failing(*a, **k):
+        raise RuntimeError("Error building extension 'x':\nkernel.cu(59): error: no suitable conversion function")
+
+    def missing(*a, **k):
+        raise ImportError(f"{k['build_directory']}/x.so: cannot open shared object file: No such file or directory")
+    monkeypatch.setattr(ext, "load_inline", failing)
+    monkeypatch.setattr(ext, "load", missing)
+    sink = []
+    record_build_failures(sink)
+    with pytest.raises(RuntimeError):
+        ext.load_inline(name="x", build_directory=str(tmp_path))
+    assert (tmp_path / BUILD_FAILED).read_text() == "kernel.cu(59): error: no suitable conversion function"
+    with pytest.raises(RuntimeError, match=r"Error building extension 'x' \(built in another process\): kernel.cu"):
+        ext.load(name="x", build_directory=str(tmp_path))
+    assert sink[-1] == {"extension": "x", "error": "kernel.cu(59): error: no suitable conversion function"}

@@ -204,6 +204,18 @@ def first_compiler_error(text: str) -> str:
     return lines[0][:240] if lines else ""
 
 
+BUILD_FAILED = "kp_build_failed.txt"  # in an extension's build folder: the compiler's first error of a failed build
+
+
+def _failure_note(ext, name: str, kwargs: dict):
+    """Where a failed build of extension `name` leaves its compiler error for the next process that loads it."""
+    from pathlib import Path
+    try:
+        return Path(kwargs.get("build_directory") or ext._get_build_directory(name, False)) / BUILD_FAILED
+    except Exception:
+        return None
+
+
 def record_build_failures(sink: list, seconds: list | None = None) -> None:
     """Wrap torch.utils.cpp_extension's load and load_inline so a build that fails is recorded (extension name,
     the compiler's first error) before the exception reaches the candidate, which may catch it and fall back to
@@ -224,8 +236,27 @@ def record_build_failures(sink: list, seconds: list | None = None) -> None:
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
-                name = kwargs.get("name", args[0] if args else "?")
-                sink.append({"extension": str(name), "error": first_compiler_error(e) or type(e).__name__})
+                name = str(kwargs.get("name", args[0] if args else "?"))
+                error = first_compiler_error(e) or type(e).__name__
+                note = _failure_note(ext, name, kwargs)
+                lost = isinstance(e, ImportError) and "cannot open shared object" in str(e)
+                for _ in range(20 if lost and note else 0):  # that build's process writes it just after its lock
+                    if note.is_file():
+                        break
+                    time.sleep(0.1)
+                if lost and note and note.is_file():
+                    # another process's build of it failed (a batch's build ahead): torch waited for its lock and
+                    # found no library; the compiler's error is what this process would have met building it
+                    error = note.read_text(errors="replace")[:240]
+                    sink.append({"extension": name, "error": error})
+                    raise RuntimeError(f"Error building extension '{name}' (built in another process): {error}") \
+                        from None
+                if note and not isinstance(e, ImportError):
+                    try:
+                        note.write_text(error)
+                    except OSError:
+                        pass
+                sink.append({"extension": name, "error": error})
                 raise
             finally:
                 if seconds is not None:

@@ -117,3 +117,27 @@ def test_a_footprint_is_kept_per_file_and_sizes(monkeypatch, tmp_path):
     monkeypatch.setattr(Reference, "_footprint", lambda self, device: {"measured": True})
     monkeypatch.setattr(ref.module, "COLS", 999, raising=False)
     assert ref.footprint("cpu") == {"measured": True}
+
+
+def test_a_members_output_of_a_few_elements_has_its_floor_against_the_benchmarks_magnitude():
+    """A batch of one reduces to a few outputs: an honest fp32 dot product whose sum cancels is far off relative to
+    its own value, not to a typical one. Its floor is taken against the benchmark's RMS output there; a large
+    output, or one at least as large as the benchmark's, keeps the plain floor."""
+    import numpy as np
+    import torch
+    from kp.judge.outputs import Expected, few_scale, rms
+    from kp.lib.numerics import accumulation_floor
+    k = 131072
+    rng = np.random.default_rng(7)
+    a, b = (rng.standard_normal(k).astype(np.float32) for _ in range(2))
+    exact = float(np.dot(a.astype(np.float64), b.astype(np.float64)))
+    typical = k ** 0.5  # a sum of k products of two standard normals
+    small = torch.tensor([[exact * 0.05]], dtype=torch.float64)  # the same sum, cancelling more
+    assert few_scale(small, typical) == typical / abs(exact * 0.05)
+    assert few_scale(torch.full((64, 1), 0.1, dtype=torch.float64), typical) == 1.0  # not a few elements
+    assert few_scale(torch.tensor([2 * typical], dtype=torch.float64), typical) == 1.0
+    assert few_scale(small, None) == 1.0  # the benchmark itself
+    r32 = small.float()
+    plain = Expected.of(r32, small, k=k).errs[0][1].rel_l2
+    scaled = Expected.of(r32, small, k=k, scale=[rms(torch.full((4, 1), typical))]).errs[0][1].rel_l2
+    assert plain == accumulation_floor(k) and abs(scaled / plain / few_scale(small, typical) - 1) < 1e-6

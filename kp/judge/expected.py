@@ -80,6 +80,9 @@ class _Refs:
         self.moved = None  # why the float64 reference left the GPU during the run, if it did
         self.how = FLOAT64
         self.k = 1.0  # the reduction length of the latest call (its budget's floor)
+        # At a member of the shape family (--shapes), each output's RMS magnitude at the benchmark's shape: where the
+        # member's output has a few elements only, its floor is taken against that magnitude (Expected.of: scale).
+        self.bench_rms: list | None = None
         self.initial = {k: b.detach().clone() for k, b in self.r32.named_buffers()}  # what the calls change
         # The plain tensor attributes a call replaces or changes (KernelBench's RNN cells keep their hidden state
         # in `self.hidden`): watched over the first two calls and taken from the second, so a value a forward
@@ -272,7 +275,8 @@ class _Refs:
         if self.f64_device == "cpu" and torch.cuda.is_available():  # pinned: each chunk of the comparison crosses
             r64 = tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64)) \
                 if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
-        return Expected.of(r32, r64, k=self.k, alts=alts)  # PyTorch's error: the worst of its legal algorithms
+        return Expected.of(r32, r64, k=self.k, alts=alts,  # PyTorch's error: the worst of its legal algorithms
+                           scale=self.bench_rms)
 
 
 def _layouts_other(x):

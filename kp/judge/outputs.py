@@ -4,6 +4,7 @@ slices."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -25,6 +26,30 @@ def torch_fair_max(dtype: torch.dtype) -> float:
     return 16 * unit_roundoff(dtype) if dtype in HALF_DTYPES else TORCH_FAIR_MAX
 
 
+FEW_ELEMENTS = 16  # an output this small is a few samples of its rounding: one element's cancellation rules its relL2
+
+
+def rms(t: torch.Tensor) -> float:
+    """An output's root-mean-square magnitude, 0 where it is empty or not finite (one reduction, no copy of a
+    6 GB output)."""
+    if not t.numel():
+        return 0.0
+    v = float(torch.linalg.vector_norm(t.detach(), dtype=torch.float64)) / t.numel() ** 0.5
+    return v if math.isfinite(v) else 0.0
+
+
+def few_scale(r64: torch.Tensor, bench_rms: float | None) -> float:
+    """How much the budget's floor grows for an output of a few elements at a member of the shape family (a batch
+    of one): the floor (an honest fp32 sum's rounding, relative to a typical output) is taken against the
+    benchmark's RMS output where the member's own is smaller. An honest sequential dot product of 131072 terms
+    exceeds 2 u sqrt(K) relative to its own value in 4.7% of single draws (where the sum cancels), and in none of
+    400 against the typical magnitude. 1 for a larger output, or at the benchmark itself."""
+    if not bench_rms or r64.numel() > FEW_ELEMENTS:
+        return 1.0
+    own = rms(r64)
+    return max(1.0, bench_rms / own) if own > 0 else 1.0
+
+
 @dataclasses.dataclass
 class Expected:
     """What a call must return: per output element the float64 reference and the budget from PyTorch's own fp32
@@ -35,10 +60,12 @@ class Expected:
     errs: list  # per element: (PyTorch's own Err, budget Err), None for a non-tensor element
 
     @classmethod
-    def of(cls, r32, r64, fp32_only: bool = False, k: float = 1.0, alts: list = ()) -> "Expected":
+    def of(cls, r32, r64, fp32_only: bool = False, k: float = 1.0, alts: list = (),
+           scale: list | None = None) -> "Expected":
         """fp32_only: r64 is PyTorch's fp32 output itself (no float64 reference could be made); the budget is then
         kp.judge.float64.FP32_ONLY_BUDGET. k: the reduction length behind each output element (the budget's floor).
-        alts: PyTorch's fp32 outputs under its other legal algorithms; its own error is the worst of them all."""
+        alts: PyTorch's fp32 outputs under its other legal algorithms; its own error is the worst of them all.
+        scale: at a member of the shape family, each output's RMS magnitude at the benchmark's shape (few_scale)."""
         alts = [_as_list(a) for a in alts]
         r32l, r64l = _as_list(r32), _as_list(r64)
         specs, errs = [], []
@@ -54,7 +81,8 @@ class Expected:
                     if ea is not None and not ea.nonfinite_mismatch:
                         e = Err(max(e.rel_l2, ea.rel_l2), max(e.worst_row, ea.worst_row), e.nonfinite_mismatch)
                 specs.append((tuple(a.shape), a.dtype, a.device))
-                errs.append((e, budget_from(e, k, a.dtype)))  # the floor of the dtype PyTorch returns
+                grow = few_scale(b, scale[i] if scale and i < len(scale) else None)
+                errs.append((e, budget_from(e, k, a.dtype, grow)))  # the floor of the dtype PyTorch returns
             else:
                 specs.append(a)
                 errs.append(None)

@@ -9,7 +9,7 @@ import torch
 
 from kp.errors import Rejected, UsageError, cuda_broken, first_line
 from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
-from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output
+from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output, rms
 from kp.judge.float64 import FP32_ONLY_BUDGET
 from kp.judge.plan import cpu_bench_refusal, cpu_need, float64_peak, free_gpu_bytes, host_budget, memory_need
 from kp.judge.premises import Premises
@@ -277,6 +277,10 @@ class ParityStage:
         with self._timed("parity: the references (fp32 and its float64 copy) built"):
             refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train,
                                      chunks=max(self.f64_chunks, 1))
+        if at:  # a member's outputs of a few elements: their floor against the benchmark's magnitude (few_scale)
+            refs.bench_rms = getattr(self, "bench_rms", None)
+        else:
+            self.bench_rms = None
         with self._timed("construct: the rows built with the reference's weights"):
             self._each(lambda row: self._build(row, refs, init, self.seed))
         premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
@@ -321,6 +325,9 @@ class ParityStage:
                 self._skip(f"{label}: the reference raises there ({type(e).__name__}: {first_line(e)[:100]})")
                 continue
             finite = exp.finite()
+            if not at and self.bench_rms is None:  # the benchmark's first call: each output's typical magnitude
+                self.bench_rms = [rms(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else None
+                                  for t in exp.r64]
             if base_finite is None:
                 base_finite = finite
             why = None

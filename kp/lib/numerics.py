@@ -178,10 +178,11 @@ def over_budget(text: str) -> tuple[Err, Err] | None:
     return Err(rel, row, 0), Err(b, b_row, 0)
 
 
-def budget_from(ref_err: Err, k: float = 1.0, dtype: torch.dtype = torch.float32) -> Err:
+def budget_from(ref_err: Err, k: float = 1.0, dtype: torch.dtype = torch.float32, grow: float = 1.0) -> Err:
     """The budget: REF_MULTIPLE x PyTorch's own error in the judged dtype, at least the floor for a reduction of
-    length k in that dtype."""
-    floor = accumulation_floor(k, dtype)
+    length k in that dtype (times `grow`: an output of a few elements smaller than it typically is,
+    kp.judge.outputs.few_scale)."""
+    floor = accumulation_floor(k, dtype) * grow
     return Err(max(REF_MULTIPLE * ref_err.rel_l2, floor), max(REF_MULTIPLE * ref_err.worst_row, floor), 0)
 
 

@@ -141,3 +141,23 @@ def test_a_members_output_of_a_few_elements_has_its_floor_against_the_benchmarks
     plain = Expected.of(r32, small, k=k).errs[0][1].rel_l2
     scaled = Expected.of(r32, small, k=k, scale=[rms(torch.full((4, 1), typical))]).errs[0][1].rel_l2
     assert plain == accumulation_floor(k) and abs(scaled / plain / few_scale(small, typical) - 1) < 1e-6
+
+
+def test_a_row_is_not_measured_finer_than_fp32_resolves_the_typical_row():
+    """A row of values at 1e-40 beside rows at 1e2 (underflowed to zero by the candidate, a denormal in float64)
+    is no error; a typical row off by 1%, or garbage where the reference is zero, still is."""
+    import torch
+    from kp.lib.numerics import rel_error
+    torch.manual_seed(0)
+    ref = torch.randn(64, 14, dtype=torch.float64) * 1e2
+    ref[5] = torch.randn(14, dtype=torch.float64) * 1e-40
+    out = ref.float()
+    out[5] = 0
+    assert rel_error(out, ref).worst_row < 1e-6
+    out = ref.float()
+    out[7] *= 1.01
+    assert abs(rel_error(out, ref).worst_row - 0.01) < 1e-6
+    ref[9] = 0
+    out = ref.float()
+    out[9] = 0.1
+    assert rel_error(out, ref).worst_row > 1e3

@@ -38,6 +38,9 @@ def as_rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, shape[-1])
 
 
+ROW_RESOLUTION = 2.0 ** -24  # fp32's unit roundoff: the finest a row is measured, relative to the typical row
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK_ELEMS) -> Err:
     """Relative L2 error of `out` against a float64 `ref` (which may live on the host while `out` is on the GPU).
     Non-finite values must match exactly (NaN where the reference has NaN, the same infinities); they are then
@@ -78,7 +81,13 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK_ELEMS) ->
             rd += (rr * rr).sum(1)
         num2 += rn.sum()
         den2 += rd.sum()
-        per_row = torch.where(rd > 0, (rn / torch.where(rd > 0, rd, 1.0)).sqrt(), rn.sqrt())
+        # A row is not measured finer than fp32 resolves the output's typical row (its block's mean): a row of
+        # values at 1e-40 beside rows at 1e2 (a Mish whose input was scaled x100, underflowed to zero by one
+        # formula and kept as a denormal by another) has no error worth the name, while a wrong row of the
+        # typical size, or garbage where the reference is zero, stays far over any budget.
+        floor = ROW_RESOLUTION ** 2 * rd.mean()
+        per_row = torch.where(torch.maximum(rd, floor) > 0, (rn / torch.maximum(rd, floor).clamp_min(
+            torch.finfo(torch.float64).tiny)).sqrt(), rn.sqrt())
         worst = torch.maximum(worst, per_row.max())
     num, den = float(num2.sqrt()), float(den2.sqrt())
     rl2 = num / den if den > 0 else num

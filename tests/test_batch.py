@@ -181,18 +181,21 @@ def test_sixteen_own_kernel_candidates_over_every_gpu(tmp_path):
 
 @gpu
 def test_a_reference_that_faults_on_the_gpu_costs_only_its_own_job(tmp_path):
-    """A reference whose own kernel fails a device-side assert in the slot's judge: that job says so, and the slot
-    is started afresh, so the jobs after it on the same slot (one slot here) get their verdicts, not the sticky
-    error."""
+    """A reference whose own kernel fails a device-side assert in the slot's judge (at a member of its shape family,
+    --shapes): that job says so, and the slot is started afresh, so the jobs after it on the same slot (one slot
+    here) get their verdicts, not the sticky error."""
     fault = CASES / "ref_fault"
     jobs = tmp_path / "jobs.csv"
-    jobs.write_text("reference,candidate\n" + f"{fault / 'ref.py'},{fault / 'candidate.py'}\n" +
-                    f"{CASES / 'ref.py'},{CASES / 'good.py'}\n" * 2)
+    jobs.write_text("reference,candidate,mode\n" + f"{fault / 'ref.py'},{fault / 'candidate.py'},train\n" +
+                    "".join(f"{CASES / 'ref.py'},{CASES / 'good.py'},{mode}\n" for mode in ("train", "eval")))
     out = tmp_path / "results.jsonl"
-    r = run_script("--jobs", jobs, "--gpus", "0", "--allow-torch", "--no-bench", "--no-compile", "--out", out)
-    recs = sorted(lines(out), key=lambda d: d["finished_at"])
-    assert len(recs) == 3, r.stdout[-2000:] + r.stderr[-2000:]
-    assert recs[0]["verdict"].startswith("error: the reference itself raised"), recs[0]["verdict"]
+    r = run_script("--jobs", jobs, "--gpus", "0", "--allow-torch", "--no-bench", "--no-compile", "--shapes", "odd",
+                   "--out", out)
+    recs = lines(out)
+    assert [Path(d["job"]["candidate"]).name for d in recs] == ["candidate.py", "good.py", "good.py"], \
+        r.stdout[-2000:] + r.stderr[-2000:]
+    assert re.match(r"error: at .+ \(odd sizes\) the reference raised a CUDA error that leaves the judge's GPU "
+                    r"context unusable", recs[0]["verdict"]), recs[0]["verdict"]
     assert recs[0]["slot_broken"]
     assert all(d["ok"] and d["verdict"].startswith("accepted") for d in recs[1:]), [d["verdict"] for d in recs]
 

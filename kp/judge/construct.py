@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from kp.errors import Rejected
+from kp.errors import OutOfMemory, Rejected, UsageError
 from kp.judge.expected import Row, _Refs, _unread_counter
 from kp.judge.outputs import Expected
 from kp.judge.float64 import float64_copy
@@ -133,16 +133,23 @@ class ConstructStage:
         """A worker made ready for the candidate before its file is imported: the timing stage's baselines built and
         run once in it, or without timing the reference run once and dropped (Worker.cmd_prime): either way the
         reference has run in the candidate's process first, as in a user's."""
-        if getattr(self, "baseline_args", None):
-            with self._timed("setup: the baselines built and run once"):
-                runner.call("baselines", "baselines", *self.baseline_args)
-        elif getattr(self, "prime_args", None) and runner.isolated:
-            with self._timed("setup: the reference run once in the candidate's process"):
-                r = runner.call("prime", "prime", *self.prime_args)
-            note = (f"the reference could not run in the candidate's process before it ({r.get('why')}): a library "
-                    f"the candidate's first call uses may be set up inside that call")
-            if not r.get("primed") and note not in self.notes:
-                self.notes.append(note)
+        try:
+            if getattr(self, "baseline_args", None):
+                with self._timed("setup: the baselines built and run once"):
+                    runner.call("baselines", "baselines", *self.baseline_args)
+            elif getattr(self, "prime_args", None) and runner.isolated:
+                with self._timed("setup: the reference run once in the candidate's process"):
+                    r = runner.call("prime", "prime", *self.prime_args)
+                note = (f"the reference could not run in the candidate's process before it ({r.get('why')}): a "
+                        f"library the candidate's first call uses may be set up inside that call")
+                if not r.get("primed") and note not in self.notes:
+                    self.notes.append(note)
+        except OutOfMemory:
+            raise
+        except Rejected as e:  # only the reference's code has run there yet (its device-side assert, say): no row
+            #                    is to blame, and no verdict can follow
+            raise UsageError(f"the reference, run once in the candidate's process before the candidate's file was "
+                             f"imported, failed there: {e}") from None
 
     def _import_rows(self) -> None:
         for row in self.rows:

@@ -1,4 +1,4 @@
-"""Any candidate: its reference faults before it is called."""
+"""Any candidate: its reference faults at a member of the family before it is called there."""
 import torch.nn as nn
 import torch.nn.functional as F
 

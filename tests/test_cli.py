@@ -206,3 +206,16 @@ def test_only_gpu_and_only_cpu_split_the_suite():
     assert on_gpu and on_cpu and not on_gpu & on_cpu and on_gpu | on_cpu == every
     assert "tests/test_gpu.py::test_compile_error_names_file_and_line" in on_gpu
     assert "tests/test_cli.py::test_only_gpu_and_only_cpu_split_the_suite" in on_cpu
+
+
+def test_a_reference_that_raises_on_its_own_inputs_is_one_usage_line(tmp_path, cli):
+    """Bad input: a reference whose forward always raises (where the meta device cannot run it either) gets one
+    line naming it and exit 2, not the judge's traceback."""
+    ref = tmp_path / "raises.py"
+    ref.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                   "        raise IndexError('index 11 is out of bounds')\n\n\ndef get_inputs():\n"
+                   "    return [torch.randn(8, 8)]\n\n\ndef get_init_inputs():\n    return []\n")
+    r = cli("--ref", ref, "--candidate", ROOT / "tests" / "batch" / "good.py", "--device", "cpu", "--allow-torch")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "the reference itself raised on its own inputs" in r.stderr and "IndexError" in r.stderr
+    assert "Traceback" not in r.stderr

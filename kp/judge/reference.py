@@ -125,7 +125,13 @@ class Reference(ShapeFamily):
         try:
             fp = self._meta_footprint()
         except Exception:
-            fp = self._footprint(device)
+            try:
+                fp = self._footprint(device)
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as e:  # the reference's own defect: a usage error, not the judge's traceback
+                raise UsageError(f"{self.name}: the reference itself raised on its own inputs (one forward on "
+                                 f"{device}, to measure its footprint): {type(e).__name__}: {first_line(e)}") from None
         _footprints_write(key, fp)
         return fp
 

@@ -111,3 +111,19 @@ def test_a_build_that_failed_in_another_process_is_said_with_its_compiler_error(
     with pytest.raises(RuntimeError, match=r"Error building extension 'x' \(built in another process\): kernel.cu"):
         ext.load(name="x", build_directory=str(tmp_path))
     assert sink[-1] == {"extension": "x", "error": "kernel.cu(59): error: no suitable conversion function"}
+
+
+def test_a_call_after_the_worker_ended_for_a_gpu_fault_says_so(tmp_path):
+    """A worker whose call faulted answers it, says why on its stderr and ends (exit code 0); a later command of the
+    judge's (the KernelBench column) names that, not an unexplained exit."""
+    import types
+    from kp.judge.replies import ENDED_AFTER_FAULT
+    from kp.judge.runners import ProcessRunner
+    err = tmp_path / "stderr"
+    err.write_text(f"{ENDED_AFTER_FAULT} after 'forward' (CUDA error: misaligned address); this process ends here\n")
+    runner = object.__new__(ProcessRunner)
+    runner.proc = types.SimpleNamespace(join=lambda t=None: None, exitcode=0)
+    runner.stderr = types.SimpleNamespace(name=str(err))
+    why = str(runner._died("kernelbench check"))
+    assert why.startswith("kernelbench check: the candidate's process had ended after its GPU work faulted")
+    assert "misaligned address" in why and "os._exit" not in why

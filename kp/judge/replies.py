@@ -10,6 +10,7 @@ import torch
 from kp.errors import first_line
 
 FAULTED = "its GPU work faulted"  # how a command's error begins when its call left the CUDA context unusable
+ENDED_AFTER_FAULT = "kp worker: the CUDA context is unusable"  # the worker's last words when it ends after one
 
 
 def _gpu_memory() -> tuple[int, int] | None:

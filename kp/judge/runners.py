@@ -14,7 +14,7 @@ from pathlib import Path
 from kp.box.start import WORKER_PRELOAD, candidate_build_dir, candidate_paths
 from kp.errors import OutOfMemory, Rejected, oom_request_bytes
 from kp.judge.guards import late_message
-from kp.judge.replies import _settle_before_sending, error_text, raised
+from kp.judge.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_text, raised
 from kp.judge.worker import REPLY_TIMEOUT_S, Worker, worker_main
 from kp.lib import gpu_lock
 from kp.lib.registry import ROOT
@@ -121,6 +121,9 @@ class ProcessRunner:
         tail = stderr_tail(self.stderr.name)
         code = self.proc.exitcode
         why = f"{stage}: the candidate's process died ({exit_status(code)})"
+        if code == 0 and ENDED_AFTER_FAULT in tail:  # it answered its faulted command, then ended on purpose
+            return Rejected(f"{stage}: the candidate's process had ended after its GPU work faulted in an earlier "
+                            f"call (its CUDA context unusable); its stderr ended: {tail}")
         if code == 0:  # the worker answers every command, a Python exit included: this ended below Python
             why += (" in the middle of the judge's command, without a Python error: code that exits the process "
                     "directly (os._exit, or exit() from native code or a library)")

@@ -19,7 +19,7 @@ from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, 
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
 from kp.judge.float64 import hold_on
 from kp.judge.measure import MeasureCommands, export_output
-from kp.judge.replies import _settle_before_sending, error_text, fault_text, gpu_fault, send
+from kp.judge.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_text, fault_text, gpu_fault, send
 from kp.judge.reference import Reference, apply_update, describe
 from kp.lib.layers import set_precision
 from kp.lib.numerics import cpu_kernels
@@ -146,7 +146,7 @@ class Worker(MeasureCommands):
             _settle_before_sending(self.device)
             send(self.conn, reply)
             if not reply["ok"] and fault:
-                print(f"kp worker: the CUDA context is unusable after {cmd!r} ({fault}); this process ends here",
+                print(f"{ENDED_AFTER_FAULT} after {cmd!r} ({fault}); this process ends here",
                       file=sys.stderr, flush=True)
                 return  # a sticky CUDA error: this context is gone; the judge has the reply that says so
 

@@ -139,9 +139,9 @@ def bandwidth_curve(xs: list[float], series: dict[str, list[float]], ceiling: fl
 def shape_curve(rec: dict, path: str | Path) -> Path:
     """The speed curve of a record timed with --shapes (kp.observe.report.curve): each judged row's speedup over
     eager (solid) and torch.compile (dashed) at every shape timed, and, where the ceilings were measured, its share
-    of them below; shapes in the order timed, the benchmark's first."""
+    of them below; shapes by size (the inputs' elements, then their row lengths), each named with its member."""
     from kp.observe.report import curve
-    pts = curve(rec)
+    pts = sorted(curve(rec), key=_size)
     if not pts:
         raise UsageError("no speed curve in this record: it was not timed at other shapes (--shapes with timing)")
     plt = _pyplot()
@@ -166,7 +166,7 @@ def shape_curve(rec: dict, path: str | Path) -> Path:
     axes[0][0].set_ylabel("speedup (x)")
     axes[0][0].set_title(_title(rec) + ": speed at each shape")
     axes[0][0].grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7, loc="best")
+    axes[0][0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     if roof:
         axes[1][0].set_ylabel("% of the ceiling measured")
         axes[1][0].set_ylim(0, 110)
@@ -174,6 +174,16 @@ def shape_curve(rec: dict, path: str | Path) -> Path:
     axes[-1][0].set_xticks(xs)
     axes[-1][0].set_xticklabels(names, fontsize=7, rotation=30, ha="right")
     return _save(fig, path)
+
+
+def _size(point: dict) -> tuple:
+    """A shape's place on the curve's axis: the elements of its inputs, then their row lengths ("64x1000, 64": two
+    inputs); the shape as written where it does not parse."""
+    try:
+        dims = [[int(d) for d in part.split("x")] for part in point["shape"].split(", ")]
+    except ValueError:
+        return (math.inf, (), point["shape"])
+    return (sum(math.prod(d) for d in dims), tuple(d[-1] for d in dims), point["shape"])
 
 
 def _save(fig, path) -> Path:

@@ -273,6 +273,7 @@ def main(argv=None) -> int:
     from kp.lib.build import prebuild
     opts = judge_opts(args)
     if batch:
+        from kp.batch.backends import run_batch
         return run_batch(args, opts)
     refs = [judge.Reference.load(("file", args.ref))] if args.ref else \
         [judge.Reference.load(("problem", p)) for p in args.problem]
@@ -328,50 +329,6 @@ def compile_check(args) -> int:
         names = harness.variants(p) if not args.variant or "all" in args.variant else args.variant
         items += [harness.rung(p, v) for v in names if v != "auto"]
     return check_rungs(items, args.build_jobs)
-
-
-def run_batch(args, opts: dict) -> int:
-    """Many jobs: on the GPUs of this host (--gpus), on a Ray cluster (--ray), or one after another here."""
-    from pathlib import Path
-    from kp.batch import backends as batch, jobfile
-    if args.jobs:
-        jobs = jobfile.read_job_file(args.jobs, opts)
-    else:
-        refs = [("file", args.ref)] if args.ref else [("problem", p) for p in args.problem]
-        for c in args.candidate or []:
-            if not Path(c).is_file():
-                raise harness.UsageError(f"candidate file {c!r} does not exist")
-        jobs = [jobfile.make_job(r, c, opts) for r in refs for c in (args.candidate or [None])]
-    out = Path(args.out) if args.out else None
-    timeout = args.timeout or batch.DEFAULT_TIMEOUT_S
-    log_dir = out.with_name(out.name + ".logs") if out else None
-    t0, stopped = time.perf_counter(), False
-    if args.ray:
-        results = batch.run_ray(jobs, args.ray, out, timeout)
-        use, slots = None, None
-    else:
-        gpus = [None] if args.device == "cpu" else batch.gpu_list(args.gpus or "1")
-        use, slots = batch.GpuUse(gpus), len(gpus)
-        try:
-            results = batch.run_local(jobs, gpus, out, timeout, log_dir=log_dir)
-        except batch.Interrupted as e:
-            results, stopped = e.results, True
-    wall = time.perf_counter() - t0
-    if out is not None:  # the table covers every job asked for, those recorded by an earlier run too
-        keys = {j.key() for j in jobs}
-        lines = [d for d in jobfile.read_results(out) if d["key"] in keys]
-    else:
-        lines = results
-    print(jobfile.format_table(lines))
-    if results:
-        print(batch.throughput(results, wall, slots) + (f"; {use.line()}" if use else ""))
-    if out is not None:
-        print(f"records: {out}" + (f"; the judges' own output: {log_dir}/" if log_dir and log_dir.exists() else ""))
-    if stopped:
-        print(f"interrupted: {len(lines)} of {len(jobs)} jobs have a verdict" +
-              ("; the same command again judges only the others" if out is not None else ""), file=sys.stderr)
-        return 130
-    return 0 if lines and all(d["ok"] for d in lines) else 1
 
 
 def cli(argv=None) -> int:

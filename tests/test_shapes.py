@@ -50,7 +50,7 @@ def test_with_shapes_the_record_lists_each_member_and_the_sizes_are_put_back():
 def test_a_member_too_large_for_the_host_is_judged_scaled_to_fit_with_its_row_length_kept(monkeypatch):
     """On the CPU a member the host has no room for is made smaller as the benchmark's own shape would be (the batch
     halved, the row kept), judged there and said, not skipped."""
-    from kp.judge import parity, plan
+    from kp.judge import family_parity, parity, plan
     ref = _ref()
     g = vars(ref.module)
 
@@ -62,7 +62,8 @@ def test_a_member_too_large_for_the_host_is_judged_scaled_to_fit_with_its_row_le
         finally:
             g.update(batch_size=old[0], dim=old[1])
     budget = (need_at(64, 2000) + need_at(128, 2000)) // 2
-    monkeypatch.setattr(parity, "host_budget", lambda: budget)
+    for module in (parity, family_parity):  # the benchmark's shape's room, and each member's
+        monkeypatch.setattr(module, "host_budget", lambda: budget)
     rec = judge.evaluate(ref, FOLDER / "torch_rewrite.py", seed=11, device="cpu", allow_torch=True, sandbox=False,
                          shapes=("double",))
     [entry] = rec["family"]
@@ -116,16 +117,16 @@ def test_a_declared_member_that_sets_a_size_outside_the_family_is_a_usage_error(
 def test_a_member_larger_than_the_benchmark_is_judged_only_where_the_gpu_has_room(monkeypatch):
     """On a GPU a member larger than the benchmark's shape needs its growth (the plan's need and the float64
     forward's peak) in what is free now; a smaller one always fits, as the benchmark's did."""
-    from kp.judge import parity
+    from kp.judge import family_parity
     fp = lambda n: {"inputs": n, "outputs": n, "weights": 0, "peak": 2 * n, "flops": 0, "rows": 64}
     j = object.__new__(judge.Judge)
     j.device, j.f64_device, j.rows = "cuda", "cuda", [None]
-    monkeypatch.setattr(parity, "free_gpu_bytes", lambda: 10 << 30)
+    monkeypatch.setattr(family_parity, "free_gpu_bytes", lambda: 10 << 30)
     j._fp = fp(4 << 30)  # double the benchmark's 2 GiB inputs: about 17 GiB more
     assert "GiB of GPU memory more than the benchmark's shape, 10.0 GiB are free" in j._no_room_for(fp(2 << 30))
     j._fp = fp(1 << 30)
     assert j._no_room_for(fp(2 << 30)) is None
-    monkeypatch.setattr(parity, "free_gpu_bytes", lambda: 40 << 30)
+    monkeypatch.setattr(family_parity, "free_gpu_bytes", lambda: 40 << 30)
     j._fp = fp(4 << 30)
     assert j._no_room_for(fp(2 << 30)) is None
 

@@ -330,3 +330,47 @@ def _todo(jobs: list[Job], out: Path | None) -> tuple[list[tuple[Job, str]], lis
         print(f"[kp] {out}: {len(jobs) - len(todo)} of {len(jobs)} jobs already recorded, {len(todo)} to run",
               file=sys.stderr, flush=True)
     return todo, []
+
+
+def run_batch(args, opts: dict) -> int:
+    """`run.py`'s many jobs (its parsed arguments and the judge's options): on the GPUs of this host (--gpus), on a
+    Ray cluster (--ray), or one after another here; the table, the throughput line, the exit code."""
+    from kp.batch import jobfile
+    if args.jobs:
+        jobs = jobfile.read_job_file(args.jobs, opts)
+    else:
+        refs = [("file", args.ref)] if args.ref else [("problem", p) for p in args.problem]
+        for c in args.candidate or []:
+            if not Path(c).is_file():
+                raise UsageError(f"candidate file {c!r} does not exist")
+        jobs = [jobfile.make_job(r, c, opts) for r in refs for c in (args.candidate or [None])]
+    out = Path(args.out) if args.out else None
+    timeout = args.timeout or DEFAULT_TIMEOUT_S
+    log_dir = out.with_name(out.name + ".logs") if out else None
+    t0, stopped = time.perf_counter(), False
+    if args.ray:
+        results = run_ray(jobs, args.ray, out, timeout)
+        use, slots = None, None
+    else:
+        gpus = [None] if args.device == "cpu" else gpu_list(args.gpus or "1")
+        use, slots = GpuUse(gpus), len(gpus)
+        try:
+            results = run_local(jobs, gpus, out, timeout, log_dir=log_dir)
+        except Interrupted as e:
+            results, stopped = e.results, True
+    wall = time.perf_counter() - t0
+    if out is not None:  # the table covers every job asked for, those recorded by an earlier run too
+        keys = {j.key() for j in jobs}
+        lines = [d for d in jobfile.read_results(out) if d["key"] in keys]
+    else:
+        lines = results
+    print(jobfile.format_table(lines))
+    if results:
+        print(throughput(results, wall, slots) + (f"; {use.line()}" if use else ""))
+    if out is not None:
+        print(f"records: {out}" + (f"; the judges' own output: {log_dir}/" if log_dir and log_dir.exists() else ""))
+    if stopped:
+        print(f"interrupted: {len(lines)} of {len(jobs)} jobs have a verdict" +
+              ("; the same command again judges only the others" if out is not None else ""), file=sys.stderr)
+        return 130
+    return 0 if lines and all(d["ok"] for d in lines) else 1

@@ -62,6 +62,7 @@ from kp.judge.construct import ConstructStage
 from kp.judge.memory import OutOfMemoryVerdicts
 from kp.judge.record import RecordParts, process_age_s
 from kp.judge.family import member_names, module_sizes
+from kp.judge.family_parity import FamilyParity
 from kp.judge.parity import MIN_TRIALS, CallCheck, ParityStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
@@ -98,8 +99,8 @@ def default_variants(problem: str, include_records: bool = False, precision: str
     return vs + (["auto"] if picks_per_call(problem) else [])
 
 
-class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityStage, KernelBenchCheck, EscapeStage,
-            TimingStage, ObserveStage):
+class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityStage, FamilyParity, KernelBenchCheck,
+            EscapeStage, TimingStage, ObserveStage):
     def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,

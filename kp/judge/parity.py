@@ -7,11 +7,11 @@ import time
 
 import torch
 
-from kp.errors import Rejected, UsageError, cuda_broken, first_line
+from kp.errors import Rejected, UsageError, first_line
 from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
 from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output, rms
 from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.judge.plan import cpu_bench_refusal, cpu_need, float64_peak, free_gpu_bytes, host_budget, memory_need
+from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
 from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
@@ -169,107 +169,6 @@ class ParityStage:
             s = seeds[self.trials + j]
             calls.append((f"inputs {name} (seed {s})", s, None, name))
         return calls
-
-    def _parity_shapes(self, rec: dict, init) -> None:
-        """--shapes N: the same stateful sequence of checked calls (fresh inputs, weight changes, derived inputs) at
-        N other members of the reference's shape family (kp.judge.family), each with the rows built again and the
-        candidate's own copies of the sizes set alike (Worker.cmd_scale). A row right at the benchmark's shape and
-        wrong at a member is rejected naming both. A member the host or GPU has no room for, or where the reference
-        itself raises, is skipped and said."""
-        members, none = self.ref.family(self.shapes)
-        bench, bench_fp, bench_refs = self.fp["shapes"], self._fp, self.refs
-        rec["family"] = []
-        if not members:
-            said = self.shapes if isinstance(self.shapes, int) else ",".join(m.replace(" ", "-") for m in self.shapes)
-            self._skip(f"other shapes (--shapes {said}): {none}")
-            return
-        g = vars(self.ref.module)
-        judged = {bench}
-        for member, sizes in members:
-            if not self.live():
-                break
-            g.update({k: new for k, (_, new) in sizes.items()})
-            entry = {"member": member, "sizes": {k: new for k, (_, new) in sizes.items()}}
-            rec["family"].append(entry)
-            try:
-                self._fp = self.ref.footprint(self.device)
-                no_room = self._no_room_for(bench_fp)
-                if no_room and self.device != "cuda":  # the host's room: a smaller member of the same kind, as
-                    fitted = self.ref.scale_to_fit(  #     the benchmark's own shape is (its row length kept)
-                        lambda fp: cpu_bench_refusal(fp, host_budget()) is None)
-                    if fitted:
-                        sizes = {**sizes, **{k: (sizes[k][0] if k in sizes else a, b) for k, (a, b) in fitted.items()}}
-                        entry["sizes"] = {k: new for k, (_, new) in sizes.items()}
-                        entry["scaled"] = f"{no_room}; " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in fitted.items())
-                        self._fp = self.ref.footprint(self.device)
-                        no_room = None
-                entry["shape"] = shape = self.fp["shapes"]
-                if shape in judged:  # scaled to fit, it is a shape judged already
-                    no_room = f"scaled to fit the host it is {shape}, judged already"
-                judged.add(shape)
-                if no_room:
-                    entry["skipped"] = no_room
-                    self._skip(f"at {shape} ({member} sizes): {no_room}")
-                    continue
-                if entry.get("scaled"):
-                    self.notes.append(f"{member} sizes judged at {shape}, scaled to fit the host")
-                self._scale_workers(sizes)
-                live = {r.label for r in self.live()}
-                try:
-                    self._parity_bench(init, at=shape)
-                except UsageError as e:  # the reference raised on its own inputs there: not a shape it takes
-                    broken = cuda_broken() if self.device == "cuda" else None
-                    if broken:  # its fault was a sticky one: nothing more can run on this process's GPU
-                        raise UsageError(f"at {shape} ({member} sizes) the reference raised a CUDA error that leaves "
-                                         f"the judge's GPU context unusable ({broken}): a shape it does not take; "
-                                         f"name the members it takes (--shapes odd,half, ...)") from None
-                    entry["skipped"] = f"the reference raises there ({e})"
-                    self._skip(f"at {shape} ({member} sizes): the reference raises there")
-                    continue
-                self._wrong_at(live, bench, shape, member)
-                entry["passed"] = sorted(r.label for r in self.live() if r.label in live)
-            finally:
-                g.update({k: old for k, (old, _) in sizes.items()})
-                self._scale_workers({k: (new, old) for k, (old, new) in sizes.items()})
-                self._fp = bench_fp
-                self._drop_input_buffers()
-        self.refs = bench_refs
-
-    def _scale_workers(self, sizes: dict) -> None:
-        """The family's sizes ({name: (now, there)}) set in every worker that still judges a row or times the
-        baselines alone (Worker.cmd_scale: the candidate's own copies of them, and the worker's reference, which
-        draws the timing's inputs); a worker that cannot take them rejects its rows."""
-        for runner in self.runners:
-            rows = [r for r in self.rows if r.runner is runner]
-            if rows and not any(r.accepted for r in rows):
-                continue
-            try:
-                runner.call("scale", "scale", sizes)
-            except Rejected as e:
-                for r in rows:
-                    r.reject(e)
-
-    def _wrong_at(self, live: set[str], bench: str, shape: str, member: str) -> None:
-        """The rows live before a member's checks (`live`) and rejected by them: their reason names both shapes."""
-        for row in self.rows:
-            if row.label in live and not row.accepted:
-                why = row.reason.removeprefix(f"at {shape}: ")
-                row.reason = f"shapes: right at {bench} only, wrong at {shape} ({member} sizes): {why}"
-
-    def _no_room_for(self, bench_fp: dict) -> str | None:
-        """Why the member's shape (self.fp) is not judged here, or None: the CPU's host budget as for the benchmark's
-        shape; on a GPU, a member larger than the benchmark's must fit in what is free now."""
-        if self.device != "cuda" or self.f64_device == "cpu":  # the float64 reference on the host: its room there
-            why = cpu_bench_refusal(self.fp, host_budget(), "it")
-            if why or self.device != "cuda":
-                return why
-        def need(fp: dict) -> int:  # the plan's, with the float64 forward's peak where it runs on the GPU
-            return memory_need(fp, len(self.rows)) + (float64_peak(fp) if self.f64_device == "cuda" else 0)
-        grow, free = need(self.fp) - need(bench_fp), free_gpu_bytes()
-        if grow > 0.8 * free:
-            return (f"it needs {grow / 2**30:.1f} GiB of GPU memory more than the benchmark's shape, "
-                    f"{free / 2**30:.1f} GiB are free")
-        return None
 
     def _parity_bench(self, init, at: str | None = None) -> None:
         """The stateful sequence of checked calls on the shape the reference's sizes have now: the benchmark's, or a

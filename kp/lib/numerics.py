@@ -298,6 +298,37 @@ class ReductionLength(EagerMode):
             pass
         return out
 
+class RoundingNoise(EagerMode):
+    """Monte Carlo arithmetic over a float64 forward: every fresh floating result of every operator times
+    (1 + delta xi), delta the budget's floor for that operator's own reduction length (2 u sqrt(K) of fp32; K = 1 for
+    an elementwise one), xi a normal draw of a fixed generator. How far a model's outputs move over a few such runs
+    is how far an honest fp32 kernel's roundings may move them, cancellation after a long sum included (the
+    difference of two distances near 90). Views and in-place results are left alone (they alias their inputs)."""
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        schema = func._schema
+        if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
+            return out
+        try:
+            k = _op_reduction(func, args, kwargs, out)
+        except Exception:
+            k = 1.0
+        delta = ACCUMULATION_FACTOR * FP32_UNIT_ROUNDOFF * max(k, 1.0) ** 0.5
+
+        def noisy(t):
+            if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()):
+                return t
+            xi = torch.randn(t.shape, generator=self.gen, dtype=t.dtype).to(t.device)
+            return t * (1 + delta * xi)
+        return type(out)(noisy(t) for t in out) if isinstance(out, (tuple, list)) else noisy(out)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Inputs.
 

@@ -71,3 +71,22 @@ def cuda_broken() -> str | None:
     except Exception as e:
         return f"{type(e).__name__}: {first_line(e)}"
     return None
+
+
+def raised_by_judge(e: BaseException) -> bool:
+    """Whether an exception was raised in the judge's own code (its innermost frame in the kp package), not in the
+    reference's forward or the torch operators it calls: a bug to report as one, not a reference that raises on
+    its inputs. An operator that raises inside one of the judge's dispatch modes (counting FLOPs, rounding at
+    random) has that mode's __torch_dispatch__ as its innermost Python frame: the operator's, not the judge's."""
+    import os
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    if code.co_name in ("__torch_dispatch__", "__torch_function__"):
+        return False
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.abspath(code.co_filename).startswith(here + os.sep)
+

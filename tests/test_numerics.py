@@ -161,3 +161,22 @@ def test_a_row_is_not_measured_finer_than_fp32_resolves_the_typical_row():
     out = ref.float()
     out[9] = 0.1
     assert rel_error(out, ref).worst_row > 1e3
+
+
+def test_an_error_of_the_judges_own_code_is_told_from_the_references():
+    """A reference raising on its inputs is a usage error or a skipped member; the judge's own bug (here a
+    ValueError of kp's error measure) must not pass for one. An operator raising inside the judge's dispatch mode is the
+    operator's."""
+    import pytest
+    import torch
+    from kp.errors import raised_by_judge
+    from kp.lib.numerics import ReductionLength, rel_error
+    with pytest.raises(IndexError) as ref:
+        torch.zeros(2)[5]
+    assert not raised_by_judge(ref.value)
+    with pytest.raises(IndexError) as op, ReductionLength():
+        torch.nn.functional.cross_entropy(torch.randn(4, 3), torch.tensor([0, 1, 2, 7]))
+    assert not raised_by_judge(op.value)
+    with pytest.raises(ValueError) as own:
+        rel_error(torch.zeros(2), torch.zeros(3))
+    assert raised_by_judge(own.value)

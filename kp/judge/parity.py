@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from kp.errors import Rejected, UsageError, first_line
+from kp.errors import Rejected, UsageError, first_line, raised_by_judge
 from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
 from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output, rms
 from kp.judge.float64 import FP32_ONLY_BUDGET
@@ -217,6 +217,8 @@ class ParityStage:
             except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
                 raise
             except Exception as e:
+                if raised_by_judge(e):  # the judge's own bug: never taken for the reference's, never a skip
+                    raise
                 if not derive:
                     raise UsageError(f"the reference itself raised on its own inputs ({label}): "
                                      f"{type(e).__name__}: {first_line(e)}") from None

@@ -165,8 +165,8 @@ def test_a_row_is_not_measured_finer_than_fp32_resolves_the_typical_row():
 
 def test_an_error_of_the_judges_own_code_is_told_from_the_references():
     """A reference raising on its inputs is a usage error or a skipped member; the judge's own bug (here a
-    ValueError of kp's error measure) must not pass for one. An operator raising inside the judge's dispatch mode is the
-    operator's."""
+    ValueError of kp's error measure) must not pass for one. An operator raising inside the judge's dispatch mode
+    is the operator's."""
     import pytest
     import torch
     from kp.errors import raised_by_judge

@@ -64,6 +64,7 @@ class ConstructStage:
         new.how, new.moved, new.chunk_proof, new.state_attrs = old.how, old.moved, old.chunk_proof, old.state_attrs
         new._state_calls = old._state_calls
         new.initial = old.initial
+        new.bench_rms = old.bench_rms  # at a member of the family: its few outputs' floor (Expected.of)
         return new
 
     def _own_init(self, row: Row, init, label: str, pristine: list, exp: Expected) -> str | None:

@@ -307,7 +307,12 @@ class RoundingNoise(EagerMode):
 
     def __init__(self, seed: int):
         super().__init__()
-        self.gen = torch.Generator().manual_seed(seed)
+        self.seed, self.gens = seed, {}  # one generator per device: draws made where the results are
+
+    def _gen(self, device: torch.device) -> torch.Generator:
+        if device not in self.gens:
+            self.gens[device] = torch.Generator(device=device).manual_seed(self.seed)
+        return self.gens[device]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -324,7 +329,7 @@ class RoundingNoise(EagerMode):
         def noisy(t):
             if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()):
                 return t
-            xi = torch.randn(t.shape, generator=self.gen, dtype=t.dtype).to(t.device)
+            xi = torch.randn(t.shape, generator=self._gen(t.device), dtype=t.dtype, device=t.device)
             return t * (1 + delta * xi)
         return type(out)(noisy(t) for t in out) if isinstance(out, (tuple, list)) else noisy(out)
 

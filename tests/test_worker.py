@@ -127,3 +127,20 @@ def test_a_call_after_the_worker_ended_for_a_gpu_fault_says_so(tmp_path):
     why = str(runner._died("kernelbench check"))
     assert why.startswith("kernelbench check: the candidate's process had ended after its GPU work faulted")
     assert "misaligned address" in why and "os._exit" not in why
+
+
+def test_a_verbose_build_that_fails_is_said_with_the_compilers_error(tmp_path, monkeypatch):
+    """Machine-written candidates build with verbose=True, where torch prints the compiler's output and raises a bare
+    `Error building extension`: the judge builds them quietly, so the error carries the compiler's line."""
+    import pytest
+    from torch.utils import cpp_extension as ext
+    from kp.judge.guards import record_build_failures
+    monkeypatch.setattr(ext, "load", ext.load)  # put back after: the wrapper below replaces it
+    monkeypatch.setattr(ext, "load_inline", ext.load_inline)
+    src = tmp_path / "broken.cpp"
+    src.write_text("dim3 grid(1);  // host launch code in a C++ file: dim3 is not declared here\n")
+    sink = []
+    record_build_failures(sink)
+    with pytest.raises(RuntimeError):
+        ext.load(name="broken_ext", sources=[str(src)], build_directory=str(tmp_path), verbose=True)
+    assert "dim3" in sink[-1]["error"] and "error" in sink[-1]["error"], sink

@@ -140,7 +140,7 @@ def shape_curve(rec: dict, path: str | Path) -> Path:
     """The speed curve of a record timed with --shapes (kp.observe.report.curve): each judged row's speedup over
     eager (solid) and torch.compile (dashed) at every shape timed, and, where the ceilings were measured, its share
     of them below; shapes by size (the inputs' elements, then their row lengths), each named with its member."""
-    from kp.observe.report import curve
+    from kp.observe.report import curve, curve_label
     pts = sorted(curve(rec), key=_size)
     if not pts:
         raise UsageError("no speed curve in this record: it was not timed at other shapes (--shapes with timing)")
@@ -153,15 +153,15 @@ def shape_curve(rec: dict, path: str | Path) -> Path:
     rows = [k for k in rec["rows"] if any(k in p["vs_eager"] for p in pts)]
     for k in rows:
         ys = [p["vs_eager"].get(k) for p in pts]
-        line, = axes[0][0].plot(xs, [y if y is not None else math.nan for y in ys], "o-", label=f"{row_label(rec, k)}"
-                                f" vs eager")
+        name = curve_label(rec, pts, k)
+        line, = axes[0][0].plot(xs, [y if y is not None else math.nan for y in ys], "o-", label=f"{name} vs eager")
         yc = [p["vs_compile"].get(k) for p in pts]
         if any(y is not None for y in yc):
             axes[0][0].plot(xs, [y if y is not None else math.nan for y in yc], "s--", color=line.get_color(),
-                            alpha=0.6, label=f"{row_label(rec, k)} vs torch.compile")
+                            alpha=0.6, label=f"{name} vs torch.compile")
         if roof:
             axes[1][0].plot(xs, [100 * p["roof"].get(k, math.nan) for p in pts], "o-", color=line.get_color(),
-                            label=row_label(rec, k))
+                            label=name)
     axes[0][0].axhline(1.0, color="gray", ls=":")
     axes[0][0].set_ylabel("speedup (x)")
     axes[0][0].set_title(_title(rec) + ": speed at each shape")

@@ -122,7 +122,8 @@ def curve(rec: dict) -> list[dict]:
         return []
     for e in members:
         t = {k: v["median_ms"] for k, v in e["timing"].items()}
-        point = {"shape": e["shape"], "member": e["member"], "ms": t, "vs_eager": {}, "vs_compile": {}, "roof": {}}
+        point = {"shape": e["shape"], "member": e["member"], "ms": t, "vs_eager": {}, "vs_compile": {}, "roof": {},
+                 "rungs": e.get("rungs") or (rec.get("rungs") or {} if e["member"] == "benchmark" else {})}
         for k in rec["rows"]:
             if k not in t or k == "eager":
                 continue
@@ -135,6 +136,13 @@ def curve(rec: dict) -> list[dict]:
     return out
 
 
+def curve_label(rec: dict, points: list[dict], label: str) -> str:
+    """A row's name on the speed curve: with the rung it ran where that was one rung at every shape
+    (auto->6_regcluster), else its own (a dispatching row picks again at each shape)."""
+    ran = {p["rungs"].get(label, label) for p in points if label in p["ms"]}
+    return f"{label}->{ran.pop()}" if len(ran) == 1 and label not in ran else label
+
+
 def family_lines(rec: dict) -> list[str]:
     """The speed curve as a table: a row per shape, each timed label's median, then the best judged row's speedups
     and share of the ceiling."""
@@ -143,17 +151,20 @@ def family_lines(rec: dict) -> list[str]:
         return []
     labels = [k for k in row_names(rec) if any(k in p["ms"] for p in points)]
     w = max([14] + [len(str(p["shape"])) for p in points])
-    cols = [max(9, len(row_label(rec, k))) for k in labels]
-    lines = ["  at each shape timed (--shapes): median ms; the fastest judged row against eager and torch.compile, "
-             "and its share of the ceiling",
-             f"  {'shape':{w}} {'member':>10} " + " ".join(f"{row_label(rec, k):>{c}}" for k, c in zip(labels, cols))
-             + f" {'fastest':>12} {'vs eager':>8} {'vs comp':>7} {'%roof':>6}"]
+    cols = [max(9, len(curve_label(rec, points, k))) for k in labels]
+    ran = lambda p, k: f"{k}->{p['rungs'][k]}" if p["rungs"].get(k, k) != k else k  # what it ran at that shape
+    fw = max([7] + [len(ran(p, k)) for p in points for k in p["vs_eager"]])
+    lines = ["  at each shape timed (--shapes): median ms; the fastest judged row (the rung it ran there) against "
+             "eager and torch.compile, and its share of the ceiling",
+             f"  {'shape':{w}} {'member':>10} " + " ".join(f"{curve_label(rec, points, k):>{c}}"
+                                                           for k, c in zip(labels, cols))
+             + f" {'fastest':>{fw}} {'vs eager':>8} {'vs comp':>7} {'%roof':>6}"]
     for p in points:
         ms = " ".join(f"{p['ms'][k]:{c}.3f}" if k in p["ms"] else f"{'-':>{c}}" for k, c in zip(labels, cols))
         judged = [k for k in p["vs_eager"] if rec["rows"][k]["accepted"]] or list(p["vs_eager"])
         best = min(judged, key=lambda k: p["ms"][k]) if judged else None
         fmt = lambda v, suffix: f"{v:.2f}{suffix}" if v is not None else "-"
-        tail = (f" {row_label(rec, best)[:12]:>12} {fmt(p['vs_eager'][best], 'x'):>8} "
+        tail = (f" {ran(p, best):>{fw}} {fmt(p['vs_eager'][best], 'x'):>8} "
                 f"{fmt(p['vs_compile'][best], 'x'):>7} {fmt(100 * p['roof'][best] if best in p['roof'] else None, '%'):>6}"
                 if best else "")
         lines.append(f"  {str(p['shape']):{w}} {p['member']:>10} {ms}{tail}")

@@ -3,10 +3,10 @@ background and is judged in its own process as usual, meanwhile the server start
 line to the server and prints what it answers. The server owns one batch slot (kp.batch.slots: a judge process with
 torch imported and CUDA's context made, which keeps the ceilings it measures; replaced if it dies), which runs
 `run.py`'s own main() on the command, so the output, the record and the exit code are the command's (the judge's
-progress on stderr as it goes, the rest at the end). After each command (and at its start, for the command that
-started it) the slot starts the box for the same candidate's next judgement (a kernel author re-running the file
-after an edit: the box binds the candidate's folder, so it sees the new file), so the next command pays neither
-torch's import nor the box's start. The server leaves after IDLE_S without a command, or at `run.py --warm-stop`.
+progress on stderr as it goes, the rest at the end). As each command starts (and at its own start, for the command
+that started it) the slot starts the box for the same candidate's next judgement (a kernel author re-running the
+file after an edit: the box binds the candidate's folder, so it sees the new file), so the next command pays neither
+torch's import nor the box's start (kp.batch.slots.run_command). The server leaves after IDLE_S without a command, or at `run.py --warm-stop`.
 
 One server per user, device (`--device cpu`, or the GPUs CUDA_VISIBLE_DEVICES names), the judge's own code (its
 files' sizes and times) and the KP_* settings: a command that differs in any of these gets a server of its own, and

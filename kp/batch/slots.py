@@ -94,7 +94,6 @@ def run_command(msg: dict, say=None) -> dict:
         except SystemExit as e:  # argparse's usage errors and --help
             rc = e.code if isinstance(e.code, int) else 2
         except Exception as e:  # the judge's own bug: said, the slot goes on
-            import traceback
             traceback.print_exc()
             rc = 2
             print(f"error: the judge raised {type(e).__name__}", file=sys.stderr)
@@ -219,12 +218,6 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         if broken:
             return
 
-    try:
-        torch.cuda.synchronize()
-        torch.ones(1, device="cuda").add_(1).item()
-    except Exception as e:
-        return f"{type(e).__name__}: {first_line(e)}"
-    return None
 
 class Slot:
     """One slot process and the job it runs; `poll` turns its answer, its death or its time running out into a

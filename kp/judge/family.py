@@ -52,7 +52,7 @@ def module_sizes(module) -> dict:
     return {k: v for k, v in vars(module).items() if type(v) in (int, float, tuple) and not k.startswith("__")}
 
 
-def _same(a, b) -> bool:
+def same_value(a, b) -> bool:
     """Equal and of one type (an int size, or a tuple of them)."""
     try:
         return type(a) is type(b) and bool(a == b)
@@ -160,7 +160,7 @@ class ShapeFamily:
                     continue
                 ns[name] = v
                 moved.add(name)
-                if not _same(g.get(name), v):
+                if not same_value(g.get(name), v):
                     out[name] = (g.get(name), v)
         return out
 

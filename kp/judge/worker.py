@@ -17,6 +17,7 @@ from kp.box.start import needs_dynamo
 from kp.errors import oom_request_bytes
 from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
+from kp.judge.family import same_value
 from kp.judge.float64 import hold_on
 from kp.judge.measure import MeasureCommands, export_output
 from kp.judge.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_text, fault_text, gpu_fault, send
@@ -280,15 +281,14 @@ class Worker(MeasureCommands):
         sizes of the candidate's file, where it has them with the benchmark's values, take the new ones too, so a
         ModelNew written against the file's own sizes meets the shapes it is given; this process's reference, which
         draws the timing's inputs, takes them all."""
-        from kp.judge.family import _same
         module = sys.modules.get("kp_candidate")
         changed = []
         for name, (old, new) in sizes.items():  # a size, or a global the file computes from sizes (a tuple)
-            if module is not None and _same(getattr(module, name, None), old):
+            if module is not None and same_value(getattr(module, name, None), old):
                 setattr(module, name, new)
                 changed.append(name)
             ref = vars(self.ref.module)  # this process's reference draws the timing's inputs: at the same sizes
-            if _same(ref.get(name), old):  # (a module shared with the judge: set already)
+            if same_value(ref.get(name), old):  # (a module shared with the judge: set already)
                 ref[name] = new
         return {"changed": changed}
 

@@ -88,9 +88,15 @@ def row_names(rec: dict) -> list[str]:
     return list(dict.fromkeys([k for k in ("eager", "torch.compile") if k in timing] + list(rec["rows"])))
 
 
+def ran_label(label: str, rungs: dict) -> str:
+    """A row's name with the rung it ran (`rungs`: label -> rung) where it picks one per call (auto->6_regcluster)."""
+    rung = rungs.get(label, label)
+    return f"{label}->{rung}" if rung != label else label
+
+
 def row_label(rec: dict, label: str) -> str:
-    """A row's name in the table: with the rung it ran where it picks one per call (auto->6_regcluster)."""
-    return f"{label}->{rec['rungs'][label]}" if rec.get("rungs", {}).get(label, label) != label else label
+    """A row's name in the table: with the rung it ran at the benchmark's shape where it picks one per call."""
+    return ran_label(label, rec.get("rungs") or {})
 
 
 def row_traffic(rec: dict, label: str) -> dict:
@@ -117,13 +123,13 @@ def curve(rec: dict) -> list[dict]:
     eager and torch.compile and its share of the copy/GEMM ceiling measured in the run (None where not measured)."""
     out = []
     members = [{"shape": rec.get("shape"), "member": "benchmark", "timing": rec.get("timing") or {},
-                "traffic": rec.get("traffic") or {}}] + [e for e in rec.get("family") or [] if e.get("timing")]
+                "traffic": rec.get("traffic") or {}, "rungs": rec.get("rungs") or {}}] + [e for e in rec.get("family") or [] if e.get("timing")]
     if len(members) < 2 or not members[0]["timing"]:
         return []
     for e in members:
         t = {k: v["median_ms"] for k, v in e["timing"].items()}
         point = {"shape": e["shape"], "member": e["member"], "ms": t, "vs_eager": {}, "vs_compile": {}, "roof": {},
-                 "rungs": e.get("rungs") or (rec.get("rungs") or {} if e["member"] == "benchmark" else {})}
+                 "rungs": e.get("rungs") or {}}
         for k in rec["rows"]:
             if k not in t or k == "eager":
                 continue
@@ -139,8 +145,8 @@ def curve(rec: dict) -> list[dict]:
 def curve_label(rec: dict, points: list[dict], label: str) -> str:
     """A row's name on the speed curve: with the rung it ran where that was one rung at every shape
     (auto->6_regcluster), else its own (a dispatching row picks again at each shape)."""
-    ran = {p["rungs"].get(label, label) for p in points if label in p["ms"]}
-    return f"{label}->{ran.pop()}" if len(ran) == 1 and label not in ran else label
+    names = {ran_label(label, p["rungs"]) for p in points if label in p["ms"]}
+    return names.pop() if len(names) == 1 else label
 
 
 def family_lines(rec: dict) -> list[str]:
@@ -152,8 +158,7 @@ def family_lines(rec: dict) -> list[str]:
     labels = [k for k in row_names(rec) if any(k in p["ms"] for p in points)]
     w = max([14] + [len(str(p["shape"])) for p in points])
     cols = [max(9, len(curve_label(rec, points, k))) for k in labels]
-    ran = lambda p, k: f"{k}->{p['rungs'][k]}" if p["rungs"].get(k, k) != k else k  # what it ran at that shape
-    fw = max([7] + [len(ran(p, k)) for p in points for k in p["vs_eager"]])
+    fw = max([7] + [len(ran_label(k, p["rungs"])) for p in points for k in p["vs_eager"]])
     lines = ["  at each shape timed (--shapes): median ms; the fastest judged row (the rung it ran there) against "
              "eager and torch.compile, and its share of the ceiling",
              f"  {'shape':{w}} {'member':>10} " + " ".join(f"{curve_label(rec, points, k):>{c}}"
@@ -164,7 +169,7 @@ def family_lines(rec: dict) -> list[str]:
         judged = [k for k in p["vs_eager"] if rec["rows"][k]["accepted"]] or list(p["vs_eager"])
         best = min(judged, key=lambda k: p["ms"][k]) if judged else None
         fmt = lambda v, suffix: f"{v:.2f}{suffix}" if v is not None else "-"
-        tail = (f" {ran(p, best):>{fw}} {fmt(p['vs_eager'][best], 'x'):>8} "
+        tail = (f" {ran_label(best, p['rungs']):>{fw}} {fmt(p['vs_eager'][best], 'x'):>8} "
                 f"{fmt(p['vs_compile'][best], 'x'):>7} {fmt(100 * p['roof'][best] if best in p['roof'] else None, '%'):>6}"
                 if best else "")
         lines.append(f"  {str(p['shape']):{w}} {p['member']:>10} {ms}{tail}")

@@ -77,10 +77,12 @@ def raised_by_judge(e: BaseException) -> bool:
     """Whether an exception was raised in the judge's own code (its innermost frame in the kp package), not in the
     reference's forward or the torch operators it calls: a bug to report as one, not a reference that raises on
     its inputs. An operator that raises inside one of the judge's dispatch modes (counting FLOPs, rounding at
-    random) has that mode's __torch_dispatch__ as its innermost Python frame: the operator's, not the judge's."""
+    random) has that mode's __torch_dispatch__ as its innermost Python frame: the operator's, not the judge's. A
+    CUDA error is asynchronous: raised at whatever line next waits for the GPU, the judge's or not, it is the work
+    queued before it (in the judge's process, the reference's), whatever its frame."""
     import os
     tb = e.__traceback__
-    if tb is None:
+    if tb is None or is_cuda_error(e):
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
@@ -90,3 +92,7 @@ def raised_by_judge(e: BaseException) -> bool:
     here = os.path.dirname(os.path.abspath(__file__))
     return os.path.abspath(code.co_filename).startswith(here + os.sep)
 
+
+def is_cuda_error(e: BaseException) -> bool:
+    """A CUDA runtime error raised by torch (a device-side assert, an illegal address, a launch failure)."""
+    return type(e).__name__ == "AcceleratorError" or (isinstance(e, RuntimeError) and "CUDA error" in str(e))

@@ -180,3 +180,11 @@ def test_an_error_of_the_judges_own_code_is_told_from_the_references():
     with pytest.raises(ValueError) as own:
         rel_error(torch.zeros(2), torch.zeros(3))
     assert raised_by_judge(own.value)
+    import kp.errors  # a CUDA error is asynchronous: met at a line of the judge's, it is the work queued before it
+    at_judge_line = lambda text: exec(compile(f"raise RuntimeError({text!r})", kp.errors.__file__, "exec"))
+    with pytest.raises(RuntimeError) as sticky:
+        at_judge_line("CUDA error: device-side assert triggered")
+    assert not raised_by_judge(sticky.value)
+    with pytest.raises(RuntimeError) as other:
+        at_judge_line("a judge's own error")
+    assert raised_by_judge(other.value)

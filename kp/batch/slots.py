@@ -14,7 +14,7 @@ import signal
 import time
 import traceback
 
-from kp.errors import GpuMemoryShort, UsageError, cuda_broken, first_line
+from kp.errors import GpuMemoryShort, UsageError, cuda_broken, first_line, is_cuda_error
 from kp.judge.runners import exit_status, start_without_main
 from kp.judge.worker import JOB_TIMEOUT_S
 from kp.batch.jobfile import Job
@@ -53,8 +53,11 @@ def run_job(job: Job) -> dict:
         out = {"ok": False, "verdict": f"error: {first_line(e)}", "record": None,
                "gpu_memory": isinstance(e, GpuMemoryShort)}  # with the GPU to itself, the job may get a verdict
     except Exception as e:  # a bug of the judge's own, not the candidate's: said as such
-        out = {"ok": False, "verdict": f"error: the judge raised {type(e).__name__}: {first_line(e)}",
-               "record": None, "traceback": traceback.format_exc()}
+        said = f"the judge raised {type(e).__name__}: {first_line(e)}"
+        if is_cuda_error(e):  # asynchronous: the GPU work queued in the judge's process, which is the reference's
+            said = (f"the reference's GPU work in the judge's process faulted ({type(e).__name__}: {first_line(e)}), "
+                    f"seen where the judge next waited for the GPU")
+        out = {"ok": False, "verdict": f"error: {said}", "record": None, "traceback": traceback.format_exc()}
     out.update(log=log, elapsed_s=round(time.perf_counter() - t0, 1))
     return out
 

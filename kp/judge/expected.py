@@ -251,6 +251,7 @@ class _Refs:
                 {k: v.detach().clone() for k, (_, _, v) in _named_plain(self.r32).items()}
             with torch.no_grad(), counter, reductions:
                 r32 = self.r32(*[clone_layout(x) for x in pristine])
+            _settled()  # a fault of the reference's kernels surfaces here, as the reference's, not at a later line
             if before is not None:
                 self._state_calls += 1
                 self.state_attrs = sorted(k for k, (_, _, v) in _named_plain(self.r32).items()
@@ -264,6 +265,7 @@ class _Refs:
                     self.moved = f"on the host: its forward does not fit the GPU whole and cannot be sliced ({why})"
             alts = self._other_algorithms(pristine, counter) if precision != "tf32" else []  # fp32, bf16, fp16
             r64 = self._float64(pristine)
+            _settled()
         finally:
             set_precision("fp32")
         numel = lambda ts: sum(t.numel() for t in ts if isinstance(t, torch.Tensor) and t.is_floating_point())
@@ -330,3 +332,9 @@ def _rows(xs: list, start: int, stop: int) -> list:
     return [x[start:stop] if isinstance(x, torch.Tensor) and x.dim() > 0 else x for x in xs]
 
 
+def _settled() -> None:
+    """Waits for the GPU work queued so far in this process (the reference's), where CUDA is in use: a device-side
+    assert or an illegal address in its kernels is raised asynchronously, at whatever line next waits for the GPU;
+    waited for here, it is raised inside the reference's call, where the judge says it is the reference's."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()

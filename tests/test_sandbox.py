@@ -147,6 +147,84 @@ def test_a_box_started_early_is_adopted_by_the_same_job_only(tmp_path):
 
 
 @needs_box
+def test_a_box_started_for_a_file_serves_its_next_version_and_is_lent_its_builds(tmp_path, monkeypatch):
+    """A loop edits its candidate between commands: the box started for the file's last version is adopted by the
+    next (same file, new contents), and lent that version's own cached builds, never the last version's; what the
+    box builds goes back under the version it judged, torch's lock files left out. A file replaced by another (a new
+    inode) does not take a box started for the old one."""
+    from kp.box import start as boxstart
+    monkeypatch.setenv("KP_CACHE_DIR", str(tmp_path / "cache"))
+    cand = tmp_path / "cands" / "cand.py"
+    cand.parent.mkdir()
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
+    spec = ("file", str(REF))
+    old_builds = boxstart.candidate_build_dir(cand)
+    (old_builds / "ext").mkdir()
+    (old_builds / "ext" / "old.so").write_text("the last version's build")
+    boxstart.start_early(spec, str(cand))
+    early, = boxstart.waiting()
+    cand.write_text(cand.read_text() + "# edited\n")  # in place: the same inode
+    new_builds = boxstart.candidate_build_dir(cand)
+    assert new_builds != old_builds
+    (new_builds / "ext").mkdir()
+    (new_builds / "ext" / "new.so").write_text("this version's build")
+    (new_builds / "ext" / "lock").write_text("")
+    box = boxstart.take(spec, boxstart.candidate_paths(cand), str(new_builds))
+    own = Path(box.proc.builds)
+    try:
+        assert box is early and box.env["TORCH_EXTENSIONS_DIR"] == boxstart.BOX_BUILDS
+        assert sorted(p.name for p in (own / "ext").iterdir()) == ["new.so"]  # no lock, nothing of the last version
+        (own / "ext" / "more.o").write_text("built in the box")
+        (own / "ext" / "lock").write_text("")
+    finally:
+        box.discard()
+    assert not own.exists()
+    assert sorted(p.name for p in (new_builds / "ext").iterdir()) == ["lock", "more.o", "new.so"]
+    assert sorted(p.name for p in (old_builds / "ext").iterdir()) == ["old.so"]
+    boxstart.start_early(spec, str(cand))
+    early, = boxstart.waiting()
+    replaced = tmp_path / "other.py"
+    replaced.write_text(cand.read_text())
+    os.replace(replaced, cand)  # a new inode at the same path: the box holds the old file where it binds it alone
+    other = boxstart.take(spec, boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand)))
+    try:
+        assert other is not early
+    finally:
+        other.discard()
+
+
+def test_a_job_lent_a_build_running_ahead_waits_for_it(tmp_path):
+    """A candidate's build running ahead of its job in another process of the run (its cache folder marked with
+    that process's pid, kp.batch.ahead) is waited for before the job's box is lent the folder, and the wait is the
+    build's time; a mark left by a process that is gone is not waited for."""
+    import subprocess
+    import time
+    from kp.box import start as boxstart
+    home, own = tmp_path / "cache", tmp_path / "own"
+    home.mkdir()
+    own.mkdir()
+    builder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (home / boxstart.BUILDING).write_text(str(builder.pid))
+
+        def finish():
+            time.sleep(0.6)
+            (home / "ext.so").write_text("built")
+            (home / boxstart.BUILDING).unlink()
+        threading.Thread(target=finish).start()
+        box = boxstart.Box(None, boxstart.BoxProcess(None, None, str(own)), None, ())
+        box.lend(str(home), deadline=time.monotonic() + 20)
+        assert box.build_wait_s >= 0.5 and (own / "ext.so").read_text() == "built"
+    finally:
+        builder.kill()
+        builder.wait()
+    (home / boxstart.BUILDING).write_text(str(builder.pid))  # its builder gone
+    t0 = time.monotonic()
+    boxstart.Box(None, boxstart.BoxProcess(None, None, str(own)), None, ()).lend(str(home))
+    assert time.monotonic() - t0 < 0.5
+
+
+@needs_box
 def test_a_box_started_for_a_later_job_waits_for_it(tmp_path):
     """A batch's slot starts its next job's box while the job before runs: the job before does not discard it, the
     job it was made for takes it, and a slot whose next job went elsewhere discards it."""

@@ -7,6 +7,10 @@
                                                           seconds in a warm slot (its box started ahead)
     python -m bench.judge.time_to_verdict --warm-judge    each command with run.py --warm: a judge kept warm
                                                           between commands (its first, untimed run starts it)
+    python -m bench.judge.time_to_verdict --warm-judge --edited    and each command's candidate edited since the
+                                                          last (one file, new contents each time): a loop's pace
+    python -m bench.judge.time_to_verdict --warm-judge --edited --pause 5    and 5 s between commands, untimed
+                                                          (a loop writing its next candidate meanwhile)
 
 Each case is one `run.py --ref ... --candidate ... --no-compile` command in a process of its own, one at a time
 (a candidate's own build cached: each case is run once untimed first with --warm), as a user or a search loop would
@@ -71,8 +75,16 @@ def command(ref, cand, flags, device: str | None, json_path: Path, tmp: Path) ->
     return argv + (["--device", device] if device else [])
 
 
-def run_case(case, device: str | None, tmp: Path, timeout: float, warm_judge: bool = False) -> dict:
+def run_case(case, device: str | None, tmp: Path, timeout: float, warm_judge: bool = False,
+             edit: int | None = None) -> dict:
+    """One command for the case. edit: the candidate is a copy of the case's, rewritten before this command with
+    this number in a comment (new contents in the same file, as a loop editing its candidate writes it)."""
     name, what, ref, cand, flags, _ = case
+    if edit is not None and not str(cand).startswith("shipped:"):
+        src = Path(cand)
+        cand = tmp / "edited" / src.name
+        cand.parent.mkdir(exist_ok=True)
+        cand.write_text(src.read_text() + f"\n# edit {edit}\n")
     flags = [*flags, "--warm"] if warm_judge else flags
     out = tmp / f"{name}.json"
     out.unlink(missing_ok=True)
@@ -160,6 +172,10 @@ def main(argv=None) -> int:
     ap.add_argument("--warm-judge", action="store_true",
                     help="each command with run.py --warm (a judge kept warm between commands); the untimed first "
                          "run of each case (--warm) starts it, and it is stopped at the end")
+    ap.add_argument("--edited", action="store_true",
+                    help="each command's candidate a new version of the case's file (the same path, new contents)")
+    ap.add_argument("--pause", type=float, default=0.0, metavar="S",
+                    help="seconds between commands, not timed (a loop writing its next candidate meanwhile)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", metavar="PATH", help="write every run's figures here")
     ap.add_argument("--batch", type=int, default=0, metavar="N",
@@ -179,10 +195,14 @@ def main(argv=None) -> int:
                 if args.json:
                     Path(args.json).write_text(json.dumps(rows, indent=1))
                 continue
+            edits = iter(range(args.repeat + 1)) if args.edited else None
             if args.warm or args.warm_judge:
-                run_case(case, args.device, tmp, args.timeout, args.warm_judge)
-            runs = sorted((run_case(case, args.device, tmp, args.timeout, args.warm_judge)
-                           for _ in range(args.repeat)), key=lambda r: r["wall_s"])
+                run_case(case, args.device, tmp, args.timeout, args.warm_judge, edits and next(edits))
+            runs = []
+            for _ in range(args.repeat):
+                time.sleep(args.pause)
+                runs.append(run_case(case, args.device, tmp, args.timeout, args.warm_judge, edits and next(edits)))
+            runs.sort(key=lambda r: r["wall_s"])
             rows.append({**runs[len(runs) // 2], "walls": [r["wall_s"] for r in runs]})
             print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)  # a run cut short keeps its rows
             if args.json:

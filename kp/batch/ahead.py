@@ -54,8 +54,21 @@ def build_one(job: Job, timeout_s: float) -> str | None:
     architecture flags) but no CUDA context made, so a hundred builds beside the slots take none of a GPU's memory.
     None, or why it did not import."""
     from kp.box import sandbox
+    from kp.box.start import BUILDING, candidate_build_dir
     from kp.judge.runners import candidate_runner
     opts = dict(job.opts)
+    try:  # a slot whose job reaches the candidate meanwhile waits for this build (kp.box.start.Box.lend)
+        mark = candidate_build_dir(job.candidate) / BUILDING
+        mark.write_text(str(os.getpid()))
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+    try:
+        return _build_in_box(job, opts, timeout_s, sandbox, candidate_runner)
+    finally:
+        mark.unlink(missing_ok=True)
+
+
+def _build_in_box(job: Job, opts: dict, timeout_s: float, sandbox, candidate_runner) -> str | None:
     try:
         runner = candidate_runner(job.ref, job.candidate, "cpu", opts.get("precision") or "fp32", lambda msg: False,
                                   boxed=sandbox.choice(opts.get("sandbox", True))[0],
@@ -98,8 +111,9 @@ def builders() -> int:
 def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: float, procs: int | None = None):
     """A batch's builds ahead, where worth it (`worth_it`), beside the slots' judging from its start: a background
     thread builds `procs` at a time, in the order the slots will meet the candidates; a slot that reaches one still
-    building waits for that build (torch's own lock on the build folder), never builds it twice. The GPUs visible to
-    the builds are the first slot's (the kind the builds target: torch reads them for its architecture flags).
+    building waits for that build (the mark build_one leaves in its cache folder, kp.box.start.Box.lend), never
+    builds it twice. The GPUs visible to the builds are the first slot's (the kind the builds target: torch reads
+    them for its architecture flags).
     Returns the jobs in the order to judge them (the candidates that build nothing first, so the builds get ahead)
     and the thread (join it to wait for the builds). procs: builds at once (None: `builders`)."""
     procs = procs or builders()

@@ -152,17 +152,22 @@ def _box_ahead(job: Job, ahead: list[Job]) -> None:
             return boxstart.plan_for(j.ref, j.candidate)
         except OSError:  # the file is gone: its job says so when it runs
             return None
-    plans = {id(j): plan(j) for j in [job, *ahead] if j.candidate}
-    kept = [b for b in boxstart.waiting() if b.plan in plans.values()]
-    boxstart.discard_early({id(b) for b in kept})
-    started = [b.plan for b in kept]  # plans hold lists and dicts: compared, not hashed
-    for j in ahead:
-        if j.candidate is None or plans.get(id(j)) in started:
+    free, kept, missing = list(boxstart.waiting()), [], []
+    for j in [job, *ahead]:  # a box per job (two versions of one file have one plan: one box each)
+        if j.candidate is None:
             continue
+        p = plan(j)
+        b = next((b for b in free if b.plan == p), None)  # plans hold lists and dicts: compared, not hashed
+        if b is not None:
+            free.remove(b)
+            kept.append(b)
+        elif j is not job:
+            missing.append(j)
+    boxstart.discard_early({id(b) for b in kept})
+    for j in missing:
         opts = dict(j.opts)
         boxstart.start_early(j.ref, j.candidate, boxed=opts.get("sandbox", True), later=True,
                              cuda=opts.get("device") != "cpu")
-        started.append(plans.get(id(j)))
 
 
 def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool) -> None:

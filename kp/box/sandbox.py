@@ -154,7 +154,7 @@ def _parents(p: str) -> list[str]:
     return out
 
 
-def command(argv: list[str], *, read_only: list[str], writable: list[str] = (), cwd: str, env: dict,
+def command(argv: list[str], *, read_only: list[str], writable: list = (), cwd: str, env: dict,
             limits: Limits) -> list[str]:
     """The bwrap command line that runs argv in a box (see the module's docstring)."""
     b, why = status()
@@ -184,8 +184,9 @@ def command(argv: list[str], *, read_only: list[str], writable: list[str] = (), 
                 made.add(a)
                 args += ["--perms", "0755", "--dir", a]  # bwrap would make them 0700
         args += ["--ro-bind", p, p]
-    for p in writable:
-        args += ["--bind", p, p]
+    for p in writable:  # a path, bound where it is, or (path, where the box sees it)
+        src, dst = p if isinstance(p, tuple) else (p, p)
+        args += ["--bind", src, dst]
     if cwd.startswith("/tmp/"):  # a working directory of its own on the private /tmp: fresh, writable, gone after
         args += ["--dir", cwd]
     args += ["--chdir", cwd, "--clearenv"]

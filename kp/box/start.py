@@ -10,6 +10,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BOX_CWD = "/tmp/work"  # the candidate's working directory in the box: on its private /tmp, gone with the box
+BOX_BUILDS = "/tmp/kp_builds"  # the candidate's own extension builds in the box (its TORCH_EXTENSIONS_DIR): a folder
+#                                of the box's own, lent the candidate's cached builds when its job takes the box
 
 
 def cache_root() -> Path:
@@ -40,8 +43,8 @@ def torch_version() -> str:
 def candidate_build_dir(path: str | Path) -> Path:
     """Where a candidate file's own extension builds (its load_inline's TORCH_EXTENSIONS_DIR) are kept between
     judgements: keyed on the file's contents, torch's version and the Python ABI, so a re-judged candidate loads
-    its build instead of compiling again, and no other file shares (or can poison) the folder. The only writable
-    place of the cache inside the box."""
+    its build instead of compiling again, and no other file shares (or can poison) the folder. A box never sees it:
+    its job is lent a copy (Box.lend) and what it built is put back when the box ends (BoxProcess.cleanup)."""
     h = hashlib.sha256(Path(path).read_bytes())
     h.update(f"{torch_version()}|{sys.version_info[:2]}".encode())
     d = cache_root() / "candidates" / h.hexdigest()[:24]
@@ -52,8 +55,10 @@ def candidate_build_dir(path: str | Path) -> Path:
 class BoxProcess:
     """A boxed worker's process, with the part of multiprocessing.Process's interface the runner uses."""
 
-    def __init__(self, popen, cgroup):
+    def __init__(self, popen, cgroup, builds: str | None = None):
         self.popen, self.cgroup = popen, cgroup
+        self.builds = builds  # the box's own build folder (bound at BOX_BUILDS), or None
+        self.home: Path | None = None  # the candidate's cached builds it was lent, where its builds go back
 
     def is_alive(self) -> bool:
         return self.popen.poll() is None
@@ -100,8 +105,15 @@ class BoxProcess:
             pass
 
     def cleanup(self) -> None:
+        """After the box ended: its processes reaped, its builds put back into the candidate's cache (a build the
+        next judgement loads), its own folder removed."""
         self.popen.wait()
         self.cgroup.remove()
+        if self.builds:
+            if self.home is not None:
+                _copy_builds(Path(self.builds), self.home)
+            shutil.rmtree(self.builds, ignore_errors=True)
+            self.builds = None
 
 
 class Box:
@@ -110,10 +122,26 @@ class Box:
 
     def __init__(self, conn, proc: BoxProcess, stderr, plan: tuple):
         self.conn, self.proc, self.stderr, self.plan = conn, proc, stderr, plan
+        self.build_wait_s = 0.0  # seconds its job waited for the candidate's build ahead (lend)
 
     @property
     def env(self) -> dict:
         return self.plan[2]
+
+    def lend(self, build_dir: str | None, deadline: float | None = None) -> None:
+        """The candidate's cached builds copied into the box's own build folder before its job (a build still
+        running ahead of the job, kp.batch.ahead, waited for first, until `deadline`); they go back when the box
+        ends. The box's folder is not the cache: what one judgement writes there reaches the cache only under its
+        own file's contents."""
+        if not (self.proc.builds and build_dir):
+            return
+        home = Path(build_dir)
+        t0 = time.monotonic()
+        while building_elsewhere(home) and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.2)
+        self.build_wait_s = time.monotonic() - t0
+        _copy_builds(home, Path(self.proc.builds))
+        self.proc.home = home
 
     def discard(self) -> None:
         self.proc.kill()
@@ -126,8 +154,11 @@ class Box:
             pass
 
 
-def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple[list[str], list[str], dict]:
-    """What the box reads, what it writes, and its environment."""
+def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple:
+    """What the box reads, what it writes, its environment, whether it preloads torch._dynamo, whether it has a
+    build folder of its own, and the candidate file's identity (device and inode: a file bound alone, outside a
+    bound folder, is the inode it was when the box started). Nothing of the file's contents: a box started for one
+    version of a candidate serves the next version of the same file (a loop's edit), its builds lent at its job."""
     from multiprocessing import util
     from kp.box import sandbox
     ro = [str(ROOT), *read_only]
@@ -140,10 +171,14 @@ def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple[list[s
         ro.append(str(cache_root().resolve()))
         env["KP_CACHE_SHARED"] = ro[-1]
     writable = [util.get_temp_dir()]  # this process's multiprocessing folder (kp.box.entry says why the box shares it)
-    if build_dir:  # the candidate's own extension builds, kept for its next judgement
-        env["TORCH_EXTENSIONS_DIR"] = build_dir
-        writable.append(build_dir)
-    return ro, writable, env
+    if build_dir:  # the candidate's own extension builds: the box's own folder, lent its cached ones at its job
+        env["TORCH_EXTENSIONS_DIR"] = BOX_BUILDS
+    cand = next((p for p in read_only if p.endswith(".py")), None)
+    try:
+        ident = (os.stat(cand).st_dev, os.stat(cand).st_ino) if cand else None
+    except OSError:
+        ident = None
+    return ro, writable, env, needs_dynamo(cand) if cand else True, bool(build_dir), ident
 
 
 def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
@@ -153,20 +188,68 @@ def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     import multiprocessing
     from multiprocessing.connection import Connection
     from kp.box import sandbox
-    ro, writable, env = plan
+    ro, writable, env, dynamo, builds = plan[:5]
     limits = sandbox.Limits()
     stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
     ours, theirs = socket.socketpair()
     inside = [sys.executable, "-m", "kp.box.entry", str(theirs.fileno()), json.dumps(limits.settings()), writable[0],
-              "cuda" if warm_cuda else "gpu" if gpu else "-", "dynamo" if needs_dynamo(plan_candidate(plan)) else "-"]
-    argv = sandbox.command(inside, read_only=ro, writable=writable, cwd=BOX_CWD, env=env, limits=limits)
+              "cuda" if warm_cuda else "gpu" if gpu else "-", "dynamo" if dynamo else "-"]
+    own = None
+    if builds:  # the box's own build folder, beside the cache (a copy within one file system)
+        (cache_root() / "boxes").mkdir(parents=True, exist_ok=True)
+        own = tempfile.mkdtemp(prefix="box-", dir=cache_root() / "boxes")
+    argv = sandbox.command(inside, read_only=ro, writable=[*writable, *([(own, BOX_BUILDS)] if own else [])],
+                           cwd=BOX_CWD, env=env, limits=limits)
     cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
     popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL,
                              stderr=stderr)
     theirs.close()
     conn = Connection(ours.detach())
     conn.send_bytes(bytes(multiprocessing.current_process().authkey))
-    return Box(conn, BoxProcess(popen, cgroup), stderr, plan)
+    return Box(conn, BoxProcess(popen, cgroup, own), stderr, plan)
+
+
+BUILDING = "kp_building"  # in a candidate's cache folder while its build runs ahead of its job: the builder's pid
+
+
+def building_elsewhere(home: Path) -> bool:
+    """Whether another process of the run is building this candidate ahead (kp.batch.ahead) right now."""
+    try:
+        pid = int((home / BUILDING).read_text())
+    except (OSError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _copy_builds(src: Path, dst: Path) -> None:
+    """One build folder's files copied over another's, each file whole or not at all (written aside, then renamed
+    over: a process reading the destination meanwhile sees the old file or the new one); unchanged files (same size
+    and time) and torch's lock files (a build interrupted leaves one, which would stall the next) are skipped."""
+    for root, dirs, files in os.walk(src):
+        rel = Path(root).relative_to(src)
+        (dst / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if name in ("lock", BUILDING):
+                continue
+            a, b = Path(root) / name, dst / rel / name
+            try:
+                sa = a.stat()
+                sb = b.stat() if b.exists() else None
+                if sb is not None and sb.st_size == sa.st_size and int(sb.st_mtime) == int(sa.st_mtime):
+                    continue
+                tmp = b.with_name(f".{name}.{os.getpid()}.part")
+                shutil.copy2(a, tmp)
+                os.replace(tmp, b)
+            except OSError:
+                continue
 
 
 # Boxes started ahead of their job: (box, later). A box the command line started for its one job is discarded by a
@@ -256,21 +339,17 @@ def discard_early(keep: set[int] = frozenset()) -> None:
             box.discard()
 
 
-def plan_candidate(plan: tuple) -> str | None:
-    """The candidate's file a box's plan reads (candidate_paths: its folder, then the file), or None."""
-    return next((p for p in plan[0][1:] if p.endswith(".py")), None)
-
-
 def plan_for(ref_spec, candidate: str | Path) -> tuple:
-    """The plan (_plan) of the box that judges `candidate` against the reference: its folder and file readable, its
-    own build folder writable."""
+    """The plan (_plan) of the box that judges `candidate` against the reference: its folder and file readable, a
+    build folder of its own writable."""
     return _plan(ref_spec, candidate_paths(candidate), str(candidate_build_dir(candidate)))
 
 
-def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True) -> Box:
+def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True, deadline: float | None = None) -> Box:
     """A box for a candidate (read_only: its folder and file) against a reference: one started ahead for the same
-    plan (folders, environment) that still runs, else a new one (gpu=False: for a job on the CPU). A box the command
-    line started for another job is discarded; one a slot keeps for a later job stays."""
+    plan (folders, environment, the same file, whatever its contents now) that still runs, else a new one
+    (gpu=False: for a job on the CPU), lent the candidate's cached builds (Box.lend). A box the command line started
+    for another job is discarded; one a slot keeps for a later job stays."""
     plan = _plan(ref_spec, read_only, build_dir)
     found = None
     for box, later in list(_early):
@@ -280,4 +359,6 @@ def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True
         elif not later or not box.proc.is_alive():
             _early.remove((box, later))
             box.discard()
-    return found if found is not None else _start(plan, gpu=gpu)
+    box = found if found is not None else _start(plan, gpu=gpu)
+    box.lend(build_dir, deadline)
+    return box

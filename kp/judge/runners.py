@@ -100,10 +100,12 @@ class ProcessRunner:
         self.seq = 0  # commands sent: each answer must carry its command's number
         self.build_failures: list[dict] = []
         self.build_s = 0.0  # seconds the worker has spent in the candidate's load/load_inline calls (its reply says)
+        self.build_wait_s = 0.0
         if sandbox:
             self.scratch = None  # the box's private /tmp holds its working directory
-            box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir)
+            box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir, deadline)
             self.conn, self.proc, self.stderr = box.conn, box.proc, box.stderr
+            self.build_s = self.build_wait_s = box.build_wait_s  # waiting for its build ahead: the build's time
             return
         self.stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
         self.scratch = tempfile.mkdtemp(prefix="kp-cwd-")
@@ -164,7 +166,7 @@ class ProcessRunner:
         reply = Reply(stage, reply)
         self.build_failures = reply.get("build_failures") or self.build_failures
         if isinstance(reply.get("build_s"), (int, float)):
-            self.build_s = float(reply["build_s"])
+            self.build_s = self.build_wait_s + float(reply["build_s"])
         if reply.get("patched"):
             raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "
                            f"(judge, timer and baselines depend on them)")
@@ -216,10 +218,10 @@ def stderr_tail(path: str, lines: int = 3, chars: int = 400) -> str:
 
 
 def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], train: bool,
-                 build_dir: str | None = None):
-    """The candidate's box (the one the command line started early, if it matches) given its job."""
+                 build_dir: str | None = None, deadline: float | None = None):
+    """The candidate's box (the one started ahead for it, if it matches) given its job."""
     from kp.box import start as boxstart
-    box = boxstart.take(ref_spec, read_only, build_dir, gpu=device != "cpu")
+    box = boxstart.take(ref_spec, read_only, build_dir, gpu=device != "cpu", deadline=deadline)
     box.conn.send((ref_spec, device, precision, str(ROOT), box.env, boxstart.BOX_CWD, train))
     return box
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from kp.batch.session import JudgeSession
+from kp.box import sandbox
 from kp.errors import UsageError
 
 BATCH = Path(__file__).resolve().parent / "batch"
@@ -31,3 +32,23 @@ def test_a_session_refuses_what_it_cannot_judge():
         JudgeSession("no_such_ref.py", device="cpu")
     with pytest.raises(UsageError, match="unknown judge options"):
         JudgeSession(BATCH / "ref.py", device="cpu", bench_mark=False)
+
+
+@pytest.mark.skipif(sandbox.status()[0] is None, reason=f"no sandbox here: {sandbox.status()[1]}")
+def test_a_loops_next_version_of_a_candidate_finds_its_box_started(tmp_path):
+    """A loop that judges one candidate at a time, each a new version (a text, or its file edited in place): after
+    each job the slot starts a box for the same file, and the next version's job takes it (the record's
+    `boxes_started_ahead`) and is judged on its own contents."""
+    good = (BATCH / "good.py").read_text()
+    with JudgeSession(BATCH / "ref.py", slots=2, device="cpu", allow_torch=True, timeout_s=120) as judge:
+        texts = [judge(source=good), judge(source=good + "# v2\n"), judge(source=WRONG_SOURCE)]
+        assert [v["ok"] for v in texts] == [True, True, False], [v["verdict"] for v in texts]
+        assert [v["record"]["boxes_started_ahead"] for v in texts[1:]] == [[True], [True]]
+        cand = tmp_path / "cand.py"
+        cand.write_text(WRONG_SOURCE)
+        files = [judge(cand)]
+        with open(cand, "w") as f:  # edited in place, as an editor or a loop's write does
+            f.write(good)
+        files.append(judge(cand))
+        assert [v["ok"] for v in files] == [False, True], [v["verdict"] for v in files]
+        assert files[1]["record"]["boxes_started_ahead"] == [True]

@@ -245,12 +245,15 @@ def ahead(slots: int) -> int:
 
 
 def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: Progress, finished,
-           most: int | None = None) -> None:
+           most: int | None = None, spare: bool = False) -> None:
     """Run the queue's jobs on these slots until every one has finished; finished(slot, name, job, key, result).
-    most: jobs a slot holds ahead, their boxes started (None: ahead(), by the cores)."""
+    most: jobs a slot holds ahead, their boxes started (None: ahead(), by the cores). spare: a slot left with no
+    job ahead starts a box for the file it just judged, and a job goes first to the slot that judged its file last
+    (a search loop's session: its next version of a file finds a box ready)."""
     most = ahead(len(slots)) if most is None else most
     while queue or any(s.job or s.reserved for s, _ in slots):
-        for s, name in slots:
+        head = queue[0][0].candidate if queue else None
+        for s, name in sorted(slots, key=lambda sn: head is None or sn[0].last_candidate != head):
             if s.job is not None:
                 continue
             if s.reserved:
@@ -265,8 +268,9 @@ def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: P
             # each slot holds its next jobs, so that their boxes start while this one runs (kp.batch.slots)
             while queue and len(s.reserved) < most:
                 s.reserved.append(queue.popleft())
-            s.submit(*nxt, ahead=[j for j, _ in s.reserved])
+            s.submit(*nxt, ahead=[j for j, _ in s.reserved], spare=spare)
             bar.set(name, nxt[0].name)
+            head = queue[0][0].candidate if queue else None
         time.sleep(0.2)
         for s, name in slots:
             job, key = s.job, s.key

@@ -12,7 +12,6 @@ job.
 """
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from collections import deque
 from pathlib import Path
@@ -59,7 +58,7 @@ class JudgeSession:
         """The verdicts of several candidates (files, then source texts), judged over the slots at once, in the
         order given. Each is a `--out` record's line: ok, verdict, elapsed_s, summary, record (the judge's full
         record), job, gpu."""
-        paths = [Path(c) for c in candidates] + [self._file_of(s) for s in sources]
+        paths = [Path(c) for c in candidates] + [self._file_of(s, i) for i, s in enumerate(sources)]
         for p in paths:
             if not p.is_file():
                 raise UsageError(f"candidate file {str(p)!r} does not exist")
@@ -69,20 +68,23 @@ class JudgeSession:
         bar = Progress(len(keyed), enabled=False)
         try:  # each slot starts the boxes of its next jobs while it judges one (kp.batch.backends.ahead)
             _drain(deque(keyed), self.slots, self.timeout_s, bar,
-                   lambda slot, name, job, key, res: _record(None, job, key, res, name, results, _Quiet()))
+                   lambda slot, name, job, key, res: _record(None, job, key, res, name, results, _Quiet()), spare=True)
         finally:
             bar.close()
         self.seed_of += results
         order = {key: i for i, (_, key) in enumerate(keyed)}
         return sorted(results, key=lambda d: order[d["key"]])
 
-    def _file_of(self, source: str) -> Path:
-        """A candidate's text as a file of its own folder (named by its contents: the same text, the same build)."""
-        d = self.sources / hashlib.sha256(source.encode()).hexdigest()[:16]
+    def _file_of(self, source: str, i: int) -> Path:
+        """The i-th candidate text of a call as a file alone in its folder, the same file for the i-th text of every
+        call, rewritten in place: a loop's next text is the same file's next version, whose box is started ahead
+        (kp.box.start: a box is its file's; its builds are kept by contents, the same text the same build)."""
+        d = self.sources / str(i)
         d.mkdir(exist_ok=True)
         f = d / "candidate.py"
-        if not f.exists():
-            f.write_text(source)
+        if not f.exists() or f.read_text() != source:
+            with open(f, "w") as out:  # in place: the same inode, as the box binds it
+                out.write(source)
         return f
 
     def close(self) -> None:

@@ -170,6 +170,16 @@ def _box_ahead(job: Job, ahead: list[Job]) -> None:
                              cuda=opts.get("device") != "cpu")
 
 
+def _spare_box(job: Job) -> None:
+    """A box for the file this slot has just judged, started after its job: a session's loop that edits its
+    candidate judges the same file next (kp.box.start: a box is its file's, whatever the contents), and the next
+    job of another file discards it (_box_ahead)."""
+    from kp.box import start as boxstart
+    opts = dict(job.opts)
+    boxstart.start_early(job.ref, job.candidate, boxed=opts.get("sandbox", True), later=True,
+                         cuda=opts.get("device") != "cpu")
+
+
 def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool) -> None:
     """A slot: its own process group (so the judge, its forkserver and the candidate's worker die together), pinned
     to one GPU before CUDA starts; runs the jobs it is sent, one at a time."""
@@ -209,10 +219,12 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         if isinstance(msg, dict):  # a warm judge's command line (kp.batch.server), run as run.py runs it
             res = run_command(msg, say=lambda text: conn.send({"say": text}))
         else:
-            job, ahead = msg
+            job, ahead, spare = msg
             print(f"=== {job.name}", flush=True)
             _box_ahead(job, ahead)
             res = run_job(job)
+            if spare and not ahead and job.candidate:  # a loop's next version of the same file finds its box ready
+                _spare_box(job)
         res["gpu_name"] = gpu_name
         # what the job's judge left in this process's allocator goes back before the next job (or another slot's)
         # asks for the GPU's memory
@@ -236,6 +248,7 @@ class Slot:
         self.job: Job | None = None
         self.key: str | None = None
         self.reserved: list[tuple[Job, str]] = []  # the jobs it runs next (their boxes started ahead), not yet begun
+        self.last_candidate: str | None = None  # the file of the job it ran last (a box for it may wait there)
         self.t0, self.started, self.gpu_name, self.waited = 0.0, False, None, 0.0
         self.said: list[str] = []  # a warm judge's command's stderr, not yet passed on
         self._start()
@@ -250,10 +263,12 @@ class Slot:
         start_without_main(self.proc)
         child.close()
 
-    def submit(self, job: Job, key: str | None = None, ahead: list[Job] = ()) -> None:
-        """Run `job`; `ahead`, the jobs this slot will run next, get their boxes started meanwhile."""
+    def submit(self, job: Job, key: str | None = None, ahead: list[Job] = (), spare: bool = False) -> None:
+        """Run `job`; `ahead`, the jobs this slot will run next, get their boxes started meanwhile. spare: with none
+        ahead, a box for the same file is started after the job (a loop that edits its candidate judges it next)."""
         self.job, self.key, self.t0, self.started, self.waited = job, key, time.monotonic(), False, 0.0
-        self.conn.send((job, list(ahead)))
+        self.last_candidate = job.candidate
+        self.conn.send((job, list(ahead), spare))
 
     def submit_command(self, msg: dict) -> None:
         """Run a command line as run.py would (kp.batch.server); poll() gives its output and exit code."""

@@ -123,6 +123,7 @@ class Box:
     def __init__(self, conn, proc: BoxProcess, stderr, plan: tuple):
         self.conn, self.proc, self.stderr, self.plan = conn, proc, stderr, plan
         self.build_wait_s = 0.0  # seconds its job waited for the candidate's build ahead (lend)
+        self.ahead = False  # started ahead of the job that took it (take)
 
     @property
     def env(self) -> dict:
@@ -360,5 +361,6 @@ def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True
             _early.remove((box, later))
             box.discard()
     box = found if found is not None else _start(plan, gpu=gpu)
+    box.ahead = found is not None
     box.lend(build_dir, deadline)
     return box

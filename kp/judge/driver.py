@@ -281,6 +281,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
         rec["stage_detail"] = {k: round(v, 2) for k, v in sorted(self.detail.items(), key=lambda kv: -kv[1])}
         rec["gpu_wait_s"] = round(self.gpu_wait_s, 2)
+        rec["boxes_started_ahead"] = [r.box_ahead for r in self.runners if hasattr(r, "box_ahead")]
         return self._record_tail(rec, self.device == "cuda")
 
     def _build_s(self) -> float:

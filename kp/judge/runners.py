@@ -106,6 +106,7 @@ class ProcessRunner:
             box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir, deadline)
             self.conn, self.proc, self.stderr = box.conn, box.proc, box.stderr
             self.build_s = self.build_wait_s = box.build_wait_s  # waiting for its build ahead: the build's time
+            self.box_ahead = box.ahead
             return
         self.stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
         self.scratch = tempfile.mkdtemp(prefix="kp-cwd-")

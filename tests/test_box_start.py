@@ -76,6 +76,11 @@ def test_a_box_started_for_a_file_serves_its_next_version_and_is_lent_its_builds
     assert not own.exists()
     assert sorted(p.name for p in (new_builds / "ext").iterdir()) == ["lock", "more.o", "new.so"]
     assert sorted(p.name for p in (old_builds / "ext").iterdir()) == ["old.so"]
+    cut = boxstart.take(spec, boxstart.candidate_paths(cand), str(new_builds))
+    (Path(cut.proc.builds) / "ext" / "half.so").write_text("a link cut short")
+    cut.proc.keep_builds = False  # its worker killed mid-job (kp.judge.runners.ProcessRunner.close says so)
+    cut.discard()
+    assert not (new_builds / "ext" / "half.so").exists()
     boxstart.start_early(spec, str(cand))
     early, = boxstart.waiting()
     replaced = tmp_path / "other.py"

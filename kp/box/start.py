@@ -59,6 +59,7 @@ class BoxProcess:
         self.popen, self.cgroup = popen, cgroup
         self.builds = builds  # the box's own build folder (bound at BOX_BUILDS), or None
         self.home: Path | None = None  # the candidate's cached builds it was lent, where its builds go back
+        self.keep_builds = True  # False: its worker did not end its job cleanly, what it built is not kept
 
     def is_alive(self) -> bool:
         return self.popen.poll() is None
@@ -106,11 +107,12 @@ class BoxProcess:
 
     def cleanup(self) -> None:
         """After the box ended: its processes reaped, its builds put back into the candidate's cache (a build the
-        next judgement loads), its own folder removed."""
+        next judgement loads) unless its worker did not end cleanly (killed mid-build, a library cut short would be
+        loaded next time), its own folder removed."""
         self.popen.wait()
         self.cgroup.remove()
         if self.builds:
-            if self.home is not None:
+            if self.home is not None and self.keep_builds:
                 _copy_builds(Path(self.builds), self.home)
             shutil.rmtree(self.builds, ignore_errors=True)
             self.builds = None
@@ -198,7 +200,8 @@ def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     own = None
     if builds:  # the box's own build folder, beside the cache (a copy within one file system)
         (cache_root() / "boxes").mkdir(parents=True, exist_ok=True)
-        own = tempfile.mkdtemp(prefix="box-", dir=cache_root() / "boxes")
+        _sweep_boxes()
+        own = tempfile.mkdtemp(prefix=f"box-{os.getpid()}-", dir=cache_root() / "boxes")
     argv = sandbox.command(inside, read_only=ro, writable=[*writable, *([(own, BOX_BUILDS)] if own else [])],
                            cwd=BOX_CWD, env=env, limits=limits)
     cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
@@ -208,6 +211,17 @@ def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     conn = Connection(ours.detach())
     conn.send_bytes(bytes(multiprocessing.current_process().authkey))
     return Box(conn, BoxProcess(popen, cgroup, own), stderr, plan)
+
+
+def _sweep_boxes() -> None:
+    """The build folders of boxes whose judge is gone (killed before it could remove them)."""
+    for d in (cache_root() / "boxes").glob("box-*-*"):
+        try:
+            os.kill(int(d.name.split("-")[1]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except (ValueError, PermissionError, OSError):
+            pass
 
 
 BUILDING = "kp_building"  # in a candidate's cache folder while its build runs ahead of its job: the builder's pid

@@ -184,13 +184,17 @@ class ProcessRunner:
     def close(self):
         """Quit the worker: once it has answered (nothing of the job is left in it), its process is killed rather
         than waited for while its interpreter and torch tear down (seconds per job)."""
+        quit = False
         try:
             if self.proc.is_alive():
                 self.conn.send(("quit",))
                 if self.conn.poll(10):
                     self.conn.recv()
+                    quit = True
         except (OSError, EOFError, BrokenPipeError):
             pass
+        if hasattr(self.proc, "keep_builds"):  # a box killed or dead mid-job may hold a build cut short: not kept
+            self.proc.keep_builds = quit
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(5)

@@ -68,7 +68,8 @@ class JudgeSession:
         bar = Progress(len(keyed), enabled=False)
         try:  # each slot starts the boxes of its next jobs while it judges one (kp.batch.backends.ahead)
             _drain(deque(keyed), self.slots, self.timeout_s, bar,
-                   lambda slot, name, job, key, res: _record(None, job, key, res, name, results, _Quiet()), spare=True)
+                   lambda slot, name, job, key, res: _record(None, job, key, res, name, results, _Quiet()),
+                   spare=len(keyed) <= len(self.slots))  # a loop's call of one or a few: its next versions come next
         finally:
             bar.close()
         self.seed_of += results

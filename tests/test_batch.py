@@ -268,8 +268,9 @@ def test_each_slot_is_told_its_next_job_and_every_job_runs_once(monkeypatch):
     class FakeSlot:
         def __init__(self, polls_per_job):
             self.job, self.key, self.reserved, self.per = None, None, [], polls_per_job
+            self.last_candidate = None
 
-        def submit(self, job, key=None, ahead=()):
+        def submit(self, job, key=None, ahead=(), spare=False):
             told.setdefault(id(self), []).append((key, [key_of[j] for j in ahead]))
             self.job, self.key, self.polls = job, key, 0
             runs.append(key)
@@ -345,9 +346,10 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
 
         def __init__(self, gpu, log_path, forks):
             self.gpu, self.job, self.key, self.reserved, self.closed = gpu, None, None, [], False
+            self.last_candidate = None
             FakeSlot.made.append(self)
 
-        def submit(self, job, key=None, ahead=()):
+        def submit(self, job, key=None, ahead=(), spare=False):
             assert not self.closed
             self.job, self.key, self.polls = job, key, 0
             busy["now"] += 1

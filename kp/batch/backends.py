@@ -252,7 +252,7 @@ def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: P
     (a search loop's session: its next version of a file finds a box ready)."""
     most = ahead(len(slots)) if most is None else most
     while queue or any(s.job or s.reserved for s, _ in slots):
-        head = queue[0][0].candidate if queue else None
+        head = queue[0][0].candidate if queue and spare else None
         for s, name in sorted(slots, key=lambda sn: head is None or sn[0].last_candidate != head):
             if s.job is not None:
                 continue
@@ -270,7 +270,7 @@ def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: P
                 s.reserved.append(queue.popleft())
             s.submit(*nxt, ahead=[j for j, _ in s.reserved], spare=spare)
             bar.set(name, nxt[0].name)
-            head = queue[0][0].candidate if queue else None
+            head = queue[0][0].candidate if queue and spare else None
         time.sleep(0.2)
         for s, name in slots:
             job, key = s.job, s.key

@@ -2,6 +2,7 @@
 it was made for (the same reference, folders, environment and file, whatever the file's contents now), is lent the
 builds cached for the contents it judges, waits for a build running ahead, and leaves no process when discarded."""
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -187,3 +188,38 @@ def test_a_discarded_box_leaves_no_process(tmp_path, monkeypatch):
     while ours() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not ours()
+
+
+CPU_EXTENSION = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+mod = load_inline(name="kp_test_relu_ext", cpp_sources=["#include <torch/extension.h>\\n"
+                  "torch::Tensor relu_cpu(torch::Tensor x) { return x.clamp_min(0); }\\n"], functions=["relu_cpu"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return mod.relu_cpu(x)
+'''
+
+
+@needs_box
+@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), reason="no C++ compiler here")
+def test_a_real_build_goes_back_to_the_cache_and_is_loaded_next_time(tmp_path):
+    """A candidate's own extension, really built by torch (C++ only, so on any host) in its box's lent folder: the
+    build goes back to the cache under the file's contents, and the next judgement of the same file loads it
+    without building again (the library in the cache is the one the first judgement made)."""
+    from conftest import run_script
+    cand = tmp_path / "cand.py"
+    cand.write_text(CPU_EXTENSION)
+    env = {"KP_CACHE_DIR": str(tmp_path / "cache")}
+    args = ("--ref", ROOT / "tests" / "batch" / "ref.py", "--candidate", cand, "--device", "cpu", "--allow-torch")
+    first = run_script(*args, env=env)
+    assert first.returncode == 0 and "accepted" in first.stdout, first.stdout[-2000:] + first.stderr[-2000:]
+    built, = (tmp_path / "cache" / "candidates").glob("*/kp_test_relu_ext/*.so")
+    made = built.stat().st_mtime_ns
+    again = run_script(*args, env=env)
+    assert again.returncode == 0 and "accepted" in again.stdout, again.stdout[-2000:] + again.stderr[-2000:]
+    assert built.stat().st_mtime_ns == made  # loaded, not built again
+    assert not list((tmp_path / "cache" / "boxes").iterdir())

@@ -160,7 +160,8 @@ def test_a_discarded_box_leaves_no_process(tmp_path, monkeypatch):
     from kp.box import start as boxstart
     mark = f"kp-box-mark-{os.getpid()}-{tmp_path.name}"  # on each box's command line (its environment), so its
     monkeypatch.setenv("KP_TEST_MARK", mark)  # processes are told from other tests' boxes
-    plan = boxstart._plan(("file", str(REF)), boxstart.candidate_paths(ROOT / "tests" / "batch" / "good.py"), None)
+    plan = boxstart._plan(("file", str(REF)), boxstart.candidate_paths(ROOT / "tests" / "batch" / "good.py"),
+                          builds=False)
 
     def ours() -> list[str]:
         out = []

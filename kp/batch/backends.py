@@ -270,7 +270,6 @@ def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: P
                 s.reserved.append(queue.popleft())
             s.submit(*nxt, ahead=[j for j, _ in s.reserved], spare=spare)
             bar.set(name, nxt[0].name)
-            head = queue[0][0].candidate if queue and spare else None
         time.sleep(0.2)
         for s, name in slots:
             job, key = s.job, s.key

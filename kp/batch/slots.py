@@ -146,17 +146,11 @@ def _box_ahead(job: Job, ahead: list[Job]) -> None:
     context and the judge's GPU tools ready when each job starts). Boxes started ahead for jobs no longer among them
     (taken by another slot meanwhile) go; this job's own stays for it to take."""
     from kp.box import start as boxstart
-
-    def plan(j: Job):
-        try:
-            return boxstart.plan_for(j.ref, j.candidate)
-        except OSError:  # the file is gone: its job says so when it runs
-            return None
     free, kept, missing = list(boxstart.waiting()), [], []
     for j in [job, *ahead]:  # a box per job (two versions of one file have one plan: one box each)
         if j.candidate is None:
             continue
-        p = plan(j)
+        p = boxstart.plan_for(j.ref, j.candidate)  # a file gone meanwhile has one too: its job says it is gone
         b = next((b for b in free if b.plan == p), None)  # plans hold lists and dicts: compared, not hashed
         if b is not None:
             free.remove(b)
@@ -165,15 +159,13 @@ def _box_ahead(job: Job, ahead: list[Job]) -> None:
             missing.append(j)
     boxstart.discard_early({id(b) for b in kept})
     for j in missing:
-        opts = dict(j.opts)
-        boxstart.start_early(j.ref, j.candidate, boxed=opts.get("sandbox", True), later=True,
-                             cuda=opts.get("device") != "cpu")
+        _start_box_for(j)
 
 
-def _spare_box(job: Job) -> None:
-    """A box for the file this slot has just judged, started after its job: a session's loop that edits its
-    candidate judges the same file next (kp.box.start: a box is its file's, whatever the contents), and the next
-    job of another file discards it (_box_ahead)."""
+def _start_box_for(job: Job) -> None:
+    """A box started now for a later job of this slot: one of its next jobs (_box_ahead), or, after a session's
+    job with none behind it, the same file's next version (kp.box.start: a box is its file's, whatever the
+    contents; the next job of another file discards it)."""
     from kp.box import start as boxstart
     opts = dict(job.opts)
     boxstart.start_early(job.ref, job.candidate, boxed=opts.get("sandbox", True), later=True,
@@ -224,7 +216,7 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
             _box_ahead(job, ahead)
             res = run_job(job)
             if spare and not ahead and job.candidate:  # a loop's next version of the same file finds its box ready
-                _spare_box(job)
+                _start_box_for(job)
         res["gpu_name"] = gpu_name
         # what the job's judge left in this process's allocator goes back before the next job (or another slot's)
         # asks for the GPU's memory

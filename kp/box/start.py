@@ -157,7 +157,7 @@ class Box:
             pass
 
 
-def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple:
+def _plan(ref_spec, read_only: list[str], builds: bool) -> tuple:
     """What the box reads, what it writes, its environment, whether it preloads torch._dynamo, whether it has a
     build folder of its own, and the candidate file's identity (device and inode: a file bound alone, outside a
     bound folder, is the inode it was when the box started). Nothing of the file's contents: a box started for one
@@ -174,14 +174,15 @@ def _plan(ref_spec, read_only: list[str], build_dir: str | None) -> tuple:
         ro.append(str(cache_root().resolve()))
         env["KP_CACHE_SHARED"] = ro[-1]
     writable = [util.get_temp_dir()]  # this process's multiprocessing folder (kp.box.entry says why the box shares it)
-    if build_dir:  # the candidate's own extension builds: the box's own folder, lent its cached ones at its job
+    if builds:  # the candidate's own extension builds: the box's own folder, lent its cached ones at its job
         env["TORCH_EXTENSIONS_DIR"] = BOX_BUILDS
     cand = next((p for p in read_only if p.endswith(".py")), None)
     try:
-        ident = (os.stat(cand).st_dev, os.stat(cand).st_ino) if cand else None
+        st = os.stat(cand) if cand else None
     except OSError:
-        ident = None
-    return ro, writable, env, needs_dynamo(cand) if cand else True, bool(build_dir), ident
+        st = None
+    ident = (st.st_dev, st.st_ino) if st else None
+    return ro, writable, env, needs_dynamo(cand), builds, ident
 
 
 def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
@@ -191,7 +192,7 @@ def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     import multiprocessing
     from multiprocessing.connection import Connection
     from kp.box import sandbox
-    ro, writable, env, dynamo, builds = plan[:5]
+    ro, writable, env, dynamo, builds, _ = plan
     limits = sandbox.Limits()
     stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
     ours, theirs = socket.socketpair()
@@ -213,15 +214,23 @@ def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     return Box(conn, BoxProcess(popen, cgroup, own), stderr, plan)
 
 
+def _alive(pid: int) -> bool:
+    """Whether a process of this pid exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def _sweep_boxes() -> None:
     """The build folders of boxes whose judge is gone (killed before it could remove them)."""
     for d in (cache_root() / "boxes").glob("box-*-*"):
-        try:
-            os.kill(int(d.name.split("-")[1]), 0)
-        except ProcessLookupError:
+        pid = d.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
-        except (ValueError, PermissionError, OSError):
-            pass
 
 
 BUILDING = "kp_building"  # in a candidate's cache folder while its build runs ahead of its job: the builder's pid
@@ -233,15 +242,7 @@ def building_elsewhere(home: Path) -> bool:
         pid = int((home / BUILDING).read_text())
     except (OSError, ValueError):
         return False
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
+    return pid != os.getpid() and _alive(pid)
 
 
 def _copy_builds(src: Path, dst: Path) -> None:
@@ -357,15 +358,16 @@ def discard_early(keep: set[int] = frozenset()) -> None:
 def plan_for(ref_spec, candidate: str | Path) -> tuple:
     """The plan (_plan) of the box that judges `candidate` against the reference: its folder and file readable, a
     build folder of its own writable."""
-    return _plan(ref_spec, candidate_paths(candidate), str(candidate_build_dir(candidate)))
+    return _plan(ref_spec, candidate_paths(candidate), builds=True)
 
 
-def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True, deadline: float | None = None) -> Box:
+def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True,
+         deadline: float | None = None) -> Box:
     """A box for a candidate (read_only: its folder and file) against a reference: one started ahead for the same
     plan (folders, environment, the same file, whatever its contents now) that still runs, else a new one
     (gpu=False: for a job on the CPU), lent the candidate's cached builds (Box.lend). A box the command line started
     for another job is discarded; one a slot keeps for a later job stays."""
-    plan = _plan(ref_spec, read_only, build_dir)
+    plan = _plan(ref_spec, read_only, bool(build_dir))
     found = None
     for box, later in list(_early):
         if found is None and box.plan == plan and box.proc.is_alive():

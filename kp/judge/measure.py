@@ -66,9 +66,18 @@ class MeasureCommands:
         st = {"n": {k: 0 for k in fns_models}, "slot": 0, "calls": 0, "kept": None, "timed": None}
         rungs = {k: m.rung(*pool[0]) for k, m in fns_models.items() if hasattr(m, "rung")}
 
+        def no_late_threads():
+            """A thread of the candidate's still working: the call escaped the timer. Said before any output of the
+            call crosses: a CPU tensor crosses by moving its storage to shared memory, under a thread still
+            writing the old one (which kills the process: a crash where the verdict is this reason)."""
+            late = late_threads(self.threads_before, self.candidate_dir) if self.candidate_dir else []
+            if late:
+                raise RuntimeError(late_message(late))
+
         def hand_over():
             """The last timed call, told to the judge before any other code of the models runs: its sample, and for
             a judged row its seed; the output crosses only if the judge asks for it."""
+            no_late_threads()
             if st["kept"] is not None:
                 label, rep, seed, out, slot, ms = st["kept"]
                 st["kept"] = None
@@ -84,9 +93,6 @@ class MeasureCommands:
 
         def before(name, rep):
             hand_over()
-            late = late_threads(self.threads_before, self.candidate_dir) if self.candidate_dir else []
-            if late:
-                raise RuntimeError(late_message(late))
             slot = st["calls"] % pool_size
             s = fresh_seed()
             fresh = self.ref.inputs(s, dev)

@@ -61,6 +61,18 @@ def owned_copy(msg):
     return msg
 
 
+def without_tensors(msg):
+    """`msg` with every tensor left out (None in its place): the reply of a call whose thread still works on what
+    it returned. Its verdict is that thread; sending its tensors would move their storage under it."""
+    if isinstance(msg, torch.Tensor):
+        return None
+    if isinstance(msg, dict):
+        return {k: without_tensors(v) for k, v in msg.items()}
+    if isinstance(msg, (tuple, list)):
+        return type(msg)(without_tensors(v) for v in msg)
+    return msg
+
+
 def send(conn, msg: dict) -> None:
     """Send `msg` to the judge; where a tensor in it cannot be shared as it is, send owned copies instead. The
     message is pickled whole before anything is written, so a failed first try leaves the channel clean."""

@@ -20,7 +20,8 @@ from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, 
 from kp.judge.family import same_value
 from kp.judge.float64 import hold_on
 from kp.judge.measure import MeasureCommands, export_output
-from kp.judge.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_text, fault_text, gpu_fault, send
+from kp.judge.replies import (ENDED_AFTER_FAULT, _settle_before_sending, error_text, fault_text, gpu_fault, send,
+                             without_tensors)
 from kp.judge.reference import Reference, apply_update, describe
 from kp.lib.layers import set_precision
 from kp.lib.numerics import cpu_kernels
@@ -138,6 +139,8 @@ class Worker(MeasureCommands):
                 reply["patched"] = fingerprint_changes(self.fingerprint)
             if self.candidate_dir and cmd in RUNS_CANDIDATE:
                 reply["late_threads"] = late_threads(self.threads_before, self.candidate_dir)
+                if reply["late_threads"]:
+                    reply = without_tensors(reply)
             if isinstance(reply.get("seconds"), dict):  # where a command's time went, for the record's stage detail
                 reply["seconds"].update({"the command received": t_recv,
                                          "its checks after the call": time.perf_counter() - t_after})

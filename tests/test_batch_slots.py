@@ -1,0 +1,161 @@
+"""How a batch keeps its slots fed: the candidates' own builds run ahead (at import, in __init__ or at the first
+call), each slot told its next job so its box starts while the job before it runs, boxes ahead as far as the cores
+allow, a wait for the GPU not charged to the job, and the throughput line a batch ends with."""
+import time
+
+from conftest import ROOT
+from kp.batch import jobfile
+
+CASES = ROOT / "tests" / "batch"
+CANDS = sorted(p for p in CASES.glob("*.py") if p.name != "ref.py")
+
+
+def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
+    """Where a batch has more candidates that build an extension than slots, and the host more cores: each is
+    imported once beforehand in its box with its build folder, and the judging's import finds what that left.
+    Here the 'build' is a file the import writes into its build folder; the candidate is right only when it finds
+    it there at its import (a judged import that had to build gives the identity instead of the ReLU)."""
+    from kp.batch import ahead, slots
+    src = ("import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
+           "# noqa: F401\n\n# {tag}\nmark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) / 'built'\n"
+           "AHEAD = mark.exists()\nmark.write_text('x')\n\n\nclass ModelNew(nn.Module):\n"
+           "    def forward(self, x):\n        return torch.relu(x) if AHEAD else x\n")
+    opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
+    jobs = []
+    for name in ("cold", "ahead"):  # contents of their own: build folders of their own
+        (tmp_path / f"{name}.py").write_text(src.format(tag=f"{name} {tmp_path}"))
+        jobs.append(jobfile.make_job(("file", str(CASES / "ref.py")), tmp_path / f"{name}.py", opts))
+    pure = jobfile.make_job(("file", str(CASES / "ref.py")), CASES / "good.py", opts)
+    assert ahead.worth_it(jobs + [pure], slots=1, procs=4) == jobs  # good.py builds nothing
+    assert ahead.worth_it(jobs + [pure], slots=1, procs=1) == [] and ahead.worth_it(jobs, slots=2, procs=8) == []
+    said = []
+    assert ahead.build_ahead(jobs[1:], procs=2, timeout_s=120, log=said.append) == {jobs[1].candidate: None}
+    assert "building 1 candidates' own extensions ahead" in said[0] and said[-1].startswith("[kp] built ahead in")
+    cold, warm = slots.run_job(jobs[0]), slots.run_job(jobs[1])
+    assert not cold["ok"] and "trial 1" in cold["verdict"], cold["verdict"]
+    assert warm["ok"], warm["verdict"]
+
+
+def test_builds_started_in_init_or_at_the_first_call_are_built_ahead_too(tmp_path):
+    """A candidate that builds in its ModelNew's __init__ or at its first call is built ahead as well: its ModelNew
+    made and called on the meta device, where the build runs and nothing else does. The 'build' is a file written
+    into its build folder; each candidate is right only when it finds the file there when its judging reaches the
+    build (a judging that had to build gives the identity instead of the ReLU). A batch judges the candidates that
+    build nothing first, while the builds run beside it."""
+    from kp.batch import ahead, slots
+    head = ("import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
+            "# noqa: F401\n\n# {tag}\n\n\ndef build():\n    mark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) "
+            "/ 'built'\n    ahead = mark.exists()\n    mark.write_text('x')\n    return ahead\n\n\n")
+    in_init = ("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+               "        self.ahead = build()\n\n    def forward(self, x):\n"
+               "        return torch.relu(x) if self.ahead else x\n")
+    first_call = ("class ModelNew(nn.Module):\n    ahead = None\n\n    def forward(self, x):\n"
+                  "        if self.ahead is None:\n            self.ahead = build()\n"
+                  "        return torch.relu(x).clone() if self.ahead else x\n")
+    opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
+    jobs = []
+    for name, body in (("init", in_init), ("first_call", first_call)):
+        (tmp_path / f"{name}.py").write_text(head.format(tag=f"{name} {tmp_path}") + body)
+        jobs.append(jobfile.make_job(("file", str(CASES / "ref.py")), tmp_path / f"{name}.py", opts))
+    pure = jobfile.make_job(("file", str(CASES / "ref.py")), CASES / "good.py", opts)
+    order, builds = ahead.build_ahead_of_slots(jobs + [pure], [None], timeout_s=120, procs=2)
+    assert order == [pure] + jobs and builds is not None  # what builds nothing is judged first
+    builds.join(120)
+    for job in jobs:
+        res = slots.run_job(job)
+        assert res["ok"], (job.candidate, res["verdict"])
+
+
+def test_each_slot_is_told_its_next_job_and_every_job_runs_once(monkeypatch):
+    """A slot holds the job it runs next (its box is started while the job before it runs): each job is run once,
+    a slot's next job is the one it was told of, and at the end of the queue an idle slot takes another slot's next
+    job rather than wait for that slot."""
+    from collections import deque
+    from kp.batch import backends
+
+    runs, told = [], {}
+
+    class FakeSlot:
+        def __init__(self, polls_per_job):
+            self.job, self.key, self.reserved, self.per = None, None, [], polls_per_job
+            self.last_candidate = None
+
+        def submit(self, job, key=None, ahead=(), spare=False):
+            told.setdefault(id(self), []).append((key, [key_of[j] for j in ahead]))
+            self.job, self.key, self.polls = job, key, 0
+            runs.append(key)
+
+        def poll(self, timeout_s):
+            self.polls += 1
+            if self.job is None or self.polls < self.per:
+                return None
+            self.job = None
+            return {"ok": True, "verdict": "accepted", "record": None}
+
+    monkeypatch.setattr(backends.time, "sleep", lambda s: None)
+    monkeypatch.setattr(backends.os, "cpu_count", lambda: 64)  # cores enough for every box ahead
+    jobs = [(jobfile.make_job(("file", CASES / "ref.py"), CANDS[i % len(CANDS)], {"seed": i}), f"k{i}")
+            for i in range(12)]
+    key_of = {j: k for j, k in jobs}
+    fast, slow = FakeSlot(1), FakeSlot(80)
+    finished = []
+    backends._drain(deque(jobs), [(fast, "a"), (slow, "b")], 60, backends.Progress(12, False),
+                    lambda s, n, j, k, r: finished.append(k))
+    assert sorted(runs) == sorted(k for _, k in jobs) and sorted(finished) == sorted(runs)
+    for slot, other in ((fast, slow), (slow, fast)):  # a slot's next job is the first it was told of, or went
+        seq, elsewhere = told[id(slot)], {k for k, _ in told[id(other)]}  # to the other slot
+        for (_, ahead), (nxt, _) in zip(seq, seq[1:]):
+            assert not ahead or ahead[0] == nxt or ahead[0] in elsewhere
+        assert all(len(a) <= backends.AHEAD_MOST for _, a in seq)
+    assert max(len(a) for _, a in told[id(fast)]) == backends.AHEAD_MOST  # a full queue: that many told ahead
+    slow_told = {k for _, a in told[id(slow)] for k in a}
+    assert slow_told & {k for k, _ in told[id(fast)]}  # the idle fast slot took the slow one's next jobs
+
+
+def test_boxes_ahead_follow_the_cores_a_slot_has():
+    """A slot starts boxes ahead only as far as its share of the cores allows: one on a 2-core host, more where each
+    slot has cores to spare for the boxes' imports beside the job it runs."""
+    from kp.batch import backends
+    import unittest.mock as mock
+    with mock.patch.object(backends.os, "cpu_count", lambda: 2):
+        assert backends.ahead(1) == 1 and backends.ahead(4) == 1
+    with mock.patch.object(backends.os, "cpu_count", lambda: 64):
+        assert backends.ahead(12) == 2 and backends.ahead(4) == backends.AHEAD_MOST
+
+
+def test_a_slot_does_not_charge_waiting_for_the_gpu_to_its_job():
+    """The judge in a slot tells each wait for other judges on its GPU; the slot moves the limit it kills the job at
+    by it, and the job's elapsed time still counts it."""
+    import multiprocessing as mp
+    from kp.batch import slots
+    s = slots.Slot.__new__(slots.Slot)
+    s.conn, child = mp.Pipe()
+    s.proc = type("Alive", (), {"is_alive": lambda self: True})()
+    s.job, s.key, s.t0, s.started, s.waited, s.gpu_name = "job", "k", time.monotonic() - 140, True, 0.0, "gpu"
+    child.send({"waited": 40.0})
+    time.sleep(0.1)
+    assert s.poll(timeout_s=90) is None  # 140 s in, 40 of them waiting: 100 s of its own, under 90 + 30 s grace
+    assert s.waited == 40.0
+    child.send({"ok": True, "verdict": "accepted"})
+    time.sleep(0.1)
+    res = s.poll(timeout_s=90)
+    assert res["verdict"] == "accepted" and 139 < res["elapsed_s"] < 150
+
+
+def test_a_batch_ends_with_its_throughput(monkeypatch):
+    """The line a user plans with: verdicts per hour, how busy the slots were, and each GPU's utilisation from
+    nvidia-smi's samples (a GPU named by index or by UUID), or why it was not measured."""
+    import shutil
+    import subprocess
+    import types
+    from kp.batch import backends
+    assert backends.throughput([{"elapsed_s": 2}, {"elapsed_s": 3}], 10, 1) == \
+        "2 verdicts in 10 s: 720 verdicts per hour on 1 slot; the slots were judging 50% of the time"
+    assert backends.throughput([{"elapsed_s": 2}], 10, None) == "1 verdicts in 10 s: 360 verdicts per hour"
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    out = "0, GPU-aaa, 40\n1, GPU-bbb, 80\n"
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout=out))
+    use = backends.GpuUse(["0", "GPU-bbb", "0"], every_s=0.01)
+    time.sleep(0.2)
+    assert use.line() == "GPU utilisation (nvidia-smi, mean over the run): GPU 0 40%, GPU GPU-bbb 80%"
+    assert backends.GpuUse([None]).line() == "GPU utilisation: no GPU in this run"

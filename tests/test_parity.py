@@ -43,6 +43,13 @@ def test_same_values():
     other = big.clone()
     other[999] = 5
     assert harness.same_values(big, big.clone(), chunk=7) and not harness.same_values(big, other, chunk=7)
+    # NaNs of other payloads are equal values (their bits differ: not the one-pass path); -0.0 is not 0.0 in any
+    # precision
+    quiet, payload = torch.tensor([0x7FC00000, 0x7FC00001], dtype=torch.int32).view(torch.float32).chunk(2)
+    assert harness.same_values(torch.cat([quiet, big[:5]]), torch.cat([payload, big[:5]]))
+    for dt in (torch.float16, torch.bfloat16, torch.float64):
+        z = torch.zeros(4, dtype=dt)
+        assert harness.same_values(z, z.clone()) and not harness.same_values(z, -z)
 
 
 def test_chunked_error_equals_the_whole_one():
@@ -223,6 +230,7 @@ def test_kernelbench_check_in_slices_says_what_the_whole_says(monkeypatch):
     """_allclose works in slices of ALLCLOSE_CHUNK elements (a failing 6 GiB output took ~30 GiB of temporaries
     whole): with slices of 7 elements, it says what torch.allclose says, and the largest difference of the whole."""
     monkeypatch.setattr(outputs, "ALLCLOSE_CHUNK", 7)
+    monkeypatch.setattr(outputs, "ALLCLOSE_CPU_CHUNK", 7)
     g = torch.Generator().manual_seed(3)
     for trial in range(200):
         w = torch.randn(5, 9, generator=g) * 10.0 ** torch.randint(-3, 20, (5, 9), generator=g)

@@ -14,7 +14,7 @@ from kp.judge.float64 import FP32_ONLY_BUDGET
 from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
-from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
+from kp.lib.numerics import all_finite, budget_from, clone_layout, rel_error, same_values
 
 MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
@@ -27,7 +27,7 @@ def _overflowed(base: list, derived: list) -> str | None:
     where fp32 goes to 3.4e38), or None."""
     for x, y in zip(base, derived):
         if isinstance(x, torch.Tensor) and x.is_floating_point() and \
-                not bool(torch.isfinite(y).all()) and bool(torch.isfinite(x).all()):
+                not all_finite(y) and all_finite(x):
             return (f"the derived input overflows {x.dtype} (its largest finite value is "
                     f"{torch.finfo(x.dtype).max:.5g}), outside the problem's domain in this precision")
     return None

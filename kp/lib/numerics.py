@@ -24,6 +24,15 @@ class Err:
 
 CHUNK_ELEMS = 1 << 25  # elements per step of the error measure (256 MiB in float64): large outputs never need a
 #                         full float64 copy on the device
+CPU_CHUNK_ELEMS = 1 << 18  # on the host: steps whose float64 temporaries (2 MiB each) stay in the caches and in the
+#                            allocator's reuse, not fresh pages each step (a 2-core host, 1024 x 393216: rel_error
+#                            5.9 s at CHUNK_ELEMS, 0.8 s at this; same_values 3.2 s, 1.4 s)
+
+
+def chunk_for(device: torch.device) -> int:
+    """Elements per step of a measure worked in slices: large on a GPU (few launches and syncs), cache-sized on the
+    host."""
+    return CPU_CHUNK_ELEMS if torch.device(device).type == "cpu" else CHUNK_ELEMS
 
 
 def as_rows(t: torch.Tensor) -> torch.Tensor:
@@ -41,7 +50,7 @@ def as_rows(t: torch.Tensor) -> torch.Tensor:
 ROW_RESOLUTION = 2.0 ** -24  # fp32's unit roundoff: the finest a row is measured, relative to the typical row
 
 
-def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK_ELEMS) -> Err:
+def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) -> Err:
     """Relative L2 error of `out` against a float64 `ref` (which may live on the host while `out` is on the GPU).
     Non-finite values must match exactly (NaN where the reference has NaN, the same infinities); they are then
     excluded from the L2 norms. Worked in blocks of rows and columns moved to out's device, so the peak extra memory
@@ -52,6 +61,7 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK_ELEMS) ->
         return Err(0.0, 0.0, 0)
     o2, r2 = as_rows(out.detach()), as_rows(ref.detach())
     dev = out.device
+    chunk = chunk or chunk_for(dev)
     rows, cols = o2.shape
     cstep = max(1, min(cols, chunk))
     rstep = max(1, chunk // cstep)
@@ -94,14 +104,31 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK_ELEMS) ->
     return Err(rl2, float(worst) if rows > 1 else rl2, int(mism))
 
 
-def same_values(a: torch.Tensor, b: torch.Tensor, chunk: int = CHUNK_ELEMS) -> bool:
+def all_finite(t: torch.Tensor, chunk: int | None = None) -> bool:
+    """No NaN or infinity in `t`: in steps (no mask of the whole tensor: on the host a 3 GiB float64 output took 3 s
+    whole, its 400 MB mask fresh pages), ending at the first step with one."""
+    if not t.is_floating_point() and not t.is_complex():
+        return True
+    flat = t.reshape(-1)
+    chunk = chunk or chunk_for(t.device)
+    return all(bool(torch.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.numel(), chunk))
+
+
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor, chunk: int | None = None) -> bool:
     """Bitwise-equal values through the views (NaN equals NaN, the sign of zero counts; what lies outside the views
     is not compared). `b` may live on another device than `a`; compared in chunks on a's device."""
     if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
         return False
+    chunk = chunk or chunk_for(a.device)
     fa, fb = a.reshape(-1), b.reshape(-1)
+    bits = _SAME_SIZE_INT.get(a.element_size()) if a.is_floating_point() else None
     for i in range(0, fa.numel(), chunk):
         x, y = fa[i:i + chunk], fb[i:i + chunk].to(a.device)
+        if bits is not None and torch.equal(x.view(bits), y.view(bits)):
+            continue  # the same bits: equal values (the usual case, in one pass); else NaNs may differ in payload
         if a.is_floating_point():
             if not bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all()):
                 return False

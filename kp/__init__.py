@@ -18,22 +18,6 @@ import os
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
-def _keep_small_blocks() -> None:
-    """glibc maps a block of 128 KiB and more afresh each time, until a free teaches it otherwise: the judge's
-    measures work the host's outputs in cache-sized steps (kp.lib.numerics.CPU_CHUNK_ELEMS), whose 1-2 MiB
-    temporaries then cost fresh pages each step (rel_error at 1024 x 393216 on a 2-core host: 1.8-4.5 s; 1.0-1.5 s
-    with blocks under 32 MiB kept in the heap). Blocks of gigabytes are still mapped and given back."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD: free heap kept up to this much
-    except (OSError, AttributeError):  # not glibc: its own allocator's choices
-        pass
-
-
-_keep_small_blocks()
-
 LAYER_ORDER = (
     # foundations: errors, numerics, the float64 copy, derived-input premises, the sandbox, the kernel registry
     "errors", "lib.numerics", "judge.float64", "judge.premises", "box.sandbox", "lib.registry",

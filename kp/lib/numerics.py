@@ -24,13 +24,14 @@ class Err:
 
 CHUNK_ELEMS = 1 << 25  # elements per step of the error measure (256 MiB in float64): large outputs never need a
 #                         full float64 copy on the device
-CPU_CHUNK_ELEMS = 1 << 18  # on the host: steps whose float64 temporaries (2 MiB each) stay in the caches and in the
-#                            allocator's reuse, not fresh pages each step (a 2-core host, 1024 x 393216: rel_error
-#                            5.9 s at CHUNK_ELEMS, 0.8 s at this; same_values 3.2 s, 1.4 s)
+CPU_CHUNK_ELEMS = 1 << 22  # on the host: steps of 32 MiB in float64. Much smaller steps are as fast alone, but
+#                            each operator is a parallel region and judges sharing the cores wait at every one (the
+#                            suite's CPU known-wrong cases on 2 cores: 78 s before, 200 s in steps of 2^18, 52 s in
+#                            these)
 
 
 def chunk_for(device: torch.device) -> int:
-    """Elements per step of a measure worked in slices: large on a GPU (few launches and syncs), cache-sized on the
+    """Elements per step of a measure worked in slices: large on a GPU (few launches and syncs), smaller on the
     host."""
     return CPU_CHUNK_ELEMS if torch.device(device).type == "cpu" else CHUNK_ELEMS
 
@@ -73,14 +74,19 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
         rn = torch.zeros(min(rstep, rows - r0), dtype=torch.float64, device=dev)
         rd = torch.zeros_like(rn)
         for c0 in range(0, cols, cstep):
-            o = o2[r0:r0 + rstep, c0:c0 + cstep].to(dev, torch.float64)
+            o = o2[r0:r0 + rstep, c0:c0 + cstep]
             r = r2[r0:r0 + rstep, c0:c0 + cstep].to(dev, torch.float64)
-            d = o - r
-            dn, dd = (d * d).sum(1), (r * r).sum(1)
+            # one float64 temporary (the difference, promoted as it is taken) and two norms that square as they
+            # reduce: few passes and few operators a step (each a parallel region on the host, where judges
+            # sharing cores wait at every one). A 2-core host, 1024 x 393216: 5.9 s with the output's float64
+            # copy, the difference and both squares as temporaries, 1.4-1.6 s now
+            dn = torch.linalg.vector_norm(r - o, dim=1).square()
+            dd = torch.linalg.vector_norm(r, dim=1).square()
             if bool(torch.isfinite(dn.sum() + dd.sum())):  # no NaN or Inf on either side (one would carry into
                 rn += dn  #                                     the sums): the three masks below change nothing
                 rd += dd
                 continue
+            o = o.to(torch.float64)
             nan_o, nan_r = torch.isnan(o), torch.isnan(r)
             inf_o, inf_r = torch.isinf(o), torch.isinf(r)
             mism += ((nan_o != nan_r) | (inf_o != inf_r) | (inf_r & (o != r))).sum()

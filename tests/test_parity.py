@@ -64,6 +64,11 @@ def test_chunked_error_equals_the_whole_one():
         assert part.worst_row == pytest.approx(whole.worst_row, rel=1e-12)
     one_row = harness.rel_error(out[0], ref[0], chunk=7)
     assert one_row.worst_row == one_row.rel_l2
+    # outputs of other dtypes are measured as their values: a mask, integers, half precision
+    ones = torch.tensor([[1.0, 0.0, 1.0, 1.0]], dtype=torch.float64)
+    for got in (torch.tensor([[True, False, True, False]]), torch.tensor([[1, 0, 1, 0]]),
+                torch.tensor([[1.0, 0.0, 1.0, 0.0]], dtype=torch.bfloat16)):
+        assert harness.rel_error(got, ones).rel_l2 == pytest.approx(3 ** -0.5, rel=1e-12), got.dtype
 
 
 def test_budget_reason_is_one_line():

@@ -75,6 +75,8 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
         rd = torch.zeros_like(rn)
         for c0 in range(0, cols, cstep):
             o = o2[r0:r0 + rstep, c0:c0 + cstep]
+            if o.dtype == torch.bool or o.is_complex():  # as the reference is taken: a mask's values as
+                o = o.to(torch.float64)  # numbers (torch subtracts no bool tensor), a complex output's real part
             r = r2[r0:r0 + rstep, c0:c0 + cstep].to(dev, torch.float64)
             # one float64 temporary (the difference, promoted as it is taken) and two norms that square as they
             # reduce: few passes and few operators a step (each a parallel region on the host, where judges

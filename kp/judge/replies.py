@@ -47,30 +47,29 @@ def error_text(e: BaseException) -> str:
     return text
 
 
+def _tensors_replaced(msg, by):
+    """`msg` with every tensor in it (in dicts, tuples and lists, at any depth) replaced by `by(tensor)`."""
+    if isinstance(msg, torch.Tensor):
+        return by(msg)
+    if isinstance(msg, dict):
+        return {k: _tensors_replaced(v, by) for k, v in msg.items()}
+    if isinstance(msg, (tuple, list)):
+        return type(msg)(_tensors_replaced(v, by) for v in msg)
+    return msg
+
+
 def owned_copy(msg):
     """`msg` with every tensor replaced by a detached copy in memory this process owns: what is sent when a tensor
     cannot cross as it is (CUDA-graph pool memory, which CUDA cannot export; a non-leaf tensor that requires
     grad, which pickling refuses)."""
-    if isinstance(msg, torch.Tensor):
-        with torch.no_grad():
-            return msg.detach().clone()
-    if isinstance(msg, dict):
-        return {k: owned_copy(v) for k, v in msg.items()}
-    if isinstance(msg, (tuple, list)):
-        return type(msg)(owned_copy(v) for v in msg)
-    return msg
+    with torch.no_grad():
+        return _tensors_replaced(msg, lambda t: t.detach().clone())
 
 
 def without_tensors(msg):
     """`msg` with every tensor left out (None in its place): the reply of a call whose thread still works on what
     it returned. Its verdict is that thread; sending its tensors would move their storage under it."""
-    if isinstance(msg, torch.Tensor):
-        return None
-    if isinstance(msg, dict):
-        return {k: without_tensors(v) for k, v in msg.items()}
-    if isinstance(msg, (tuple, list)):
-        return type(msg)(without_tensors(v) for v in msg)
-    return msg
+    return _tensors_replaced(msg, lambda t: None)
 
 
 def send(conn, msg: dict) -> None:

@@ -86,21 +86,29 @@ def test_killed_run_resumes_with_only_the_missing_jobs(tmp_path):
     check_verdicts(recs)
 
 
-def test_an_interrupted_run_ends_with_the_table_and_throughput_of_what_it_judged(tmp_path):
-    """Ctrl-C (or a time limit's SIGINT) while the hanging job is in flight: no traceback; the table, the throughput
-    line and how many jobs are left, exit 130; the slots are gone."""
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGINT, started ignoring it"])
+def test_an_interrupted_run_ends_with_the_table_and_throughput_of_what_it_judged(tmp_path, how):
+    """Ctrl-C, or a time limit's SIGINT or SIGTERM, while the hanging job is in flight: no traceback; the table, the
+    throughput line and how many jobs are left, exit 128 + the signal; the slots are gone. Also for a run started
+    with SIGINT ignored, as a script's background command is."""
+    sig = signal.SIGTERM if how == "SIGTERM" else signal.SIGINT
+
+    def ignoring():
+        if "ignoring" in how:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     out = tmp_path / "results.jsonl"
     args = [sys.executable, str(ROOT / "run.py"), "--ref", str(CASES / "ref.py"), "--device", "cpu", "--allow-torch",
             "--out", str(out), "--timeout", "300", "--candidate"] + \
         [str(CASES / n) for n in ("good.py", "wrong.py", "hang.py")]
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=ignoring)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (out.exists() and len(out.read_text().splitlines()) >= 2):
         time.sleep(0.5)
     time.sleep(1.0)
-    os.kill(p.pid, signal.SIGINT)
+    os.kill(p.pid, sig)
     stdout, stderr = p.communicate(timeout=120)
-    assert p.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert p.returncode == 128 + sig, stdout[-2000:] + stderr[-2000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "2 verdicts in" in stdout and "interrupted: 2 of 3 jobs have a verdict" in stderr, stdout + stderr
     assert len(lines(out)) == 2

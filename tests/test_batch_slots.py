@@ -159,3 +159,46 @@ def test_a_batch_ends_with_its_throughput(monkeypatch):
     time.sleep(0.2)
     assert use.line() == "GPU utilisation (nvidia-smi, mean over the run): GPU 0 40%, GPU GPU-bbb 80%"
     assert backends.GpuUse([None]).line() == "GPU utilisation: no GPU in this run"
+
+
+class _SlowToDie:
+    """A slot (its own process stand-in) that ends `dies_s` after it is killed, or after it is asked to end where it
+    is idle: a process that held a CUDA context, whose driver tears the context down before it is gone."""
+
+    def __init__(self, dies_s: float, busy: bool = False):
+        self.dies_s, self.busy, self.end_at, self.kills = dies_s, busy, None, 0
+        self.proc = self
+
+    def ask_to_end(self):
+        if not self.busy:
+            self.end_at = self.end_at or time.monotonic() + self.dies_s
+
+    def kill(self, wait_s):
+        self.kills += 1
+        self.end_at = self.end_at or time.monotonic() + self.dies_s
+        self.join(wait_s)
+
+    def is_alive(self):
+        return self.end_at is None or time.monotonic() < self.end_at
+
+    def join(self, timeout):
+        left = timeout if self.end_at is None else min(timeout, self.end_at - time.monotonic())
+        time.sleep(max(0.0, left))
+
+
+def test_slots_are_ended_together_not_one_after_another():
+    """A stopped batch (Ctrl-C, a time limit's signal) kills its slots and waits for all of them at once: twelve
+    slots that take a second each to die end in about a second, not twelve. A busy slot asked to end is killed once
+    the shared wait is over."""
+    from kp.batch.slots import end_all
+    many = [_SlowToDie(1.0) for _ in range(12)]
+    t = time.monotonic()
+    end_all(many, kill=True, wait_s=5.0)
+    took = time.monotonic() - t
+    assert not any(s.is_alive() for s in many) and took < 3.0, took
+    idle, busy = _SlowToDie(0.5), _SlowToDie(0.5, busy=True)
+    t = time.monotonic()
+    end_all([idle, busy], wait_s=1.0)
+    took = time.monotonic() - t
+    assert not idle.is_alive() and idle.kills == 0  # it ended when asked
+    assert not busy.is_alive() and busy.kills == 1 and 1.4 < took < 3.0, took  # killed after the shared wait

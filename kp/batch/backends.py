@@ -2,8 +2,10 @@
 ask for one GPU; the progress bar, and each finished job appended to the results file at once."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -14,7 +16,7 @@ from pathlib import Path
 from kp.errors import UsageError, first_line
 from kp.batch.ahead import build_ahead_of_slots
 from kp.batch.jobfile import Job, append_result, read_results, summary, with_reference_seeds
-from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, _forks_workers, isolated_job
+from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, _forks_workers, end_all, isolated_job
 from kp.lib.registry import ROOT
 
 
@@ -209,25 +211,45 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
             # no box is started ahead meanwhile (boxes' CUDA contexts took the 2.8 GiB a softmax job found missing
             # mid-run).
             kept = {id(s) for s, _ in alone.values()}
-            for s in slots:
-                if id(s) not in kept:
-                    s.close()
+            end_all([s for s in slots if id(s) not in kept])
             _drain(deque(again), list(alone.values()), timeout_s, bar, record, most=0)
         if builds is not None:
             builds.join()
     except KeyboardInterrupt:  # Ctrl-C, or a time limit's SIGINT: the jobs judged so far are what the run gave
-        for s in slots:
-            s.kill()
+        end_all(slots, kill=True)
         raise Interrupted(results) from None
     finally:
-        for s in slots:
-            s.close()
+        end_all(slots)
         bar.close()
     return results
 
 
+@contextlib.contextmanager
+def stopped_by_signals():
+    """SIGINT (Ctrl-C) and SIGTERM (`timeout`'s default, a scheduler's stop) end a batch the same way: the slots
+    killed, the table and the throughput line of what it judged. SIGINT is taken back where the run was started with
+    it ignored, as a shell without job control starts a background command (`run.py ... &` in a script): a time
+    limit's SIGINT then did nothing, and the run went on judging until its SIGKILL, which left no table. Yields the
+    list the first signal's number is put in; a second signal while the run ends is not another interruption."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def stop(signum, frame):
+        if not got:
+            got.append(signum)
+            raise KeyboardInterrupt
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield got
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 class Interrupted(Exception):
-    """A batch stopped from outside (SIGINT): `results`, the jobs it judged before; the slots are gone."""
+    """A batch stopped from outside (SIGINT, SIGTERM): `results`, the jobs it judged before; the slots are gone."""
 
     def __init__(self, results: list[dict]):
         super().__init__(f"interrupted after {len(results)} verdicts")
@@ -350,17 +372,18 @@ def run_batch(args, opts: dict) -> int:
     out = Path(args.out) if args.out else None
     timeout = args.timeout or DEFAULT_TIMEOUT_S
     log_dir = out.with_name(out.name + ".logs") if out else None
-    t0, stopped = time.perf_counter(), False
+    t0, stopped = time.perf_counter(), 0
     if args.ray:
         results = run_ray(jobs, args.ray, out, timeout)
         use, slots = None, None
     else:
         gpus = [None] if args.device == "cpu" else gpu_list(args.gpus or "1")
         use, slots = GpuUse(gpus), len(gpus)
-        try:
-            results = run_local(jobs, gpus, out, timeout, log_dir=log_dir)
-        except Interrupted as e:
-            results, stopped = e.results, True
+        with stopped_by_signals() as signals:
+            try:
+                results = run_local(jobs, gpus, out, timeout, log_dir=log_dir)
+            except Interrupted as e:
+                results, stopped = e.results, 128 + (signals[0] if signals else signal.SIGINT)
     wall = time.perf_counter() - t0
     if out is not None:  # the table covers every job asked for, those recorded by an earlier run too
         keys = {j.key() for j in jobs}
@@ -375,5 +398,5 @@ def run_batch(args, opts: dict) -> int:
     if stopped:
         print(f"interrupted: {len(lines)} of {len(jobs)} jobs have a verdict" +
               ("; the same command again judges only the others" if out is not None else ""), file=sys.stderr)
-        return 130
+        return stopped
     return 0 if lines and all(d["ok"] for d in lines) else 1

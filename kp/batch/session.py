@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kp.batch.backends import Progress, _drain, _record, gpu_list
 from kp.batch.jobfile import Job, make_job, with_reference_seeds
-from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot
+from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, end_all
 from kp.errors import UsageError
 from kp.lib.registry import problems
 
@@ -90,8 +90,7 @@ class JudgeSession:
 
     def close(self) -> None:
         import shutil
-        for slot, _ in self.slots:
-            slot.close()
+        end_all([slot for slot, _ in self.slots])
         shutil.rmtree(self.sources, ignore_errors=True)
 
     def __enter__(self) -> "JudgeSession":

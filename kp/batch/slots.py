@@ -22,6 +22,7 @@ from kp.batch.jobfile import Job
 DEFAULT_TIMEOUT_S = JOB_TIMEOUT_S  # per job: a cold build of every kernel it uses, parity and timing fit well inside
 KILL_GRACE_S = 30  # the judge itself rejects a job at its limit, naming the stage; past this grace the slot is killed
 STARTUP_S = 120  # a slot's own start (imports) before its first job; not charged to the job
+END_WAIT_S = 10.0  # how long slots asked to end (or killed) are waited for, all of them together
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -267,13 +268,13 @@ class Slot:
         self.job, self.key, self.t0, self.started, self.waited = msg, None, time.monotonic(), False, 0.0
         self.conn.send(msg)
 
-    def kill(self) -> None:
+    def kill(self, wait_s: float = END_WAIT_S) -> None:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.kill()
-        self.proc.join(10)
+        self.proc.join(wait_s)
 
     def poll(self, timeout_s: float) -> dict | None:
         """The finished job's result, or None while it runs."""
@@ -317,13 +318,35 @@ class Slot:
         return res
 
     def close(self) -> None:
+        end_all([self])
+
+    def ask_to_end(self) -> None:
+        """An idle slot ends at this (a busy one when its job is done); end_all waits for it."""
         try:
             self.conn.send(None)
-            self.proc.join(10)
-        except (OSError, BrokenPipeError):
+        except (OSError, ValueError):  # its process is gone already, or the pipe was closed
             pass
-        if self.proc.is_alive():
-            self.kill()
+
+
+def end_all(slots: list[Slot], kill: bool = False, wait_s: float = END_WAIT_S) -> None:
+    """Every slot ended together: asked to end (kill: killed, with its process group), then all waited for within one
+    `wait_s`, and what is still alive then killed and waited for once more. A process that held a CUDA context can
+    take a while to die (the driver tears its context down): waited for one after another, up to ten seconds each,
+    a stopped run of twelve slots would wait for the sum of their deaths where the longest one is enough."""
+    for s in slots:
+        if kill:
+            s.kill(wait_s=0)
+        else:
+            s.ask_to_end()
+    for last in (False, True):
+        deadline = time.monotonic() + wait_s
+        for s in slots:
+            s.proc.join(max(0.0, deadline - time.monotonic()))
+        alive = [s for s in slots if s.proc.is_alive()]
+        if not alive or last:
+            return
+        for s in alive:
+            s.kill(wait_s=0)
 
 
 def isolated_job(job: Job, timeout_s: float = DEFAULT_TIMEOUT_S, gpu: str | None = None) -> dict:

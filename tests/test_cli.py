@@ -219,3 +219,28 @@ def test_a_reference_that_raises_on_its_own_inputs_is_one_usage_line(tmp_path, c
     assert r.returncode == 2, r.stdout + r.stderr
     assert "the reference itself raised on its own inputs" in r.stderr and "IndexError" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_stopped_gpu_test_run_lets_each_pytest_say_what_it_ran(tmp_path, monkeypatch):
+    """tools.gpu_tests passes a time limit's SIGTERM on to each pytest as Ctrl-C (each in a session of its own): each
+    ends with its own summary; one that has not ended when the grace is over is killed, and a killed one is no pass."""
+    import signal
+    import time
+    from tools import gpu_tests
+    polite = ("import sys, time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+              "    print('3 passed (interrupted)', flush=True)\n    sys.exit(2)\n")
+    stubborn = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n"
+    monkeypatch.setattr(gpu_tests, "STOP_GRACE_S", 2)
+    stop = gpu_tests.Stop(install=False)
+    procs = []
+    for name, src in (("polite", polite), ("stubborn", stubborn)):
+        log = open(tmp_path / f"{name}.log", "w")
+        procs.append((name, f"{name}.log", stop.started(subprocess.Popen(
+            [sys.executable, "-c", src], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)), log))
+    time.sleep(1.5)  # both started and waiting
+    t = time.monotonic()
+    stop(signal.SIGTERM, None)
+    assert gpu_tests._finish(procs, tmp_path, stop) == 128 + signal.SIGKILL
+    assert time.monotonic() - t < 10
+    assert "3 passed (interrupted)" in (tmp_path / "polite.log").read_text()
+    assert procs[0][2].returncode == 2 and procs[1][2].returncode == -signal.SIGKILL

@@ -23,12 +23,16 @@ one is there, beside a GPU test's 36-64 GiB softmax judge. --cpu-tests runs them
 xdist worker per two cores (a CPU test is a judge process and its candidate's worker), each process with two threads
 (OMP_NUM_THREADS / MKL_NUM_THREADS, unless set: left to torch's default, each of 64 processes ran a thread per core
 of the host and judge cases of 40-60 s took 100-240 s).
+
+Ctrl-C, or a time limit's SIGTERM, is passed on to each pytest as Ctrl-C (each runs in a session of its own): each
+ends with its summary line, and with -v every test it ran is named; the runner exits with 128 + the signal.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -90,9 +94,14 @@ def main(argv=None) -> int:
         return {k: os.environ.get(k, str(max(1, n))) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     procs = []
     t0 = time.perf_counter()
+    stop = Stop()
     if not args.no_prebuild:
         prebuild(gpus[0], logs)
-    pytest = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"]
+    if stop.signum:
+        print(f"stopped by signal {stop.signum} while the kernels were built: no test ran", flush=True)
+        return 128 + stop.signum
+    verbose = any(re.fullmatch(r"-v+|--verbose", a) for a in extra)  # pytest's -q would cancel it
+    pytest = [sys.executable, "-m", "pytest", *([] if verbose else ["-q"]), "-rfEs", "-p", "no:cacheprovider"]
     if args.store_durations:  # every test's phases, listed
         pytest += ["--durations=0", "--durations-min=0"]
     elif not any(a.startswith("--durations") for a in extra):  # each GPU's line names its slowest tests
@@ -101,23 +110,25 @@ def main(argv=None) -> int:
         env = {**os.environ, **threads(cpus // len(gpus)), "CUDA_VISIBLE_DEVICES": g}
         log = open(logs / f"gpu{g}.log", "w")
         cmd = [*pytest, "-n", "1", "--only", "gpu", "--shard", f"{k}/{len(gpus)}", *extra]
-        procs.append((f"GPU {g}", f"gpu{g}.log",
-                      subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
-    worst = _finish(procs, logs)
+        procs.append((f"GPU {g}", f"gpu{g}.log", stop.started(subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)), log))
+    worst = _finish(procs, logs, stop)
     print(f"{len(gpus)} GPUs, {time.perf_counter() - t0:.0f} s in all; each GPU's output: {logs}/", flush=True)
     if args.store_durations:
         n = store_durations([logs / f"gpu{g}.log" for g in gpus], GPU_SECONDS, _gpu_name())
         print(f"{n} GPU tests' seconds recorded in {GPU_SECONDS.relative_to(ROOT)}", flush=True)
+    if stop.signum:
+        return 128 + stop.signum
     if args.cpu_tests:
         t1 = time.perf_counter()
         env = {**os.environ, **threads(2), "CUDA_VISIBLE_DEVICES": ""}
         log = open(logs / "cpu.log", "w")
         cmd = [*pytest, "-n", str(max(1, cpus // 2)), "--only", "cpu", *extra]
-        worst = max(worst, _finish([("CPU tests", "cpu.log", subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log)], logs))
+        worst = max(worst, _finish([("CPU tests", "cpu.log", stop.started(subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)), log)], logs, stop))
         print(f"the tests that need no GPU: {time.perf_counter() - t1:.0f} s; {time.perf_counter() - t0:.0f} s in all",
               flush=True)
-    return worst
+    return 128 + stop.signum if stop.signum else worst
 
 
 GPU_SECONDS = ROOT / "tests" / "gpu_test_seconds.json"
@@ -177,19 +188,61 @@ def slowest(lines: list[str], n: int = 3) -> list[str]:
     return [t for _, t in sorted(found, key=lambda f: -f[0])[:n]]
 
 
-def _finish(procs, logs: Path) -> int:
+STOP_GRACE_S = 120  # a pytest told to stop (as by Ctrl-C) has this long to print its summary before it is killed
+
+
+class Stop:
+    """SIGINT, or SIGTERM (a time limit's), passed on to every pytest as Ctrl-C (each runs in a session of its own,
+    out of reach of a signal sent to the runner's group), so that each ends with its summary line, the tests it ran
+    listed, rather than dying with the runner and leaving a log of dots."""
+
+    def __init__(self, install: bool = True):
+        self.signum, self.at, self.procs = None, 0.0, []
+        for s in (signal.SIGINT, signal.SIGTERM) if install else ():
+            signal.signal(s, self)
+
+    def started(self, proc: subprocess.Popen) -> subprocess.Popen:
+        self.procs.append(proc)
+        if self.signum:
+            self._pass_on(proc)
+        return proc
+
+    def __call__(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum, self.at = signum, time.monotonic()
+            print(f"signal {signum}: the tests are told to stop ({STOP_GRACE_S} s to say what they ran)", flush=True)
+            for proc in self.procs:
+                self._pass_on(proc)
+
+    @staticmethod
+    def _pass_on(proc: subprocess.Popen, sig: int = signal.SIGINT) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self, proc: subprocess.Popen) -> int:
+        while True:
+            try:
+                return proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                if self.signum and time.monotonic() - self.at > STOP_GRACE_S:
+                    self._pass_on(proc, signal.SIGKILL)
+
+
+def _finish(procs, logs: Path, stop: Stop) -> int:
     """Waits for each (name, log file, process, open log); one line each: its exit code and pytest's last line,
     then its slowest tests where pytest listed them."""
     worst = 0
     for name, fname, proc, log in procs:
-        rc = proc.wait()
+        rc = stop.wait(proc)
         log.close()
         tail = [ln for ln in (logs / fname).read_text(errors="replace").splitlines() if ln.strip()]
         print(f"{name}: exit {rc}: {tail[-1] if tail else 'no output'}", flush=True)
         slow = slowest(tail)
         if slow:
             print(f"  slowest: {'; '.join(slow)}", flush=True)
-        worst = max(worst, rc)
+        worst = max(worst, rc if rc >= 0 else 128 - rc)  # killed by a signal: not a pass
     return worst
 
 

@@ -332,8 +332,8 @@ def compile_check(args) -> int:
 
 
 def cli(argv=None) -> int:
-    """main() as the command line sees it: a usage error or a build error is one message on stderr and an exit
-    code, never a traceback."""
+    """main() as the command line sees it: a usage error, a build error or Ctrl-C is one message on stderr and an
+    exit code, never a traceback."""
     try:
         return main(argv)
     except harness.UsageError as e:
@@ -341,6 +341,9 @@ def cli(argv=None) -> int:
     except harness.KernelBuildError as e:
         print(f"build error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the judge has stopped the candidate's worker on its way out
+        print("\ninterrupted: no verdict", file=sys.stderr)
+        return 130
 
 
 def exit_now(code: int) -> None:

@@ -244,3 +244,29 @@ def test_a_stopped_gpu_test_run_lets_each_pytest_say_what_it_ran(tmp_path, monke
     assert time.monotonic() - t < 10
     assert "3 passed (interrupted)" in (tmp_path / "polite.log").read_text()
     assert procs[0][2].returncode == 2 and procs[1][2].returncode == -signal.SIGKILL
+
+
+def test_ctrl_c_on_one_judgement_is_one_line_and_leaves_nothing_running():
+    """Ctrl-C while the candidate's call hangs: `interrupted: no verdict`, exit 130, no traceback, at once (the
+    worker stopped mid-call is killed, not asked to quit and waited for), and no process of the job left."""
+    import signal
+    import time
+    batch = ROOT / "tests" / "batch"
+    p = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "--ref", str(batch / "ref.py"), "--candidate",
+                          str(batch / "hang.py"), "--device", "cpu", "--allow-torch", "--timeout", "120"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    seen = ""
+    while time.monotonic() < deadline and "drawn from --seed" not in seen:  # the judge has reached its calls
+        seen += p.stderr.readline()
+    time.sleep(4.0)
+    t = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    took = time.monotonic() - t
+    assert p.returncode == 130 and "interrupted: no verdict" in err and "Traceback" not in err, err[-3000:]
+    assert took < 6.0, took
+    time.sleep(1.0)
+    left = [ps for ps in subprocess.run(["ps", "-o", "stat=,args=", "-s", str(p.pid)], capture_output=True,
+                                        text=True).stdout.splitlines() if not ps.strip().startswith("Z")]
+    assert not left, left  # its session (the judge, the box, the worker) holds nothing but the dead

@@ -98,6 +98,7 @@ class ProcessRunner:
         self.deadline, self.limit_s = deadline, limit_s
         self.passed: dict = {}  # the judged row's passed checks (what a timeout's verdict lists)
         self.seq = 0  # commands sent: each answer must carry its command's number
+        self.answered = True  # the last command's answer came (a worker stopped mid-call is killed, not asked)
         self.build_failures: list[dict] = []
         self.build_s = 0.0  # seconds the worker has spent in the candidate's load/load_inline calls (its reply says)
         self.build_wait_s = 0.0
@@ -144,6 +145,7 @@ class ProcessRunner:
             limit = self.deadline
         _settle_before_sending(self.device)
         self.seq += 1
+        self.answered = False
         try:
             self.conn.send(msg)
             while True:
@@ -162,6 +164,7 @@ class ProcessRunner:
                 self.conn.send(("ack", self.on_interim(reply)))
         except (EOFError, BrokenPipeError, ConnectionResetError):
             raise self._died(stage) from None
+        self.answered = True
         if reply.get("seq") != self.seq:
             raise Rejected(f"{stage}: {FOREIGN} (numbered {reply.get('seq')!r}, the command was {self.seq})")
         reply = Reply(stage, reply)
@@ -186,7 +189,7 @@ class ProcessRunner:
         than waited for while its interpreter and torch tear down (seconds per job)."""
         quit = False
         try:
-            if self.proc.is_alive():
+            if self.proc.is_alive() and self.answered:  # not one stopped (Ctrl-C, a timeout) mid-call
                 self.conn.send(("quit",))
                 if self.conn.poll(10):
                     self.conn.recv()

@@ -334,16 +334,19 @@ def compile_check(args) -> int:
 def cli(argv=None) -> int:
     """main() as the command line sees it: a usage error, a build error or Ctrl-C is one message on stderr and an
     exit code, never a traceback."""
-    try:
-        return main(argv)
-    except harness.UsageError as e:
-        return fail_usage(str(e))
-    except harness.KernelBuildError as e:
-        print(f"build error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:  # Ctrl-C: the judge has stopped the candidate's worker on its way out
-        print("\ninterrupted: no verdict", file=sys.stderr)
-        return 130
+    import signal
+    from kp.errors import stopped_by_signals
+    with stopped_by_signals() as signals:
+        try:
+            return main(argv)
+        except harness.UsageError as e:
+            return fail_usage(str(e))
+        except harness.KernelBuildError as e:
+            print(f"build error: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the judge has stopped the candidate's worker on its way out
+            print("\ninterrupted: no verdict", file=sys.stderr)
+            return 128 + (signals[0] if signals else signal.SIGINT)
 
 
 def exit_now(code: int) -> None:

@@ -1,7 +1,11 @@
-"""The two errors the playground raises on purpose: a usage mistake and a kernel that does not compile."""
-
-
+"""The errors the playground raises on purpose (a usage mistake, a kernel that does not compile, a rejection), how
+they are said, and how a stop from outside (Ctrl-C, SIGTERM) becomes one."""
 from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
 
 class UsageError(ValueError):
     """Bad request from a user (unknown problem or variant, bad shapes, no GPU). run.py maps it to exit 2."""
@@ -96,3 +100,33 @@ def raised_by_judge(e: BaseException) -> bool:
 def is_cuda_error(e: BaseException) -> bool:
     """A CUDA runtime error raised by torch (a device-side assert, an illegal address, a launch failure)."""
     return type(e).__name__ == "AcceleratorError" or (isinstance(e, RuntimeError) and "CUDA error" in str(e))
+
+
+@contextlib.contextmanager
+def stopped_by_signals():
+    """SIGINT (Ctrl-C) and SIGTERM (`timeout`'s default, a scheduler's stop) both raised as KeyboardInterrupt, so that
+    a run ends the same way on either: one judgement says it has no verdict, a batch kills its slots and prints the
+    table and throughput line of what it judged. SIGINT is taken back where the run was started with it ignored, as
+    a shell without job control starts a background command (`run.py ... &` in a script): a time limit's SIGINT then
+    did nothing, and the run went on judging until its SIGKILL, which left no table. Yields the list the first
+    signal's number is put in; a second signal while the run ends kills it at once, as signals do by default."""
+    import os
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def stop(signum, frame):
+        if got:
+            for s in old:
+                signal.signal(s, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        got.append(signum)
+        raise KeyboardInterrupt
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield got
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)

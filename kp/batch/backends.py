@@ -2,7 +2,6 @@
 ask for one GPU; the progress bar, and each finished job appended to the results file at once."""
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -13,7 +12,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from kp.errors import UsageError, first_line
+from kp.errors import UsageError, first_line, stopped_by_signals
 from kp.batch.ahead import build_ahead_of_slots
 from kp.batch.jobfile import Job, append_result, read_results, summary, with_reference_seeds
 from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, _forks_workers, end_all, isolated_job
@@ -222,30 +221,6 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
         end_all(slots)
         bar.close()
     return results
-
-
-@contextlib.contextmanager
-def stopped_by_signals():
-    """SIGINT (Ctrl-C) and SIGTERM (`timeout`'s default, a scheduler's stop) end a batch the same way: the slots
-    killed, the table and the throughput line of what it judged. SIGINT is taken back where the run was started with
-    it ignored, as a shell without job control starts a background command (`run.py ... &` in a script): a time
-    limit's SIGINT then did nothing, and the run went on judging until its SIGKILL, which left no table. Yields the
-    list the first signal's number is put in; a second signal while the run ends is not another interruption."""
-    got: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield got
-        return
-
-    def stop(signum, frame):
-        if not got:
-            got.append(signum)
-            raise KeyboardInterrupt
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield got
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
 
 
 class Interrupted(Exception):

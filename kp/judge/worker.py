@@ -326,6 +326,34 @@ class Worker(MeasureCommands):
         return {"buffers": {k: v.detach().clone() for k, v in m.state_dict().items()}}
 
 
+def judge_gone(pid: int) -> bool:
+    """Whether the judge of this pid has ended (dead, or a zombie its parent has not reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def end_with_judge(pid: int, every_s: float = 1.0) -> None:
+    """An unboxed worker ends when its judge does (a boxed one by bwrap's --die-with-parent): one forked by
+    multiprocessing's forkserver is not the judge's child, and a daemon child is not ended when its judge is killed
+    (SIGTERM, a time limit), so a hanging candidate would otherwise hold its cores, its GPU memory and the judge's
+    terminal for good. A thread of the judge's, started before the candidate's file is imported (not one of its
+    threads)."""
+    def watch():
+        while not judge_gone(pid):
+            time.sleep(every_s)
+        os._exit(1)
+    threading.Thread(target=watch, name="kp-end-with-judge", daemon=True).start()
+
+
 def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dict, cwd: str, train: bool = True,
                 stderr_path: str | None = None):
     import warnings
@@ -344,6 +372,8 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.chdir(cwd)
     sys.path.insert(0, root)
+    if env.get("KP_JUDGE_PID", "").isdigit():
+        end_with_judge(int(env["KP_JUDGE_PID"]))
     if device == "cuda":  # the CUDA context now (a second or two), while the judge measures the footprint and plans,
         try:              # not on its first command; a failure here is left for that command to report
             torch.zeros(1, device="cuda")

@@ -246,8 +246,14 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
                         "record": None, "gpu_memory": True}
             return {"ok": True, "verdict": "accepted", "record": None}
 
-        def close(self):
+        def ask_to_end(self):  # kp.batch.slots.end_all's side of a slot: asked (or killed), then its process joined
             self.closed = True
+
+        kill = close = lambda self, wait_s=0: self.ask_to_end()
+
+        class proc:  # noqa: N801 (a process that has ended)
+            join = staticmethod(lambda timeout=None: None)
+            is_alive = staticmethod(lambda: False)
 
     monkeypatch.setattr(backends, "Slot", FakeSlot)
     monkeypatch.setattr(backends, "build_ahead_of_slots", lambda jobs, gpus, timeout_s: (jobs, None))

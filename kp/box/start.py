@@ -214,22 +214,27 @@ def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     return Box(conn, BoxProcess(popen, cgroup, own), stderr, plan)
 
 
-def _alive(pid: int) -> bool:
-    """Whether a process of this pid exists (one of another user's counts)."""
+def alive(pid: int) -> bool:
+    """Whether a process of this pid runs (one of another user's counts; a zombie, dead but not yet reaped by its
+    parent, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        pass
-    return True
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _sweep_boxes() -> None:
     """The build folders of boxes whose judge is gone (killed before it could remove them)."""
     for d in (cache_root() / "boxes").glob("box-*-*"):
         pid = d.name.split("-")[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
 
 
@@ -242,7 +247,7 @@ def building_elsewhere(home: Path) -> bool:
         pid = int((home / BUILDING).read_text())
     except (OSError, ValueError):
         return False
-    return pid != os.getpid() and _alive(pid)
+    return pid != os.getpid() and alive(pid)
 
 
 def _copy_builds(src: Path, dst: Path) -> None:

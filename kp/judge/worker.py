@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from kp.box.start import needs_dynamo
+from kp.box.start import alive, needs_dynamo
 from kp.errors import oom_request_bytes
 from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
@@ -326,21 +326,6 @@ class Worker(MeasureCommands):
         return {"buffers": {k: v.detach().clone() for k, v in m.state_dict().items()}}
 
 
-def judge_gone(pid: int) -> bool:
-    """Whether the judge of this pid has ended (dead, or a zombie its parent has not reaped yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def end_with_judge(pid: int, every_s: float = 1.0) -> None:
     """An unboxed worker ends when its judge does (a boxed one by bwrap's --die-with-parent): one forked by
     multiprocessing's forkserver is not the judge's child, and a daemon child is not ended when its judge is killed
@@ -348,7 +333,7 @@ def end_with_judge(pid: int, every_s: float = 1.0) -> None:
     terminal for good. A thread of the judge's, started before the candidate's file is imported (not one of its
     threads)."""
     def watch():
-        while not judge_gone(pid):
+        while alive(pid):
             time.sleep(every_s)
         os._exit(1)
     threading.Thread(target=watch, name="kp-end-with-judge", daemon=True).start()

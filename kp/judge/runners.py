@@ -113,10 +113,10 @@ class ProcessRunner:
         self.scratch = tempfile.mkdtemp(prefix="kp-cwd-")
         ctx = _context()
         self.conn, child = ctx.Pipe()
-        env = {**os.environ, **({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else {}),
-               "KP_JUDGE_PID": str(os.getpid())}  # the worker ends with its judge (kp.judge.worker.end_with_judge)
+        env = {**os.environ, **({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else {})}
+        # the last: this judge's pid, which the worker ends with (kp.judge.worker.end_with_judge)
         self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT),
-                                                          env, self.scratch, train, self.stderr.name),
+                                                          env, self.scratch, train, self.stderr.name, os.getpid()),
                                 daemon=True)
         start_without_main(self.proc)
         child.close()

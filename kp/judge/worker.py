@@ -340,7 +340,7 @@ def end_with_judge(pid: int, every_s: float = 1.0) -> None:
 
 
 def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dict, cwd: str, train: bool = True,
-                stderr_path: str | None = None):
+                stderr_path: str | None = None, judge_pid: int | None = None):
     import warnings
     if stderr_path:  # the judge reads its last lines when this process dies
         fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
@@ -357,8 +357,8 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.chdir(cwd)
     sys.path.insert(0, root)
-    if env.get("KP_JUDGE_PID", "").isdigit():
-        end_with_judge(int(env["KP_JUDGE_PID"]))
+    if judge_pid:  # unboxed (a box's pids are its own; bwrap ends it with its judge)
+        end_with_judge(judge_pid)
     if device == "cuda":  # the CUDA context now (a second or two), while the judge measures the footprint and plans,
         try:              # not on its first command; a failure here is left for that command to report
             torch.zeros(1, device="cuda")

@@ -334,9 +334,8 @@ def compile_check(args) -> int:
 def cli(argv=None) -> int:
     """main() as the command line sees it: a usage error, a build error or Ctrl-C is one message on stderr and an
     exit code, never a traceback."""
-    import signal
-    from kp.errors import stopped_by_signals
-    with stopped_by_signals() as signals:
+    from kp.errors import stop_signal, stopped_by_signals
+    with stopped_by_signals():
         try:
             return main(argv)
         except harness.UsageError as e:
@@ -344,9 +343,9 @@ def cli(argv=None) -> int:
         except harness.KernelBuildError as e:
             print(f"build error: {e}", file=sys.stderr)
             return 1
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the judge has stopped the candidate's worker on its way out
+        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the judge stopped the candidate's worker on its way out
             print("\ninterrupted: no verdict", file=sys.stderr)
-            return 128 + (signals[0] if signals else signal.SIGINT)
+            return 128 + stop_signal(e)
 
 
 def exit_now(code: int) -> None:

@@ -3,6 +3,7 @@ they are said, and how a stop from outside (Ctrl-C, SIGTERM) becomes one."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 
@@ -102,31 +103,43 @@ def is_cuda_error(e: BaseException) -> bool:
     return type(e).__name__ == "AcceleratorError" or (isinstance(e, RuntimeError) and "CUDA error" in str(e))
 
 
+class Stopped(KeyboardInterrupt):
+    """A stop from outside, as stopped_by_signals raises it: Ctrl-C's SIGINT or a SIGTERM (`signum`)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def stop_signal(e: KeyboardInterrupt) -> int:
+    """The signal behind an interruption: a Stopped's own, else Ctrl-C's."""
+    return getattr(e, "signum", signal.SIGINT)
+
+
 @contextlib.contextmanager
 def stopped_by_signals():
-    """SIGINT (Ctrl-C) and SIGTERM (`timeout`'s default, a scheduler's stop) both raised as KeyboardInterrupt, so that
-    a run ends the same way on either: one judgement says it has no verdict, a batch kills its slots and prints the
-    table and throughput line of what it judged. SIGINT is taken back where the run was started with it ignored, as
-    a shell without job control starts a background command (`run.py ... &` in a script): a time limit's SIGINT then
-    did nothing, and the run went on judging until its SIGKILL, which left no table. Yields the list the first
-    signal's number is put in; a second signal while the run ends kills it at once, as signals do by default."""
-    import os
-    got: list[int] = []
+    """SIGINT (Ctrl-C) and SIGTERM (`timeout`'s default, a scheduler's stop) both raised as Stopped (a
+    KeyboardInterrupt with the signal's number), so that a run ends the same way on either: one judgement says it
+    has no verdict, a batch kills its slots and prints the table and throughput line of what it judged. SIGINT is
+    taken back where the run was started with it ignored, as a shell without job control starts a background command
+    (`run.py ... &` in a script): a time limit's SIGINT then did nothing, and the run went on judging until its
+    SIGKILL, which left no table. A second signal while the run ends kills it at once, as signals do by default."""
     if threading.current_thread() is not threading.main_thread():
-        yield got
+        yield
         return
+    stopping = []
 
     def stop(signum, frame):
-        if got:
+        if stopping:
             for s in old:
                 signal.signal(s, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        got.append(signum)
-        raise KeyboardInterrupt
+        stopping.append(signum)
+        raise Stopped(signum)
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield got
+        yield
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)

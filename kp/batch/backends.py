@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -12,7 +11,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from kp.errors import UsageError, first_line, stopped_by_signals
+from kp.errors import UsageError, first_line, stop_signal
 from kp.batch.ahead import build_ahead_of_slots
 from kp.batch.jobfile import Job, append_result, read_results, summary, with_reference_seeds
 from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, _forks_workers, end_all, isolated_job
@@ -214,9 +213,9 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
             _drain(deque(again), list(alone.values()), timeout_s, bar, record, most=0)
         if builds is not None:
             builds.join()
-    except KeyboardInterrupt:  # Ctrl-C, or a time limit's SIGINT: the jobs judged so far are what the run gave
+    except KeyboardInterrupt as e:  # Ctrl-C, or a time limit's signal: the jobs judged so far are what the run gave
         end_all(slots, kill=True)
-        raise Interrupted(results) from None
+        raise Interrupted(results, stop_signal(e)) from None
     finally:
         end_all(slots)
         bar.close()
@@ -224,11 +223,12 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
 
 
 class Interrupted(Exception):
-    """A batch stopped from outside (SIGINT, SIGTERM): `results`, the jobs it judged before; the slots are gone."""
+    """A batch stopped from outside (SIGINT, SIGTERM: `signum`): `results`, the jobs it judged before; the slots are
+    gone."""
 
-    def __init__(self, results: list[dict]):
+    def __init__(self, results: list[dict], signum: int):
         super().__init__(f"interrupted after {len(results)} verdicts")
-        self.results = results
+        self.results, self.signum = results, signum
 
 
 AHEAD_MOST = 3  # jobs a slot holds beyond the one it runs, their boxes started (torch imported, CUDA's context
@@ -354,11 +354,10 @@ def run_batch(args, opts: dict) -> int:
     else:
         gpus = [None] if args.device == "cpu" else gpu_list(args.gpus or "1")
         use, slots = GpuUse(gpus), len(gpus)
-        with stopped_by_signals() as signals:
-            try:
-                results = run_local(jobs, gpus, out, timeout, log_dir=log_dir)
-            except Interrupted as e:
-                results, stopped = e.results, 128 + (signals[0] if signals else signal.SIGINT)
+        try:  # SIGINT and SIGTERM come as a KeyboardInterrupt (run.py: kp.errors.stopped_by_signals)
+            results = run_local(jobs, gpus, out, timeout, log_dir=log_dir)
+        except Interrupted as e:
+            results, stopped = e.results, 128 + e.signum
     wall = time.perf_counter() - t0
     if out is not None:  # the table covers every job asked for, those recorded by an earlier run too
         keys = {j.key() for j in jobs}

@@ -14,11 +14,14 @@ def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     """Where a batch has more candidates that build an extension than slots, and the host more cores: each is
     imported once beforehand in its box with its build folder, and the judging's import finds what that left.
     Here the 'build' is a file the import writes into its build folder; the candidate is right only when it finds
-    it there at its import (a judged import that had to build gives the identity instead of the ReLU)."""
+    it there at its import (a judged import that had to build gives the identity instead of the ReLU). The build
+    ahead runs at a lower CPU priority than the judges beside it (it writes its niceness into the file)."""
+    import os
+    from kp.box.start import candidate_build_dir
     from kp.batch import ahead, slots
     src = ("import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
            "# noqa: F401\n\n# {tag}\nmark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) / 'built'\n"
-           "AHEAD = mark.exists()\nmark.write_text('x')\n\n\nclass ModelNew(nn.Module):\n"
+           "AHEAD = mark.exists()\nmark.write_text(str(os.nice(0)))\n\n\nclass ModelNew(nn.Module):\n"
            "    def forward(self, x):\n        return torch.relu(x) if AHEAD else x\n")
     opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
     jobs = []
@@ -31,6 +34,7 @@ def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     said = []
     assert ahead.build_ahead(jobs[1:], procs=2, timeout_s=120, log=said.append) == {jobs[1].candidate: None}
     assert "building 1 candidates' own extensions ahead" in said[0] and said[-1].startswith("[kp] built ahead in")
+    assert int((candidate_build_dir(jobs[1].candidate) / "built").read_text()) == min(19, os.nice(0) + 10)
     cold, warm = slots.run_job(jobs[0]), slots.run_job(jobs[1])
     assert not cold["ok"] and "trial 1" in cold["verdict"], cold["verdict"]
     assert warm["ok"], warm["verdict"]

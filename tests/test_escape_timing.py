@@ -1,7 +1,10 @@
 """The escape and own-kernel checks and the timing stage: the profiler window and the host clock, the timed calls
 checked after the fact, the samples reduced in the judge (judges sharing a GPU: tests/test_gpu_sharing.py)."""
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import harness
 from kp.judge import driver as judge, escape as stage_escape, timed as stage_timing
 from kp.judge import expected, guards
 from kp.observe import profile
-from conftest import gpu, run_script as run
+from conftest import ROOT, gpu, run_script as run
 from cases import CASES_DIR, outside_repo, shipped_candidate
 
 
@@ -44,6 +47,47 @@ def test_host_clock_escape_rule():
     assert guards.host_clock_excess_ms(honest) < guards.escape_threshold_ms(3.40)
     assert guards.host_clock_excess_ms(hidden) > guards.escape_threshold_ms(0.01)
     assert guards.host_clock_excess_ms(slow_host) < guards.escape_threshold_ms(0.02)
+
+
+def test_host_clock_discounts_the_wait_for_a_cpu():
+    """A call of 3.5 ms on a host whose cores a batch's builds keep busy: the measuring thread loses its core while
+    it waits for the GPU and gets it back a scheduler slice later, on every call. That wait (the thread's run-queue
+    time, a fourth field) is not work the events missed; 4 ms unseen beyond it still is."""
+    preempted = [(7.46, 3.49, 0.05, 3.98)] * 5  # as measured: 3.98 ms waiting for a CPU, inside the wall time
+    hidden = [(11.46, 3.49, 0.05, 3.98)] * 5  # the same wait, and 4 ms of work the events did not see
+    assert guards.host_clock_excess_ms([s[:3] for s in preempted]) > guards.escape_threshold_ms(3.49)
+    assert guards.host_clock_excess_ms(preempted) < guards.escape_threshold_ms(3.49)
+    assert guards.host_clock_excess_ms(hidden) > guards.escape_threshold_ms(3.49)
+
+
+def test_run_queue_wait_is_the_time_a_thread_waited_for_a_cpu(tmp_path):
+    """run_queue_ms reads the kernel's count of the calling thread's wait for a CPU: a thread sharing one core
+    with two busy processes for 0.3 s waits for most of it; alone on its core, hardly at all."""
+    if guards.run_queue_ms() == 0.0:
+        pytest.skip("this kernel keeps no run-queue time (/proc/thread-self/schedstat): the host clock is taken "
+                    "as it is")
+    script = tmp_path / "rq.py"
+    script.write_text(
+        "import os, subprocess, sys, time\n"
+        "from kp.judge.guards import run_queue_ms\n"
+        "core = min(os.sched_getaffinity(0))\n"
+        "os.sched_setaffinity(0, {core})\n"
+        "def spin(s):\n"
+        "    q0, t = run_queue_ms(), time.perf_counter()\n"
+        "    while time.perf_counter() - t < s:\n"
+        "        pass\n"
+        "    return run_queue_ms() - q0\n"
+        "alone = spin(0.3)\n"
+        "hogs = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(2)]\n"
+        "time.sleep(0.2)\n"
+        "shared = spin(0.3)\n"
+        "for h in hogs: h.kill()\n"
+        "print(alone, shared)\n")
+    r = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    alone, shared = map(float, r.stdout.split())
+    assert alone < 100 and shared > 150, (alone, shared)  # of 300 ms: two hogs take about two thirds of the core
 
 
 class _EscapeReplies:

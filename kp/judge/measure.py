@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from kp.judge.guards import late_message, late_threads, loaded_objects, system_prefixes
+from kp.judge.guards import late_message, late_threads, loaded_objects, run_queue_ms, system_prefixes
 from kp.judge.reference import describe
 from kp.lib.build import cache_root, shared_cache
 from kp.lib.layers import set_precision
@@ -155,10 +155,12 @@ class MeasureCommands:
                     e0 = time.perf_counter()
                     g()
                     e1 = time.perf_counter()
+                    q0 = run_queue_ms()  # the wait for a CPU while it waits for the GPU: not the call's
                     stop.record()
                     torch.cuda.synchronize()
+                    q1 = run_queue_ms()
                     h1 = time.perf_counter()
-                    out.append(((h1 - h0) * 1e3, start.elapsed_time(stop), (e1 - e0) * 1e3))
+                    out.append(((h1 - h0) * 1e3, start.elapsed_time(stop), (e1 - e0) * 1e3, q1 - q0))
             marker = None  # the marker kernel's name, from a profile of the marker alone
             with profiler() as p0:
                 torch.cuda._sleep(1000)

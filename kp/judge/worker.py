@@ -29,6 +29,8 @@ from kp.lib.timing import L2Flusher
 from kp.observe.profile import profiler
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
+BUILD_AHEAD_NICE = 10  # a build ahead of judging yields the cores to the judges beside it (their host clocks, their
+#                        timed calls): it is throughput, they are latency; it still gets every core they leave idle
 JOB_TIMEOUT_S = 600  # a candidate's whole job, single run or batch (--timeout): its builds, parity and timing
 RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")  # commands after which no thread
 #                                                                            the candidate started may be working
@@ -241,6 +243,10 @@ class Worker(MeasureCommands):
         nothing is allocated or computed and a call that needs real data fails at once, after the build it starts.
         Whatever the candidate's code raises here is ignored: its judging runs it again and says. Returns the
         seconds spent in its load/load_inline calls."""
+        try:  # this worker's compilers inherit it (the worker runs nothing else: it ends after this command)
+            os.nice(BUILD_AHEAD_NICE)
+        except OSError:
+            pass
         record_build_failures(self.build_failures, self.build_seconds)
         if self._import(Path(path).resolve()):
             steps = (lambda: self.factories["candidate"](*self.ref.init()),

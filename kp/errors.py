@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 
 
 class UsageError(ValueError):
@@ -103,6 +104,11 @@ def is_cuda_error(e: BaseException) -> bool:
     return type(e).__name__ == "AcceleratorError" or (isinstance(e, RuntimeError) and "CUDA error" in str(e))
 
 
+SAME_STOP_S = 1.0  # the same signal again this soon is the same stop: `timeout` sends its signal to the command and
+#                   then to the command's process group, so a run under `timeout -s INT` got it twice, and the second,
+#                   while the run wrote its table, killed it without one
+
+
 class Stopped(KeyboardInterrupt):
     """A stop from outside, as stopped_by_signals raises it: Ctrl-C's SIGINT or a SIGTERM (`signum`)."""
 
@@ -123,7 +129,8 @@ def stopped_by_signals():
     has no verdict, a batch kills its slots and prints the table and throughput line of what it judged. SIGINT is
     taken back where the run was started with it ignored, as a shell without job control starts a background command
     (`run.py ... &` in a script): a time limit's SIGINT then did nothing, and the run went on judging until its
-    SIGKILL, which left no table. A second signal while the run ends kills it at once, as signals do by default."""
+    SIGKILL, which left no table. A second signal while the run ends kills it at once, as signals do by default,
+    unless it is the first one's repeat (`SAME_STOP_S`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -131,11 +138,14 @@ def stopped_by_signals():
 
     def stop(signum, frame):
         if stopping:
+            first, at = stopping[0]
+            if signum == first and time.monotonic() - at < SAME_STOP_S:
+                return
             for s in old:
                 signal.signal(s, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        stopping.append(signum)
+        stopping.append((signum, time.monotonic()))
         raise Stopped(signum)
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

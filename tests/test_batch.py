@@ -86,11 +86,12 @@ def test_killed_run_resumes_with_only_the_missing_jobs(tmp_path):
     check_verdicts(recs)
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGINT, started ignoring it"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGINT, started ignoring it", "SIGINT as timeout sends it"])
 def test_an_interrupted_run_ends_with_the_table_and_throughput_of_what_it_judged(tmp_path, how):
     """Ctrl-C, or a time limit's SIGINT or SIGTERM, while the hanging job is in flight: no traceback; the table, the
     throughput line and how many jobs are left, exit 128 + the signal; the slots are gone. Also for a run started
-    with SIGINT ignored, as a script's background command is."""
+    with SIGINT ignored, as a script's background command is, and for `timeout -s INT`'s two deliveries (to the
+    command, then to its process group, the slots' processes with it), the second here after the first was taken."""
     sig = signal.SIGTERM if how == "SIGTERM" else signal.SIGINT
 
     def ignoring():
@@ -107,6 +108,9 @@ def test_an_interrupted_run_ends_with_the_table_and_throughput_of_what_it_judged
         time.sleep(0.5)
     time.sleep(1.0)
     os.kill(p.pid, sig)
+    if "timeout" in how:
+        time.sleep(0.01)
+        os.killpg(p.pid, sig)
     stdout, stderr = p.communicate(timeout=120)
     assert p.returncode == 128 + sig, stdout[-2000:] + stderr[-2000:]
     assert "Traceback" not in stderr, stderr[-3000:]

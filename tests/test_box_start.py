@@ -224,3 +224,30 @@ def test_a_real_build_goes_back_to_the_cache_and_is_loaded_next_time(tmp_path):
     assert again.returncode == 0 and "accepted" in again.stdout, again.stdout[-2000:] + again.stderr[-2000:]
     assert built.stat().st_mtime_ns == made  # loaded, not built again
     assert not list((tmp_path / "cache" / "boxes").iterdir())
+
+
+@needs_box
+def test_the_wait_for_a_build_running_ahead_is_booked_as_the_build(tmp_path, cli):
+    """A job whose candidate is still building ahead of it (kp.batch.ahead) waits for that build before its box is
+    lent the folder: the record books that wait as "build", not as the judge's start."""
+    import json
+    import subprocess
+    import time
+    from kp.box import start as boxstart
+    cand = tmp_path / "cand.py"
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text() + f"\n# {tmp_path}\n")
+    home = boxstart.candidate_build_dir(cand)
+    builder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (home / boxstart.BUILDING).write_text(str(builder.pid))
+        threading.Thread(target=lambda: (time.sleep(10.0), (home / boxstart.BUILDING).unlink())).start()
+        out = tmp_path / "r.jsonl"
+        r = cli("--ref", ROOT / "tests" / "batch" / "ref.py", "--candidate", cand, "--device", "cpu",
+                "--allow-torch", "--no-compile", "--out", out)
+    finally:
+        builder.kill()
+        builder.wait()
+    assert r.returncode == 0, r.stderr[-2000:]
+    seconds = json.loads(out.read_text().splitlines()[0])["record"]["stage_seconds"]
+    # the mark goes 10 s after the test starts; the judge gets to the box in 1-3 s here, under 8 s on a busy host
+    assert seconds["build"] >= 2.0 and seconds["judge start"] < 2.0, seconds

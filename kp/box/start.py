@@ -139,10 +139,11 @@ class Box:
         if not (self.proc.builds and build_dir):
             return
         home = Path(build_dir)
-        t0 = time.monotonic()
+        t0, waited = time.monotonic(), False
         while building_elsewhere(home) and (deadline is None or time.monotonic() < deadline):
             time.sleep(0.2)
-        self.build_wait_s = time.monotonic() - t0
+            waited = True
+        self.build_wait_s = time.monotonic() - t0 if waited else 0.0  # no build ahead: no build's time
         _copy_builds(home, Path(self.proc.builds))
         self.proc.home = home
 

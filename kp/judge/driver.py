@@ -251,8 +251,11 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         t0 = time.perf_counter()
         rec = self._record_head(self.device == "cuda")  # measures the footprint: a meta-device forward
         init = self.ref.init()
-        seconds: dict[str, float] = {"judge start": t0 - self.t_start,  # its CUDA context, the workers started
+        built = self._build_s()  # a box lent its candidate's build folder waits there for the build running ahead
+        seconds: dict[str, float] = {"judge start": t0 - self.t_start - built,  # its CUDA context, workers started
                                      "footprint": time.perf_counter() - t0}
+        if built > 0:
+            seconds[BUILD_STAGE] = built
 
         def run_stages(stages) -> None:
             for stage in stages:

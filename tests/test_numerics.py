@@ -159,8 +159,30 @@ def test_a_row_is_not_measured_finer_than_fp32_resolves_the_typical_row():
     assert abs(rel_error(out, ref).worst_row - 0.01) < 1e-6
     ref[9] = 0
     out = ref.float()
-    out[9] = 0.1
-    assert rel_error(out, ref).worst_row > 1e3
+    out[9] = 0.1  # a thousandth of the typical value, where the reference is zero: far over a row budget (~1e-5)
+    assert rel_error(out, ref).worst_row > 1e-3
+
+
+def test_a_row_of_tail_values_is_measured_at_the_typical_rows_resolution():
+    """Mish twice after a convolution of inputs scaled x100, as an honest fp32 kernel writes it (log(1 + exp(x)),
+    which keeps only a few bits where exp(x) is near fp32's epsilon, x around -12): rows whose values all lie in
+    that tail are off by a few percent of their own tiny size, a fiftieth of an ulp of the typical row. That is
+    within the least budget; the tail row set to zero (a quarter-millionth of the typical row) is not."""
+    import torch
+    from kp.lib.numerics import ABS_FLOOR, rel_error
+    torch.manual_seed(0)
+
+    def mish(x):  # the kernel's formula, in the dtype of x
+        return x * torch.tanh(torch.log(1 + torch.exp(x)))
+    pre = torch.randn(256, 14, dtype=torch.float64) * 1e2
+    pre[3] = -12 - torch.rand(14, dtype=torch.float64) * 3  # a row of the tail: its outputs ~1e-5 down to ~1e-6
+    ref = torch.nn.functional.mish(torch.nn.functional.mish(pre))
+    out = mish(mish(pre.float()))
+    own = (out[3].double() - ref[3]).norm() / ref[3].norm()
+    assert own > 1e-3  # off by more than a budget relative to the row's own size
+    assert rel_error(out, ref).worst_row < ABS_FLOOR
+    out[3] = 0
+    assert rel_error(out, ref).worst_row > ABS_FLOOR
 
 
 def test_an_error_of_the_judges_own_code_is_told_from_the_references():

@@ -48,7 +48,15 @@ def as_rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, shape[-1])
 
 
-ROW_RESOLUTION = 2.0 ** -24  # fp32's unit roundoff: the finest a row is measured, relative to the typical row
+def row_resolution(dtype: torch.dtype) -> float:
+    """How small a row is still measured against its own size, relative to the typical row: below it, against this
+    size of the typical row. An error of one rounding of the typical row (u times it: all the dtype resolves there)
+    is then exactly the least budget (dtype_floor). With u alone (2^-24 in fp32) a row was measured a budget's
+    factor finer than that: an honest fp32 Mish (log(1 + exp(x)), whose tail near x = -12 keeps a few bits), 1/50 of
+    an ulp of its typical row off in a row of tail values, was rejected at 2.2e-2 against a row budget of 2.1e-5."""
+    if not dtype.is_floating_point or dtype == torch.float64:
+        dtype = torch.float32
+    return min(1.0, unit_roundoff(dtype) / dtype_floor(dtype))
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) -> Err:
@@ -99,11 +107,11 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
             rd += (rr * rr).sum(1)
         num2 += rn.sum()
         den2 += rd.sum()
-        # A row is not measured finer than fp32 resolves the output's typical row (its block's mean): a row of
-        # values at 1e-40 beside rows at 1e2 (a Mish whose input was scaled x100, underflowed to zero by one
-        # formula and kept as a denormal by another) has no error worth the name, while a wrong row of the
-        # typical size, or garbage where the reference is zero, stays far over any budget.
-        floor = ROW_RESOLUTION ** 2 * rd.mean()
+        # A row is not measured finer than the output's dtype resolves its typical row (its block's mean,
+        # row_resolution): a row of values at 1e-40 beside rows at 1e2 (a Mish whose input was scaled x100,
+        # underflowed to zero by one formula and kept as a denormal by another) has no error worth the name, while
+        # a wrong row of the typical size, or garbage where the reference is zero, stays far over any budget.
+        floor = row_resolution(out.dtype) ** 2 * rd.mean()
         per_row = torch.where(torch.maximum(rd, floor) > 0, (rn / torch.maximum(rd, floor).clamp_min(
             torch.finfo(torch.float64).tiny)).sqrt(), rn.sqrt())
         worst = torch.maximum(worst, per_row.max())

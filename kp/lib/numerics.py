@@ -70,6 +70,11 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
         return Err(0.0, 0.0, 0)
     o2, r2 = as_rows(out.detach()), as_rows(ref.detach())
     dev = out.device
+    # Below the dtype's smallest normal number (fp32: 1.2e-38) a value keeps fewer bits the smaller it is, and a
+    # product or a sum that passes through there loses them in an order-dependent way: an output (or a row) whose
+    # values all lie there is measured against that size, not its own. A product of 256 normals (KernelBench's
+    # l1_p50) lies there whole: 2e-45 to 3e-40, an honest sequential product and PyTorch's differing by up to 100%.
+    tiny = torch.finfo(out.dtype).tiny if out.dtype.is_floating_point else 0.0
     chunk = chunk or chunk_for(dev)
     rows, cols = o2.shape
     cstep = max(1, min(cols, chunk))
@@ -111,11 +116,11 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
         # row_resolution): a row of values at 1e-40 beside rows at 1e2 (a Mish whose input was scaled x100,
         # underflowed to zero by one formula and kept as a denormal by another) has no error worth the name, while
         # a wrong row of the typical size, or garbage where the reference is zero, stays far over any budget.
-        floor = row_resolution(out.dtype) ** 2 * rd.mean()
+        floor = torch.clamp_min(row_resolution(out.dtype) ** 2 * rd.mean(), cols * tiny ** 2)
         per_row = torch.where(torch.maximum(rd, floor) > 0, (rn / torch.maximum(rd, floor).clamp_min(
             torch.finfo(torch.float64).tiny)).sqrt(), rn.sqrt())
         worst = torch.maximum(worst, per_row.max())
-    num, den = float(num2.sqrt()), float(den2.sqrt())
+    num, den = float(num2.sqrt()), max(float(den2.sqrt()), o2.numel() ** 0.5 * tiny)
     rl2 = num / den if den > 0 else num
     return Err(rl2, float(worst) if rows > 1 else rl2, int(mism))
 

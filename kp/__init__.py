@@ -19,8 +19,9 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
 LAYER_ORDER = (
-    # foundations: errors, numerics, the float64 copy, derived-input premises, the sandbox, the kernel registry
-    "errors", "lib.numerics", "judge.float64", "judge.premises", "box.sandbox", "lib.registry",
+    # foundations: errors, numerics, the dispatch modes a reference is counted under, the float64 copy,
+    # derived-input premises, the sandbox, the kernel registry
+    "errors", "lib.numerics", "lib.op_modes", "judge.float64", "judge.premises", "box.sandbox", "lib.registry",
     # building: a candidate's box and paths, what a source exports and includes, the compile cache, the CPU-side
     # compile checks, the layers models/ are made of
     "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",

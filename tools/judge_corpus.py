@@ -22,7 +22,7 @@
       the jobs whose verdict changed between two runs of one job file, each with both verdicts.
   python -m tools.judge_corpus floors results.jsonl
       every rejection over the error budget read again against today's floor: the reference's longest reduction
-      (kp.lib.numerics.ReductionLength, traced on the meta device) and whether the recorded error fits under it. A
+      (kp.lib.op_modes.ReductionLength, traced on the meta device) and whether the recorded error fits under it. A
       re-reading of the failed check only: the checks after it were not run.
 
 The corpora themselves are public (KernelBench's references, its leaderboard's machine-written solutions) and are
@@ -208,7 +208,7 @@ def warm(csv_path: Path, procs: int, timeout: float, device: str) -> None:
 def _reduction_length(ref: Path) -> float:
     import importlib.util
     import torch
-    from kp.lib.numerics import ReductionLength
+    from kp.lib.op_modes import ReductionLength
     spec = importlib.util.spec_from_file_location("kp_corpus_ref", ref)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

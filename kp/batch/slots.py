@@ -137,7 +137,7 @@ def _warm_up(forkserver_too: bool) -> None:
         torch.cuda.init()
     # a footprint not kept yet is a meta-device run, whose first operators import sympy (and some torch._dynamo:
     # 2-5 s in all): here, not in the first job (kp.judge.reference)
-    from kp.lib.numerics import FlopCount
+    from kp.lib.op_modes import FlopCount
     with FlopCount():
         torch.ones(2, 2, device="meta") @ torch.ones(2, 2, device="meta")
 

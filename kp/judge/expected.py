@@ -10,8 +10,8 @@ import torch
 from kp.errors import first_line
 from kp.judge.float64 import Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
-from kp.lib.numerics import (FlopCount, ReductionLength, RoundingNoise, batch_rows, clone_layout, dtype_floor,
-                             reduction_length, rel_error)
+from kp.lib.numerics import batch_rows, clone_layout, dtype_floor, rel_error
+from kp.lib.op_modes import FlopCount, ReductionLength, RoundingNoise, reduction_length
 from kp.judge.outputs import FEW_ELEMENTS, Expected, _release
 from kp.judge.reference import Reference, _as_list, apply_update
 
@@ -284,7 +284,7 @@ class _Refs:
     def _rounding_spread(self, pristine: list, r64) -> list | None:
         """At a member of the shape family, for each output of a few elements (FEW_ELEMENTS): the most the float64
         reference's output moves over three runs with every operator's result rounded at random as an honest fp32
-        kernel may round it (kp.lib.numerics.RoundingNoise), relative to its value. A loss that is the difference
+        kernel may round it (kp.lib.op_modes.RoundingNoise), relative to its value. A loss that is the difference
         of two distances near 90 (a triplet margin loss at a batch of one) moves far more than its own value's
         floor says; an honest kernel was rejected there. None where no output is that small; the references'
         state is put back after each run."""

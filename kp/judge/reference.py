@@ -15,7 +15,8 @@ import torch
 from kp.judge.family import ShapeFamily, module_sizes
 from kp.lib.build import require_gpu
 from kp.errors import UsageError, first_line
-from kp.lib.numerics import HALF, EagerMode, FlopCount, batch_rows, cast_floats, precision_dtype, unit_roundoff
+from kp.lib.numerics import HALF, batch_rows, cast_floats, precision_dtype, unit_roundoff
+from kp.lib.op_modes import EagerMode, FlopCount
 from kp.lib.registry import problem_module
 
 # The changes made to the weights between parity calls, in this order (cycled when there are more trials).

@@ -2,7 +2,7 @@
 right. At a batch of one the loss is the difference of two distances near 90, so its rounding is far larger
 relative to the loss than the floor for a 4096-term sum says; the mean over 128 samples hides that at the
 benchmark's shape. Accepted under --shapes: a member's output of a few elements gets a budget no smaller than how far
-the reference moves under such roundings (kp.lib.numerics.RoundingNoise)."""
+the reference moves under such roundings (kp.lib.op_modes.RoundingNoise)."""
 import numpy as np
 import torch
 import torch.nn as nn

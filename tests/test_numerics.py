@@ -219,7 +219,7 @@ def test_an_output_below_the_smallest_normal_number_is_measured_at_that_size():
     value keeps fewer bits the smaller it is: one in order and one by pairs of partial products, both honest fp32,
     differ from each other and from the float64 reference by up to 100% of their own size (a seed was rejected at
     the benchmark's shape so). Measured against that smallest size, both are within the least budget; values of
-    1e-30 there are not."""
+    1e-30 there are not. A reference of zeros is measured as before: by the error's own size."""
     import torch
     from kp.lib.numerics import ABS_FLOOR, rel_error
     for seed in range(3):
@@ -238,3 +238,6 @@ def test_an_output_below_the_smallest_normal_number_is_measured_at_that_size():
             err = rel_error(out, ref)
             assert err.rel_l2 < ABS_FLOOR and err.worst_row < ABS_FLOOR, (seed, err)
         assert rel_error(torch.full_like(in_order, 1e-30), ref).rel_l2 > 1.0
+    zeros = torch.zeros(16, 64, dtype=torch.float64)  # a reference of zeros: the error's own size, as before
+    assert rel_error(torch.full((16, 64), 1e-40), zeros).rel_l2 < 1e-30
+    assert rel_error(torch.full((16, 64), 1e-3), zeros).worst_row > 1e-3

@@ -115,11 +115,13 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
         # row_resolution): a row of values at 1e-40 beside rows at 1e2 (a Mish whose input was scaled x100,
         # underflowed to zero by one formula and kept as a denormal by another) has no error worth the name, while
         # a wrong row of the typical size, or garbage where the reference is zero, stays far over any budget.
-        floor = torch.clamp_min(row_resolution(out.dtype) ** 2 * rd.mean(), cols * tiny ** 2)
+        floor = row_resolution(out.dtype) ** 2 * rd.mean()
+        floor = torch.where(floor > 0, torch.clamp_min(floor, cols * tiny ** 2), floor)  # zeros: as they are
         per_row = torch.where(torch.maximum(rd, floor) > 0, (rn / torch.maximum(rd, floor).clamp_min(
             torch.finfo(torch.float64).tiny)).sqrt(), rn.sqrt())
         worst = torch.maximum(worst, per_row.max())
-    num, den = float(num2.sqrt()), max(float(den2.sqrt()), o2.numel() ** 0.5 * tiny)
+    num, den = float(num2.sqrt()), float(den2.sqrt())
+    den = max(den, o2.numel() ** 0.5 * tiny) if den > 0 else den  # a reference of zeros: the error as it is
     rl2 = num / den if den > 0 else num
     return Err(rl2, float(worst) if rows > 1 else rl2, int(mism))
 

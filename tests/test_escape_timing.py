@@ -120,6 +120,17 @@ def test_escape_host_clock_retried_when_one_try_was_slowed_by_another_process():
     assert runner.calls == 2 and info["host_excess_ms"] < info["threshold_ms"]
 
 
+def test_escape_check_accepts_a_call_whose_thread_waited_for_a_cpu_and_says_how_long():
+    """The measuring thread's wait for a CPU is discounted from the host clock's excess, and the escape record says
+    how much (its median over the calls), so a verdict on a busy host can be read."""
+    preempted = [(7.46, 3.49, 0.05, 3.98)] * 5
+    info = _escape_judge()._escape(judge.Row("candidate", _EscapeReplies([preempted])))
+    assert info["host_excess_ms"] < info["threshold_ms"] and info["cpu_wait_ms"] == 3.98
+    hidden = [(11.46, 3.49, 0.05, 3.98)] * 5
+    with pytest.raises(judge.Rejected, match=r"host clock saw 3\.9\d\d ms .*3\.980 ms waiting for a CPU not counted"):
+        _escape_judge()._escape(judge.Row("candidate", _EscapeReplies([hidden])))
+
+
 def test_escape_host_clock_rejects_when_every_try_sees_it():
     hidden = [(3.45, 0.01, 0.05)] * 5
     runner = _EscapeReplies([hidden])

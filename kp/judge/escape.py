@@ -39,7 +39,9 @@ class EscapeStage:
             with gpu_to_itself(getattr(self, "log", None)):  # the host clock still objects, on a GPU other judges'
                 #                                              calls share: a last try with it alone decides
                 e, ev_ms, excess, bad, window = self._escape_try(row, self.seed + 2001 + ESCAPE_RETRIES)
+        waits = sorted(s[3] for s in e["samples"] if len(s) > 3)  # discounted from the excess (guards)
         info = {"host_excess_ms": excess, "threshold_ms": escape_threshold_ms(ev_ms), "event_ms": ev_ms,
+                "cpu_wait_ms": waits[len(waits) // 2] if waits else None,
                 "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
                 "outside_window": [(x["name"][:80], x["stream"]) for x in bad],
                 "busy_ms": busy_ms(e["events"], e["marker"], window)}
@@ -53,8 +55,9 @@ class EscapeStage:
                            f"{kernel_base_name(x['name'])[:60]} on stream {x['stream']} ending {where} the window): "
                            f"work escaped the timed stream")
         if excess > escape_threshold_ms(ev_ms):
+            cpu = f"; {info['cpu_wait_ms']:.3f} ms waiting for a CPU not counted" if info["cpu_wait_ms"] else ""
             raise Rejected(f"escape: the host clock saw {excess:.3f} ms more than the CUDA events per call "
-                           f"(events {ev_ms:.3f} ms), beyond what it sees around no call: work escaped the timed "
+                           f"(events {ev_ms:.3f} ms{cpu}), beyond what it sees around no call: work escaped the timed "
                            f"stream")
         row.own_kernels = e["own"]
         row.kernels = sorted({x["name"][:120] for x in e["events"] if x["name"] != e["marker"]})

@@ -183,10 +183,10 @@ def test_gpu_tests_line_names_each_gpus_slowest_tests(tmp_path, capsys):
         "36.52s call     tests/test_sandbox.py::test_box[b]@gpu\n46 passed in 413.98s (0:06:53)\n")
 
     class Done:
-        def wait(self):
+        def wait(self, timeout=None):
             return 0
     log = open(tmp_path / "other.log", "w")
-    assert gpu_tests._finish([("GPU 0", "gpu0.log", Done(), log)], tmp_path) == 0
+    assert gpu_tests._finish([("GPU 0", "gpu0.log", Done(), log)], tmp_path, gpu_tests.Stop(install=False)) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "GPU 0: exit 0: 46 passed in 413.98s (0:06:53)"
     assert out[1] == ("  slowest: 117.90s tests/test_batch.py::test_sixteen@gpu; 77.09s "

@@ -230,12 +230,12 @@ class Stop:
                     self._pass_on(proc, signal.SIGKILL)
 
 
-def _finish(procs, logs: Path, stop: Stop | None = None) -> int:
+def _finish(procs, logs: Path, stop: Stop) -> int:
     """Waits for each (name, log file, process, open log), killing one that outlasts a stop's grace; one line each:
     its exit code and pytest's last line, then its slowest tests where pytest listed them."""
     worst = 0
     for name, fname, proc, log in procs:
-        rc = stop.wait(proc) if stop is not None else proc.wait()
+        rc = stop.wait(proc)
         log.close()
         tail = [ln for ln in (logs / fname).read_text(errors="replace").splitlines() if ln.strip()]
         print(f"{name}: exit {rc}: {tail[-1] if tail else 'no output'}", flush=True)

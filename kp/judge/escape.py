@@ -2,6 +2,8 @@
 host clock around it, then the kernels that ran, matched against the row's own shared objects."""
 from __future__ import annotations
 
+from statistics import median_high
+
 from kp.errors import Rejected
 from kp.judge.expected import Row
 from kp.observe.profile import kernel_base_name
@@ -19,7 +21,7 @@ class EscapeStage:
         the window)."""
         with self._timed("escape: profiled calls (each try)"):
             e = row.runner.call("escape", "escape", row.label, seed % 2**32)
-        ev_ms = sorted(s[1] for s in e["samples"])[len(e["samples"]) // 2]
+        ev_ms = median_high(s[1] for s in e["samples"])
         control = max(host_clock_excess_ms(e["control"]), 0.0)  # what the same steps cost around no call, now
         return (e, ev_ms, host_clock_excess_ms(e["samples"]) - control, *window_violations(e["events"], e["marker"]))
 
@@ -39,9 +41,9 @@ class EscapeStage:
             with gpu_to_itself(getattr(self, "log", None)):  # the host clock still objects, on a GPU other judges'
                 #                                              calls share: a last try with it alone decides
                 e, ev_ms, excess, bad, window = self._escape_try(row, self.seed + 2001 + ESCAPE_RETRIES)
-        waits = sorted(s[3] for s in e["samples"] if len(s) > 3)  # discounted from the excess (guards)
+        waits = [s[3] for s in e["samples"] if len(s) > 3]  # discounted from the excess (guards)
         info = {"host_excess_ms": excess, "threshold_ms": escape_threshold_ms(ev_ms), "event_ms": ev_ms,
-                "cpu_wait_ms": waits[len(waits) // 2] if waits else None,
+                "cpu_wait_ms": median_high(waits) if waits else None,
                 "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
                 "outside_window": [(x["name"][:80], x["stream"]) for x in bad],
                 "busy_ms": busy_ms(e["events"], e["marker"], window)}

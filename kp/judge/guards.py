@@ -10,6 +10,7 @@ import sys
 import threading
 import types
 from pathlib import Path
+from statistics import median_high
 
 import torch
 
@@ -51,8 +52,8 @@ def host_clock_excess_ms(samples: list[tuple[float, ...]]) -> float:
     The wait for a CPU is not: on a host whose cores are all busy (a batch's builds beside its judges) a thread that
     waits out a call of a few ms is taken off its core and gets it back a scheduler slice later, every call (an
     honest 3.5 ms softmax showed 4.0 ms of excess so, its GPU to itself)."""
-    ex = sorted(s[0] - max(s[1], s[2]) - (s[3] if len(s) > 3 else 0.0) for s in samples)
-    return ex[len(ex) // 2] if ex else 0.0
+    ex = [s[0] - max(s[1], s[2]) - (s[3] if len(s) > 3 else 0.0) for s in samples]
+    return median_high(ex) if ex else 0.0
 
 
 def run_queue_ms() -> float:

@@ -74,6 +74,7 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
     # values all lie there is measured against that size, not its own. A product of 256 normals (KernelBench's
     # l1_p50) lies there whole: 2e-45 to 3e-40, an honest sequential product and PyTorch's differing by up to 100%.
     tiny = torch.finfo(out.dtype).tiny if out.dtype.is_floating_point else 0.0
+    resolution = row_resolution(out.dtype)
     chunk = chunk or chunk_for(dev)
     rows, cols = o2.shape
     cstep = max(1, min(cols, chunk))
@@ -115,7 +116,7 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
         # row_resolution): a row of values at 1e-40 beside rows at 1e2 (a Mish whose input was scaled x100,
         # underflowed to zero by one formula and kept as a denormal by another) has no error worth the name, while
         # a wrong row of the typical size, or garbage where the reference is zero, stays far over any budget.
-        floor = row_resolution(out.dtype) ** 2 * rd.mean()
+        floor = resolution ** 2 * rd.mean()
         floor = torch.where(floor > 0, torch.clamp_min(floor, cols * tiny ** 2), floor)  # zeros: as they are
         per_row = torch.where(torch.maximum(rd, floor) > 0, (rn / torch.maximum(rd, floor).clamp_min(
             torch.finfo(torch.float64).tiny)).sqrt(), rn.sqrt())

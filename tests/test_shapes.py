@@ -106,6 +106,43 @@ def test_a_count_takes_the_members_a_file_declares_first_spread_over_its_list():
     assert [m for m, _ in more][-3:] == ["declared", "odd", "half"]
 
 
+FIXED = CASES_DIR / "contract" / "shapes_fixed"
+
+
+def test_a_size_the_model_takes_at_no_other_value_is_held_in_every_member():
+    """An image network's first layer fixes its input channels while get_inputs() alone reads the channel count:
+    moved, the reference raises (on the meta device, at the odd value and at the double), so the members move the
+    batch and the image's extents only, and the record's note says which size was held."""
+    ref = judge.Reference.load(("file", str(FIXED / "ref.py")))
+    assert ref.fixed_sizes(ref.family_sizes()) == ["in_channels"]
+    members, none = ref.family(4)
+    assert none is None and [m for m, _ in members] == ["odd", "half", "one", "double"]
+    assert all("in_channels" not in sizes for _, sizes in members)
+    assert ref.held_sizes == ["in_channels"] and ref.module.in_channels == 3
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_a_member_the_reference_raises_at_is_skipped_and_said_and_the_next_one_judged(mode):
+    """A BatchNorm training on a batch of one raises in the reference itself: in training mode that member is
+    skipped, said in the verdict's skips and the record, and --shapes 4 still judges four members (the next one
+    in its place); in eval mode the reference takes a batch of one and it is judged. The candidate is right."""
+    ref = judge.Reference.load(("file", str(FIXED / "ref.py")))
+    rec = judge.evaluate(ref, FIXED / "torch_rewrite.py", seed=11, device="cpu", allow_torch=True, sandbox=False,
+                         shapes=4, mode=mode)
+    row = rec["rows"]["candidate"]
+    assert row["accepted"], row["reason"]
+    judged = [f["member"] for f in rec["family"] if f.get("passed")]
+    skipped = {f["member"]: f["skipped"] for f in rec["family"] if f.get("skipped")}
+    if mode == "train":
+        assert judged == ["odd", "half", "double", "odd half"]
+        assert list(skipped) == ["one"] and "Expected more than 1 value per channel" in skipped["one"]
+        assert any("one sizes (batch_size 6 -> 1): the reference raises there" in s for s in rec["skipped"])
+    else:
+        assert judged == ["odd", "half", "one", "double"] and not skipped
+    assert any("in_channels held at the file's value" in n for n in rec["notes_list"])
+    assert ref.module.batch_size == 6 and ref.module.height == 12
+
+
 def test_a_declared_member_that_sets_a_size_outside_the_family_is_a_usage_error(monkeypatch):
     """A size the model or get_init_inputs() reads would change the model itself: refused before anything runs."""
     ref = _ref()

@@ -170,7 +170,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         """The reference's footprint (shapes, bytes, FLOPs, live peak), taken on first use: the candidates' workers
         are started when they are added, so their start-up (a box, torch's import) runs while this is measured."""
         if self._fp is None:
-            self._fp = self.ref.footprint(self.device)
+            self._fp = self.ref.footprint(self.device, self.train)
         return self._fp
 
     # -- rows ---------------------------------------------------------------------------------------------------

@@ -170,12 +170,15 @@ class ShapeFamily:
         follow = self._following(sizes)
         return None if follow is None else {**{k: (g[k], v) for k, v in sizes.items()}, **follow}
 
-    def family(self, n) -> tuple[list[tuple[str, dict[str, tuple[int, int]]]], str | None]:
+    def family(self, n, spares: bool = False, train: bool = True
+               ) -> tuple[list[tuple[str, dict[str, tuple[int, int]]]], str | None]:
         """Up to n members of the family besides the shape the sizes have now (n: a count, or the members' names,
         MEMBERS): [(name, {size: (now, there)})], and why none where there are none. With a count, the members the
-        file declares (SHAPE_FAMILY) come first, spread over its list; the generic ones fill up to n. A member whose
-        inputs get_inputs() cannot draw on the meta device, or whose inputs differ in number or rank from the
-        benchmark's, is not one (the sizes go together in ways the file does not say)."""
+        file declares (SHAPE_FAMILY) come first, spread over its list; the generic ones fill up to n, and with
+        `spares` the rest follow (for a judge to take in order where the reference itself raises at one). A member
+        whose inputs get_inputs() cannot draw on the meta device, or whose inputs differ in number or rank from the
+        benchmark's, is not one (the sizes go together in ways the file does not say); a size the model takes at no
+        other value is held (fixed_sizes)."""
         g = vars(self.module)
         names = self.family_sizes()
         if not names:
@@ -183,6 +186,10 @@ class ShapeFamily:
         base = self._meta_shapes()
         if base is None:
             return [], "its get_inputs() does not run on the meta device, where shapes are tried"
+        self.held_sizes = fixed = self.fixed_sizes(names, train)
+        names = [k for k in names if k not in fixed]
+        if not names:
+            return [], f"its model takes no other value of {', '.join(fixed)} (tried on the meta device)"
         batch = {}
         for name in names:  # a batch size moves dimension 0 of the inputs only
             dims = self._dims_moved(name, g[name] + 1, base)
@@ -199,7 +206,7 @@ class ShapeFamily:
             n = len(candidates)
         out, seen = [], {tuple(base)}
         for member, there in candidates:
-            if len(out) == n:
+            if len(out) == n and not spares:
                 break
             sizes = self._with_following({k: v for k, v in there.items() if g[k] != v})
             if not sizes:
@@ -265,6 +272,33 @@ class ShapeFamily:
         else:
             self.no_smaller_shape = "no module-level size that get_inputs() alone reads sets its batch or extents"
         return {}
+
+    def fixed_sizes(self, names: list[str], train: bool = True) -> list[str]:
+        """The family's sizes its model takes at no other value: moved alone to its odd value and to its double, the
+        model raises on the meta device both times (a channel count its first layer fixes, the image size its
+        patches or position embeddings assume). None where the model does not run on meta at the file's own sizes:
+        there nothing can be told, and each member is tried as it is judged."""
+        if not self._runs_on_meta({}, train):
+            return []
+        g = vars(self.module)
+        return [k for k in names if not any(self._runs_on_meta({k: v}, train) for v in (_odd(g[k]), 2 * g[k]))]
+
+    def _runs_on_meta(self, sizes: dict[str, int], train: bool) -> bool:
+        """Whether the model, made as the judge makes it (precision, mode), runs on inputs drawn at `sizes` on the
+        meta device, where nothing is allocated."""
+        from kp.judge.float64 import hold_on
+        from kp.lib.numerics import cast_floats
+        with self._set(sizes) as ok:
+            if not ok:
+                return False
+            try:
+                with torch.device("meta"), torch.no_grad():
+                    torch.manual_seed(0)
+                    xs = cast_floats(self.module.get_inputs(), self.dtype)
+                    hold_on(self.module.Model(*self.init()), "meta", self.dtype).train(train)(*xs)
+                return True
+            except Exception:
+                return False
 
     def _shapes_at(self, sizes: dict[str, int], base: list[tuple]) -> list[tuple] | None:
         """The shapes get_inputs() draws with `sizes` set (and put back after), or None where the meta device cannot

@@ -16,24 +16,33 @@ class FamilyParity:
         N other members of the reference's shape family (kp.judge.family), each with the rows built again and the
         candidate's own copies of the sizes set alike (Worker.cmd_scale). A row right at the benchmark's shape and
         wrong at a member is rejected naming both. A member the host or GPU has no room for, or where the reference
-        itself raises, is skipped and said."""
-        members, none = self.ref.family(self.shapes)
+        itself raises, is skipped and said; with a count, the family's next member is taken in its place."""
+        members, none = self.ref.family(self.shapes, spares=True, train=self.train)
+        wanted = self.shapes if isinstance(self.shapes, int) else len(members)
         bench, bench_fp, bench_refs = self.fp["shapes"], self._fp, self.refs
         rec["family"] = []
         if not members:
             said = self.shapes if isinstance(self.shapes, int) else ",".join(m.replace(" ", "-") for m in self.shapes)
             self._skip(f"other shapes (--shapes {said}): {none}")
             return
+        if self.ref.held_sizes:
+            self.notes.append(f"--shapes: {', '.join(self.ref.held_sizes)} held at the file's value (its model takes "
+                              f"no other)")
         g = vars(self.ref.module)
-        judged = {bench}
+        judged, refused = {bench}, 0
         for member, sizes in members:
-            if not self.live():
+            if not self.live() or len(rec["family"]) - refused == wanted:
                 break
             g.update({k: new for k, (_, new) in sizes.items()})
             entry = {"member": member, "sizes": {k: new for k, (_, new) in sizes.items()}}
             rec["family"].append(entry)
             try:
-                self._fp = self.ref.footprint(self.device)
+                try:
+                    self._fp = self.ref.footprint(self.device, self.train)
+                except UsageError as e:  # the reference raised there, measuring its footprint
+                    said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sizes.items())
+                    refused += self._refused(entry, e, f"{member} sizes ({said})")
+                    continue
                 no_room = self._no_room_for(bench_fp)
                 if no_room and self.device != "cuda":  # the host's room: a smaller member of the same kind, as
                     fitted = self.ref.scale_to_fit(  #     the benchmark's own shape is (its row length kept)
@@ -42,7 +51,7 @@ class FamilyParity:
                         sizes = {**sizes, **{k: (sizes[k][0] if k in sizes else a, b) for k, (a, b) in fitted.items()}}
                         entry["sizes"] = {k: new for k, (_, new) in sizes.items()}
                         entry["scaled"] = f"{no_room}; " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in fitted.items())
-                        self._fp = self.ref.footprint(self.device)
+                        self._fp = self.ref.footprint(self.device, self.train)
                         no_room = None
                 entry["shape"] = shape = self.fp["shapes"]
                 if shape in judged:  # scaled to fit, it is a shape judged already
@@ -59,13 +68,7 @@ class FamilyParity:
                 try:
                     self._parity_bench(init, at=shape)
                 except UsageError as e:  # the reference raised on its own inputs there: not a shape it takes
-                    broken = cuda_broken() if self.device == "cuda" else None
-                    if broken:  # its fault was a sticky one: nothing more can run on this process's GPU
-                        raise UsageError(f"at {shape} ({member} sizes) the reference raised a CUDA error that leaves "
-                                         f"the judge's GPU context unusable ({broken}): a shape it does not take; "
-                                         f"name the members it takes (--shapes odd,half, ...)") from None
-                    entry["skipped"] = f"the reference raises there ({e})"
-                    self._skip(f"at {shape} ({member} sizes): the reference raises there")
+                    refused += self._refused(entry, e, f"{shape} ({member} sizes)")
                     continue
                 self._wrong_at(live, bench, shape, member)
                 entry["passed"] = sorted(r.label for r in self.live() if r.label in live)
@@ -75,6 +78,21 @@ class FamilyParity:
                 self._fp = bench_fp
                 self._drop_input_buffers()
         self.refs = bench_refs
+
+    def _refused(self, entry: dict, e: UsageError, where: str) -> int:
+        """A member where the reference itself raises (on its own inputs, in the judge's mode): not a shape it takes
+        (a channel count its layers fix, an image size its patches assume, a BatchNorm training on a batch of one).
+        Skipped and said, in the record too; 1, a member that does not count towards --shapes N."""
+        broken = cuda_broken() if self.device == "cuda" else None
+        if broken:  # its fault was a sticky one: nothing more can run on this process's GPU
+            raise UsageError(f"at {where} the reference raised a CUDA error that leaves the judge's GPU context "
+                             f"unusable ({broken}): a shape it does not take; name the members it takes "
+                             f"(--shapes odd,half, ...)") from None
+        text, head = str(e), "the reference itself raised on its own inputs ("
+        why = text.split(head, 1)[1].split("): ", 1)[-1] if head in text else text  # the exception's own words
+        entry["skipped"] = f"the reference raises there ({why})"
+        self._skip(f"at {where}: the reference raises there ({why[:160]})")
+        return 1
 
     def _scale_workers(self, sizes: dict) -> None:
         """The family's sizes ({name: (now, there)}) set in every worker that still judges a row or times the

@@ -136,7 +136,7 @@ class ParityStage:
         if why_not:  # on the CPU: the largest smaller shape of the reference's own family that fits
             scaled = self.ref.scale_to_fit(lambda fp: cpu_bench_refusal(fp, room) is None)
             if scaled:
-                self._fp = self.ref.footprint(self.device)
+                self._fp = self.ref.footprint(self.device, self.train)
                 said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in scaled.items())
                 self.notes.append(f"judged at {self.fp['shapes']}")  # the record: how and why
                 rec["judged_shape_why"] = f"{why_not}; {said}"

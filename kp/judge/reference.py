@@ -51,6 +51,7 @@ class Reference(ShapeFamily):
         self.problem = spec[1] if spec[0] == "problem" else None
         self.host_draw: str | None = None  # why get_inputs() is drawn on the host, where it could not run on the device
         self.no_smaller_shape = ""  # why scale_to_fit found no smaller shape of the family, once it has looked
+        self.held_sizes: list[str] = []  # the family's sizes its model takes at no other value, once family() looked
         self.dtype: torch.dtype | None = None  # fp16/bf16 modes: every floating input, weight and buffer cast to it
 
     def use_precision(self, precision: str) -> "Reference":
@@ -115,19 +116,20 @@ class Reference(ShapeFamily):
         torch.manual_seed(seed)
         return hold_on(self.module.Model(*init), device, self.dtype).train(train)
 
-    def footprint(self, device: str) -> dict:
+    def footprint(self, device: str, train: bool = True) -> dict:
         """Bytes of the benchmark inputs, outputs and weights, and the reference's FLOPs (torch's FlopCounterMode),
         from a run on the meta device (nothing allocated); from one real call on `device` when the model cannot
-        run on meta (an op without a meta kernel, a data-dependent shape)."""
-        key = self._footprint_key(device)
+        run on meta (an op without a meta kernel, a data-dependent shape). The model runs in the judge's mode
+        (train=False: eval), where a shape may be one it takes in one mode only (a BatchNorm's batch of one)."""
+        key = self._footprint_key(device, train)
         cached = _footprints_read(key)
         if cached is not None:
             return cached
         try:
-            fp = self._meta_footprint()
+            fp = self._meta_footprint(train)
         except Exception:
             try:
-                fp = self._footprint(device)
+                fp = self._footprint(device, train)
             except torch.OutOfMemoryError:
                 raise
             except Exception as e:  # the reference's own defect: a usage error, not the judge's traceback
@@ -136,28 +138,29 @@ class Reference(ShapeFamily):
         _footprints_write(key, fp)
         return fp
 
-    def _footprint_key(self, device: str) -> str | None:
+    def _footprint_key(self, device: str, train: bool = True) -> str | None:
         """What a footprint depends on: the file's text, its module-level values now (a smaller shape of the family
-        changes them: scale_to_fit), the precision, torch's version and, for the fallback run, the device. None where
-        the file cannot be read (nothing is kept then)."""
+        changes them: scale_to_fit), the precision, the mode, torch's version and, for the fallback run, the device.
+        None where the file cannot be read (nothing is kept then)."""
         try:
             text = Path(self.module.__file__).read_bytes()
         except (OSError, TypeError, AttributeError):
             return None
         plain = sorted((k, repr(v)) for k, v in vars(self.module).items()
                        if not k.startswith("__") and isinstance(v, (int, float, bool, str, tuple)))
-        return hashlib.sha256(repr((text, plain, self.dtype, torch.__version__, device)).encode()).hexdigest()[:32]
+        key = (text, plain, self.dtype, torch.__version__, device) + (() if train else ("eval",))
+        return hashlib.sha256(repr(key).encode()).hexdigest()[:32]
 
-    def _meta_footprint(self) -> dict:
-        return self._footprint("meta")
+    def _meta_footprint(self, train: bool = True) -> dict:
+        return self._footprint("meta", train)
 
-    def _footprint(self, device: str) -> dict:
+    def _footprint(self, device: str, train: bool = True) -> dict:
         from kp.judge.float64 import hold_on
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
         with torch.device(device):
             torch.manual_seed(0)
             xs = cast_floats(self.module.get_inputs(), self.dtype)
-            m = hold_on(self.module.Model(*self.init()), device, self.dtype)  # cast as model() casts
+            m = hold_on(self.module.Model(*self.init()), device, self.dtype).train(train)  # as model() makes it
             counter = FlopCount()
             weights = nbytes(list(m.parameters()) + list(m.buffers()))
             with counter, torch.no_grad(), LivePeak(nbytes(xs) + weights) as live:

@@ -139,7 +139,7 @@ class TimingStage:
             g.update(entry["sizes"])
             timed_any = True
             try:
-                self._fp = self.ref.footprint(self.device)
+                self._fp = self.ref.footprint(self.device, self.train)
                 self._scale_workers(sizes)  # each worker draws its timing's inputs: at the member's sizes
                 if self.refs is not None:  # the timed calls' checks: a member's few outputs as parity judged them
                     self.refs.bench_rms = getattr(self, "bench_rms", None)

@@ -113,9 +113,10 @@ def test_a_footprint_is_kept_per_file_and_sizes(monkeypatch, tmp_path):
     monkeypatch.setenv("KP_CACHE_DIR", str(tmp_path))
     ref = Reference.load(("file", str(Path(__file__).parent / "batch" / "ref.py")))
     first = ref.footprint("cpu")
-    monkeypatch.setattr(Reference, "_footprint", lambda self, device: pytest.fail("measured again"))
+    monkeypatch.setattr(Reference, "_footprint", lambda self, device, train=True: pytest.fail("measured again"))
     assert ref.footprint("cpu") == first and len(list((tmp_path / "footprints").iterdir())) == 1
-    monkeypatch.setattr(Reference, "_footprint", lambda self, device: {"measured": True})
+    monkeypatch.setattr(Reference, "_footprint", lambda self, device, train=True: {"measured": train})
+    assert ref.footprint("cpu", train=False) == {"measured": False}  # the mode is part of what is kept
     monkeypatch.setattr(ref.module, "COLS", 999, raising=False)
     assert ref.footprint("cpu") == {"measured": True}
 

@@ -143,6 +143,25 @@ def test_a_member_the_reference_raises_at_is_skipped_and_said_and_the_next_one_j
     assert ref.module.batch_size == 6 and ref.module.height == 12
 
 
+def test_a_member_whose_footprint_runs_out_of_gpu_memory_is_skipped_for_room(monkeypatch):
+    """A model the meta device cannot run is measured by a real forward; at a member that forward may find no room:
+    that member is skipped as one without room, said, and the job goes on (not an out-of-memory end)."""
+    import torch
+    ref = judge.Reference.load(("file", str(FIXED / "ref.py")))
+    real = type(ref).footprint
+
+    def footprint(self, device, train=True):
+        if self.module.batch_size == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+        return real(self, device, train)
+    monkeypatch.setattr(type(ref), "footprint", footprint)
+    rec = judge.evaluate(ref, FIXED / "torch_rewrite.py", seed=11, device="cpu", allow_torch=True, sandbox=False,
+                         shapes=("odd", "one"), mode="eval")
+    assert rec["rows"]["candidate"]["accepted"], rec["rows"]["candidate"]["reason"]
+    assert [(f["member"], f.get("skipped", "")[:7]) for f in rec["family"]] == [("odd", ""), ("one", "no room")]
+    assert any("one sizes (batch_size 6 -> 1): no room" in s for s in rec["skipped"])
+
+
 def test_a_declared_member_that_sets_a_size_outside_the_family_is_a_usage_error(monkeypatch):
     """A size the model or get_init_inputs() reads would change the model itself: refused before anything runs."""
     ref = _ref()

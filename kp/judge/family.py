@@ -46,6 +46,11 @@ MEMBERS = (
 )
 
 
+def said_sizes(sizes: dict) -> str:
+    """Sizes changed ({name: (now, there)}) as a verdict or note says them: 'batch_size 6 -> 1, height 12 -> 11'."""
+    return ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sizes.items())
+
+
 def module_sizes(module) -> dict:
     """A module's integer globals and those made of them (floats, tuples): what a judge may change (scale_to_fit, family,
     and the globals that follow them) and puts back."""

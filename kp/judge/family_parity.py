@@ -3,7 +3,10 @@ members of the family (kp.judge.family), the sizes set in every worker, a row ri
 wrong at a member rejected naming both (methods of kp.judge.driver.Judge)."""
 from __future__ import annotations
 
+import torch
+
 from kp.errors import Rejected, UsageError, cuda_broken
+from kp.judge.family import said_sizes
 from kp.judge.plan import cpu_bench_refusal, float64_peak, free_gpu_bytes, host_budget, memory_need
 
 
@@ -40,8 +43,12 @@ class FamilyParity:
                 try:
                     self._fp = self.ref.footprint(self.device, self.train)
                 except UsageError as e:  # the reference raised there, measuring its footprint
-                    said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sizes.items())
-                    refused += self._refused(entry, e, f"{member} sizes ({said})")
+                    refused += self._refused(entry, e, f"{member} sizes ({said_sizes(sizes)})")
+                    continue
+                except torch.OutOfMemoryError:  # a model meta cannot run, measured by a real forward: no room
+                    torch.cuda.empty_cache()
+                    entry["skipped"] = "no room: the reference's forward there ran out of GPU memory"
+                    self._skip(f"at {member} sizes ({said_sizes(sizes)}): {entry['skipped']}")
                     continue
                 no_room = self._no_room_for(bench_fp)
                 if no_room and self.device != "cuda":  # the host's room: a smaller member of the same kind, as
@@ -50,7 +57,7 @@ class FamilyParity:
                     if fitted:
                         sizes = {**sizes, **{k: (sizes[k][0] if k in sizes else a, b) for k, (a, b) in fitted.items()}}
                         entry["sizes"] = {k: new for k, (_, new) in sizes.items()}
-                        entry["scaled"] = f"{no_room}; " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in fitted.items())
+                        entry["scaled"] = f"{no_room}; {said_sizes(fitted)}"
                         self._fp = self.ref.footprint(self.device, self.train)
                         no_room = None
                 entry["shape"] = shape = self.fp["shapes"]

@@ -10,6 +10,7 @@ import torch
 from kp.errors import Rejected, UsageError, first_line, raised_by_judge
 from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
 from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output, rms
+from kp.judge.family import said_sizes
 from kp.judge.float64 import FP32_ONLY_BUDGET
 from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget
 from kp.judge.premises import Premises
@@ -137,7 +138,7 @@ class ParityStage:
             scaled = self.ref.scale_to_fit(lambda fp: cpu_bench_refusal(fp, room) is None)
             if scaled:
                 self._fp = self.ref.footprint(self.device, self.train)
-                said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in scaled.items())
+                said = said_sizes(scaled)
                 self.notes.append(f"judged at {self.fp['shapes']}")  # the record: how and why
                 rec["judged_shape_why"] = f"{why_not}; {said}"
                 why_not = None

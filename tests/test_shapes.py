@@ -121,6 +121,21 @@ def test_a_size_the_model_takes_at_no_other_value_is_held_in_every_member():
     assert ref.held_sizes == ["in_channels"] and ref.module.in_channels == 3
 
 
+def test_two_sizes_that_must_stay_equal_move_together_and_are_not_held(tmp_path):
+    """Two inputs added elementwise, each width its own module-level size: either moved alone is refused, both moved
+    together are taken, so neither is held and every member moves both."""
+    ref_file = tmp_path / "ref.py"
+    ref_file.write_text("import torch\nimport torch.nn as nn\n\nbatch_size = 8\nwidth_a = 64\nwidth_b = 64\n\n\n"
+                        "class Model(nn.Module):\n    def forward(self, a, b):\n        return a + b\n\n\n"
+                        "def get_inputs():\n    return [torch.randn(batch_size, width_a), torch.randn(batch_size, width_b)]"
+                        "\n\n\ndef get_init_inputs():\n    return []\n")
+    ref = judge.Reference.load(("file", str(ref_file)))
+    assert ref.fixed_sizes(ref.family_sizes()) == []
+    members, _ = ref.family(2)
+    assert [{k: v[1] for k, v in s.items()} for _, s in members] == [
+        {"batch_size": 7, "width_a": 63, "width_b": 63}, {"batch_size": 4, "width_a": 32, "width_b": 32}]
+
+
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_a_member_the_reference_raises_at_is_skipped_and_said_and_the_next_one_judged(mode):
     """A BatchNorm training on a batch of one raises in the reference itself: in training mode that member is

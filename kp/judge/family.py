@@ -281,12 +281,17 @@ class ShapeFamily:
     def fixed_sizes(self, names: list[str], train: bool = True) -> list[str]:
         """The family's sizes its model takes at no other value: moved alone to its odd value and to its double, the
         model raises on the meta device both times (a channel count its first layer fixes, the image size its
-        patches or position embeddings assume). None where the model does not run on meta at the file's own sizes:
-        there nothing can be told, and each member is tried as it is judged."""
+        patches or position embeddings assume), and so it does with every size moved together (two sizes that must
+        stay equal, each refused alone, go together: none is held). Empty where the model does not run on meta at
+        the file's own sizes: there nothing can be told, and each member is tried as it is judged."""
         if not self._runs_on_meta({}, train):
             return []
         g = vars(self.module)
-        return [k for k in names if not any(self._runs_on_meta({k: v}, train) for v in (_odd(g[k]), 2 * g[k]))]
+        moves = lambda k: (_odd(g[k]), 2 * g[k])
+        alone = [k for k in names if not any(self._runs_on_meta({k: v}, train) for v in moves(k))]
+        if not alone or any(self._runs_on_meta({k: moves(k)[i] for k in names}, train) for i in (0, 1)):
+            return []
+        return alone
 
     def _runs_on_meta(self, sizes: dict[str, int], train: bool) -> bool:
         """Whether the model, made as the judge makes it (precision, mode), runs on inputs drawn at `sizes` on the

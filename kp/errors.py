@@ -13,6 +13,19 @@ class UsageError(ValueError):
     """Bad request from a user (unknown problem or variant, bad shapes, no GPU). run.py maps it to exit 2."""
 
 
+class ReferenceRaised(UsageError):
+    """The reference itself raised on its own inputs (`where`: how it was called); `cause`, its exception's type and
+    first line, for a judge that skips that shape and says why in the exception's own words."""
+
+    def __init__(self, where: str, cause: BaseException | str):
+        self.where = where
+        self.cause = cause if isinstance(cause, str) else f"{type(cause).__name__}: {first_line(cause)}"
+        super().__init__(f"{where}: {self.cause}")
+
+    def __reduce__(self):  # across processes as it was made (a batch's slot, Ray)
+        return type(self), (self.where, self.cause)
+
+
 class GpuMemoryShort(UsageError):
     """No verdict for want of GPU memory: the plan found too little free, or other processes took memory during the
     run. With the GPU to itself the same job may get a verdict (a batch judges it again so)."""

@@ -296,16 +296,13 @@ class ShapeFamily:
     def _runs_on_meta(self, sizes: dict[str, int], train: bool) -> bool:
         """Whether the model, made as the judge makes it (precision, mode), runs on inputs drawn at `sizes` on the
         meta device, where nothing is allocated."""
-        from kp.judge.float64 import hold_on
-        from kp.lib.numerics import cast_floats
         with self._set(sizes) as ok:
             if not ok:
                 return False
             try:
                 with torch.device("meta"), torch.no_grad():
-                    torch.manual_seed(0)
-                    xs = cast_floats(self.module.get_inputs(), self.dtype)
-                    hold_on(self.module.Model(*self.init()), "meta", self.dtype).train(train)(*xs)
+                    xs, model = self.made_on("meta", train)
+                    model(*xs)
                 return True
             except Exception:
                 return False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from kp.errors import Rejected, UsageError, cuda_broken
+from kp.errors import ReferenceRaised, Rejected, UsageError, cuda_broken
 from kp.judge.family import said_sizes
 from kp.judge.plan import cpu_bench_refusal, float64_peak, free_gpu_bytes, host_budget, memory_need
 
@@ -95,8 +95,7 @@ class FamilyParity:
             raise UsageError(f"at {where} the reference raised a CUDA error that leaves the judge's GPU context "
                              f"unusable ({broken}): a shape it does not take; name the members it takes "
                              f"(--shapes odd,half, ...)") from None
-        text, head = str(e), "the reference itself raised on its own inputs ("
-        why = text.split(head, 1)[1].split("): ", 1)[-1] if head in text else text  # the exception's own words
+        why = e.cause if isinstance(e, ReferenceRaised) else str(e)  # the exception's own words
         entry["skipped"] = f"the reference raises there ({why})"
         self._skip(f"at {where}: the reference raises there ({why[:160]})")
         return 1

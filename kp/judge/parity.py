@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from kp.errors import Rejected, UsageError, first_line, raised_by_judge
+from kp.errors import ReferenceRaised, Rejected, first_line, raised_by_judge
 from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
 from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output, rms
 from kp.judge.family import said_sizes
@@ -221,8 +221,7 @@ class ParityStage:
                 if raised_by_judge(e):  # the judge's own bug: never taken for the reference's, never a skip
                     raise
                 if not derive:
-                    raise UsageError(f"the reference itself raised on its own inputs ({label}): "
-                                     f"{type(e).__name__}: {first_line(e)}") from None
+                    raise ReferenceRaised(f"the reference itself raised on its own inputs ({label})", e) from None
                 refs.restore_buffers(saved)
                 self._skip(f"{label}: the reference raises there ({type(e).__name__}: {first_line(e)[:100]})")
                 continue

@@ -14,7 +14,7 @@ import torch
 
 from kp.judge.family import ShapeFamily, module_sizes
 from kp.lib.build import require_gpu
-from kp.errors import UsageError, first_line
+from kp.errors import ReferenceRaised, UsageError, first_line
 from kp.lib.numerics import HALF, batch_rows, cast_floats, precision_dtype, unit_roundoff
 from kp.lib.op_modes import EagerMode, FlopCount
 from kp.lib.registry import problem_module
@@ -133,8 +133,8 @@ class Reference(ShapeFamily):
             except torch.OutOfMemoryError:
                 raise
             except Exception as e:  # the reference's own defect: a usage error, not the judge's traceback
-                raise UsageError(f"{self.name}: the reference itself raised on its own inputs (one forward on "
-                                 f"{device}, to measure its footprint): {type(e).__name__}: {first_line(e)}") from None
+                raise ReferenceRaised(f"{self.name}: the reference itself raised on its own inputs (one forward on "
+                                      f"{device}, to measure its footprint)", e) from None
         _footprints_write(key, fp)
         return fp
 
@@ -154,13 +154,18 @@ class Reference(ShapeFamily):
     def _meta_footprint(self, train: bool = True) -> dict:
         return self._footprint("meta", train)
 
-    def _footprint(self, device: str, train: bool = True) -> dict:
+    def made_on(self, device: str, train: bool = True) -> tuple[list, torch.nn.Module]:
+        """get_inputs() and the Model as the judge makes them (precision, mode: as model() makes it), under seed 0,
+        on `device` (meta: nothing allocated). Call it inside `with torch.device(device)`."""
         from kp.judge.float64 import hold_on
+        torch.manual_seed(0)
+        xs = cast_floats(self.module.get_inputs(), self.dtype)
+        return xs, hold_on(self.module.Model(*self.init()), device, self.dtype).train(train)
+
+    def _footprint(self, device: str, train: bool = True) -> dict:
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
         with torch.device(device):
-            torch.manual_seed(0)
-            xs = cast_floats(self.module.get_inputs(), self.dtype)
-            m = hold_on(self.module.Model(*self.init()), device, self.dtype).train(train)  # as model() makes it
+            xs, m = self.made_on(device, train)
             counter = FlopCount()
             weights = nbytes(list(m.parameters()) + list(m.buffers()))
             with counter, torch.no_grad(), LivePeak(nbytes(xs) + weights) as live:

@@ -40,6 +40,30 @@ def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     assert warm["ok"], warm["verdict"]
 
 
+def test_a_candidate_built_ahead_once_is_not_built_ahead_again(tmp_path, capsys):
+    """A build ahead that imported its candidate cleanly marks the candidate's cache folder; a later batch's builds
+    ahead pass that candidate by (its judging's import still loads the build), while one that failed to import is
+    tried again, and an edited file (other contents, another folder) is built again."""
+    from kp.batch import ahead
+    from kp.box.start import BUILT, candidate_build_dir
+    ok = ("import torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  # noqa: F401\n# {tag}\n\n\n"
+          "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n")
+    opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
+    jobs = []
+    for name, src in (("ok", ok), ("bad", ok + "raise RuntimeError('no build')\n")):
+        (tmp_path / f"{name}.py").write_text(src.format(tag=f"{name} {tmp_path}"))
+        jobs.append(jobfile.make_job(("file", str(CASES / "ref.py")), tmp_path / f"{name}.py", opts))
+    res = ahead.build_ahead(jobs, procs=2, timeout_s=120, log=lambda s: None)
+    assert res[jobs[0].candidate] is None and "no build" in res[jobs[1].candidate], res
+    assert (candidate_build_dir(jobs[0].candidate) / BUILT).exists()
+    assert not (candidate_build_dir(jobs[1].candidate) / BUILT).exists()
+    assert ahead.to_build(jobs) == [jobs[1]] and ahead.worth_it(jobs, slots=1, procs=4) == []
+    order, builds = ahead.build_ahead_of_slots(jobs, [None], timeout_s=120, procs=4)
+    assert builds is None and "1 candidates' own extensions found built" in capsys.readouterr().err
+    (tmp_path / "ok.py").write_text(ok.format(tag="edited"))
+    assert ahead.to_build(jobs) == jobs
+
+
 def test_builds_started_in_init_or_at_the_first_call_are_built_ahead_too(tmp_path):
     """A candidate that builds in its ModelNew's __init__ or at its first call is built ahead as well: its ModelNew
     made and called on the meta device, where the build runs and nothing else does. The 'build' is a file written

@@ -195,9 +195,12 @@ def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float,
 
 def warm(csv_path: Path, procs: int, timeout: float, device: str) -> None:
     """Every candidate of the job file that builds its own extension, imported once as the judge's import stage
-    does (kp.batch.ahead: in its box, into the build folder the judge keeps for it), `procs` at a time."""
+    does (kp.batch.ahead: in its box, into the build folder the judge keeps for it), `procs` at a time; those a
+    build ahead imported cleanly before are passed by."""
     from kp.batch import ahead, jobfile
-    jobs = ahead.own_builders(jobfile.read_job_file(csv_path, {"device": device}))
+    every = jobfile.read_job_file(csv_path, {"device": device})
+    jobs = ahead.to_build(every)
+    print(f"{len(ahead.own_builders(every)) - len(jobs)} found built before", flush=True)
     t0 = time.perf_counter()
     res = ahead.build_ahead(jobs, procs, timeout)
     for cand, why in res.items():

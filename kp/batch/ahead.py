@@ -6,7 +6,9 @@ time, so with one slot per GPU those builds would queue behind each other while 
 Here every such candidate is imported once beforehand, as the judge's import stage imports it (the same box, the
 same build folder kept per file contents, the same device, the same GPUs visible), several at a time; the judging's
 import then loads the build. A failure here is left for the judging to report: an import that raises here raises
-there, with its reason.
+there, with its reason. A candidate a build ahead has imported cleanly before (its cache folder's mark, BUILT) is
+not imported again: on a corpus judged a second time its 200 imports, 16 at a time, took 270 s of the cores beside
+the slots for builds that were all there.
 """
 from __future__ import annotations
 
@@ -41,10 +43,21 @@ def own_builders(jobs: list[Job]) -> list[Job]:
     return out
 
 
+def built_before(path: str | Path) -> bool:
+    """Whether a build ahead imported this candidate file (these contents, this torch) cleanly before."""
+    from kp.box.start import BUILT, candidate_build_dir
+    return (candidate_build_dir(path) / BUILT).exists()
+
+
+def to_build(jobs: list[Job]) -> list[Job]:
+    """`own_builders` less those a build ahead imported cleanly before."""
+    return [j for j in own_builders(jobs) if not built_before(j.candidate)]
+
+
 def worth_it(jobs: list[Job], slots: int, procs: int) -> list[Job]:
-    """The jobs whose candidates to build ahead (`own_builders`): none unless there are more of them than slots and
+    """The jobs whose candidates to build ahead (`to_build`): none unless there are more of them than slots and
     more builders than slots (otherwise the slots build as fast themselves)."""
-    out = own_builders(jobs)
+    out = to_build(jobs)
     return out if len(out) > slots and procs > slots else []
 
 
@@ -52,9 +65,10 @@ def build_one(job: Job, timeout_s: float) -> str | None:
     """One candidate's builds, wherever it starts them (Worker.cmd_prebuild: its import, then its ModelNew built and
     called on the meta device), in the box its judging uses, with the GPUs visible (torch reads them for its
     architecture flags) but no CUDA context made, so a hundred builds beside the slots take none of a GPU's memory.
-    None, or why it did not import."""
+    None, or why it did not import. Where it imported and its builds were put back, its cache folder is marked
+    (BUILT) for later batches."""
     from kp.box import sandbox
-    from kp.box.start import BUILDING, candidate_build_dir
+    from kp.box.start import BUILDING, BUILT, candidate_build_dir
     from kp.judge.runners import candidate_runner
     opts = dict(job.opts)
     try:  # a slot whose job reaches the candidate meanwhile waits for this build (kp.box.start.Box.lend)
@@ -63,26 +77,31 @@ def build_one(job: Job, timeout_s: float) -> str | None:
     except OSError as e:
         return f"{type(e).__name__}: {e}"
     try:
-        return _build_in_box(job, opts, timeout_s, sandbox, candidate_runner)
+        why, kept = _build_in_box(job, opts, timeout_s, sandbox, candidate_runner)
+        if why is None and kept:
+            (mark.parent / BUILT).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        return why
     finally:
         mark.unlink(missing_ok=True)
 
 
-def _build_in_box(job: Job, opts: dict, timeout_s: float, sandbox, candidate_runner) -> str | None:
+def _build_in_box(job: Job, opts: dict, timeout_s: float, sandbox, candidate_runner) -> tuple[str | None, bool]:
+    """(None, or why it did not import; whether what it built is in its cache folder now)."""
     try:
         runner = candidate_runner(job.ref, job.candidate, "cpu", opts.get("precision") or "fp32", lambda msg: False,
                                   boxed=sandbox.choice(opts.get("sandbox", True))[0],
                                   train=opts.get("mode", "train") == "train",
                                   deadline=time.monotonic() + timeout_s, limit_s=timeout_s)
     except Exception as e:
-        return f"{type(e).__name__}: {e}"
+        return f"{type(e).__name__}: {e}", False
+    why = None
     try:
         runner.call("import", "prebuild", str(Path(job.candidate).resolve()))
-        return None
     except Rejected as e:
-        return str(e)
+        why = str(e)
     finally:
         runner.close()
+    return why, getattr(runner.proc, "keep_builds", True)  # a box's builds go back only where its worker quit cleanly
 
 
 def build_ahead(jobs: list[Job], procs: int, timeout_s: float, log=print) -> dict[str, str | None]:
@@ -118,6 +137,10 @@ def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: flo
     and the thread (join it to wait for the builds). procs: builds at once (None: `builders`)."""
     procs = procs or builders()
     ahead = worth_it(jobs, len(gpus), procs)
+    found = len(own_builders(jobs)) - len(to_build(jobs))
+    if found:
+        print(f"[kp] {found} candidates' own extensions found built by an earlier batch: not built ahead again",
+              file=sys.stderr, flush=True)
     if not ahead:
         return jobs, None
     import threading

@@ -240,6 +240,9 @@ def _sweep_boxes() -> None:
 
 
 BUILDING = "kp_building"  # in a candidate's cache folder while its build runs ahead of its job: the builder's pid
+BUILT = "kp_built"  # in a candidate's cache folder once a build ahead imported it cleanly and its builds were put back:
+#                     a later batch's builds ahead pass it by (its judging's import still loads it through torch's
+#                     own up-to-date check, which rebuilds whatever is missing or stale)
 
 
 def building_elsewhere(home: Path) -> bool:
@@ -259,7 +262,7 @@ def _copy_builds(src: Path, dst: Path) -> None:
         rel = Path(root).relative_to(src)
         (dst / rel).mkdir(parents=True, exist_ok=True)
         for name in files:
-            if name in ("lock", BUILDING):
+            if name in ("lock", BUILDING, BUILT):
                 continue
             a, b = Path(root) / name, dst / rel / name
             try:

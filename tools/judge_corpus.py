@@ -162,7 +162,8 @@ def _judge_ref(path: Path, device: str, timeout: float, precision: str = "fp32")
     except subprocess.TimeoutExpired:
         code, out, err = None, "", f"no answer within {timeout:.0f} s"
     lines = [ln for ln in (out + "\n" + err).splitlines() if ln.strip() and not ln.startswith("[kp]")]
-    return {"ref": path.name, "code": code, "traceback": "Traceback" in err, "elapsed_s": round(time.perf_counter() - t0, 1),
+    return {"ref": path.name, "code": code, "traceback": "Traceback" in err,
+            "elapsed_s": round(time.perf_counter() - t0, 1),
             "eager": next((ln for ln in lines if ln.startswith("eager")), ""),
             "skipped": [ln.strip() for ln in lines if ln.strip().startswith("skipped")],
             "notes": [ln.strip() for ln in lines if ln.strip().startswith("note:")],

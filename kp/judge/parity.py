@@ -88,8 +88,9 @@ class CallCheck:
                     raise Rejected(f"{label}: input {i} was modified")
         with self._timed("check: the output against the float64 reference"):
             res = judge_output(label, reply["out"], reply["type"], exp)
-        with self._timed("check: the GPU's cached memory handed back"):
+        with self._timed("check: the output and the inputs' copies dropped"):  # the output mapped from the worker
             del reply, cand_inputs
+        with self._timed("check: the GPU's cached memory handed back"):
             _release()
         return res
 

@@ -51,7 +51,8 @@ def test_classify_names_each_cause_once_per_mode(tmp_path):
 
 
 def test_out_of_memory_is_no_verdict_or_the_rows_own_doing():
-    """The two ends of a row's out-of-memory error (kp.judge.memory.OutOfMemoryVerdicts._out_of_memory) are classed apart."""
+    """The two ends of a row's out-of-memory error (kp.judge.memory.OutOfMemoryVerdicts._out_of_memory) are classed
+    apart."""
     assert judge_corpus.cause("error: l1_p2: candidate ran out of GPU memory after other processes took 54.3 GiB of "
                               "the GPU during the run (...): no verdict").startswith("no verdict: the GPU's memory")
     assert judge_corpus.cause("rejected: trial 1 (seed 1): raised OutOfMemoryError: CUDA out of memory. ...; no "
@@ -86,3 +87,35 @@ def test_a_reference_short_of_shared_gpu_memory_is_judged_again_alone(tmp_path, 
     out_cpu = tmp_path / "cpu.jsonl"
     judge_corpus.judge_refs(tmp_path, out_cpu, "cpu", 3, 60)
     assert calls.count("b.py") == 1 and len(out_cpu.read_text().splitlines()) == 3
+
+
+def test_two_versions_side_by_side_cold_then_warm(tmp_path, capsys):
+    """bench.judge.corpus_pair: both versions (here this checkout twice) judge the same job file on the CPU, cold
+    and then warm, each into results of its own; the table and the four comparisons say the verdicts agree."""
+    from conftest import ROOT
+    from bench.judge import corpus_pair
+    batch = ROOT / "tests" / "batch"
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(f"reference,candidate\n{batch / 'ref.py'},{batch / 'good.py'}\n{batch / 'ref.py'},"
+                    f"{batch / 'wrong.py'}\n")
+    assert corpus_pair.main(["--jobs", str(jobs), "--before", str(ROOT), "--device", "cpu", "--limit", "600",
+                             "--out", str(tmp_path / "out"), "--args", "--allow-torch --timeout 300"]) == 0
+    out = capsys.readouterr().out
+    for run in ("cold_before", "cold_after", "warm_before", "warm_after"):
+        lines = [json.loads(x) for x in (tmp_path / "out" / f"{run}.jsonl").read_text().splitlines()]
+        assert sorted(x["ok"] for x in lines) == [False, True], run
+        assert f"| {run}.jsonl | 2 |" in out
+    assert out.count("2 jobs in both runs (2 and 2 recorded); 0 changed cause") == 4, out
+
+
+def test_a_run_past_the_limit_is_stopped_as_ctrl_c_stops_it():
+    """A version's run still going at the phase's limit gets SIGINT (its records so far are kept), not a kill."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from bench.judge import corpus_pair
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    t0 = time.monotonic()
+    assert corpus_pair.stop_by([p], t0 + 0.5) in ([-signal.SIGINT], [1])  # Python ends on SIGINT by it, or 1
+    assert time.monotonic() - t0 < 30

@@ -243,7 +243,9 @@ class _Refs:
                 return "the fp32 reference gives other rows on a slice of the batch than on the whole"
         return None
 
-    def expected(self, pristine: list, precision: str) -> Expected:
+    def expected(self, pristine: list, precision: str, grow: float = 1.0) -> Expected:
+        """PyTorch's fp32 output and the float64 reference on these inputs, with the budgets (grow: how much the
+        budget's floor grows, at the shifted derived input, kp.judge.parity.shift_growth)."""
         set_precision(precision)
         try:
             counter, reductions = FlopCount(), ReductionLength()
@@ -279,7 +281,7 @@ class _Refs:
                 if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
         spread = self._rounding_spread(pristine, r64) if self.bench_rms is not None else None
         return Expected.of(r32, r64, k=self.k, alts=alts,  # PyTorch's error: the worst of its legal algorithms
-                           scale=self.bench_rms, spread=spread)
+                           scale=self.bench_rms, spread=spread, grow=grow)
 
     def _rounding_spread(self, pristine: list, r64) -> list | None:
         """At a member of the shape family, for each output of a few elements (FEW_ELEMENTS): the most the float64

@@ -62,13 +62,14 @@ class Expected:
 
     @classmethod
     def of(cls, r32, r64, fp32_only: bool = False, k: float = 1.0, alts: list = (),
-           scale: list | None = None, spread: list | None = None) -> "Expected":
+           scale: list | None = None, spread: list | None = None, grow: float = 1.0) -> "Expected":
         """fp32_only: r64 is PyTorch's fp32 output itself (no float64 reference could be made); the budget is then
         kp.judge.float64.FP32_ONLY_BUDGET. k: the reduction length behind each output element (the budget's floor).
         alts: PyTorch's fp32 outputs under its other legal algorithms; its own error is the worst of them all.
         scale: at a member of the shape family, each output's RMS magnitude at the benchmark's shape (few_scale);
         spread: there, how far each output of a few elements moves under an honest fp32 kernel's roundings
-        (kp.judge.expected._Refs._rounding_spread): its budget is at least that."""
+        (kp.judge.expected._Refs._rounding_spread): its budget is at least that. grow: the floor's growth at the
+        shifted derived input (kp.judge.parity.shift_growth)."""
         alts = [_as_list(a) for a in alts]
         r32l, r64l = _as_list(r32), _as_list(r64)
         specs, errs = [], []
@@ -84,8 +85,8 @@ class Expected:
                     if ea is not None and not ea.nonfinite_mismatch:
                         e = Err(max(e.rel_l2, ea.rel_l2), max(e.worst_row, ea.worst_row), e.nonfinite_mismatch)
                 specs.append((tuple(a.shape), a.dtype, a.device))
-                grow = few_scale(b, scale[i] if scale and i < len(scale) else None)
-                budget = budget_from(e, k, a.dtype, grow)  # the floor of the dtype PyTorch returns
+                floor_grows = grow * few_scale(b, scale[i] if scale and i < len(scale) else None)
+                budget = budget_from(e, k, a.dtype, floor_grows)  # the floor of the dtype PyTorch returns
                 moves = spread[i] if spread and i < len(spread) and spread[i] else 0.0
                 errs.append((e, Err(max(budget.rel_l2, moves), max(budget.worst_row, moves), 0)))
             else:

@@ -14,7 +14,7 @@ import torch
 
 # What each derived input keeps of the premises (the judge's DERIVED transforms, by name).
 KEEPS = {"negated": {"zero pattern", "symmetric"}, "scaled x100": {"zero pattern", "symmetric"},
-         "shifted -3": {"symmetric"}}
+         "shifted -10": {"symmetric"}}
 
 
 def _zero_kind(where: torch.Tensor, shape: tuple) -> str:

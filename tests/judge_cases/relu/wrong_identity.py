@@ -2,7 +2,7 @@
 can tell."""
 import torch.nn as nn
 
-EXPECT = r"inputs (negated|shifted -3)"
+EXPECT = r"inputs (negated|shifted -10)"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -59,8 +59,8 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     rng = np.random.default_rng(a.seed)
     floor = 2 * U * a.k ** 0.5
-    print(f"| shift | inputs' RMS ratio | norm, two passes | norm, one pass | floor 2u sqrt(K) | "
-          f"softplus log(1+exp) | softplus log1p(exp) |\n|---|---|---|---|---|---|---|")
+    print("| shift | inputs' RMS ratio | norm, two passes | norm, one pass | floor 2u sqrt(K) | "
+          "softplus log(1+exp) | softplus log1p(exp) |\n|---|---|---|---|---|---|---|")
     for s in (float(v) for v in a.shifts.split(",")):
         x = (rng.standard_normal((a.rows, a.k)) + s).astype(np.float32)
         ref = norm_f64(x)

@@ -73,6 +73,11 @@ def test_budget_floor_follows_the_longest_reduction_of_any_operator():
         "batch norm, eval": (lambda: F.batch_norm(x.view(4, 8, 16, 32), torch.zeros(8), torch.ones(8)), 1),
         "layer norm": (lambda: F.layer_norm(x, (4096,)), 4096),
         "group norm": (lambda: F.group_norm(x.view(4, 8, 16, 32), 2), 4 * 16 * 32),
+        "matrix product": (lambda: x @ torch.randn(4096, 3), 4096),
+        "linear layer": (lambda: F.linear(x, torch.randn(5, 4096), torch.randn(5)), 4096),
+        "batched product": (lambda: torch.bmm(x.view(2, 2, 4096), torch.randn(2, 4096, 3)), 4096),
+        "convolution": (lambda: F.conv2d(x.view(4, 8, 16, 32), torch.randn(6, 4, 3, 3), groups=2), 4 * 9),
+        "transposed convolution": (lambda: F.conv_transpose2d(x.view(4, 8, 16, 32), torch.randn(8, 3, 3, 3)), 8 * 9),
         "max (rounds nothing)": (lambda: x.amax(1), 1),
         "relu": (lambda: torch.relu(x), 1),
     }

@@ -10,7 +10,7 @@ import torch
 from kp.errors import first_line
 from kp.judge.float64 import Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
-from kp.lib.numerics import batch_rows, clone_layout, dtype_floor, rel_error
+from kp.lib.numerics import Err, batch_rows, clone_layout, dtype_floor, rel_error
 from kp.lib.op_modes import FlopCount, ReductionLength, RoundingNoise, reduction_length
 from kp.judge.outputs import FEW_ELEMENTS, Expected, _release
 from kp.judge.reference import Reference, _as_list, apply_update
@@ -284,17 +284,25 @@ class _Refs:
                            scale=self.bench_rms, spread=spread, grow=grow)
 
     def _rounding_spread(self, pristine: list, r64) -> list | None:
-        """At a member of the shape family, for each output of a few elements (FEW_ELEMENTS): the most the float64
-        reference's output moves over three runs with every operator's result rounded at random as an honest fp32
-        kernel may round it (kp.lib.op_modes.RoundingNoise), relative to its value. A loss that is the difference
-        of two distances near 90 (a triplet margin loss at a batch of one) moves far more than its own value's
-        floor says; an honest kernel was rejected there. None where no output is that small; the references'
-        state is put back after each run."""
+        """At a member of the shape family, for each output of a few elements (FEW_ELEMENTS): how far honest fp32
+        roundings move it relative to its value (honest_spread's relL2). A loss that is the difference of two
+        distances near 90 (a triplet margin loss at a batch of one) moves far more than its own value's floor says;
+        an honest kernel was rejected there. None where no output is that small."""
         outs = _as_list(r64)
         few = [isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() <= FEW_ELEMENTS for t in outs]
         if not any(few):
             return None
-        worst = [0.0] * len(outs)
+        moves = self.honest_spread(pristine, r64, only=few)
+        return None if moves is None else [m.rel_l2 if m is not None else None for m in moves]
+
+    def honest_spread(self, pristine: list, r64, only: list | None = None) -> list | None:
+        """For each floating output (those `only` marks): the most the float64 reference's output moves over three
+        runs with every operator's result rounded at random as an honest fp32 kernel may round it
+        (kp.lib.op_modes.RoundingNoise), as an Err against it (relL2, worst row). None where the float64 reference
+        cannot be run again; the references' state is put back after each run."""
+        outs = _as_list(r64)
+        only = only or [isinstance(t, torch.Tensor) and t.is_floating_point() for t in outs]
+        worst: list = [Err(0.0, 0.0, 0) if o else None for o in only]
         for seed in range(3):
             saved = self.save_buffers()
             try:
@@ -305,9 +313,10 @@ class _Refs:
             if other is None:
                 return None
             for i, (o, r) in enumerate(zip(_as_list(other), outs)):
-                if few[i] and isinstance(o, torch.Tensor) and o.shape == r.shape:
-                    worst[i] = max(worst[i], rel_error(o.to(r.device), r).rel_l2)
-        return [w if f else None for w, f in zip(worst, few)]
+                if worst[i] is not None and isinstance(o, torch.Tensor) and o.shape == r.shape:
+                    e = rel_error(o.to(r.device), r)
+                    worst[i] = Err(max(worst[i].rel_l2, e.rel_l2), max(worst[i].worst_row, e.worst_row), 0)
+        return worst
 
 
 def _layouts_other(x):

@@ -94,6 +94,14 @@ class Expected:
                 errs.append(None)
         return cls(isinstance(r32, (tuple, list)), specs, r64l, errs)
 
+    def widened(self, spread: list) -> "Expected":
+        """The same with each output's budget at least how far honest fp32 roundings move it (spread: per output an
+        Err or None, kp.judge.expected._Refs.honest_spread)."""
+        errs = [e if e is None or m is None else
+                (e[0], Err(max(e[1].rel_l2, m.rel_l2), max(e[1].worst_row, m.worst_row), 0))
+                for e, m in zip(self.errs, list(spread) + [None] * (len(self.errs) - len(spread)))]
+        return dataclasses.replace(self, errs=errs)
+
     def finite(self) -> bool:
         return all(all_finite(t) for t in self.r64 if isinstance(t, torch.Tensor)
                    and t.is_floating_point())

@@ -27,11 +27,25 @@ _SUMMING = frozenset("""sum mean nansum var std var_mean std_mean norm linalg_ve
 _ALONG_DIM = frozenset("_softmax _log_softmax cumsum cumprod logcumsumexp _logcumsumexp".split())
 
 
+# Products: the operand whose last dimension is summed, by its place among the arguments (mm(a, b), addmm(bias, a,
+# b)); a convolution sums its weight's input channels times its kernel's elements.
+_PRODUCTS = {"mm": 0, "bmm": 0, "addmm": 1, "baddbmm": 1, "addbmm": 1, "addmv": 1, "mv": 0}
+_CONVOLUTIONS = frozenset("convolution _convolution convolution_overrideable cudnn_convolution".split())
+
+
 def _op_reduction(func, args, kwargs, out) -> float:
     name = func.overloadpacket.__name__
     x = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if x is None or x.numel() == 0:
         return 1.0
+    if name in _PRODUCTS:
+        a = args[_PRODUCTS[name]]
+        return float(a.shape[-1]) if isinstance(a, torch.Tensor) and a.dim() else 1.0
+    if name in _CONVOLUTIONS and len(args) > 1 and isinstance(args[1], torch.Tensor) and args[1].dim() > 2:
+        w, groups = args[1], args[8] if len(args) > 8 else 1
+        transposed = bool(args[6]) if len(args) > 6 else False
+        per_out = (w.shape[0] // max(int(groups), 1)) if transposed else w.shape[1]
+        return float(per_out * w[0, 0].numel())
     if name in _ALONG_DIM:
         dim = args[1] if len(args) > 1 else kwargs.get("dim", -1)
         return float(x.shape[dim]) if x.dim() else 1.0

@@ -62,7 +62,7 @@ def test_host_clock_discounts_the_wait_for_a_cpu():
 
 def test_run_queue_wait_is_the_time_a_thread_waited_for_a_cpu(tmp_path):
     """run_queue_ms reads the kernel's count of the calling thread's wait for a CPU: a thread sharing one core
-    with two busy processes for 0.3 s waits for most of it; alone on its core, hardly at all."""
+    with two busy processes for 0.3 s waits for most of it, and for far longer than without them."""
     if guards.run_queue_ms() == 0.0:
         pytest.skip("this kernel keeps no run-queue time (/proc/thread-self/schedstat): the host clock is taken "
                     "as it is")
@@ -87,7 +87,9 @@ def test_run_queue_wait_is_the_time_a_thread_waited_for_a_cpu(tmp_path):
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     alone, shared = map(float, r.stdout.split())
-    assert alone < 100 and shared > 150, (alone, shared)  # of 300 ms: two hogs take about two thirds of the core
+    # Of 300 ms, two hogs take about two thirds of the core. "Alone" is alone only where no other process shares the
+    # core: a parallel test run's other worker made it 154 ms once, so the hogs' share is measured above it.
+    assert shared > 150 and shared - alone > 80, (alone, shared)
 
 
 class _EscapeReplies:

@@ -278,8 +278,14 @@ class ParityStage:
 
             def widen():
                 if not widened:
-                    with self._timed("parity: how far honest roundings move the reference at a derived input"):
-                        spread = refs.honest_spread(pristine, exp.r64)
+                    try:
+                        with self._timed("parity: how far honest roundings move the reference at a derived input"):
+                            spread = refs.honest_spread(pristine, exp.r64)
+                    except Exception as e:  # no room for its runs, or the reference under the rounding mode:
+                        if raised_by_judge(e):  # the budget stays as it was, and so does the verdict
+                            raise
+                        spread = None
+                        _release()
                     widened.append(exp if spread is None else exp.widened(spread))
                 return widened[0]
 

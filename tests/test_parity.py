@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import harness
+from kp.errors import Rejected
 from kp.judge import driver as judge
 from kp.judge import expected, outputs, plan, reference, runners, worker
 from kp.lib import numerics
@@ -78,6 +79,28 @@ def test_budget_reason_is_one_line():
     r = numerics.budget_reason("trial 1 (seed 3)", e, b)
     assert "\n" not in r and "over budget 1.00e-06" in r and "trial 1 (seed 3)" in r
     assert "NaN/Inf positions differ" in numerics.budget_reason("x", harness.Err(0, 0, 5), b)
+
+
+def test_an_output_over_its_budget_is_judged_again_against_a_widened_one():
+    """judge_output asks for the widened budgets only where an element is over its own (and its NaN/Inf agree), says
+    so in its result, and rejects what is over the widened budget too, naming that budget."""
+    ref = torch.randn(4, 64, dtype=torch.float64)
+    exp = outputs.Expected.of(ref.float(), ref)
+    asked = []
+
+    def widen(by):
+        asked.append(by)
+        return exp.widened([numerics.Err(by, by, 0)])
+    near = (ref * (1 + 1e-4)).float()
+    assert "widened" not in outputs.judge_output("x", ref.float(), "t", exp, lambda: widen(1e-3)) and not asked
+    assert outputs.judge_output("x", near, "t", exp, lambda: widen(1e-3))["widened"] and asked == [1e-3]
+    with pytest.raises(Rejected, match="budget 1.00e-05"):
+        outputs.judge_output("x", near, "t", exp, lambda: widen(1e-5))
+    nan = near.clone()
+    nan[0, 0] = float("nan")
+    with pytest.raises(Rejected, match="NaN/Inf positions"):
+        outputs.judge_output("x", nan, "t", exp, lambda: widen(1.0))
+    assert asked == [1e-3, 1e-5]
 
 
 def test_state_map_by_name_then_by_order():

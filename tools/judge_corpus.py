@@ -199,9 +199,8 @@ def warm(csv_path: Path, procs: int, timeout: float, device: str) -> None:
     does (kp.batch.ahead: in its box, into the build folder the judge keeps for it), `procs` at a time; those a
     build ahead imported cleanly before are passed by."""
     from kp.batch import ahead, jobfile
-    every = jobfile.read_job_file(csv_path, {"device": device})
-    jobs = ahead.to_build(every)
-    print(f"{len(ahead.own_builders(every)) - len(jobs)} found built before", flush=True)
+    own, jobs = ahead.own_and_unbuilt(jobfile.read_job_file(csv_path, {"device": device}))
+    print(f"{len(own) - len(jobs)} found built before", flush=True)
     t0 = time.perf_counter()
     res = ahead.build_ahead(jobs, procs, timeout)
     for cand, why in res.items():

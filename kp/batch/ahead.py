@@ -49,16 +49,26 @@ def built_before(path: str | Path) -> bool:
     return (candidate_build_dir(path) / BUILT).exists()
 
 
+def own_and_unbuilt(jobs: list[Job]) -> tuple[list[Job], list[Job]]:
+    """`own_builders`, and those of them no build ahead imported cleanly before."""
+    own = own_builders(jobs)
+    return own, [j for j in own if not built_before(j.candidate)]
+
+
 def to_build(jobs: list[Job]) -> list[Job]:
     """`own_builders` less those a build ahead imported cleanly before."""
-    return [j for j in own_builders(jobs) if not built_before(j.candidate)]
+    return own_and_unbuilt(jobs)[1]
 
 
 def worth_it(jobs: list[Job], slots: int, procs: int) -> list[Job]:
     """The jobs whose candidates to build ahead (`to_build`): none unless there are more of them than slots and
     more builders than slots (otherwise the slots build as fast themselves)."""
-    out = to_build(jobs)
-    return out if len(out) > slots and procs > slots else []
+    return enough(to_build(jobs), slots, procs)
+
+
+def enough(todo: list[Job], slots: int, procs: int) -> list[Job]:
+    """`todo` where building it ahead is worth it (`worth_it`), else none."""
+    return todo if len(todo) > slots and procs > slots else []
 
 
 def build_one(job: Job, timeout_s: float) -> str | None:
@@ -136,8 +146,9 @@ def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: flo
     Returns the jobs in the order to judge them (the candidates that build nothing first, so the builds get ahead)
     and the thread (join it to wait for the builds). procs: builds at once (None: `builders`)."""
     procs = procs or builders()
-    ahead = worth_it(jobs, len(gpus), procs)
-    found = len(own_builders(jobs)) - len(to_build(jobs))
+    own, todo = own_and_unbuilt(jobs)
+    ahead = enough(todo, len(gpus), procs)
+    found = len(own) - len(todo)
     if found:
         print(f"[kp] {found} candidates' own extensions found built by an earlier batch: not built ahead again",
               file=sys.stderr, flush=True)

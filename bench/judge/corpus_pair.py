@@ -2,7 +2,7 @@
 verdicts an hour each gives, where its job-seconds went, and which verdicts differ.
 
     git worktree add /tmp/before <commit>
-    python -m bench.judge.corpus_pair --jobs jobs.csv --before /tmp/before --gpus 0,1/2,3 --limit 1150 --out pair/
+    python -m bench.judge.corpus_pair --jobs jobs.csv --before /tmp/before --gpus 0,1/2,3 --limit 1150,300 --out pair/
     python -m bench.judge.corpus_pair --jobs jobs.csv --before /tmp/before --device cpu --out pair/    (2 slots each)
 
 Each version runs its own `run.py --jobs JOBS --out OUT/<phase>_<name>.jsonl ARGS` at once: on its GPUs (`--slots`
@@ -80,7 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default="0/1", help="before's GPUs / after's, e.g. 0,1/2,3")
     ap.add_argument("--slots", type=int, default=3, help="slots per GPU")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    ap.add_argument("--limit", type=float, default=1800, help="seconds each phase may take")
+    ap.add_argument("--limit", default="1800",
+                    help="seconds each phase may take: one figure for every phase, or one per phase (600,250)")
     ap.add_argument("--phases", default="cold,warm")
     ap.add_argument("--args", default="--allow-torch --no-compile --no-bench --timeout 300",
                     help="run.py's other arguments, the same for both")
@@ -93,8 +94,12 @@ def main(argv=None) -> int:
     if len(gpus) != 2:
         ap.error("--gpus: before's and after's, separated by /")
     cores = halves(sorted(os.sched_getaffinity(0)))
+    phases = a.phases.split(",")
+    limits = [float(x) for x in a.limit.split(",")]
+    if len(limits) not in (1, len(phases)):
+        ap.error(f"--limit: one figure, or one for each of the {len(phases)} phases")
     runs = []
-    for phase in a.phases.split(","):
+    for phase, limit in zip(phases, limits * len(phases) if len(limits) == 1 else limits):
         procs, logs = [], []
         for name, tree, g, c in zip(NAMES, trees, gpus, cores):
             cache, res, log = a.out / f"cache_{name}", a.out / f"{phase}_{name}.jsonl", a.out / f"{phase}_{name}.log"
@@ -106,7 +111,7 @@ def main(argv=None) -> int:
             logs.append(log)
             runs.append(res)
         t0 = time.monotonic()
-        codes = stop_by(procs, t0 + a.limit)
+        codes = stop_by(procs, t0 + limit)
         print(f"{phase}: {time.monotonic() - t0:.0f} s", flush=True)
         for name, code, log in zip(NAMES, codes, logs):
             print(f"  {name} (exit code {code}):\n{last_lines(log)}", flush=True)

@@ -202,7 +202,10 @@ def _out_bytes_hint(pristine: list) -> int:
     return 2 * max(sizes, default=0) + (64 << 20)
 
 
-def _release():
-    """Hand cached GPU memory back: a candidate's worker shares the device and needs room for its own."""
-    if torch.cuda.is_available():
+def _release(room: int = 0):
+    """Hand cached GPU memory back: a candidate's worker shares the device and needs room for its own. With `room`
+    (bytes the job's next steps may ask for), only where the GPU has less than that free: handing back frees every
+    cached block, each a device-wide wait behind this process's queued work, and after every checked call that cost
+    as much as the checks themselves while other slots' work shared the GPU."""
+    if torch.cuda.is_initialized() and not (room and torch.cuda.mem_get_info()[0] >= room):
         torch.cuda.empty_cache()

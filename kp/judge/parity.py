@@ -13,7 +13,7 @@ from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
 from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output, rms
 from kp.judge.family import said_sizes
 from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget
+from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget, memory_need
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
 from kp.lib.numerics import all_finite, budget_from, clone_layout, rel_error, same_values
@@ -117,7 +117,7 @@ class CallCheck:
         with self._timed("check: the output and the inputs' copies dropped"):  # the output mapped from the worker
             del reply, cand_inputs
         with self._timed("check: the GPU's cached memory handed back"):
-            _release()
+            _release(memory_need(self.fp, len(self.rows)))
         return res
 
     def _check_buffers(self, row: Row, label: str, refs: _Refs) -> None:

@@ -5,6 +5,7 @@ import pytest
 from cases import CASES_DIR
 from conftest import gpu
 from kp.judge import driver as judge
+from kp.observe import report
 
 FOLDER = CASES_DIR / "contract" / "shapes"
 WRONG = sorted(FOLDER.glob("wrong_*.py"))
@@ -152,6 +153,7 @@ def test_a_member_the_reference_raises_at_is_skipped_and_said_and_the_next_one_j
         assert judged == ["odd", "half", "double", "odd half"]
         assert list(skipped) == ["one"] and "Expected more than 1 value per channel" in skipped["one"]
         assert any("one sizes (batch_size 6 -> 1): the reference raises there" in s for s in rec["skipped"])
+        assert "--shapes: 4 other shapes judged; not judged at one (the reference raises there)" in rec["notes_list"]
     else:
         assert judged == ["odd", "half", "one", "double"] and not skipped
     assert any("in_channels held at the file's value" in n for n in rec["notes_list"])
@@ -175,6 +177,7 @@ def test_a_member_whose_footprint_runs_out_of_gpu_memory_is_skipped_for_room(mon
     assert rec["rows"]["candidate"]["accepted"], rec["rows"]["candidate"]["reason"]
     assert [(f["member"], f.get("skipped", "")[:7]) for f in rec["family"]] == [("odd", ""), ("one", "no room")]
     assert any("one sizes (batch_size 6 -> 1): no room" in s for s in rec["skipped"])
+    assert "--shapes: 1 other shape judged; not judged at one (no room)" in report.verdict(rec)
 
 
 def test_a_declared_member_that_sets_a_size_outside_the_family_is_a_usage_error(monkeypatch):
@@ -283,3 +286,23 @@ def test_with_timing_each_member_is_timed_beside_eager_and_compile():
     assert ref.module.batch_size == 64 and ref.module.dim == 1000
     text = format_record(rec)
     assert "63x999" in text and "32x500" in text and "at each shape timed" in text
+
+
+def test_a_member_where_other_processes_took_the_gpus_memory_is_no_verdict_not_a_skip(monkeypatch):
+    """Out of GPU memory at a member because other processes took it (GpuMemoryShort): the whole job has no
+    verdict, as at the benchmark's shape, and a batch judges it again with the GPU to itself. Skipped instead (and
+    said as the reference raising), a candidate wrong only at the largest member was accepted on a shared GPU."""
+    from kp.errors import GpuMemoryShort
+    ref = judge.Reference.load(("file", str(FIXED / "ref.py")))
+    real = judge.Judge._parity_bench
+
+    def parity_bench(self, init, at=None):
+        if at and ref.module.batch_size == 1:
+            raise GpuMemoryShort(f"{ref.name}: candidate ran out of GPU memory after other processes took 7.0 GiB "
+                                 f"of the GPU during the run: no verdict; judge again with the GPU to itself")
+        return real(self, init, at)
+    monkeypatch.setattr(judge.Judge, "_parity_bench", parity_bench)
+    with pytest.raises(GpuMemoryShort, match="other processes took"):
+        judge.evaluate(ref, FIXED / "torch_rewrite.py", seed=11, device="cpu", allow_torch=True, sandbox=False,
+                       shapes=("odd", "one"), mode="eval")
+    assert ref.module.batch_size == 6

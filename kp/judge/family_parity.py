@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from kp.errors import ReferenceRaised, Rejected, UsageError, cuda_broken
+from kp.errors import GpuMemoryShort, ReferenceRaised, Rejected, UsageError, cuda_broken
 from kp.judge.family import said_sizes
 from kp.judge.plan import cpu_bench_refusal, float64_peak, free_gpu_bytes, host_budget, memory_need
 
@@ -19,7 +19,9 @@ class FamilyParity:
         N other members of the reference's shape family (kp.judge.family), each with the rows built again and the
         candidate's own copies of the sizes set alike (Worker.cmd_scale). A row right at the benchmark's shape and
         wrong at a member is rejected naming both. A member the host or GPU has no room for, or where the reference
-        itself raises, is skipped and said; with a count, the family's next member is taken in its place."""
+        itself raises, is skipped and said; with a count, the family's next member is taken in its place. A call
+        that runs out of GPU memory because other processes took it is no verdict for the whole job, never a skip:
+        a candidate wrong only at the largest member would otherwise be accepted whenever the GPU was shared."""
         members, none = self.ref.family(self.shapes, spares=True, train=self.train)
         wanted = self.shapes if isinstance(self.shapes, int) else len(members)
         bench, bench_fp, bench_refs = self.fp["shapes"], self._fp, self.refs
@@ -74,6 +76,8 @@ class FamilyParity:
                 live = {r.label for r in self.live()}
                 try:
                     self._parity_bench(init, at=shape)
+                except GpuMemoryShort:  # other processes' memory, not the member's: no verdict, as at the benchmark's
+                    raise  #             shape (a batch judges the job again with the GPU to itself)
                 except UsageError as e:  # the reference raised on its own inputs there: not a shape it takes
                     refused += self._refused(entry, e, f"{shape} ({member} sizes)")
                     continue
@@ -85,6 +89,11 @@ class FamilyParity:
                 self._fp = bench_fp
                 self._drop_input_buffers()
         self.refs = bench_refs
+        skipped = [f"{e['member']} ({_short(e['skipped'])})" for e in rec["family"] if e.get("skipped")]
+        if skipped:  # the verdict line says it too: an acceptance under --shapes is only as wide as what was judged
+            judged_n = sum(1 for e in rec["family"] if e.get("passed") is not None)
+            self.notes.append(f"--shapes: {judged_n} other shape{'s' * (judged_n != 1)} judged; not judged at "
+                              f"{', '.join(skipped)}")
 
     def _refused(self, entry: dict, e: UsageError, where: str) -> int:
         """A member where the reference itself raises (on its own inputs, in the judge's mode): not a shape it takes
@@ -135,3 +144,9 @@ class FamilyParity:
             return (f"it needs {grow / 2**30:.1f} GiB of GPU memory more than the benchmark's shape, "
                     f"{free / 2**30:.1f} GiB are free")
         return None
+
+
+def _short(why: str) -> str:
+    """A skip's reason in a few words for the verdict line (the record keeps it whole)."""
+    head = why.split(" (", 1)[0].split(": ", 1)[0]
+    return head if len(head) <= 60 else head[:57] + "..."

@@ -87,7 +87,7 @@ class CallCheck:
                 runner.call("release", "release_inputs")
             except Rejected:
                 pass  # a dead worker holds nothing
-        _release()
+        self._release_if_short()
 
     def _check_call(self, row: Row, label: str, pristine: list, exp: Expected, widen=None) -> dict:
         """One checked call. widen: at a derived input, a function giving the budgets widened to how far honest
@@ -117,8 +117,14 @@ class CallCheck:
         with self._timed("check: the output and the inputs' copies dropped"):  # the output mapped from the worker
             del reply, cand_inputs
         with self._timed("check: the GPU's cached memory handed back"):
-            _release(memory_need(self.fp, len(self.rows)))
+            self._release_if_short()
         return res
+
+    def _release_if_short(self) -> None:
+        """The judge's cached GPU memory handed back where the GPU has less free than the job plans for (outputs
+        ._release: each hand-back waits for the GPU, and beside other slots' work that cost more than the checks)."""
+        if torch.cuda.is_initialized():
+            _release(memory_need(self.fp, len(self.rows)))
 
     def _check_buffers(self, row: Row, label: str, refs: _Refs) -> None:
         """The state the reference's calls change (BatchNorm running statistics in training mode) must be kept and
@@ -217,10 +223,12 @@ class ParityStage:
             if not self.live():
                 break
             label = f"at {at}: {label}" if at else label
-            changed = upd and self._each_update(refs, upd, s)
+            with self._timed("parity: the weights changed alike on every side"):
+                changed = upd and self._each_update(refs, upd, s)
             if upd and not changed:  # nothing to change: the call is a plain one and says so
                 label = label.replace(f", after an {upd}", "")
-            pristine = self.ref.inputs(s, self.device)
+            with self._timed("parity: the inputs drawn"):
+                pristine = self.ref.inputs(s, self.device)
             grow = 1.0  # the budget's floor grows at the shifted input (shift_growth)
             if not derive:
                 premises.see(pristine)
@@ -309,7 +317,8 @@ class ParityStage:
             with self._timed("parity: the rows' benchmark-shape calls and their checks"):
                 self._each(one)
             del pristine, exp
-            _release()
+            with self._timed("parity: the GPU's cached memory handed back"):
+                self._release_if_short()
         premises.forget()
         notes = []
         if refs.state_attrs:

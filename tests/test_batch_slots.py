@@ -230,3 +230,24 @@ def test_slots_are_ended_together_not_one_after_another():
     took = time.monotonic() - t
     assert not idle.is_alive() and idle.kills == 0  # it ended when asked
     assert not busy.is_alive() and busy.kills == 1 and 1.4 < took < 3.0, took  # killed after the shared wait
+
+
+def test_each_gpu_gets_slots_by_the_cores_unless_the_list_counts_its_own(monkeypatch):
+    """--gpus all on a host of 16 cores a GPU: three slots a GPU (the measured default); fewer where each slot would
+    have under 5 cores; --slots N sets the count; a list that names a GPU more than once is its own count, and
+    --slots beside it is a usage error, as is a count that is not one."""
+    import os
+    import pytest
+    from kp.batch import backends
+    from kp.errors import UsageError
+    monkeypatch.setattr(backends, "gpu_list", lambda spec: spec.split(","))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)))
+    assert backends.slot_list("0,1") == ["0", "0", "0", "1", "1", "1"]
+    assert backends.slot_list("0,1", "auto") == ["0", "0", "0", "1", "1", "1"]
+    assert backends.slot_list("0,1", "2") == ["0", "0", "1", "1"]
+    assert backends.slot_list("0,0,1") == ["0", "0", "1"]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
+    assert backends.slot_list("0,1") == ["0", "1"]
+    for spec, slots in (("0,0,1", "2"), ("0", "many"), ("0", "0")):
+        with pytest.raises(UsageError, match="--slots"):
+            backends.slot_list(spec, slots)

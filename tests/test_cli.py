@@ -44,6 +44,12 @@ def test_no_problem_exit_2(cli):
     assert r.returncode == 2 and "--problem" in r.stderr
 
 
+def test_slots_outside_a_batch_on_gpus_is_a_usage_error(cli):
+    for args in (("--problem", "softmax", "--slots", "2"), ("--jobs", "j.csv", "--device", "cpu", "--slots", "2")):
+        r = cli(*args)
+        assert r.returncode == 2 and "--slots" in r.stderr and "Traceback" not in r.stderr
+
+
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
 def test_no_cuda_is_one_line_exit_2(cli):
     r = cli("--problem", "softmax")

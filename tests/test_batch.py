@@ -201,8 +201,8 @@ def test_a_reference_that_faults_on_the_gpu_costs_only_its_own_job(tmp_path):
     jobs.write_text("reference,candidate,mode\n" + f"{fault / 'ref.py'},{fault / 'candidate.py'},train\n" +
                     "".join(f"{CASES / 'ref.py'},{CASES / 'good.py'},{mode}\n" for mode in ("train", "eval")))
     out = tmp_path / "results.jsonl"
-    r = run_script("--jobs", jobs, "--gpus", "0", "--allow-torch", "--no-bench", "--no-compile", "--shapes", "odd",
-                   "--out", out)
+    r = run_script("--jobs", jobs, "--gpus", "0", "--slots", "1", "--allow-torch", "--no-bench", "--no-compile",
+                   "--shapes", "odd", "--out", out)
     recs = lines(out)
     assert [Path(d["job"]["candidate"]).name for d in recs] == ["candidate.py", "good.py", "good.py"], \
         r.stdout[-2000:] + r.stderr[-2000:]

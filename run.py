@@ -17,7 +17,7 @@ Without a GPU (parity only: nothing is timed, and whether a kernel of its own ru
   python run.py --ref path/to/19_ReLU.py --candidate my_relu.py --device cpu --allow-torch
   python run.py --problem softmax --device cpu          the reference's own Model against its float64 copy
 
-Many at once (one job = one reference and one candidate, or a problem's ladder; one job per GPU at a time):
+Many at once (one job = one reference and one candidate, or a problem's ladder; --slots jobs a GPU at a time):
   python run.py --ref ref.py --candidate cands/*.py --gpus all --out results.jsonl
   python run.py --problem all --gpus all               every built-in problem, spread over the GPUs
   python run.py --jobs jobs.csv --gpus 0,1 --out results.jsonl    CSV header: reference,candidate

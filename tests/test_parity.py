@@ -79,6 +79,18 @@ def test_budget_reason_is_one_line():
     r = numerics.budget_reason("trial 1 (seed 3)", e, b)
     assert "\n" not in r and "over budget 1.00e-06" in r and "trial 1 (seed 3)" in r
     assert "NaN/Inf positions differ" in numerics.budget_reason("x", harness.Err(0, 0, 5), b)
+    assert numerics.over_budget(r) == (e, harness.Err(b.rel_l2, b.worst_row, 0))
+
+
+def test_a_row_over_its_budget_in_an_output_within_its_own_is_said_as_the_row():
+    """relL2 within the budget and one row over it: the reason leads with the row, and never says a relL2 under its
+    budget is over it ("relL2 4.35e-05 over budget 4.06e-04" was a real verdict's line)."""
+    b = harness.Err(4.06e-4, 4.06e-4, 0)
+    e = harness.Err(4.35e-5, 1.44e-3, 0)
+    r = numerics.budget_reason("inputs shifted -10 (seed 7)", e, b)
+    assert r == ("inputs shifted -10 (seed 7): worst row 1.44e-03 over budget 4.06e-04 (relL2 4.35e-05, within its "
+                 "budget 4.06e-04)")
+    assert numerics.over_budget(r) == (e, b)
 
 
 def test_an_output_over_its_budget_is_judged_again_against_a_widened_one():

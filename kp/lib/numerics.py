@@ -223,6 +223,9 @@ def budget_reason(label: str, err: Err, budget: Err) -> str:
     if err.nonfinite_mismatch:
         return (f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference (an overflow, "
                 f"or elements never written: the judge's output memory reads as NaN until written)")
+    if err.rel_l2 <= budget.rel_l2:  # the whole output within its budget, one row not: the row is named first
+        return (f"{label}: worst row {err.worst_row:.2e} over budget {budget.worst_row:.2e} (relL2 "
+                f"{err.rel_l2:.2e}, within its budget {budget.rel_l2:.2e})")
     return (f"{label}: relL2 {err.rel_l2:.2e} over budget {budget.rel_l2:.2e} (worst row {err.worst_row:.2e}, "
             f"row budget {budget.worst_row:.2e})")
 
@@ -231,10 +234,14 @@ def over_budget(text: str) -> tuple[Err, Err] | None:
     """(the error, its budget) a budget_reason in `text` states, or None where it states none (a verdict line, a
     record's reason: the tables show the failing call's figures from it)."""
     m = re.search(r"relL2 (\S+) over budget (\S+) \(worst row ([^,]+), row budget ([^)]+)\)", text)
-    if not m:
-        return None
-    rel, b, row, b_row = map(float, m.groups())
-    return Err(rel, row, 0), Err(b, b_row, 0)
+    if m:
+        rel, b, row, b_row = map(float, m.groups())
+        return Err(rel, row, 0), Err(b, b_row, 0)
+    m = re.search(r"worst row (\S+) over budget (\S+) \(relL2 ([^,]+), within its budget ([^)]+)\)", text)
+    if m:
+        row, b_row, rel, b = map(float, m.groups())
+        return Err(rel, row, 0), Err(b, b_row, 0)
+    return None
 
 
 def budget_from(ref_err: Err, k: float = 1.0, dtype: torch.dtype = torch.float32, grow: float = 1.0) -> Err:

@@ -238,16 +238,16 @@ def test_each_gpu_gets_slots_by_the_cores_unless_the_list_counts_its_own(monkeyp
     --slots beside it is a usage error, as is a count that is not one."""
     import os
     import pytest
-    from kp.batch import backends
+    from kp.batch import gpus
     from kp.errors import UsageError
-    monkeypatch.setattr(backends, "gpu_list", lambda spec: spec.split(","))
+    monkeypatch.setattr(gpus, "gpu_list", lambda spec: spec.split(","))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)))
-    assert backends.slot_list("0,1") == ["0", "0", "0", "1", "1", "1"]
-    assert backends.slot_list("0,1", "auto") == ["0", "0", "0", "1", "1", "1"]
-    assert backends.slot_list("0,1", "2") == ["0", "0", "1", "1"]
-    assert backends.slot_list("0,0,1") == ["0", "0", "1"]
+    assert gpus.slot_list("0,1") == ["0", "0", "0", "1", "1", "1"]
+    assert gpus.slot_list("0,1", "auto") == ["0", "0", "0", "1", "1", "1"]
+    assert gpus.slot_list("0,1", "2") == ["0", "0", "1", "1"]
+    assert gpus.slot_list("0,0,1") == ["0", "0", "1"]
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
-    assert backends.slot_list("0,1") == ["0", "1"]
+    assert gpus.slot_list("0,1") == ["0", "1"]
     for spec, slots in (("0,0,1", "2"), ("0", "many"), ("0", "0")):
         with pytest.raises(UsageError, match="--slots"):
-            backends.slot_list(spec, slots)
+            gpus.slot_list(spec, slots)

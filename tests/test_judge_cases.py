@@ -90,7 +90,7 @@ def _gpu_case_argv(test: str, p: dict, base: Path) -> list | None:
 
 @pytest.fixture(scope="session")
 def gpu_batch(request, tmp_path_factory):
-    from kp.batch.backends import gpu_list
+    from kp.batch.gpus import gpu_list
     base = tmp_path_factory.mktemp("gpu_cases")
     argvs = {it.nodeid: argv for it in request.session.items if getattr(it, "originalname", "") in GPU_BATCHED
              for argv in [_gpu_case_argv(it.originalname, it.callspec.params, base)] if argv is not None}

@@ -16,7 +16,8 @@ import tempfile
 from collections import deque
 from pathlib import Path
 
-from kp.batch.backends import Progress, _drain, _record, gpu_list
+from kp.batch.backends import Progress, _drain, _record
+from kp.batch.gpus import gpu_list
 from kp.batch.jobfile import Job, make_job, with_reference_seeds
 from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, end_all
 from kp.errors import UsageError

@@ -121,8 +121,8 @@ class CallCheck:
         return res
 
     def _release_if_short(self) -> None:
-        """The judge's cached GPU memory handed back where the GPU has less free than the job plans for (outputs
-        ._release: each hand-back waits for the GPU, and beside other slots' work that cost more than the checks)."""
+        """The judge's cached GPU memory handed back only where the GPU has less free than the job plans for
+        (kp.judge.outputs._release says why: beside other slots' work a hand-back cost more than the checks)."""
         if torch.cuda.is_initialized():
             _release(memory_need(self.fp, len(self.rows)))
 

@@ -119,3 +119,17 @@ def test_a_run_past_the_limit_is_stopped_as_ctrl_c_stops_it():
     t0 = time.monotonic()
     assert corpus_pair.stop_by([p], t0 + 0.5) in ([-signal.SIGINT], [1])  # Python ends on SIGINT by it, or 1
     assert time.monotonic() - t0 < 30
+
+
+def test_each_version_gets_its_slots_a_gpu_the_way_its_run_py_takes_them(tmp_path):
+    """A version whose run.py has --slots is given it (a GPU listed once would otherwise get that version's default
+    count); an older one gets each GPU listed once per slot."""
+    from bench.judge import corpus_pair
+    new, old = tmp_path / "new", tmp_path / "old"
+    for tree, text in ((new, 'ap.add_argument("--slots")\n'), (old, 'ap.add_argument("--gpus")\n')):
+        tree.mkdir()
+        (tree / "run.py").write_text(text)
+    args = (tmp_path / "jobs.csv", tmp_path / "out.jsonl", ["0", "1"], 3, "cuda", [])
+    assert corpus_pair.command(new, *args)[-4:] == ["--gpus", "0,1", "--slots", "3"]
+    assert corpus_pair.command(old, *args)[-2:] == ["--gpus", "0,0,0,1,1,1"]
+    assert corpus_pair.command(old, *args[:4], "cpu", [])[-2:] == ["--device", "cpu"]

@@ -39,10 +39,15 @@ def halves(cores: list[int]) -> list[set[int]]:
     return [set(cores[:mid]), set(cores[mid:] or cores[:mid])]
 
 
-def command(jobs: Path, res: Path, gpus: list[str], slots: int, device: str, extra: list[str]) -> list[str]:
+def command(tree: Path, jobs: Path, res: Path, gpus: list[str], slots: int, device: str,
+            extra: list[str]) -> list[str]:
+    """The version's run.py command. Its slots a GPU: --slots where its run.py takes it (a GPU listed once would
+    otherwise get its default), else each GPU listed that many times (a version before --slots)."""
     cmd = [sys.executable, "run.py", "--jobs", str(jobs), "--out", str(res), *extra]
     if device == "cpu":
         return cmd + ["--device", "cpu"]
+    if '"--slots"' in (tree / "run.py").read_text():
+        return cmd + ["--gpus", ",".join(gpus), "--slots", str(slots)]
     return cmd + ["--gpus", ",".join(g for g in gpus for _ in range(slots))]
 
 
@@ -106,7 +111,7 @@ def main(argv=None) -> int:
             if phase == "cold":
                 shutil.rmtree(cache, ignore_errors=True)
             res.unlink(missing_ok=True)
-            procs.append(start(tree, command(a.jobs.resolve(), res, g, a.slots, a.device, a.args.split()),
+            procs.append(start(tree, command(tree, a.jobs.resolve(), res, g, a.slots, a.device, a.args.split()),
                                cache, c, log))
             logs.append(log)
             runs.append(res)

@@ -36,6 +36,15 @@ def test_a_candidate_right_at_the_benchmark_shape_only_is_accepted_without_shape
     assert "family" not in rec
 
 
+@gpu
+@pytest.mark.parametrize("path", WRONG, ids=lambda p: p.stem)
+def test_a_candidate_right_at_the_benchmark_shape_only_is_accepted_without_shapes_on_gpu(path):
+    """The same on the GPU, every stage run (the judge cases reject each under --shapes there)."""
+    rec = judge.evaluate(_ref(), path, seed=11, device="cuda", allow_torch=True, bench=False)
+    assert rec["rows"]["candidate"]["accepted"], rec["rows"]["candidate"]["reason"]
+    assert "family" not in rec
+
+
 def test_with_shapes_the_record_lists_each_member_and_the_sizes_are_put_back():
     ref = _ref()
     rec = judge.evaluate(ref, FOLDER / "torch_rewrite.py", seed=11, device="cpu", allow_torch=True, sandbox=False,

@@ -220,6 +220,29 @@ def test_an_error_of_the_judges_own_code_is_told_from_the_references():
     assert raised_by_judge(other.value)
 
 
+def test_handing_back_gpu_memory_after_a_sticky_fault_leaves_the_fault_to_be_said_where_it_was_met(monkeypatch):
+    """The reference's device-side assert leaves the judge's CUDA context unusable; the tidying on the way out (a
+    `finally` that hands cached memory back) met it again in mem_get_info and raised, and that error took the place
+    of the one naming the member where the reference faulted. The hand-back passes over a CUDA error, not others."""
+    import pytest
+    import torch
+    from kp.judge.outputs import _release
+
+    def broken():
+        raise RuntimeError("CUDA error: device-side assert triggered")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", broken)
+    monkeypatch.setattr(torch.cuda, "empty_cache", broken)
+    _release(1 << 30)
+    _release()
+
+    def other():
+        raise ValueError("not a CUDA error")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", other)
+    with pytest.raises(ValueError):
+        _release(1 << 30)
+
+
 def test_an_output_below_the_smallest_normal_number_is_measured_at_that_size():
     """A product of 256 normals (KernelBench's l1_p50) lies below fp32's smallest normal number whole, where a
     value keeps fewer bits the smaller it is: one in order and one by pairs of partial products, both honest fp32,

@@ -74,9 +74,9 @@ class ModelNew(nn.Module):
 
 def scratch_doubles(rows: int, cols: int, nsm: int) -> int:
     """float64 scratch for every rung's uncached forward on x of (rows, cols): 2_inflight's tiles of >= 32 columns x
-    rows (also covers the 64-column tiles x (rows + 1) of 4_overlap and 6_phases); 3_rowband's per-SM row partials and one column-sum
-    row per band (at most one band per SM, capped at 128 MiB for very wide weights); 5_queue's <= 32 unit partials
-    per column (same cap)."""
+    rows (also covers the 64-column tiles x (rows + 1) of 4_overlap and 6_phases); 3_rowband's per-SM row partials
+    and one column-sum row per band (at most one band per SM, capped at 128 MiB for very wide weights); 5_queue's
+    <= 32 unit partials per column (same cap)."""
     return (rows + 1) * (-(-cols // 32) + nsm) + min(max(nsm, 32) * cols, cols + (1 << 24))
 
 

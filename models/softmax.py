@@ -15,10 +15,10 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 # are not a multiple of 4) to 6_regcluster, longer ones that fit a 16-CTA cluster's shared memory to
 # 4_persistent, and the rest to 2_online: 4_persistent re-reads what does not fit and then loses to 2_online's two
 # plain reads (H200, `bench/softmax/sweep.py`, GB/s: 917504 columns 4_persistent 3,164 vs 2_online 2,626; 1048576
-# 2,303 vs 2,644; 2097152 1,741 vs 2,631, where torch.compile moved 2,548). From the H200 sweep (docs/softmax.md): at 16384 columns 5_regrow moved 4,210 GB/s vs 2,893 for
-# 6_regcluster; at 65536 6_regcluster 3,930 vs 1,365 (5_regrow's fallback there is a 3-read kernel). Without
-# clusters (a GPU other than Hopper) rows longer than REGROW_MAX_COLS go to 2_online (one read for max and sum
-# together, one for the output).
+# 2,303 vs 2,644; 2097152 1,741 vs 2,631, where torch.compile moved 2,548). From the H200 sweep (docs/softmax.md):
+# at 16384 columns 5_regrow moved 4,210 GB/s vs 2,893 for 6_regcluster; at 65536 6_regcluster 3,930 vs 1,365
+# (5_regrow's fallback there is a 3-read kernel). Without clusters (a GPU other than Hopper) rows longer than
+# REGROW_MAX_COLS go to 2_online (one read for max and sum together, one for the output).
 REGROW_MAX_COLS = 16384
 REGCLUSTER_MAX_COLS = 16 * (49152 + 4096 - 4)
 PERSISTENT_MAX_COLS = 16 * 57344  # 16 CTAs x 224 KiB: held on chip by 4_persistent on an H100/H200 (227 KiB opt-in)
@@ -109,7 +109,8 @@ def _special(g, device):
     return [], [x.to(device)]
 
 
-# Small odd cases: name -> fn(generator, device) -> (init inputs, forward inputs). The large case is the benchmark shape itself.
+# Small odd cases: name -> fn(generator, device) -> (init inputs, forward inputs). The large case is the benchmark
+# shape itself.
 CASES = {
     "one_column": lambda g, d: ([], [torch.rand(37, 1, generator=g).to(d)]),
     "one_row_odd": lambda g, d: ([], [torch.rand(1, 12347, generator=g).to(d)]),

@@ -4,8 +4,8 @@ promotion as kernels/common/split_gemm.cuh). harness.LinearGemm("triton") calls 
 follows, so the run.py row differs from the split rung only in the GEMM.
 
 Tiles: 128 x 128 x 32, 8 warps, 3 stages, grouped launch order (8 m-blocks per group) for L2 reuse of W. Not
-autotuned: one configuration, stated, so the row is reproducible (measured on an H200: Triton tf32x3 1.47 ms, relL2 2.8e-7
-at 1024x8192x8192).
+autotuned: one configuration, stated, so the row is reproducible (measured on an H200: Triton tf32x3 1.47 ms,
+relL2 2.8e-7 at 1024x8192x8192).
 """
 import torch
 

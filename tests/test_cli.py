@@ -185,7 +185,8 @@ def test_gpu_tests_line_names_each_gpus_slowest_tests(tmp_path, capsys):
     from tools import gpu_tests
     (tmp_path / "gpu0.log").write_text(
         "....\n============ slowest 3 durations ============\n"
-        "117.90s call     tests/test_batch.py::test_sixteen@gpu\n77.09s setup    tests/test_judge.py::test_case[a]@gpu\n"
+        "117.90s call     tests/test_batch.py::test_sixteen@gpu\n"
+        "77.09s setup    tests/test_judge.py::test_case[a]@gpu\n"
         "36.52s call     tests/test_sandbox.py::test_box[b]@gpu\n46 passed in 413.98s (0:06:53)\n")
 
     class Done:

@@ -85,7 +85,8 @@ def test_a_cpu_candidate_that_imports_dynamo_late_or_compiles_is_accepted(tmp_pa
     ref = CASES_DIR / "relu" / "ref.py"
     (tmp_path / "late.py").write_text(
         "import torch\nimport torch.nn as nn\nfrom torch.utils.flop_counter import FlopCounterMode\n\n\n"
-        "class ModelNew(nn.Module):\n    def forward(self, x):\n        torch.optim.SGD([torch.zeros(1, requires_grad=True)])\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+        "        torch.optim.SGD([torch.zeros(1, requires_grad=True)])\n"
         "        with FlopCounterMode(display=False):\n            return torch.relu(x)\n")
     (tmp_path / "compiles.py").write_text(
         "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"

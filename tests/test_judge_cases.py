@@ -185,8 +185,9 @@ def _problem_rows():
 @gpu
 @pytest.mark.parametrize("problem,precision", _problem_rows(), ids=lambda x: str(x))
 def test_every_shipped_variant_accepted(problem, precision):
-    """Every variant this GPU runs (records included), the dispatching default and every ROW_OPTIONS row through the judge's stages (the weight
-    changes included), as run.py --problem runs them. Peer rows (somebody else's GEMM) are measured, not gated."""
+    """Every variant this GPU runs (records included), the dispatching default and every ROW_OPTIONS row through the
+    judge's stages (the weight changes included), as run.py --problem runs them. Peer rows (somebody else's GEMM) are
+    measured, not gated."""
     ref = judge.Reference.load(("problem", problem))
     rows = judge.default_variants(problem, include_records=True, precision=precision)
     rec = judge.evaluate(ref, None, rows, bench=False, precision=precision)

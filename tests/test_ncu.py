@@ -9,9 +9,9 @@ import pytest
 from conftest import ROOT, gpu, run_script
 from kp.observe import ncu
 
-# Recorded on an H100 (ncu 2025.3.1, `--csv --page raw`, the metrics of kp.observe.ncu.METRICS): three rows, each after a
-# torch.cuda._sleep marker -- eager softmax of 4096x8192 fp32, a tensor copy_ (a cudaMemcpy: no kernel), a 1024^3
-# fp16 matmul. ncu's own notes and the program's output come first, then the header and the units row.
+# Recorded on an H100 (ncu 2025.3.1, `--csv --page raw`, the metrics of kp.observe.ncu.METRICS): three rows, each
+# after a torch.cuda._sleep marker -- eager softmax of 4096x8192 fp32, a tensor copy_ (a cudaMemcpy: no kernel), a
+# 1024^3 fp16 matmul. ncu's own notes and the program's output come first, then the header and the units row.
 SAMPLE = (ROOT / "tests" / "data" / "ncu_sample.csv").read_text()
 LABELS = ["eager", "copy", "hgemm"]
 

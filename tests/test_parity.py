@@ -168,7 +168,8 @@ def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
     rec = judge.evaluate(ref, tmp_path / "same.py", seed=2, device="cpu", allow_torch=True)
     r = rec["rows"]["candidate"]
     assert r["accepted"], r["reason"]
-    assert sum(k.startswith("case ") for k in r["checks"]) == 2 * 3 and any(k.startswith("trial 3") for k in r["checks"])
+    assert sum(k.startswith("case ") for k in r["checks"]) == 2 * 3
+    assert any(k.startswith("trial 3") for k in r["checks"])
 
 
 def test_inputs_a_file_cannot_draw_on_the_device_come_from_the_host(tmp_path):
@@ -352,7 +353,8 @@ def test_a_value_a_reference_builds_once_is_not_state(tmp_path):
     for name, body, want in (("lazy", lazy, []), ("cell", cell, ["h"])):
         f = tmp_path / f"{name}.py"
         f.write_text("import torch\nimport torch.nn as nn\n\n\n" + body +
-                     "\n\ndef get_inputs():\n    return [torch.randn(4, 3)]\n\n\ndef get_init_inputs():\n    return []\n")
+                     "\n\ndef get_inputs():\n    return [torch.randn(4, 3)]\n\n\n"
+                     "def get_init_inputs():\n    return []\n")
         ref = judge.Reference.load(("file", str(f)))
         refs = expected._Refs(ref, [], 1, "cpu", "cpu")
         for s in range(3):
@@ -366,7 +368,8 @@ def test_ref_alone_untimed_checks_the_reference_on_gpu(tmp_path, precision):
     """`--ref` alone with nothing timed (what a corpus run of references does): the reference's own Model against
     float64, every parity stage, and no own kernel asked of it (it is PyTorch by definition)."""
     d = outside_repo(tmp_path, "relu")
-    r = run("--ref", d / "ref.py", "--no-bench", "--no-compile", "--precision", precision, "--json", tmp_path / "r.json")
+    r = run("--ref", d / "ref.py", "--no-bench", "--no-compile", "--precision", precision,
+            "--json", tmp_path / "r.json")
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     row = json.loads((tmp_path / "r.json").read_text())["rows"]["eager"]
     assert row["accepted"] and not row["pure_torch"] and len(row["checks"]) >= 3, row

@@ -137,7 +137,8 @@ def test_two_sizes_that_must_stay_equal_move_together_and_are_not_held(tmp_path)
     ref_file = tmp_path / "ref.py"
     ref_file.write_text("import torch\nimport torch.nn as nn\n\nbatch_size = 8\nwidth_a = 64\nwidth_b = 64\n\n\n"
                         "class Model(nn.Module):\n    def forward(self, a, b):\n        return a + b\n\n\n"
-                        "def get_inputs():\n    return [torch.randn(batch_size, width_a), torch.randn(batch_size, width_b)]"
+                        "def get_inputs():\n"
+                        "    return [torch.randn(batch_size, width_a), torch.randn(batch_size, width_b)]"
                         "\n\n\ndef get_init_inputs():\n    return []\n")
     ref = judge.Reference.load(("file", str(ref_file)))
     assert ref.fixed_sizes(ref.family_sizes()) == []

@@ -79,4 +79,5 @@ torch.cuda.synchronize()
 t = harness.bench_interleaved(fns, min_reps=15, max_reps=40, budget_s=60)
 print(f"| probe ({nsm} SMs on the device) | median us | IQR us | GB/s |\n|---|---|---|---|")
 for name, v in t.items():
-    print(f"| {name} | {1e3 * v.median_ms:,.1f} | {1e3 * v.iqr_ms:.1f} | {nbytes[name] / (v.median_ms * 1e-3) / 1e9:,.0f} |")
+    print(f"| {name} | {1e3 * v.median_ms:,.1f} | {1e3 * v.iqr_ms:.1f} | "
+          f"{nbytes[name] / (v.median_ms * 1e-3) / 1e9:,.0f} |")

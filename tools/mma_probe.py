@@ -109,8 +109,8 @@ def main():
     lim = subprocess.run(["nvidia-smi", "--query-gpu=name,power.limit,clocks.max.sm", "--format=csv,noheader", "-i",
                           "0"], capture_output=True, text=True).stdout.strip()
     print(f"device: {lim}; {nsm} SMs; dense fp16 = 2048 FMA per clock per SM (989 TFLOP/s at 1.83 GHz)")
-    print("| row | ms for 3 products' FMAs (interleaved) | IQR ms | sustained ms | TFLOP/s sustained | SM MHz | board W | "
-          "% of the pipe at that clock | clock-event reasons |\n|---|---|---|---|---|---|---|---|---|")
+    print("| row | ms for 3 products' FMAs (interleaved) | IQR ms | sustained ms | TFLOP/s sustained | SM MHz | "
+          "board W | % of the pipe at that clock | clock-event reasons |\n|---|---|---|---|---|---|---|---|---|")
     for name, tv in t.items():
         scale = FMA3 / fma[name]
         ms, iqr = tv.median_ms * scale, tv.iqr_ms * scale

@@ -30,7 +30,8 @@ kp = harness.build_path(harness.PROBES / "bw.cu").ops
 PFS = (0.0, 0.25, 0.5, 0.75)
 notrace = torch.empty(0, dtype=torch.int64, device="cuda")
 fns = {"1_colsum_gemv fwd": lambda: k1.colsum_gemv_forward(w, b, x, part, vb[:-1], vb[-1:], out)}
-for cfg, name in enumerate(["TC64 XU1", "TC64 XU4", "TC64 XU8", "TC32 XU8", "TC32 XU16", "TC64 XU8 L2::256B", "TC64 XU8 L2::256B CU16", "TC32 XU8 L2::256B"]):
+for cfg, name in enumerate(["TC64 XU1", "TC64 XU4", "TC64 XU8", "TC32 XU8", "TC32 XU16", "TC64 XU8 L2::256B",
+                             "TC64 XU8 L2::256B CU16", "TC32 XU8 L2::256B"]):
     fns[f"fwd {name}"] = lambda cfg=cfg: k2.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg)
 for cfg, name in enumerate(["band", "interleaved", "band no-prefetch"]):
     fns[f"fwd 3_rowband {name}"] = lambda cfg=cfg: k3.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, cfg, notrace)
@@ -39,8 +40,10 @@ CFG4 = {0: "fp32 lane sums", 1: "float64, grid barrier", 2: "float64", 3: "float
 for pf in PFS:
     for cfg, nm in CFG4.items():
         if pf == 0.5 or cfg == 3:  # every configuration at the chosen point, the default one at each
-            fns[f"fwd 4_overlap pf {pf} {nm}"] = lambda pf=pf, cfg=cfg: k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, pf, cfg, notrace)
-fns["fwd ceiling: bw probe read of W then x"] = lambda: (kp.probe_read(w, vb, nsm, 8, True), kp.probe_read(x, vb, nsm, 8, True))
+            fns[f"fwd 4_overlap pf {pf} {nm}"] = lambda pf=pf, cfg=cfg: k4.tune_forward(
+                w, b, x, part, vb[:-1], vb[-1:], out, pf, cfg, notrace)
+fns["fwd ceiling: bw probe read of W then x"] = lambda: (kp.probe_read(w, vb, nsm, 8, True),
+                                                         kp.probe_read(x, vb, nsm, 8, True))
 fns["1 gemv (GR1)"] = lambda: k1.gemv_bias(x, vb[:-1], vb[-1:], out)
 for cfg, name in enumerate(["GR1 GU2", "GR1 GU4", "GR2 GU2", "GR4 GU2", "GR2 GU4", "GR4 GU1"]):
     fns[f"gemv {name}"] = lambda cfg=cfg: k2.tune_gemv(x, vb[:-1], vb[-1:], out, cfg)
@@ -66,7 +69,8 @@ if "--placement" in sys.argv:  # the same W copied to fresh allocations: does wh
     for j, wc in enumerate(wcopies):
         fns[f"fwd 4_overlap W copy {j}"] = lambda wc=wc: k4.colsum_gemv_forward(wc, b, x, part, vb[:-1], vb[-1:], out)
         fns[f"fwd 2_inflight W copy {j}"] = lambda wc=wc: k2.colsum_gemv_forward(wc, b, x, part, vb[:-1], vb[-1:], out)
-        fns[f"fwd ceiling read W copy {j}"] = lambda wc=wc: (kp.probe_read(wc, vb, nsm, 8, True), kp.probe_read(x, vb, nsm, 8, True))
+        fns[f"fwd ceiling read W copy {j}"] = lambda wc=wc: (kp.probe_read(wc, vb, nsm, 8, True),
+                                                             kp.probe_read(x, vb, nsm, 8, True))
 ws = torch.empty((), device="cuda")
 fns["torch W.sum() (read 256 MiB)"] = lambda: torch.sum(w.view(-1), dim=0, out=ws)
 fns["torch x.sum() (read 32 MiB)"] = lambda: torch.sum(x.view(-1), dim=0, out=ws)
@@ -95,8 +99,8 @@ for k, f in fns.items():
     if not e < 1e-6:
         bad.append((k, e))
 t = harness.bench_interleaved(fns, min_reps=20, max_reps=60, budget_s=25)
-nbytes = {"eager": 4 * (O * I + B * I), "fwd": 4 * (O * I + B * I), "1_c": 4 * (O * I + B * I), "gem": 4 * B * I, "1 g": 4 * B * I,
-          "torch W": 4 * O * I, "torch x": 4 * B * I}
+nbytes = {"eager": 4 * (O * I + B * I), "fwd": 4 * (O * I + B * I), "1_c": 4 * (O * I + B * I), "gem": 4 * B * I,
+          "1 g": 4 * B * I, "torch W": 4 * O * I, "torch x": 4 * B * I}
 print("| call | median us | IQR us | GB/s (minimum bytes) |\n|---|---|---|---|")
 for k, v in t.items():
     nb = next(n for p, n in nbytes.items() if k.startswith(p))
@@ -106,7 +110,8 @@ print("parity failures:", bad or "none")
 # Where 3_rowband's time goes: per-CTA globaltimer stamps at its phase boundaries (one L2-flushed call per layout).
 trace = torch.zeros(nsm, 8, dtype=torch.int64, device="cuda")
 phases = ["W bands", "grid.sync 1", "v slice", "x dots", "grid.sync 2", "row sums"]
-print("\n| 3_rowband layout | " + " | ".join(phases) + " | first start -> last end |\n" + "|---" * (len(phases) + 2) + "|")
+print("\n| 3_rowband layout | " + " | ".join(phases) + " | first start -> last end |\n" +
+      "|---" * (len(phases) + 2) + "|")
 flush = harness.L2Flusher()
 for cfg, name in enumerate(["band", "interleaved", "band no-prefetch"]):
     flush()
@@ -123,7 +128,8 @@ print("(us; median over CTAs, max in brackets; the start spread is "
 tiles4 = -(-I // 64)
 trace4 = torch.zeros(tiles4, 8, dtype=torch.int64, device="cuda")
 ph4 = ["W (+x prefetch)", "column sum", "wait for x", "x dots (smem)", "x rows from DRAM", "grid barrier + rows"]
-print("\n| 4_overlap pf (float64, grid barrier) | " + " | ".join(ph4) + " | first start -> last end |\n" + "|---" * (len(ph4) + 2) + "|")
+print("\n| 4_overlap pf (float64, grid barrier) | " + " | ".join(ph4) + " | first start -> last end |\n" +
+      "|---" * (len(ph4) + 2) + "|")
 for pf in PFS:
     flush()
     k4.tune_forward(w, b, x, part, vb[:-1], vb[-1:], out, pf, 1, trace4)

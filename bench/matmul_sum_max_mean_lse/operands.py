@@ -1,6 +1,6 @@
-"""The benchmark operands and buffers that bench/matmul_sum_max_mean_lse/ab.py, flush_ab.py and phases_ab.py share: the Linear at the
-problem's bench shape (1024x8192 @ 8192x8192, seeded), x, the float64 reference x @ W.sum(0) + b.sum(), and the v /
-bsum / scratch / out buffers a rung's colsum_gemv_forward takes, sized as ModelNew sizes them."""
+"""The benchmark operands and buffers that bench/matmul_sum_max_mean_lse/ab.py, flush_ab.py and phases_ab.py share: the
+Linear at the problem's bench shape (1024x8192 @ 8192x8192, seeded), x, the float64 reference x @ W.sum(0) + b.sum(),
+and the v / bsum / scratch / out buffers a rung's colsum_gemv_forward takes, sized as ModelNew sizes them."""
 from types import SimpleNamespace
 
 import torch

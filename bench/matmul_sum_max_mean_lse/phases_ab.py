@@ -1,10 +1,10 @@
-"""6_phases's configurations against 4_overlap at matmul_sum_max_mean_lse's benchmark shape (1024x8192 @
-8192x8192): P column phases per tile and XU x rows per W block, each also without any x work (a floor for that
-way of reading W: wrong output), with P = 1 also the shared memory for x, where its copy is issued and whether
-the x rows beyond it are loaded before the tail's reduction; the two rungs through ModelNew (cache off, as run.py times them) and a plain
-read of W then x by the bw probe as the read ceiling; GPU time per call, L2 read-flushed, interleaved
-(kp.lib.timing.bench_interleaved). First every configuration's output and column sums are checked against float64
-on the bench operands and on the problem's declared odd cases; last, per-phase globaltimer traces.
+"""6_phases's configurations against 4_overlap at matmul_sum_max_mean_lse's benchmark shape (1024x8192 @ 8192x8192): P
+column phases per tile and XU x rows per W block, each also without any x work (a floor for that way of reading W: wrong
+output), with P = 1 also the shared memory for x, where its copy is issued and whether the x rows beyond it are loaded
+before the tail's reduction; the two rungs through ModelNew (cache off, as run.py times them) and a plain read of W then
+x by the bw probe as the read ceiling; GPU time per call, L2 read-flushed, interleaved
+(kp.lib.timing.bench_interleaved). First every configuration's output and column sums are checked against float64 on the
+bench operands and on the problem's declared odd cases; last, per-phase globaltimer traces.
 
   python -m bench.matmul_sum_max_mean_lse.phases_ab
 """

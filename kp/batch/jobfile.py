@@ -32,7 +32,8 @@ class Job:
 
     def key(self) -> str:
         """sha256 over what decides the verdict: the reference's and candidate's contents (a built-in problem's
-        model, kernel sources and the headers they include), the options. Files are read now, so an edited file is a new job."""
+        model, kernel sources and the headers they include), the options. Files are read now, so an edited file is a
+        new job."""
         h = hashlib.sha256()
         if self.ref[0] == "file":
             h.update(b"ref-file:" + Path(self.ref[1]).read_bytes())

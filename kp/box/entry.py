@@ -1,8 +1,8 @@
-"""Entry point of a candidate's worker inside the box (`python -m kp.box.entry FD SETTINGS DIR [cuda|gpu|-] [dynamo|-]`): confine
-this process before anything else runs (pid_max of the box's pid namespace for root, every capability dropped,
-rlimits), take the judge's key for shared tensors, import what every job needs (while the judge gets ready: the box
-may be started before the judge imports torch; with `cuda`, CUDA and the judge's GPU tools too), then take the job
-and serve the judge over the inherited socket."""
+"""Entry point of a candidate's worker inside the box (`python -m kp.box.entry FD SETTINGS DIR [cuda|gpu|-]
+[dynamo|-]`): confine this process before anything else runs (pid_max of the box's pid namespace for root, every
+capability dropped, rlimits), take the judge's key for shared tensors, import what every job needs (while the judge gets
+ready: the box may be started before the judge imports torch; with `cuda`, CUDA and the judge's GPU tools too), then
+take the job and serve the judge over the inherited socket."""
 import ctypes
 import json
 import multiprocessing

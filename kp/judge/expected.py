@@ -144,9 +144,10 @@ class _Refs:
     def _other_algorithms(self, pristine: list, counter) -> list:
         """The reference's output under PyTorch's other legal choices of algorithm, for a call that runs a cuDNN
         convolution on the GPU: cuDNN's autotuner on (cudnn.benchmark) and the inputs in channels-last layout, which
-        select other algorithms of the judged dtype (fp32, bf16, fp16) with other summation orders. A candidate may
-        make either choice, so PyTorch's own error (the budget's base) is the worst of these on the same inputs. The references' state
-        (buffers, plain tensor attributes) is put back after each run: these calls are not in the sequence."""
+        select other algorithms of the judged dtype (fp32, bf16, fp16) with other summation orders. A candidate may make
+        either choice, so PyTorch's own error (the budget's base) is the worst of these on the same inputs. The
+        references' state (buffers, plain tensor attributes) is put back after each run: these calls are not in the
+        sequence."""
         if not any(isinstance(x, torch.Tensor) and x.is_cuda for x in pristine):
             return []
         ops = {str(op) for counts in counter.get_flop_counts().values() for op in counts}

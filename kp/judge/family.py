@@ -52,8 +52,8 @@ def said_sizes(sizes: dict) -> str:
 
 
 def module_sizes(module) -> dict:
-    """A module's integer globals and those made of them (floats, tuples): what a judge may change (scale_to_fit, family,
-    and the globals that follow them) and puts back."""
+    """A module's integer globals and those made of them (floats, tuples): what a judge may change (scale_to_fit,
+    family, and the globals that follow them) and puts back."""
     return {k: v for k, v in vars(module).items() if type(v) in (int, float, tuple) and not k.startswith("__")}
 
 

@@ -134,8 +134,8 @@ def float64_chunks(fp: dict, models: int, free: int) -> int:
     """Where the float64 forward's whole peak does not fit beside the plan: the fewest slices of the batch (a power
     of two, at most the batch's rows) it fits in on the GPU, holding its whole float64 output (twice PyTorch's fp32
     output, four times a 16-bit one) and one slice's forward (the weights whole, the rest of the peak shared out); 0
-    where none fits or the inputs share no batch dimension. Whether the forward may be sliced is proved on its first call
-    (kp.judge.expected._Refs)."""
+    where none fits or the inputs share no batch dimension. Whether the forward may be sliced is proved on its first
+    call (kp.judge.expected._Refs)."""
     rows, peak = fp.get("rows", 0), fp.get("peak", footprint_bytes(fp))
     held = memory_need(fp, models) + widen(fp) * fp["outputs"]
     factor = float64_peak_factor(fp)

@@ -42,8 +42,8 @@ def error_text(e: BaseException) -> str:
     if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_available() and torch.cuda.is_initialized():
         g = 2**30
         text += (f" [the raising process: {torch.cuda.memory_allocated() / g:.1f} GiB allocated, "
-                 f"{torch.cuda.memory_reserved() / g:.1f} GiB reserved, peak {torch.cuda.max_memory_allocated() / g:.1f}"
-                 f" GiB]")
+                 f"{torch.cuda.memory_reserved() / g:.1f} GiB reserved, "
+                 f"peak {torch.cuda.max_memory_allocated() / g:.1f} GiB]")
     return text
 
 

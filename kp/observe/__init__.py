@@ -1,1 +1,2 @@
-"""Where the time goes: PyTorch profiler tables, Nsight Compute counters, the verdict tables and the roofline picture."""
+"""Where the time goes: PyTorch profiler tables, Nsight Compute counters, the verdict tables and the roofline
+picture."""

@@ -208,8 +208,8 @@ def draw(rec: dict, path: str | Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m kp.observe.plot RECORD.json OUT.png`: the picture of a record saved with `run.py --json`, redrawn without
-    a GPU (the README's pictures are drawn this way from the records of their runs)."""
+    """`python -m kp.observe.plot RECORD.json OUT.png`: the picture of a record saved with `run.py --json`, redrawn
+    without a GPU (the README's pictures are drawn this way from the records of their runs)."""
     import argparse
     import json
     ap = argparse.ArgumentParser(prog="python -m kp.observe.plot", description=main.__doc__)

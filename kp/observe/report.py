@@ -123,7 +123,8 @@ def curve(rec: dict) -> list[dict]:
     eager and torch.compile and its share of the copy/GEMM ceiling measured in the run (None where not measured)."""
     out = []
     members = [{"shape": rec.get("shape"), "member": "benchmark", "timing": rec.get("timing") or {},
-                "traffic": rec.get("traffic") or {}, "rungs": rec.get("rungs") or {}}] + [e for e in rec.get("family") or [] if e.get("timing")]
+                "traffic": rec.get("traffic") or {}, "rungs": rec.get("rungs") or {}}] + \
+        [e for e in rec.get("family") or [] if e.get("timing")]
     if len(members) < 2 or not members[0]["timing"]:
         return []
     for e in members:
@@ -170,7 +171,8 @@ def family_lines(rec: dict) -> list[str]:
         best = min(judged, key=lambda k: p["ms"][k]) if judged else None
         fmt = lambda v, suffix: f"{v:.2f}{suffix}" if v is not None else "-"
         tail = (f" {ran_label(best, p['rungs']):>{fw}} {fmt(p['vs_eager'][best], 'x'):>8} "
-                f"{fmt(p['vs_compile'][best], 'x'):>7} {fmt(100 * p['roof'][best] if best in p['roof'] else None, '%'):>6}"
+                f"{fmt(p['vs_compile'][best], 'x'):>7} "
+                f"{fmt(100 * p['roof'][best] if best in p['roof'] else None, '%'):>6}"
                 if best else "")
         lines.append(f"  {str(p['shape']):{w}} {p['member']:>10} {ms}{tail}")
     return lines
@@ -203,8 +205,9 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
     lines = [head]
     if gpu_peak is not None:
         fp = rec["footprint"]
-        lines.append(f"peak GPU memory {gpu_peak / 2**30:.1f} GiB (inputs + outputs {(fp['inputs'] + fp['outputs']) / 2**30:.2f}"
-                     f" GiB, weights {fp['weights'] / 2**30:.2f} GiB, {len(rec['rows'])} judged model(s); planned "
+        lines.append(f"peak GPU memory {gpu_peak / 2**30:.1f} GiB "
+                     f"(inputs + outputs {(fp['inputs'] + fp['outputs']) / 2**30:.2f} GiB, "
+                     f"weights {fp['weights'] / 2**30:.2f} GiB, {len(rec['rows'])} judged model(s); planned "
                      f"{rec['memory_need'] / 2**30:.1f} GiB)")
     if "bandwidth" in rec:
         c = f"ceilings measured now: device copy {rec['bandwidth'] / 1e9:,.0f} GB/s"
@@ -254,7 +257,8 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
                 e, wr = (f"{failed[0].rel_l2:8.1e}", f"{failed[0].worst_row:9.1e}") if failed else \
                     (f"{'-':>8}", f"{'-':>9}")
             v = ("accepted" + (" (pure PyTorch)" if r["pure_torch"] else "")) if r["accepted"] else \
-                (f"rejected{' (peer, not gated)' if r['peer'] else ''}" + ("" if verdict_follows else f": {r['reason']}"))
+                (f"rejected{' (peer, not gated)' if r['peer'] else ''}" +
+                 ("" if verdict_follows else f": {r['reason']}"))
             cols += f" {e} {wr}  {v}"
         elif k == "eager" and torch_err is not None:
             cols += f" {torch_err:8.1e} {'':9}  (PyTorch fp32's own error, worst call)"

@@ -1,4 +1,5 @@
-"""The playground's model, except that its first call kills its own process with SIGSEGV, as a kernel's bad host pointer would."""
+"""The playground's model, except that its first call kills its own process with SIGSEGV, as a kernel's bad host
+pointer would."""
 import os
 import signal
 

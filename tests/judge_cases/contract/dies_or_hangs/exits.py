@@ -5,7 +5,8 @@ import sys
 
 import torch.nn as nn
 
-EXPECT = r"trial 1.*the candidate's process died \(exit code 3\); its stderr ended: .*kernel launch failed: out of resources"
+EXPECT = (r"trial 1.*the candidate's process died \(exit code 3\); its stderr ended: "
+          r".*kernel launch failed: out of resources")
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -2,7 +2,8 @@
 Rejected at construction with that reason, before any numbers."""
 import torch.nn as nn
 
-EXPECT = r"construct: ModelNew is in eval mode \(self.training is False\) but the reference trains: BatchNorm would use running statistics"
+EXPECT = (r"construct: ModelNew is in eval mode \(self.training is False\) but the reference trains: "
+          r"BatchNorm would use running statistics")
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -269,3 +269,32 @@ def test_cli_candidate_cpu_verdicts_and_seed_replay(tmp_path, cli):
     row = json.loads((tmp_path / "ok.json").read_text())["rows"]["candidate"]
     assert len(row["checks"]) == 6 + 3 * len(harness.problem_module("softmax").CASES)  # 3 fresh, 3 derived
     assert all(c["rel_l2"] <= c["budget"] for c in row["checks"].values())
+
+
+def test_cli_a_file_that_is_not_python_is_a_usage_error(cli):
+    """Python imports no other name: such a file was a rejection at import with a loader's AttributeError."""
+    for args in (("--ref", CASES_DIR / "relu" / "ref.py", "--candidate", harness.ROOT / "README.md"),
+                 ("--ref", harness.ROOT / "README.md")):
+        r = cli(*args, "--device", "cpu")
+        assert r.returncode == 2 and "is not a Python file" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="a torch built with CUDA builds the extension")
+def test_a_candidate_whose_extension_compiles_cuda_code_gets_no_verdict_on_the_cpu(cli):
+    """A host without CUDA can neither build nor run the candidate's kernel: turned away at its import ("rejected:
+    import: ... CUDA_HOME ..."), the candidate was blamed for the host. No verdict, and where to judge it."""
+    r = cli("--ref", CASES_DIR / "relu" / "ref.py", "--candidate", CASES_DIR / "relu" / "kernel.py", "--device", "cpu")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no verdict on the CPU" in r.stderr and "'judge_case_relu' compiles CUDA code" in r.stderr and \
+        "judge it on a GPU" in r.stderr, r.stderr
+
+
+def test_a_build_that_compiles_cuda_code_is_told_from_one_that_does_not():
+    from kp.judge.guards import builds_cuda
+    assert builds_cuda("load_inline", ("x", "int f();", "__global__ void k() {}"), {})
+    assert builds_cuda("load_inline", ("x",), {"cpp_sources": "", "cuda_sources": ["__global__ void k() {}"]})
+    assert not builds_cuda("load_inline", ("x", "int f();"), {"functions": ["f"]})
+    assert builds_cuda("load", ("x", ["a.cpp", "k.cu"]), {})
+    assert builds_cuda("load", ("x",), {"sources": "a.cpp", "with_cuda": True})
+    assert not builds_cuda("load", ("x",), {"sources": ["a.cpp"]})
+    assert not builds_cuda("load", (), {"sources": object()})  # unreadable: not said to be CUDA

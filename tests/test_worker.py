@@ -110,7 +110,8 @@ def test_a_build_that_failed_in_another_process_is_said_with_its_compiler_error(
     assert (tmp_path / BUILD_FAILED).read_text() == "kernel.cu(59): error: no suitable conversion function"
     with pytest.raises(RuntimeError, match=r"Error building extension 'x' \(built in another process\): kernel.cu"):
         ext.load(name="x", build_directory=str(tmp_path))
-    assert sink[-1] == {"extension": "x", "error": "kernel.cu(59): error: no suitable conversion function"}
+    assert sink[-1] == {"extension": "x", "error": "kernel.cu(59): error: no suitable conversion function",
+                        "cuda": False}
 
 
 def test_a_call_after_the_worker_ended_for_a_gpu_fault_says_so(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from kp.errors import OutOfMemory, Rejected, UsageError
+from kp.errors import NoVerdict, OutOfMemory, Rejected, UsageError
 from kp.judge.expected import Row, _Refs, _unread_counter
 from kp.judge.outputs import Expected
 from kp.judge.float64 import float64_copy
@@ -98,6 +98,19 @@ class ConstructStage:
             return None
         return ("it matches the reference in eval mode: it normalises with BatchNorm's running statistics where a "
                 "training-mode Model uses the batch's (--mode eval judges inference semantics)")
+
+    def _cuda_builds_on_cpu(self) -> None:
+        """On the CPU, a row turned away after its extension's CUDA build failed was turned away by the host, not
+        for a defect of its own: this host cannot build or run CUDA code (torch without CUDA, no toolkit). No
+        verdict then, and where to judge it."""
+        if self.device != "cpu":
+            return
+        for row in self.rows:
+            failed = [f for f in getattr(row.runner, "build_failures", None) or [] if f.get("cuda")]
+            if failed and not row.accepted and not row.peer:
+                raise NoVerdict(f"{self.ref.name}: no verdict on the CPU: {row.label}'s extension "
+                                f"{failed[0]['extension']!r} compiles CUDA code, which this host cannot build or run "
+                                f"({failed[0]['error'][:160]}); judge it on a GPU")
 
     def stage_setup(self, rec: dict, init) -> None:
         self._setup(init, self.device == "cuda")

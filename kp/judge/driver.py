@@ -178,6 +178,9 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         path = Path(path)
         if not path.is_file():
             raise UsageError(f"candidate file {str(path)!r} does not exist")
+        if path.suffix != ".py":  # Python imports no other name; said as what it is, not as an import's traceback
+            raise UsageError(f"candidate file {str(path)!r} is not a Python file: a candidate is a .py file that "
+                             f"defines ModelNew")
         boxed, self.box_note = sandbox.choice(self.sandbox)
         if boxed:
             self.log(f"candidate {path.name}: in a sandbox ({self.box_note})")
@@ -280,6 +283,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
             for runner in self.runners:
                 runner.close()
         run_stages(AFTER_WORKERS)
+        self._cuda_builds_on_cpu()
         self._enough_checks(rec)
         rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
         rec["stage_detail"] = {k: round(v, 2) for k, v in sorted(self.detail.items(), key=lambda kv: -kv[1])}

@@ -231,6 +231,20 @@ def _failure_note(ext, name: str, kwargs: dict):
         return None
 
 
+def builds_cuda(fn_name: str, args: tuple, kwargs: dict) -> bool:
+    """Whether a load/load_inline call compiles CUDA code: CUDA sources given (load_inline's cuda_sources, a .cu
+    among load's sources) or with_cuda asked for. False where the call's arguments cannot be read so."""
+    try:
+        if kwargs.get("with_cuda"):
+            return True
+        if fn_name == "load_inline":
+            return bool(kwargs.get("cuda_sources", args[2] if len(args) > 2 else None))
+        srcs = kwargs.get("sources", args[1] if len(args) > 1 else [])
+        return any(str(src).endswith(".cu") for src in ([srcs] if isinstance(srcs, str) else srcs or []))
+    except Exception:
+        return False
+
+
 def record_build_failures(sink: list, seconds: list | None = None) -> None:
     """Wrap torch.utils.cpp_extension's load and load_inline so a build that fails is recorded (extension name,
     the compiler's first error) before the exception reaches the candidate, which may catch it and fall back to
@@ -241,7 +255,7 @@ def record_build_failures(sink: list, seconds: list | None = None) -> None:
     import time
     from torch.utils import cpp_extension as ext
 
-    def wrap(fn):
+    def wrap(fn, attr: str):
         if getattr(fn, "_kp_records_failures", False):
             return fn
 
@@ -265,7 +279,7 @@ def record_build_failures(sink: list, seconds: list | None = None) -> None:
                     # another process's build of it failed (a batch's build ahead): torch waited for its lock and
                     # found no library; the compiler's error is what this process would have met building it
                     error = note.read_text(errors="replace")[:240]
-                    sink.append({"extension": name, "error": error})
+                    sink.append({"extension": name, "error": error, "cuda": builds_cuda(attr, args, kwargs)})
                     raise RuntimeError(f"Error building extension '{name}' (built in another process): {error}") \
                         from None
                 if note and not isinstance(e, ImportError):
@@ -273,7 +287,7 @@ def record_build_failures(sink: list, seconds: list | None = None) -> None:
                         note.write_text(error)
                     except OSError:
                         pass
-                sink.append({"extension": name, "error": error})
+                sink.append({"extension": name, "error": error, "cuda": builds_cuda(attr, args, kwargs)})
                 raise
             finally:
                 if seconds is not None:
@@ -281,7 +295,7 @@ def record_build_failures(sink: list, seconds: list | None = None) -> None:
         recorded._kp_records_failures = True
         return recorded
     for attr in ("load", "load_inline"):
-        setattr(ext, attr, wrap(getattr(ext, attr)))
+        setattr(ext, attr, wrap(getattr(ext, attr), attr))
 
 
 def settle_torch() -> None:

@@ -70,6 +70,9 @@ class Reference(ShapeFamily):
         path = Path(what).resolve()
         if not path.is_file():
             raise UsageError(f"reference file {what!r} does not exist")
+        if path.suffix != ".py":
+            raise UsageError(f"reference file {what!r} is not a Python file: a reference is a .py file that defines "
+                             f"Model, get_inputs() and get_init_inputs()")
         name = f"kp_ref_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
         sp = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(sp)

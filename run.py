@@ -51,7 +51,9 @@ def parse_args(argv):
     ap.add_argument("--list", action="store_true", help="list problems and variants")
     ap.add_argument("--build", action="store_true", help="build kernels in parallel and exit")
     ap.add_argument("--build-jobs", type=int, default=None, help="parallel builds for --build (default: one per "
-                                                                 "CPU core)")
+                                                                 "CPU core), and for many jobs the candidates' own "
+                                                                 "extensions built at once ahead of judging "
+                                                                 "(default: one per two cores)")
     ap.add_argument("--gpus", metavar="SPEC", help="judge jobs on these GPUs of this host: all, 0,1 or a count "
                                                    "(default with many jobs: 1, the first GPU); a GPU named more "
                                                    "than once (0,0,1,1) gets that many slots")
@@ -221,6 +223,8 @@ def main(argv=None) -> int:
         return 0
     if args.precision not in harness.PRECISIONS:
         return fail_usage(f"--precision must be one of {', '.join(harness.PRECISIONS)}, got {args.precision!r}")
+    if args.build_jobs is not None and args.build_jobs < 1:
+        return fail_usage(f"--build-jobs: builds at once, at least 1, got {args.build_jobs}")
     if args.problem and "all" in args.problem:
         args.problem = harness.problems()
     batch = many_jobs(args)

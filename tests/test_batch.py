@@ -260,7 +260,7 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
             is_alive = staticmethod(lambda: False)
 
     monkeypatch.setattr(backends, "Slot", FakeSlot)
-    monkeypatch.setattr(backends, "build_ahead_of_slots", lambda jobs, gpus, timeout_s: (jobs, None))
+    monkeypatch.setattr(backends, "build_ahead_of_slots", lambda jobs, gpus, timeout_s, procs=None: (jobs, None))
     monkeypatch.setattr(backends, "_forks_workers", lambda jobs: False)
     jobs = [jobfile.make_job(("file", CASES / "ref.py"), c, {"device": "cuda", "seed": 1}) for c in CANDS[:4]]
     out = tmp_path / "r.jsonl"
@@ -308,3 +308,20 @@ def test_the_batch_table_leaves_out_empty_columns_and_says_where_a_candidate_rai
     lines[1]["verdict"] = "rejected: shapes: right at 64x1000 only, wrong at 63x999 (odd sizes): trial 1 (seed 5)"
     assert format_table(lines).splitlines()[-1] == "1 accepted, 1 rejected (1 of them right at the benchmark's " \
                                                    "shape only)"
+
+
+def test_build_jobs_sets_how_many_candidates_a_batch_builds_ahead_at_once(tmp_path, monkeypatch, cli):
+    """`--build-jobs N` reaches the batch's builds ahead (by default half the cores), so a host's best count can be
+    measured; fewer than one is a usage error."""
+    from kp.batch import backends
+    seen = []
+
+    def builds(jobs, gpus, timeout_s, procs=None):
+        seen.append(procs)
+        return jobs, None
+    monkeypatch.setattr(backends, "build_ahead_of_slots", builds)
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(f"reference,candidate\n{CASES / 'ref.py'},{CASES / 'good.py'}\n")
+    r = cli("--jobs", jobs, "--device", "cpu", "--allow-torch", "--build-jobs", "7", "--out", tmp_path / "r.jsonl")
+    assert r.returncode == 0 and seen == [7], (seen, r.stdout[-2000:], r.stderr[-2000:])
+    assert cli("--jobs", jobs, "--device", "cpu", "--build-jobs", "0").returncode == 2

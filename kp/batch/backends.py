@@ -147,14 +147,16 @@ def throughput(results: list[dict], wall_s: float, slots: int | None) -> str:
 
 
 def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S,
-              progress: bool = True, log_dir: Path | None = None) -> list[dict]:
+              progress: bool = True, log_dir: Path | None = None, build_jobs: int | None = None) -> list[dict]:
     """Every job on the slots of this host, one per entry of `gpus` (None: a CPU slot). Returns the result lines
-    of this run (jobs already in `out` are skipped). A job that got no verdict for want of GPU memory (beside the
+    of this run (jobs already in `out` are skipped). build_jobs: candidates built ahead at once (None: half the cores,
+    kp.batch.ahead.builders). A job that got no verdict for want of GPU memory (beside the
     GPU's other slots, the boxes its slot started ahead, or other processes) is judged once more at the end, with its
     GPU to itself, and recorded then."""
     todo, results = _todo(jobs, out)
     keyed = {id(job): (job, key) for job, key in todo}
-    order, builds = build_ahead_of_slots([job for job, _ in todo], gpus, timeout_s)  # beside the slots
+    # the candidates' own builds, beside the slots from the start
+    order, builds = build_ahead_of_slots([job for job, _ in todo], gpus, timeout_s, procs=build_jobs)
     todo = [keyed[id(job)] for job in order]
     bar = Progress(len(todo), progress)
     if log_dir is not None:
@@ -334,7 +336,7 @@ def run_batch(args, opts: dict) -> int:
         gpus = [None] if args.device == "cpu" else slot_list(args.gpus or "1", args.slots)
         use, slots = GpuUse(gpus), len(gpus)
         try:  # SIGINT and SIGTERM come as a KeyboardInterrupt (run.py: kp.errors.stopped_by_signals)
-            results = run_local(jobs, gpus, out, timeout, log_dir=log_dir)
+            results = run_local(jobs, gpus, out, timeout, log_dir=log_dir, build_jobs=args.build_jobs)
         except Interrupted as e:
             results, stopped = e.results, 128 + e.signum
     wall = time.perf_counter() - t0

@@ -50,10 +50,9 @@ def parse_args(argv):
                                                        "adds the records)")
     ap.add_argument("--list", action="store_true", help="list problems and variants")
     ap.add_argument("--build", action="store_true", help="build kernels in parallel and exit")
-    ap.add_argument("--build-jobs", type=int, default=None, help="parallel builds for --build (default: one per "
-                                                                 "CPU core), and for many jobs the candidates' own "
-                                                                 "extensions built at once ahead of judging "
-                                                                 "(default: one per two cores)")
+    ap.add_argument("--build-jobs", type=int, default=None, help="parallel builds for --build, and for many jobs "
+                                                                 "the candidates' own extensions built at once "
+                                                                 "ahead of judging (default: one per CPU core)")
     ap.add_argument("--gpus", metavar="SPEC", help="judge jobs on these GPUs of this host: all, 0,1 or a count "
                                                    "(default with many jobs: 1, the first GPU); a GPU named more "
                                                    "than once (0,0,1,1) gets that many slots")

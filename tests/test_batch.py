@@ -173,7 +173,7 @@ def test_ray_backend_same_verdicts(tmp_path, cli):
 def test_sixteen_own_kernel_candidates_over_every_gpu(tmp_path):
     """tests/batch/lse: eight right and eight wrong candidates (a hang and a crash among them), boxed, three slots a
     GPU (a search loop's setting; one slot a GPU took 160 s on one H200, the hang's 45 s among them): every verdict
-    as its file expects, each job once, on the GPUs there are."""
+    as its file expects, each job once, on the GPUs there are; the reference run ahead in some job's box."""
     import torch
     cands = sorted((CASES / "lse").glob("*.py"))
     out = tmp_path / "results.jsonl"
@@ -186,6 +186,9 @@ def test_sixteen_own_kernel_candidates_over_every_gpu(tmp_path):
     recs = lines(out)
     assert sorted(Path(d["job"]["candidate"]).name for d in recs) == sorted(p.name for p in cands)
     check_verdicts(recs)
+    # a slot's next box runs the reference while the job before it judges (kp.batch.prime): some job found it done
+    details = [(d["record"] or {}).get("stage_detail", {}) for d in recs]
+    assert any(k.endswith("ahead of the job") for d in details for k in d), [sorted(d) for d in details][:3]
     seen = os.environ.get("CUDA_VISIBLE_DEVICES")  # slots are named by the real GPU ids (a pinned test worker's)
     ids = [d.strip() for d in seen.split(",")] if seen else [str(i) for i in range(torch.cuda.device_count())]
     assert {d["gpu"] for d in recs} == {f"gpu{i}" for i in ids}
@@ -311,7 +314,7 @@ def test_the_batch_table_leaves_out_empty_columns_and_says_where_a_candidate_rai
 
 
 def test_build_jobs_sets_how_many_candidates_a_batch_builds_ahead_at_once(tmp_path, monkeypatch, cli):
-    """`--build-jobs N` reaches the batch's builds ahead (by default half the cores), so a host's best count can be
+    """`--build-jobs N` reaches the batch's builds ahead (by default one per core), so a host's best count can be
     measured; fewer than one is a usage error."""
     from kp.batch import backends
     seen = []

@@ -149,7 +149,7 @@ def throughput(results: list[dict], wall_s: float, slots: int | None) -> str:
 def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S,
               progress: bool = True, log_dir: Path | None = None, build_jobs: int | None = None) -> list[dict]:
     """Every job on the slots of this host, one per entry of `gpus` (None: a CPU slot). Returns the result lines
-    of this run (jobs already in `out` are skipped). build_jobs: candidates built ahead at once (None: half the cores,
+    of this run (jobs already in `out` are skipped). build_jobs: candidates built ahead at once (None: one per core,
     kp.batch.ahead.builders). A job that got no verdict for want of GPU memory (beside the
     GPU's other slots, the boxes its slot started ahead, or other processes) is judged once more at the end, with its
     GPU to itself, and recorded then."""

@@ -144,23 +144,32 @@ def _warm_up(forkserver_too: bool) -> None:
 
 def _box_ahead(job: Job, ahead: list[Job]) -> None:
     """The boxes of the jobs this slot runs next, started while this one runs (their interpreter, torch, CUDA's
-    context and the judge's GPU tools ready when each job starts). Boxes started ahead for jobs no longer among them
-    (taken by another slot meanwhile) go; this job's own stays for it to take."""
+    context and the judge's GPU tools ready when each job starts), the next one's also running the reference once
+    for its job (kp.batch.prime). Boxes started ahead for jobs no longer among them (taken by another slot
+    meanwhile) go; this job's own stays for it to take."""
+    from kp.batch import prime
     from kp.box import start as boxstart
-    free, kept, missing = list(boxstart.waiting()), [], []
+    free, kept, missing, nxt = list(boxstart.waiting()), [], [], None
     for j in [job, *ahead]:  # a box per job (two versions of one file have one plan: one box each)
         if j.candidate is None:
             continue
         p = boxstart.plan_for(j.ref, j.candidate)  # a file gone meanwhile has one too: its job says it is gone
-        b = next((b for b in free if b.plan == p), None)  # plans hold lists and dicts: compared, not hashed
+        b = prime.pick(free, p, j)  # plans hold lists and dicts: compared, not hashed
         if b is not None:
             free.remove(b)
             kept.append(b)
         elif j is not job:
             missing.append(j)
+        if ahead and j is ahead[0]:
+            nxt = b
     boxstart.discard_early({id(b) for b in kept})
     for j in missing:
+        before = len(boxstart.waiting())
         _start_box_for(j)
+        if j is ahead[0] and len(boxstart.waiting()) > before:
+            nxt = boxstart.waiting()[-1]
+    if nxt is not None and nxt.proc.is_alive():
+        prime.run_ahead(ahead[0], nxt)
 
 
 def _start_box_for(job: Job) -> None:

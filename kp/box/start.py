@@ -126,6 +126,9 @@ class Box:
         self.conn, self.proc, self.stderr, self.plan = conn, proc, stderr, plan
         self.build_wait_s = 0.0  # seconds its job waited for the candidate's build ahead (lend)
         self.ahead = False  # started ahead of the job that took it (take)
+        # kp.batch.prime: the worker arguments a slot sent ahead (only a job with the same ones takes the box), the
+        # run ahead; once taken, the commands its worker answered and the run's (pickled arguments, reply)
+        self.sent, self.early, self.seq, self.primed = None, None, 0, None
 
     @property
     def env(self) -> dict:
@@ -371,20 +374,25 @@ def plan_for(ref_spec, candidate: str | Path) -> tuple:
 
 
 def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True,
-         deadline: float | None = None) -> Box:
+         deadline: float | None = None, args: tuple | None = None) -> Box:
     """A box for a candidate (read_only: its folder and file) against a reference: one started ahead for the same
-    plan (folders, environment, the same file, whatever its contents now) that still runs, else a new one
-    (gpu=False: for a job on the CPU), lent the candidate's cached builds (Box.lend). A box the command line started
-    for another job is discarded; one a slot keeps for a later job stays."""
+    plan (folders, environment, the same file, whatever its contents now) that still runs and was sent no other
+    worker arguments than `args`, else a new one (gpu=False: for a job on the CPU), lent the candidate's cached builds
+    (Box.lend). A box the command line started for another job is discarded; one a slot keeps for a later job stays.
+    A box whose worker ran the reference ahead of its job (kp.batch.prime) is taken once that run has ended or been
+    called off (its `seq` and `primed` say what it answered); one whose run ahead went wrong is not used."""
     plan = _plan(ref_spec, read_only, bool(build_dir))
     found = None
     for box, later in list(_early):
-        if found is None and box.plan == plan and box.proc.is_alive():
+        if found is None and box.plan == plan and box.proc.is_alive() and box.sent in (None, args):
             found = box
             _early.remove((box, later))
         elif not later or not box.proc.is_alive():
             _early.remove((box, later))
             box.discard()
+    if found is not None and found.early is not None and not found.early.claim(deadline):
+        found.discard()
+        found = None
     box = found if found is not None else _start(plan, gpu=gpu)
     box.ahead = found is not None
     box.lend(build_dir, deadline)

@@ -145,15 +145,21 @@ class ConstructStage:
 
     def _ready_worker(self, runner) -> None:
         """A worker made ready for the candidate before its file is imported: the timing stage's baselines built and
-        run once in it, or without timing the reference run once and dropped (Worker.cmd_prime): either way the
-        reference has run in the candidate's process first, as in a user's."""
+        run once in it, or without timing the reference run once and dropped (Worker.cmd_prime), now or, in a
+        batch's box started ahead, before the job came (kp.batch.prime): either way the reference has run in the
+        candidate's process first, as in a user's."""
         try:
             if getattr(self, "baseline_args", None):
                 with self._timed("setup: the baselines built and run once"):
                     runner.call("baselines", "baselines", *self.baseline_args)
             elif getattr(self, "prime_args", None) and runner.isolated:
-                with self._timed("setup: the reference run once in the candidate's process"):
-                    r = runner.call("prime", "prime", *self.prime_args)
+                ahead = getattr(runner, "ran_ahead", None)  # run in its box while the slot's job before it judged
+                r = ahead(self.prime_args) if ahead else None
+                if r is None:
+                    with self._timed("setup: the reference run once in the candidate's process"):
+                        r = runner.call("prime", "prime", *self.prime_args)
+                else:
+                    self._tally("setup: the reference run once in the candidate's process, ahead of the job", 0.0)
                 note = (f"the reference could not run in the candidate's process before it ({r.get('why')}): a "
                         f"library the candidate's first call uses may be set up inside that call")
                 if not r.get("primed") and note not in self.notes:

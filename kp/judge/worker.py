@@ -186,6 +186,11 @@ class Worker(MeasureCommands):
         torch.cuda.synchronize()
         return {}
 
+    def cmd_ready(self):
+        """Nothing: its answer says the worker is up and serving (a slot's run of the reference ahead of the job,
+        kp.batch.prime, waits for it before it takes the GPU's gate)."""
+        return {}
+
     def cmd_prime(self, init, seed: int, example_seed: int):
         """The reference's Model built and called once on benchmark inputs, then dropped, before the candidate's file
         is imported: the process is then in the state a user's is in when it calls a candidate after its reference

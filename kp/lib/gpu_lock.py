@@ -155,6 +155,31 @@ class GpuShare:
         self._enter()
 
 
+@contextlib.contextmanager
+def shared_unless(stop, path: str) -> "contextlib.AbstractContextManager[bool]":
+    """A shared stretch for GPU work done ahead of the job it serves (kp.batch.prime: a slot's next box running the
+    reference once while this job judges): entered as GpuShare enters, behind any judge waiting to time, but polled
+    rather than waited for, given up once stop() says so (its job has come and does the work itself), and its waits
+    told to no one (no job of this process waits for it). Yields whether it holds the gate."""
+    turn, gate = _open(path), _open(path + ".gate")
+    held = False
+    try:
+        while not held and not stop():
+            try:
+                fcntl.flock(turn, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                try:
+                    fcntl.flock(gate, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    held = True
+                finally:
+                    fcntl.flock(turn, fcntl.LOCK_UN)
+            except BlockingIOError:
+                time.sleep(0.05)
+        yield held
+    finally:
+        os.close(gate)  # closing releases the lock
+        os.close(turn)
+
+
 def gpu_shared(log=None) -> GpuShare:
     """A judge's stretch of GPU work beside other judges' (parity, its reference, KernelBench's check; the escape
     check without timing)."""

@@ -1,0 +1,162 @@
+"""The reference run once in a slot's next box before its job comes (kp.batch.prime): the job takes the box with
+what it answered and its commands carry on in turn; a box told another job's arguments serves only that job; a run
+that cannot get the GPU's gate before its job comes is called off and the judge runs the reference itself."""
+import fcntl
+import os
+import time
+
+import pytest
+
+from conftest import ROOT
+from kp.box import sandbox
+
+REF = ROOT / "tests" / "judge_cases" / "relu" / "ref.py"
+needs_box = pytest.mark.skipif(sandbox.status()[0] is None, reason=f"no sandbox here: {sandbox.status()[1]}")
+
+
+def _job(cand, mode="train", seed=7):
+    from kp.batch.jobfile import Job
+    return Job(("file", str(REF)), str(cand), (("bench", False), ("mode", mode), ("seed", seed)))
+
+
+def _box_for(cand, spec):
+    from kp.box import start as boxstart
+    boxstart.start_early(spec, str(cand), later=True)
+    box, = boxstart.waiting()
+    return box
+
+
+def _args(spec, box, train=True):
+    from kp.judge.runners import worker_args
+    return worker_args(spec, "cpu", "fp32", box.env, train)
+
+
+@needs_box
+def test_a_box_that_ran_the_reference_ahead_is_taken_with_its_answer(tmp_path):
+    """The slot's thread tells the box its job, waits for its worker to be up, runs the reference in it; the job's
+    runner takes that box, finds the run done with its own arguments, and its next command is answered in turn."""
+    from kp.batch.prime import RunAhead
+    from kp.judge.reference import Reference
+    from kp.judge.runners import ProcessRunner
+    cand = tmp_path / "cand.py"
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
+    ref = Reference.load(("file", str(REF)))
+    box = _box_for(cand, ref.spec)
+    prime_args = (ref.init(), 7, 7)
+    run = RunAhead(box, _job(cand), _args(ref.spec, box), prime_args, None)
+    run.thread.join(120)
+    assert run.reply is not None and run.reply["primed"], run.reply
+    from kp.box import start as boxstart
+    runner = ProcessRunner(ref.spec, "cpu", "fp32", lambda r: None, sandbox=True,
+                           read_only=boxstart.candidate_paths(cand), train=True,
+                           build_dir=str(boxstart.candidate_build_dir(cand)))
+    try:
+        assert runner.proc is box.proc and runner.seq == 2  # "ready", then "prime"
+        assert runner.ran_ahead(prime_args)["primed"]
+        assert runner.ran_ahead((ref.init(), 8, 8)) is None  # another seed: the judge runs it itself
+        assert runner.call("import", "load", str(cand))["has_model_new"]
+    finally:
+        runner.close()
+
+
+@needs_box
+def test_a_box_told_another_jobs_arguments_serves_only_that_job(tmp_path):
+    """Train and eval of one file have one plan: the box told the eval job's arguments is not taken by the training
+    job, which gets a box of its own; the eval job then takes it."""
+    from kp.batch.prime import RunAhead, pick
+    from kp.box import start as boxstart
+    from kp.judge.reference import Reference
+    cand = tmp_path / "cand.py"
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
+    ref = Reference.load(("file", str(REF)))
+    box = _box_for(cand, ref.spec)
+    eval_args = _args(ref.spec, box, train=False)
+    run = RunAhead(box, _job(cand, "eval"), eval_args, (ref.init(), 7, 7), None)
+    plan = boxstart.plan_for(ref.spec, cand)
+    assert pick([box], plan, _job(cand, "train")) is None and pick([box], plan, _job(cand, "eval")) is box
+    paths, build = boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand))
+    train = boxstart.take(ref.spec, paths, build, gpu=False, args=_args(ref.spec, box))
+    try:
+        assert train is not box and boxstart.waiting() == [box] and box.proc.is_alive()
+        run.thread.join(120)
+        taken = boxstart.take(ref.spec, paths, build, gpu=False, args=eval_args)
+        assert taken is box and taken.seq == 2 and taken.primed is not None
+        taken.discard()
+    finally:
+        train.discard()
+
+
+@needs_box
+def test_a_run_ahead_waits_for_a_judge_timing_and_is_called_off_when_its_job_comes(tmp_path):
+    """Another judge holds the GPU's turn (it times): the run ahead does not start its GPU work; its job comes, the
+    run is called off, the box is taken having answered only that it is up, and the judge runs the reference."""
+    from kp.batch.prime import RunAhead
+    from kp.box import start as boxstart
+    from kp.judge.reference import Reference
+    cand = tmp_path / "cand.py"
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
+    ref = Reference.load(("file", str(REF)))
+    box = _box_for(cand, ref.spec)
+    lock = str(tmp_path / "gpu.lock")
+    turn = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(turn, fcntl.LOCK_EX)  # a judge timing on this GPU
+    try:
+        args = _args(ref.spec, box)
+        run = RunAhead(box, _job(cand), args, (ref.init(), 7, 7), lock)
+        t0 = time.monotonic()
+        while run.seq < 1 and time.monotonic() - t0 < 60:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert run.reply is None and run.thread.is_alive()  # waiting for the gate, not running
+        taken = boxstart.take(ref.spec, boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand)),
+                              gpu=False, args=args)
+        assert taken is box and taken.seq == 1 and taken.primed is None and not run.thread.is_alive()
+        taken.discard()
+    finally:
+        os.close(turn)
+
+
+def test_a_shared_stretch_ahead_is_taken_when_free_and_given_up_when_told(tmp_path):
+    from kp.lib.gpu_lock import shared_unless
+    lock = str(tmp_path / "gpu.lock")
+    with shared_unless(lambda: False, lock) as held:
+        assert held
+        gate = os.open(lock + ".gate", os.O_RDWR)
+        with pytest.raises(BlockingIOError):  # held shared: no judge can have the GPU alone meanwhile
+            fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(gate)
+    turn = os.open(lock, os.O_RDWR)
+    fcntl.flock(turn, fcntl.LOCK_EX)
+    try:
+        told = time.monotonic() + 0.3
+        with shared_unless(lambda: time.monotonic() > told, lock) as held:
+            assert not held
+    finally:
+        os.close(turn)
+
+
+def test_the_judge_uses_the_run_ahead_only_where_it_ran_with_its_arguments():
+    """_ready_worker: a worker whose box ran the reference with the judge's arguments is not asked again; one whose
+    run ahead did not match (or never ran) is."""
+    import types
+    from kp.judge.construct import ConstructStage
+
+    class Runner:
+        isolated = True
+
+        def __init__(self, ahead):
+            self.ahead, self.calls = ahead, []
+
+        def ran_ahead(self, args):
+            return self.ahead
+
+        def call(self, stage, cmd, *args):
+            self.calls.append(cmd)
+            return {"primed": True}
+    j = types.SimpleNamespace(baseline_args=None, prime_args=([4], 7, 7), notes=[], detail={})
+    j._timed = lambda what: __import__("contextlib").nullcontext()
+    j._tally = lambda what, s: j.detail.setdefault(what, s)
+    done, fresh = Runner({"primed": True, "ok": True}), Runner(None)
+    ConstructStage._ready_worker(j, done)
+    ConstructStage._ready_worker(j, fresh)
+    assert done.calls == [] and fresh.calls == ["prime"] and not j.notes

@@ -33,8 +33,9 @@ def _args(spec, box, train=True):
 
 @needs_box
 def test_a_box_that_ran_the_reference_ahead_is_taken_with_its_answer(tmp_path):
-    """The slot's thread tells the box its job, waits for its worker to be up, runs the reference in it; the job's
-    runner takes that box, finds the run done with its own arguments, and its next command is answered in turn."""
+    """The slot's thread tells the box its job, waits for its worker to be up, has the reference's model made on the
+    host, then moved and run; the job's runner takes that box, finds the run done with its own arguments, and its
+    next command is answered in turn."""
     from kp.batch.prime import RunAhead
     from kp.judge.reference import Reference
     from kp.judge.runners import ProcessRunner
@@ -51,7 +52,7 @@ def test_a_box_that_ran_the_reference_ahead_is_taken_with_its_answer(tmp_path):
                            read_only=boxstart.candidate_paths(cand), train=True,
                            build_dir=str(boxstart.candidate_build_dir(cand)))
     try:
-        assert runner.proc is box.proc and runner.seq == 2  # "ready", then "prime"
+        assert runner.proc is box.proc and runner.seq == 3  # "ready", "prime_build", then "prime"
         assert runner.ran_ahead(prime_args)["primed"]
         assert runner.ran_ahead((ref.init(), 8, 8)) is None  # another seed: the judge runs it itself
         assert runner.call("import", "load", str(cand))["has_model_new"]
@@ -80,7 +81,7 @@ def test_a_box_told_another_jobs_arguments_serves_only_that_job(tmp_path):
         assert train is not box and boxstart.waiting() == [box] and box.proc.is_alive()
         run.thread.join(120)
         taken = boxstart.take(ref.spec, paths, build, gpu=False, args=eval_args)
-        assert taken is box and taken.seq == 2 and taken.primed is not None
+        assert taken is box and taken.seq == 3 and taken.primed is not None
         taken.discard()
     finally:
         train.discard()
@@ -88,8 +89,9 @@ def test_a_box_told_another_jobs_arguments_serves_only_that_job(tmp_path):
 
 @needs_box
 def test_a_run_ahead_waits_for_a_judge_timing_and_is_called_off_when_its_job_comes(tmp_path):
-    """Another judge holds the GPU's turn (it times): the run ahead does not start its GPU work; its job comes, the
-    run is called off, the box is taken having answered only that it is up, and the judge runs the reference."""
+    """Another judge holds the GPU's turn (it times): the run ahead makes the model on the host but does not start
+    its GPU work; its job comes, the run is called off, the box is taken having answered that it is up and that the
+    model is made, and the judge runs the reference."""
     from kp.batch.prime import RunAhead
     from kp.box import start as boxstart
     from kp.judge.reference import Reference
@@ -104,13 +106,13 @@ def test_a_run_ahead_waits_for_a_judge_timing_and_is_called_off_when_its_job_com
         args = _args(ref.spec, box)
         run = RunAhead(box, _job(cand), args, (ref.init(), 7, 7), lock)
         t0 = time.monotonic()
-        while run.seq < 1 and time.monotonic() - t0 < 60:
+        while run.seq < 2 and time.monotonic() - t0 < 60:
             time.sleep(0.1)
         time.sleep(1.0)
         assert run.reply is None and run.thread.is_alive()  # waiting for the gate, not running
         taken = boxstart.take(ref.spec, boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand)),
                               gpu=False, args=args)
-        assert taken is box and taken.seq == 1 and taken.primed is None and not run.thread.is_alive()
+        assert taken is box and taken.seq == 2 and taken.primed is None and not run.thread.is_alive()
         taken.discard()
     finally:
         os.close(turn)
@@ -160,3 +162,14 @@ def test_the_judge_uses_the_run_ahead_only_where_it_ran_with_its_arguments():
     ConstructStage._ready_worker(j, done)
     ConstructStage._ready_worker(j, fresh)
     assert done.calls == [] and fresh.calls == ["prime"] and not j.notes
+
+
+def test_a_prime_made_on_the_host_is_moved_and_run_and_one_that_could_not_be_made_is_made_on_the_device():
+    from kp.judge.reference import Reference
+    from kp.judge.worker import Worker
+    ref = Reference.load(("file", str(REF)))
+    w = Worker(ref.spec, "cpu", "fp32")
+    assert w.cmd_prime_build(ref.init(), 7, 7)["built"] and w.prime_built is not None
+    assert w.cmd_prime(ref.init(), 7, 7, True)["primed"] and w.prime_built is None
+    assert not w.cmd_prime_build([object()] * 5, 7, 7)["built"]  # Model(*init) raises: nothing kept
+    assert w.cmd_prime(ref.init(), 7, 7, True)["primed"]

@@ -4,9 +4,11 @@ Without timing, a candidate's worker runs the reference once before the candidat
 (Worker.cmd_prime: its process is then as a user's is after the reference, cuBLAS's handles made and the kernels'
 modules loaded). That run was about a second a job, 22% of a warm corpus's job-seconds. A slot starts its next jobs'
 boxes while it judges (kp.batch.slots); here the next job's box is also told its job and runs the reference then,
-beside the job being judged: first its worker says it is up (Worker.cmd_ready, no lock held), then the run holds the
-GPU's gate as a shared stretch does (kp.lib.gpu_lock.shared_unless: never while another judge on the GPU times) and is
-called off if its job comes before it could start. The job takes the box with what it answered (kp.box.start.take,
+beside the job being judged: first its worker says it is up (Worker.cmd_ready) and makes the reference's model and
+inputs on the host (Worker.cmd_prime_build), no lock held; then, to move them to the GPU and call the model, the run
+holds the GPU's gate as a shared stretch does (kp.lib.gpu_lock.shared_unless: never while another judge on the GPU
+times, and only for that move and call: a judge waiting to time waits for it), and it is called off if its job comes
+before it could start. The job takes the box with what it answered (kp.box.start.take,
 Box.primed), and the judge uses that run where it ran with the judge's own arguments
 (kp.judge.runners.ProcessRunner.ran_ahead); otherwise the judge runs the reference itself, as it does without a slot.
 """
@@ -50,7 +52,7 @@ class RunAhead:
     def _run(self, prime_args: tuple, lock_path: str | None) -> None:
         from kp.lib import gpu_lock
         try:
-            if self._ask("ready") is None:
+            if self._ask("ready") is None or self._ask("prime_build", *prime_args) is None:
                 self.ok = False
                 return
             gate = gpu_lock.shared_unless(self.stop.is_set, lock_path) if lock_path else \
@@ -58,7 +60,7 @@ class RunAhead:
             with gate as held:
                 if not held:
                     return
-                self.reply = self._ask("prime", *prime_args)
+                self.reply = self._ask("prime", *prime_args, True)
             self.ok = self.reply is not None
         except Exception:  # the box discarded meanwhile (its job went to another slot), its channel closed
             self.ok = False

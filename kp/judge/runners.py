@@ -189,8 +189,8 @@ class ProcessRunner:
         return reply
 
     def ran_ahead(self, prime_args: tuple) -> dict | None:
-        """The answer of the reference's run in this worker ahead of its job (kp.batch.prime), where it ran with
-        these arguments and its answer came whole; else None (then the judge runs it now)."""
+        """The answer of the reference's run in this worker ahead of its job (kp.batch.prime), where it ran, with
+        these arguments; else None (then the judge runs it now, and says so if it fails then too)."""
         if self.primed is None:
             return None
         key, reply = self.primed
@@ -198,7 +198,7 @@ class ProcessRunner:
             same = pickle.dumps(prime_args) == key
         except Exception:
             return None
-        return reply if same and isinstance(reply, dict) and reply.get("ok") else None
+        return reply if same and isinstance(reply, dict) and reply.get("ok") and reply.get("primed") else None
 
     def close(self):
         """Quit the worker: once it has answered (nothing of the job is left in it), its process is killed rather

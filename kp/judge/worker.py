@@ -18,7 +18,7 @@ from kp.errors import oom_request_bytes
 from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
 from kp.judge.family import same_value
-from kp.judge.float64 import hold_on
+from kp.judge.float64 import _convert, hold_on
 from kp.judge.measure import MeasureCommands, export_output
 from kp.judge.replies import (ENDED_AFTER_FAULT, _settle_before_sending, error_text, fault_text, gpu_fault, send,
                              without_tensors)
@@ -100,6 +100,7 @@ class Worker(MeasureCommands):
         self.held_inputs = None
         self.models: dict[str, object] = {}
         self.baselines = {}
+        self.prime_built = None  # cmd_prime_build's model and inputs, until cmd_prime
         self.fingerprint = None
         self.candidate_dir: str | None = None  # the candidate file's folder, once imported
         self.threads_before: set = set()  # thread idents alive before the candidate's import
@@ -191,17 +192,33 @@ class Worker(MeasureCommands):
         kp.batch.prime, waits for it before it takes the GPU's gate)."""
         return {}
 
-    def cmd_prime(self, init, seed: int, example_seed: int):
+    def cmd_prime_build(self, init, seed: int, example_seed: int):
+        """cmd_prime's model and inputs made on the host and kept: a run ahead of the job (kp.batch.prime) does the
+        host's part before it takes the GPU's gate, and holds the gate only while they are moved and called."""
+        self.prime_built = None
+        try:
+            self.prime_built = (self.ref.model(init, seed, "cpu", self.train), self.ref.inputs(example_seed, "cpu"))
+            return {"built": True}
+        except Exception as e:  # cmd_prime makes them on the device instead
+            return {"built": False, "why": error_text(e)}
+
+    def cmd_prime(self, init, seed: int, example_seed: int, built: bool = False):
         """The reference's Model built and called once on benchmark inputs, then dropped, before the candidate's file
         is imported: the process is then in the state a user's is in when it calls a candidate after its reference
         (cuBLAS's and cuDNN's handles and workspaces made, the kernels' modules loaded), which a candidate that
         captures a CUDA graph at its first call relies on (a library's first use inside a capture fails). Only the
-        reference's code runs. The timing stage's baselines (cmd_baselines) do the same and stay. Returns whether it
-        ran, and why not where it did not."""
+        reference's code runs. The timing stage's baselines (cmd_baselines) do the same and stay. built: the model
+        and inputs cmd_prime_build made are moved to the device (else made there). Returns whether it ran, and why
+        not where it did not."""
+        ahead, self.prime_built = self.prime_built, None
         try:
-            with torch.device(self.device):  # the values do not matter: made where they run, not copied there
-                m = self.ref.model(init, seed, self.device, self.train)
-                x = self.ref.inputs(example_seed, self.device)
+            if built and ahead is not None:
+                m, x = hold_on(ahead[0], self.device, self.ref.dtype), _convert(ahead[1], self.device, None)
+            else:
+                with torch.device(self.device):  # the values do not matter: made where they run, not copied there
+                    m = self.ref.model(init, seed, self.device, self.train)
+                    x = self.ref.inputs(example_seed, self.device)
+            ahead = None
             set_precision(self.precision)
             with torch.no_grad():
                 m(*x)

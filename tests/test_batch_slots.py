@@ -1,6 +1,7 @@
 """How a batch keeps its slots fed: the candidates' own builds run ahead (at import, in __init__ or at the first
 call), each slot told its next job so its box starts while the job before it runs, boxes ahead as far as the cores
 allow, a wait for the GPU not charged to the job, and the throughput line a batch ends with."""
+import re
 import time
 
 from conftest import ROOT
@@ -171,8 +172,9 @@ def test_a_slot_does_not_charge_waiting_for_the_gpu_to_its_job():
 
 
 def test_a_batch_ends_with_its_throughput(monkeypatch):
-    """The line a user plans with: verdicts per hour, how busy the slots were, and each GPU's utilisation from
-    nvidia-smi's samples (a GPU named by index or by UUID), or why it was not measured."""
+    """The line a user plans with: verdicts per hour, how busy the slots were, each GPU's utilisation from
+    nvidia-smi's samples (a GPU named by index or by UUID), or why it was not measured, and how busy the run's cores
+    were."""
     import shutil
     import subprocess
     import types
@@ -187,6 +189,12 @@ def test_a_batch_ends_with_its_throughput(monkeypatch):
     time.sleep(0.2)
     assert use.line() == "GPU utilisation (nvidia-smi, mean over the run): GPU 0 40%, GPU GPU-bbb 80%"
     assert backends.GpuUse([None]).line() == "GPU utilisation: no GPU in this run"
+    cpu = backends.CpuUse()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.3:  # this process keeps one of its cores busy
+        pass
+    assert 0 < cpu.busy() <= 1
+    assert re.fullmatch(rf"CPU \(its {len(cpu.cores)} cores, /proc/stat\): \d+% busy", cpu.line())
 
 
 class _SlowToDie:

@@ -118,12 +118,15 @@ def build_ahead(jobs: list[Job], procs: int, timeout_s: float, log=print) -> dic
     """Import every job's candidate, `procs` at a time; returns per candidate file None or why it failed."""
     if not jobs:
         return {}
-    t0 = time.perf_counter()
+    from kp.batch.usage import CpuUse
+    t0, cpu = time.perf_counter(), CpuUse()
     log(f"[kp] building {len(jobs)} candidates' own extensions ahead of judging, {procs} at a time")
     with ThreadPoolExecutor(max_workers=procs) as pool:
         res = dict(zip((j.candidate for j in jobs), pool.map(lambda j: build_one(j, timeout_s), jobs)))
     bad = sum(v is not None for v in res.values())
+    busy = cpu.busy()  # near 100%: the builds are bound by the cores (with the slots' judging beside them)
     log(f"[kp] built ahead in {time.perf_counter() - t0:.0f} s"
+        + (f", its {len(cpu.cores)} cores {100 * busy:.0f}% busy meanwhile" if busy is not None else "")
         + (f"; {bad} did not import (the judging says why)" if bad else ""))
     return res
 

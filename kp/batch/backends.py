@@ -3,10 +3,7 @@ ask for one GPU; the progress bar, and each finished job appended to the results
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
-import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -16,6 +13,7 @@ from kp.batch.ahead import build_ahead_of_slots
 from kp.batch.gpus import slot_list
 from kp.batch.jobfile import Job, append_result, read_results, summary, with_reference_seeds
 from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, _forks_workers, end_all, isolated_job
+from kp.batch.usage import CpuUse, GpuUse
 from kp.lib.registry import ROOT
 
 
@@ -89,49 +87,6 @@ def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results
         append_result(out, line)
     results.append(line)
     progress.done(res["ok"], f"{where:>4}  {job.name}: {short_verdict(res['verdict'])}")
-
-
-class GpuUse:
-    """GPU utilisation over a batch: `nvidia-smi` asked every `every_s` seconds in a thread (the share of time a
-    kernel ran, per GPU, as the driver counts it). Where there is no nvidia-smi, nothing is measured and `line` says
-    so."""
-
-    def __init__(self, gpus: list[str | None], every_s: float = 2.0):
-        self.ids = sorted({g for g in gpus if g is not None}, key=lambda g: (not g.isdigit(), g.zfill(8)))
-        self.samples: dict[str, list[float]] = {g: [] for g in self.ids}
-        self.smi = shutil.which("nvidia-smi") if self.ids else None
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(every_s,), daemon=True) if self.smi else None
-        if self.thread:
-            self.thread.start()
-
-    def _run(self, every_s: float) -> None:
-        while not self.stop.wait(every_s):
-            try:
-                text = subprocess.run([self.smi, "--query-gpu=index,uuid,utilization.gpu",
-                                       "--format=csv,noheader,nounits", "-i", ",".join(self.ids)],
-                                      capture_output=True, text=True, timeout=10).stdout
-            except (OSError, subprocess.SubprocessError):
-                continue
-            for ln in text.splitlines():  # a GPU named by its index or its UUID (CUDA_VISIBLE_DEVICES says either)
-                idx, uuid, util = (f.strip() for f in (ln.split(",") + ["", ""])[:3])
-                g = idx if idx in self.samples else uuid if uuid in self.samples else None
-                if g is not None and util.isdigit():
-                    self.samples[g].append(float(util))
-
-    def line(self) -> str:
-        if self.thread:
-            self.stop.set()
-            self.thread.join(15)
-        if not self.ids:
-            return "GPU utilisation: no GPU in this run"
-        if not self.smi:
-            return "GPU utilisation: not measured (no nvidia-smi here)"
-        got = {g: v for g, v in self.samples.items() if v}
-        if not got:
-            return "GPU utilisation: not measured (the run was shorter than one sample)"
-        return "GPU utilisation (nvidia-smi, mean over the run): " + ", ".join(
-            f"GPU {g} {sum(v) / len(v):.0f}%" for g, v in got.items())
 
 
 def throughput(results: list[dict], wall_s: float, slots: int | None) -> str:
@@ -334,7 +289,7 @@ def run_batch(args, opts: dict) -> int:
         use, slots = None, None
     else:
         gpus = [None] if args.device == "cpu" else slot_list(args.gpus or "1", args.slots)
-        use, slots = GpuUse(gpus), len(gpus)
+        use, cpu, slots = GpuUse(gpus), CpuUse(), len(gpus)
         try:  # SIGINT and SIGTERM come as a KeyboardInterrupt (run.py: kp.errors.stopped_by_signals)
             results = run_local(jobs, gpus, out, timeout, log_dir=log_dir, build_jobs=args.build_jobs)
         except Interrupted as e:
@@ -347,7 +302,7 @@ def run_batch(args, opts: dict) -> int:
         lines = results
     print(jobfile.format_table(lines))
     if results:
-        print(throughput(results, wall, slots) + (f"; {use.line()}" if use else ""))
+        print(throughput(results, wall, slots) + (f"; {use.line()}; {cpu.line()}" if use else ""))
     if out is not None:
         print(f"records: {out}" + (f"; the judges' own output: {log_dir}/" if log_dir and log_dir.exists() else ""))
     if stopped:

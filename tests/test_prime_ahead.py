@@ -173,3 +173,29 @@ def test_a_prime_made_on_the_host_is_moved_and_run_and_one_that_could_not_be_mad
     assert w.cmd_prime(ref.init(), 7, 7, True)["primed"] and w.prime_built is None
     assert not w.cmd_prime_build([object()] * 5, 7, 7)["built"]  # Model(*init) raises: nothing kept
     assert w.cmd_prime(ref.init(), 7, 7, True)["primed"]
+
+
+@needs_box
+def test_a_run_ahead_waiting_for_the_gate_ends_when_its_box_is_discarded(tmp_path):
+    """Its job went to another slot, which discards the box: the run waiting for the gate ends with it, holding
+    nothing."""
+    from kp.batch.prime import RunAhead
+    from kp.judge.reference import Reference
+    cand = tmp_path / "cand.py"
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
+    ref = Reference.load(("file", str(REF)))
+    box = _box_for(cand, ref.spec)
+    lock = str(tmp_path / "gpu.lock")
+    turn = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(turn, fcntl.LOCK_EX)
+    try:
+        run = RunAhead(box, _job(cand), _args(ref.spec, box), (ref.init(), 7, 7), lock)
+        t0 = time.monotonic()
+        while run.seq < 2 and time.monotonic() - t0 < 60:
+            time.sleep(0.1)
+        from kp.box import start as boxstart
+        boxstart.discard_early()
+        run.thread.join(5)
+        assert not run.thread.is_alive() and run.reply is None
+    finally:
+        os.close(turn)

@@ -49,14 +49,18 @@ class RunAhead:
         ok = isinstance(reply, dict) and not reply.get("interim") and reply.get("seq") == self.seq
         return reply if ok else None
 
+    def _called_off(self) -> bool:
+        """Its job has come, or its box is gone (the job went to another slot)."""
+        return self.stop.is_set() or not self.box.proc.is_alive()
+
     def _run(self, prime_args: tuple, lock_path: str | None) -> None:
         from kp.lib import gpu_lock
         try:
             if self._ask("ready") is None or self._ask("prime_build", *prime_args) is None:
                 self.ok = False
                 return
-            gate = gpu_lock.shared_unless(self.stop.is_set, lock_path) if lock_path else \
-                contextlib.nullcontext(not self.stop.is_set())
+            gate = gpu_lock.shared_unless(self._called_off, lock_path) if lock_path else \
+                contextlib.nullcontext(not self._called_off())
             with gate as held:
                 if not held:
                     return

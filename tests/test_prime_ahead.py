@@ -1,6 +1,7 @@
 """The reference run once in a slot's next box before its job comes (kp.batch.prime): the job takes the box with
 what it answered and its commands carry on in turn; a box told another job's arguments serves only that job; a run
 that cannot get the GPU's gate before its job comes is called off and the judge runs the reference itself."""
+import contextlib
 import fcntl
 import os
 import time
@@ -31,18 +32,42 @@ def _args(spec, box, train=True):
     return worker_args(spec, "cpu", "fp32", box.env, train)
 
 
+def _candidate_box(tmp_path):
+    """A right candidate's file, the reference, and a box started ahead for the candidate."""
+    from kp.judge.reference import Reference
+    cand = tmp_path / "cand.py"
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
+    ref = Reference.load(("file", str(REF)))
+    return cand, ref, _box_for(cand, ref.spec)
+
+
+@contextlib.contextmanager
+def _a_judge_timing(tmp_path):
+    """A GPU lock whose turn another judge holds (it times on the GPU): yields the lock's path."""
+    lock = str(tmp_path / "gpu.lock")
+    turn = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(turn, fcntl.LOCK_EX)
+    try:
+        yield lock
+    finally:
+        os.close(turn)
+
+
+def _until_made_on_the_host(run):
+    t0 = time.monotonic()
+    while run.seq < 2 and time.monotonic() - t0 < 60:
+        time.sleep(0.1)
+    time.sleep(1.0)  # its answer came
+
+
 @needs_box
 def test_a_box_that_ran_the_reference_ahead_is_taken_with_its_answer(tmp_path):
     """The slot's thread tells the box its job, waits for its worker to be up, has the reference's model made on the
     host, then moved and run; the job's runner takes that box, finds the run done with its own arguments, and its
     next command is answered in turn."""
     from kp.batch.prime import RunAhead
-    from kp.judge.reference import Reference
     from kp.judge.runners import ProcessRunner
-    cand = tmp_path / "cand.py"
-    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
-    ref = Reference.load(("file", str(REF)))
-    box = _box_for(cand, ref.spec)
+    cand, ref, box = _candidate_box(tmp_path)
     prime_args = (ref.init(), 7, 7)
     run = RunAhead(box, _job(cand), _args(ref.spec, box), prime_args, None)
     run.thread.join(120)
@@ -66,11 +91,7 @@ def test_a_box_told_another_jobs_arguments_serves_only_that_job(tmp_path):
     job, which gets a box of its own; the eval job then takes it."""
     from kp.batch.prime import RunAhead, pick
     from kp.box import start as boxstart
-    from kp.judge.reference import Reference
-    cand = tmp_path / "cand.py"
-    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
-    ref = Reference.load(("file", str(REF)))
-    box = _box_for(cand, ref.spec)
+    cand, ref, box = _candidate_box(tmp_path)
     eval_args = _args(ref.spec, box, train=False)
     run = RunAhead(box, _job(cand, "eval"), eval_args, (ref.init(), 7, 7), None)
     plan = boxstart.plan_for(ref.spec, cand)
@@ -94,28 +115,16 @@ def test_a_run_ahead_waits_for_a_judge_timing_and_is_called_off_when_its_job_com
     model is made, and the judge runs the reference."""
     from kp.batch.prime import RunAhead
     from kp.box import start as boxstart
-    from kp.judge.reference import Reference
-    cand = tmp_path / "cand.py"
-    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
-    ref = Reference.load(("file", str(REF)))
-    box = _box_for(cand, ref.spec)
-    lock = str(tmp_path / "gpu.lock")
-    turn = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    fcntl.flock(turn, fcntl.LOCK_EX)  # a judge timing on this GPU
-    try:
+    cand, ref, box = _candidate_box(tmp_path)
+    with _a_judge_timing(tmp_path) as lock:
         args = _args(ref.spec, box)
         run = RunAhead(box, _job(cand), args, (ref.init(), 7, 7), lock)
-        t0 = time.monotonic()
-        while run.seq < 2 and time.monotonic() - t0 < 60:
-            time.sleep(0.1)
-        time.sleep(1.0)
+        _until_made_on_the_host(run)
         assert run.reply is None and run.thread.is_alive()  # waiting for the gate, not running
         taken = boxstart.take(ref.spec, boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand)),
                               gpu=False, args=args)
         assert taken is box and taken.seq == 2 and taken.primed is None and not run.thread.is_alive()
         taken.discard()
-    finally:
-        os.close(turn)
 
 
 def test_a_shared_stretch_ahead_is_taken_when_free_and_given_up_when_told(tmp_path):
@@ -180,22 +189,11 @@ def test_a_run_ahead_waiting_for_the_gate_ends_when_its_box_is_discarded(tmp_pat
     """Its job went to another slot, which discards the box: the run waiting for the gate ends with it, holding
     nothing."""
     from kp.batch.prime import RunAhead
-    from kp.judge.reference import Reference
-    cand = tmp_path / "cand.py"
-    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
-    ref = Reference.load(("file", str(REF)))
-    box = _box_for(cand, ref.spec)
-    lock = str(tmp_path / "gpu.lock")
-    turn = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    fcntl.flock(turn, fcntl.LOCK_EX)
-    try:
+    from kp.box import start as boxstart
+    cand, ref, box = _candidate_box(tmp_path)
+    with _a_judge_timing(tmp_path) as lock:
         run = RunAhead(box, _job(cand), _args(ref.spec, box), (ref.init(), 7, 7), lock)
-        t0 = time.monotonic()
-        while run.seq < 2 and time.monotonic() - t0 < 60:
-            time.sleep(0.1)
-        from kp.box import start as boxstart
+        _until_made_on_the_host(run)
         boxstart.discard_early()
         run.thread.join(5)
         assert not run.thread.is_alive() and run.reply is None
-    finally:
-        os.close(turn)

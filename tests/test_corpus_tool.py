@@ -133,3 +133,16 @@ def test_each_version_gets_its_slots_a_gpu_the_way_its_run_py_takes_them(tmp_pat
     assert corpus_pair.command(new, *args)[-4:] == ["--gpus", "0,1", "--slots", "3"]
     assert corpus_pair.command(old, *args)[-2:] == ["--gpus", "0,0,0,1,1,1"]
     assert corpus_pair.command(old, *args[:4], "cpu", [])[-2:] == ["--device", "cpu"]
+
+
+def test_pace_says_where_the_job_seconds_went_and_how_many_found_the_reference_run_ahead(tmp_path):
+    ahead = "setup: the reference run once in the candidate's process, ahead of the job"
+    recs = [{"elapsed_s": 10, "ok": True, "record": {"gpu_wait_s": 1, "stage_detail": {ahead: 0.0},
+                                                     "stage_seconds": {"build": 2, "setup and baselines": 0.5}}},
+            {"elapsed_s": 10, "ok": False, "record": {"gpu_wait_s": 0, "stage_detail": {},
+                                                      "stage_seconds": {"setup and baselines": 1.5}}},
+            {"elapsed_s": 0, "ok": False, "record": None}]
+    f = tmp_path / "warm.jsonl"
+    f.write_text("".join(json.dumps({"key": str(i), **r}) + "\n" for i, r in enumerate(recs)))
+    row = judge_corpus.pace([f]).splitlines()[-1]
+    assert row == "| warm.jsonl | 3 | 20 | 1 s (5%) | 2 s (10%) | 2 s (10%) | 15 s (75%) | 1 | 1 |"

@@ -78,8 +78,9 @@ def test_a_box_that_ran_the_reference_ahead_is_taken_with_its_answer(tmp_path):
                            build_dir=str(boxstart.candidate_build_dir(cand)))
     try:
         assert runner.proc is box.proc and runner.seq == 3  # "ready", "prime_build", then "prime"
-        assert runner.ran_ahead(prime_args)["primed"]
+        assert runner.ran_ahead(prime_args)["primed"] and runner.made_ahead(prime_args)
         assert runner.ran_ahead((ref.init(), 8, 8)) is None  # another seed: the judge runs it itself
+        assert not runner.made_ahead((ref.init(), 8, 8))
         assert runner.call("import", "load", str(cand))["has_model_new"]
     finally:
         runner.close()
@@ -112,7 +113,7 @@ def test_a_box_told_another_jobs_arguments_serves_only_that_job(tmp_path):
 def test_a_run_ahead_waits_for_a_judge_timing_and_is_called_off_when_its_job_comes(tmp_path):
     """Another judge holds the GPU's turn (it times): the run ahead makes the model on the host but does not start
     its GPU work; its job comes, the run is called off, the box is taken having answered that it is up and that the
-    model is made, and the judge runs the reference."""
+    model is made, and the judge runs the reference with the model made."""
     from kp.batch.prime import RunAhead
     from kp.box import start as boxstart
     cand, ref, box = _candidate_box(tmp_path)
@@ -123,7 +124,8 @@ def test_a_run_ahead_waits_for_a_judge_timing_and_is_called_off_when_its_job_com
         assert run.reply is None and run.thread.is_alive()  # waiting for the gate, not running
         taken = boxstart.take(ref.spec, boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand)),
                               gpu=False, args=args)
-        assert taken is box and taken.seq == 2 and taken.primed is None and not run.thread.is_alive()
+        assert taken is box and taken.seq == 2 and not run.thread.is_alive()
+        assert taken.primed[1]["built"] and taken.primed[2] is None  # made on the host, not run: the judge runs it
         taken.discard()
 
 
@@ -148,29 +150,33 @@ def test_a_shared_stretch_ahead_is_taken_when_free_and_given_up_when_told(tmp_pa
 
 def test_the_judge_uses_the_run_ahead_only_where_it_ran_with_its_arguments():
     """_ready_worker: a worker whose box ran the reference with the judge's arguments is not asked again; one whose
-    run ahead did not match (or never ran) is."""
+    run ahead did not match (or never ran) is, told whether its box made the model on the host with them."""
     import types
     from kp.judge.construct import ConstructStage
 
     class Runner:
         isolated = True
 
-        def __init__(self, ahead):
-            self.ahead, self.calls = ahead, []
+        def __init__(self, ahead, made=False):
+            self.ahead, self.made, self.calls = ahead, made, []
 
         def ran_ahead(self, args):
             return self.ahead
 
+        def made_ahead(self, args):
+            return self.made
+
         def call(self, stage, cmd, *args):
-            self.calls.append(cmd)
+            self.calls.append((cmd, args[-1]))
             return {"primed": True}
     j = types.SimpleNamespace(baseline_args=None, prime_args=([4], 7, 7), notes=[], detail={})
-    j._timed = lambda what: __import__("contextlib").nullcontext()
+    j._timed = lambda what: contextlib.nullcontext()
     j._tally = lambda what, s: j.detail.setdefault(what, s)
-    done, fresh = Runner({"primed": True, "ok": True}), Runner(None)
-    ConstructStage._ready_worker(j, done)
-    ConstructStage._ready_worker(j, fresh)
-    assert done.calls == [] and fresh.calls == ["prime"] and not j.notes
+    done, fresh, made = Runner({"primed": True, "ok": True}), Runner(None), Runner(None, made=True)
+    for r in (done, fresh, made):
+        ConstructStage._ready_worker(j, r)
+    assert done.calls == [] and fresh.calls == [("prime", False)] and made.calls == [("prime", True)]
+    assert not j.notes
 
 
 def test_a_prime_made_on_the_host_is_moved_and_run_and_one_that_could_not_be_made_is_made_on_the_device():

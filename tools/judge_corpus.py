@@ -249,21 +249,28 @@ def floors(path: Path) -> str:
     return "\n".join(out)
 
 
+AHEAD = "ahead of the job"  # the end of a stage detail's name: the reference ran in the job's box beforehand
+
+
 def pace(paths: list[Path]) -> str:
     """Where each run's job-seconds went (its records' elapsed_s, gpu_wait_s and stage_seconds), a markdown row per
-    results file: verdicts, job-seconds, the share spent waiting for a GPU, in the candidates' builds, the rest."""
+    results file: verdicts, job-seconds, the share spent waiting for a GPU, in the candidates' builds, in setup (the
+    reference run once in the candidate's process, or the timing's baselines built there), the rest; how many jobs
+    found the reference already run in their box (kp.batch.prime)."""
     from kp.batch.jobfile import read_results
-    out = ["| run | verdicts | job-seconds | waiting for a GPU | build | judging | accepted |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| run | verdicts | job-seconds | waiting for a GPU | build | setup | judging | reference run ahead | "
+           "accepted |", "|---|---|---|---|---|---|---|---|---|"]
     for path in paths:
         lines = read_results(path)
         total = sum(float(d.get("elapsed_s") or 0) for d in lines)
         recs = [d.get("record") or {} for d in lines]
         wait = sum(float(r.get("gpu_wait_s") or 0) for r in recs)
-        build = sum(float((r.get("stage_seconds") or {}).get("build", 0)) for r in recs)
+        build, setup = (sum(float((r.get("stage_seconds") or {}).get(k, 0)) for r in recs)
+                        for k in ("build", "setup and baselines"))
+        ahead = sum(any(k.endswith(AHEAD) for k in r.get("stage_detail") or {}) for r in recs)
         share = lambda x: f"{x:,.0f} s ({100 * x / max(total, 1e-9):.0f}%)"
-        out.append(f"| {path.name} | {len(lines)} | {total:,.0f} | {share(wait)} | {share(build)} | "
-                   f"{share(total - wait - build)} | {sum(bool(d.get('ok')) for d in lines)} |")
+        out.append(f"| {path.name} | {len(lines)} | {total:,.0f} | {share(wait)} | {share(build)} | {share(setup)} | "
+                   f"{share(total - wait - build - setup)} | {ahead} | {sum(bool(d.get('ok')) for d in lines)} |")
     return "\n".join(out)
 
 

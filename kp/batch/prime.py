@@ -8,9 +8,10 @@ beside the job being judged: first its worker says it is up (Worker.cmd_ready) a
 inputs on the host (Worker.cmd_prime_build), no lock held; then, to move them to the GPU and call the model, the run
 holds the GPU's gate as a shared stretch does (kp.lib.gpu_lock.shared_unless: never while another judge on the GPU
 times, and only for that move and call: a judge waiting to time waits for it), and it is called off if its job comes
-before it could start. The job takes the box with what it answered (kp.box.start.take,
-Box.primed), and the judge uses that run where it ran with the judge's own arguments
-(kp.judge.runners.ProcessRunner.ran_ahead); otherwise the judge runs the reference itself, as it does without a slot.
+before it could start. The job takes the box with what it answered (kp.box.start.take, Box.primed), and the judge
+uses that run where it ran with the judge's own arguments (kp.judge.runners.ProcessRunner.ran_ahead); otherwise the
+judge runs the reference itself, as it does without a slot, moving the model and inputs the box made on the host
+where it made them with those arguments (made_ahead) rather than making them again.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class RunAhead:
         self.box, self.job = box, job
         self.key = pickle.dumps(prime_args)
         self.stop = threading.Event()  # its job has come: no run starts now
-        self.ok, self.seq, self.reply = True, 0, None
+        self.ok, self.seq, self.built, self.reply = True, 0, None, None
         box.conn.send(args)
         box.sent, box.early = args, self
         self.thread = threading.Thread(target=self._run, args=(prime_args, lock_path), daemon=True,
@@ -56,7 +57,11 @@ class RunAhead:
     def _run(self, prime_args: tuple, lock_path: str | None) -> None:
         from kp.lib import gpu_lock
         try:
-            if self._ask("ready") is None or self._ask("prime_build", *prime_args) is None:
+            if self._ask("ready") is None:
+                self.ok = False
+                return
+            self.built = self._ask("prime_build", *prime_args)
+            if self.built is None:
                 self.ok = False
                 return
             gate = gpu_lock.shared_unless(self._called_off, lock_path) if lock_path else \
@@ -71,14 +76,15 @@ class RunAhead:
 
     def claim(self, deadline: float | None) -> bool:
         """Its job has come: no run starts now; one under way is waited for (until `deadline`). Whether the box can
-        serve the job; if so, what its worker answered is on the box (seq, primed)."""
+        serve the job; if so, what its worker answered is on the box (seq; primed: the run's pickled arguments,
+        the answers of its making the model on the host and of its run, None where not asked)."""
         self.stop.set()
         limit = REPLY_TIMEOUT_S if deadline is None else max(0.0, deadline - time.monotonic())
         self.thread.join(limit)
         if self.thread.is_alive() or not self.ok:
             return False
         self.box.seq = self.seq
-        self.box.primed = (self.key, self.reply) if self.reply is not None else None
+        self.box.primed = (self.key, self.built, self.reply) if self.built is not None else None
         self.box.early = None
         return True
 

@@ -127,7 +127,7 @@ class Box:
         self.build_wait_s = 0.0  # seconds its job waited for the candidate's build ahead (lend)
         self.ahead = False  # started ahead of the job that took it (take)
         # kp.batch.prime: the worker arguments a slot sent ahead (only a job with the same ones takes the box), the
-        # run ahead; once taken, the commands its worker answered and the run's (pickled arguments, reply)
+        # run ahead; once taken, the commands its worker answered and the run's (pickled arguments, replies)
         self.sent, self.early, self.seq, self.primed = None, None, 0, None
 
     @property

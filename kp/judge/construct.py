@@ -156,8 +156,9 @@ class ConstructStage:
                 ahead = getattr(runner, "ran_ahead", None)  # run in its box while the slot's job before it judged
                 r = ahead(self.prime_args) if ahead else None
                 if r is None:
+                    made = getattr(runner, "made_ahead", lambda _: False)(self.prime_args)  # on the host, in its box
                     with self._timed("setup: the reference run once in the candidate's process"):
-                        r = runner.call("prime", "prime", *self.prime_args)
+                        r = runner.call("prime", "prime", *self.prime_args, made)
                 else:
                     self._tally("setup: the reference run once in the candidate's process, ahead of the job", 0.0)
                 note = (f"the reference could not run in the candidate's process before it ({r.get('why')}): a "

@@ -103,7 +103,7 @@ class ProcessRunner:
         self.build_failures: list[dict] = []
         self.build_s = 0.0  # seconds the worker has spent in the candidate's load/load_inline calls (its reply says)
         self.build_wait_s = 0.0
-        self.primed: tuple[bytes, dict] | None = None  # the reference's run in its box ahead of the job (ran_ahead)
+        self.primed: tuple | None = None  # the reference's run in its box ahead of the job (ran_ahead, made_ahead)
         if sandbox:
             self.scratch = None  # the box's private /tmp holds its working directory
             box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir, deadline)
@@ -188,17 +188,29 @@ class ProcessRunner:
             raise e
         return reply
 
-    def ran_ahead(self, prime_args: tuple) -> dict | None:
-        """The answer of the reference's run in this worker ahead of its job (kp.batch.prime), where it ran, with
-        these arguments; else None (then the judge runs it now, and says so if it fails then too)."""
+    def _ahead(self, prime_args: tuple) -> tuple[dict | None, dict | None]:
+        """What the run ahead of its job (kp.batch.prime) answered, making the model on the host and running it,
+        where it had these arguments; (None, None) otherwise."""
         if self.primed is None:
-            return None
-        key, reply = self.primed
+            return None, None
+        key, built, ran = self.primed
         try:
             same = pickle.dumps(prime_args) == key
         except Exception:
-            return None
-        return reply if same and isinstance(reply, dict) and reply.get("ok") and reply.get("primed") else None
+            return None, None
+        return (built, ran) if same else (None, None)
+
+    def ran_ahead(self, prime_args: tuple) -> dict | None:
+        """The answer of the reference's run in this worker ahead of its job, where it ran, with these arguments;
+        else None (then the judge runs it now, and says so if it fails then too)."""
+        ran = self._ahead(prime_args)[1]
+        return ran if isinstance(ran, dict) and ran.get("ok") and ran.get("primed") else None
+
+    def made_ahead(self, prime_args: tuple) -> bool:
+        """Whether the run ahead made the reference's model and inputs on the host with these arguments (the
+        judge's own run then moves them to the device instead of making them there: Worker.cmd_prime's built)."""
+        built = self._ahead(prime_args)[0]
+        return isinstance(built, dict) and bool(built.get("ok")) and bool(built.get("built"))
 
     def close(self):
         """Quit the worker: once it has answered (nothing of the job is left in it), its process is killed rather

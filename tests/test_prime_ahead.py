@@ -203,3 +203,28 @@ def test_a_run_ahead_waiting_for_the_gate_ends_when_its_box_is_discarded(tmp_pat
         boxstart.discard_early()
         run.thread.join(5)
         assert not run.thread.is_alive() and run.reply is None
+
+
+@needs_box
+def test_a_reference_that_mentions_cuda_is_run_ahead_wholly_under_the_gate(tmp_path):
+    """A reference file that mentions CUDA may put its model or inputs on the GPU as it makes them: its run ahead
+    makes nothing on the host first (all of it inside the gate); one that does not is made on the host."""
+    from kp.batch.jobfile import Job
+    from kp.batch.prime import RunAhead, host_made
+    from kp.judge.runners import ProcessRunner
+    from kp.box import start as boxstart
+    gpu_ref = tmp_path / "gpu_ref.py"
+    gpu_ref.write_text(REF.read_text() + "\n# get_inputs() could say device='cuda'\n")
+    assert host_made(_job(tmp_path / "c.py")) and not host_made(Job(("file", str(gpu_ref)), "c.py", ()))
+    assert not host_made(Job(("problem", "softmax"), "c.py", ()))
+    cand, ref, box = _candidate_box(tmp_path)
+    prime_args = (ref.init(), 7, 7)
+    run = RunAhead(box, _job(cand), _args(ref.spec, box), prime_args, None, on_host=False)
+    run.thread.join(120)
+    runner = ProcessRunner(ref.spec, "cpu", "fp32", lambda r: None, sandbox=True,
+                           read_only=boxstart.candidate_paths(cand), train=True,
+                           build_dir=str(boxstart.candidate_build_dir(cand)))
+    try:
+        assert runner.seq == 2 and runner.ran_ahead(prime_args)["primed"] and not runner.made_ahead(prime_args)
+    finally:
+        runner.close()

@@ -11,7 +11,8 @@ times, and only for that move and call: a judge waiting to time waits for it), a
 before it could start. The job takes the box with what it answered (kp.box.start.take, Box.primed), and the judge
 uses that run where it ran with the judge's own arguments (kp.judge.runners.ProcessRunner.ran_ahead); otherwise the
 judge runs the reference itself, as it does without a slot, moving the model and inputs the box made on the host
-where it made them with those arguments (made_ahead) rather than making them again.
+where it made them with those arguments (made_ahead) rather than making them again. A reference file that mentions
+CUDA may put its model or inputs on the GPU as it makes them: its run ahead does all of it under the gate.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import contextlib
 import pickle
 import threading
 import time
+from pathlib import Path
 
 from kp.batch.jobfile import Job
 from kp.judge.worker import REPLY_TIMEOUT_S
@@ -28,8 +30,10 @@ class RunAhead:
     """One box's run of the reference ahead of its job, in a thread of the slot: what it answered, and whether the
     conversation went as it should (if not, the box is not used: kp.box.start.take)."""
 
-    def __init__(self, box, job: Job, args: tuple, prime_args: tuple, lock_path: str | None):
-        self.box, self.job = box, job
+    def __init__(self, box, job: Job, args: tuple, prime_args: tuple, lock_path: str | None, on_host: bool = True):
+        """on_host: the model and inputs are made on the host before the gate is taken (False: a reference that
+        may touch the GPU while they are made does all of it under the gate)."""
+        self.box, self.job, self.on_host = box, job, on_host
         self.key = pickle.dumps(prime_args)
         self.stop = threading.Event()  # its job has come: no run starts now
         self.ok, self.seq, self.built, self.reply = True, 0, None, None
@@ -60,16 +64,17 @@ class RunAhead:
             if self._ask("ready") is None:
                 self.ok = False
                 return
-            self.built = self._ask("prime_build", *prime_args)
-            if self.built is None:
-                self.ok = False
-                return
+            if self.on_host:
+                self.built = self._ask("prime_build", *prime_args)
+                if self.built is None:
+                    self.ok = False
+                    return
             gate = gpu_lock.shared_unless(self._called_off, lock_path) if lock_path else \
                 contextlib.nullcontext(not self._called_off())
             with gate as held:
                 if not held:
                     return
-                self.reply = self._ask("prime", *prime_args, True)
+                self.reply = self._ask("prime", *prime_args, self.on_host)
             self.ok = self.reply is not None
         except Exception:  # the box discarded meanwhile (its job went to another slot), its channel closed
             self.ok = False
@@ -84,7 +89,7 @@ class RunAhead:
         if self.thread.is_alive() or not self.ok:
             return False
         self.box.seq = self.seq
-        self.box.primed = (self.key, self.built, self.reply) if self.built is not None else None
+        self.box.primed = (self.key, self.built, self.reply) if self.seq > 1 else None
         self.box.early = None
         return True
 
@@ -114,9 +119,21 @@ def run_ahead(job: Job, box) -> None:
         ref = Reference.load(job.ref).use_precision(precision)
         seed = int(opts["seed"])
         args = worker_args(ref.spec, "cuda", precision, box.env, opts.get("mode", "train") == "train")
-        RunAhead(box, job, args, (ref.init(), seed, seed), gpu_lock.gpu_lock_path())
+        RunAhead(box, job, args, (ref.init(), seed, seed), gpu_lock.gpu_lock_path(), on_host=host_made(job))
     except Exception:
         pass
+
+
+def host_made(job: Job) -> bool:
+    """Whether the reference's model and inputs may be made on the host outside the GPU's gate: a reference file
+    that does not mention CUDA (one that does may put them on the GPU itself, GPU work that must not run beside a
+    judge timing); a built-in problem's file holds its kernels too, and is taken as one that does."""
+    if job.ref[0] != "file":
+        return False
+    try:
+        return b"cuda" not in Path(job.ref[1]).read_bytes().lower()
+    except OSError:
+        return False
 
 
 def pick(free: list, plan: tuple, job: Job):

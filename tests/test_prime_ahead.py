@@ -28,7 +28,7 @@ def _box_for(cand, spec):
 
 
 def _args(spec, box, train=True):
-    from kp.judge.runners import worker_args
+    from kp.box.start import worker_args
     return worker_args(spec, "cpu", "fp32", box.env, train)
 
 
@@ -98,11 +98,11 @@ def test_a_box_told_another_jobs_arguments_serves_only_that_job(tmp_path):
     plan = boxstart.plan_for(ref.spec, cand)
     assert pick([box], plan, _job(cand, "train")) is None and pick([box], plan, _job(cand, "eval")) is box
     paths, build = boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand))
-    train = boxstart.take(ref.spec, paths, build, gpu=False, args=_args(ref.spec, box))
+    train = boxstart.take(ref.spec, paths, build, gpu=False, worker=("cpu", "fp32", True))
     try:
         assert train is not box and boxstart.waiting() == [box] and box.proc.is_alive()
         run.thread.join(120)
-        taken = boxstart.take(ref.spec, paths, build, gpu=False, args=eval_args)
+        taken = boxstart.take(ref.spec, paths, build, gpu=False, worker=("cpu", "fp32", False))
         assert taken is box and taken.seq == 3 and taken.primed is not None
         taken.discard()
     finally:
@@ -123,7 +123,7 @@ def test_a_run_ahead_waits_for_a_judge_timing_and_is_called_off_when_its_job_com
         _until_made_on_the_host(run)
         assert run.reply is None and run.thread.is_alive()  # waiting for the gate, not running
         taken = boxstart.take(ref.spec, boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand)),
-                              gpu=False, args=args)
+                              gpu=False, worker=("cpu", "fp32", True))
         assert taken is box and taken.seq == 2 and not run.thread.is_alive()
         assert taken.primed[1]["built"] and taken.primed[2] is None  # made on the host, not run: the judge runs it
         taken.discard()

@@ -96,12 +96,11 @@ class RunAhead:
 
 def wanted(job: Job) -> bool:
     """Whether this job's judge runs the reference once in its worker (no timing, on the GPU, a seed given) and its
-    box may run it ahead."""
+    box (there is one only where the job is boxed) may run it ahead."""
     import torch
     opts = dict(job.opts)
     return (job.candidate is not None and opts.get("bench") is False and opts.get("seed") is not None
-            and opts.get("device") in (None, "cuda") and opts.get("sandbox", True) is not False
-            and torch.cuda.is_available())
+            and opts.get("device") in (None, "cuda") and torch.cuda.is_available())
 
 
 def run_ahead(job: Job, box) -> None:
@@ -111,8 +110,8 @@ def run_ahead(job: Job, box) -> None:
     if box.sent is not None or box.early is not None or not wanted(job):
         return
     try:
+        from kp.box.start import worker_args
         from kp.judge.reference import Reference
-        from kp.judge.runners import worker_args
         from kp.lib import gpu_lock
         opts = dict(job.opts)
         precision = opts.get("precision") or "fp32"

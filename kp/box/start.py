@@ -373,15 +373,23 @@ def plan_for(ref_spec, candidate: str | Path) -> tuple:
     return _plan(ref_spec, candidate_paths(candidate), builds=True)
 
 
+def worker_args(ref_spec, device: str, precision: str, env: dict, train: bool) -> tuple:
+    """What a boxed worker is told of its job before its first command (kp.judge.worker.worker_main)."""
+    return ref_spec, device, precision, str(ROOT), env, BOX_CWD, train
+
+
 def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True,
-         deadline: float | None = None, args: tuple | None = None) -> Box:
+         deadline: float | None = None, worker: tuple | None = None) -> Box:
     """A box for a candidate (read_only: its folder and file) against a reference: one started ahead for the same
     plan (folders, environment, the same file, whatever its contents now) that still runs and was sent no other
-    worker arguments than `args`, else a new one (gpu=False: for a job on the CPU), lent the candidate's cached builds
-    (Box.lend). A box the command line started for another job is discarded; one a slot keeps for a later job stays.
-    A box whose worker ran the reference ahead of its job (kp.batch.prime) is taken once that run has ended or been
-    called off (its `seq` and `primed` say what it answered); one whose run ahead went wrong is not used."""
+    worker arguments than its job's, else a new one (gpu=False: for a job on the CPU), lent the candidate's cached
+    builds (Box.lend) and, given the job's `worker` (device, precision, train), sent its worker arguments where no
+    slot sent them ahead. A box the command line started for another job is discarded; one a slot keeps for a later
+    job stays. A box whose worker ran the reference ahead of its job (kp.batch.prime) is taken once that run has
+    ended or been called off (its `seq` and `primed` say what it answered); one whose run ahead went wrong is not
+    used."""
     plan = _plan(ref_spec, read_only, bool(build_dir))
+    args = worker_args(ref_spec, worker[0], worker[1], plan[2], worker[2]) if worker else None
     found = None
     for box, later in list(_early):
         if found is None and box.plan == plan and box.proc.is_alive() and box.sent in (None, args):
@@ -396,4 +404,7 @@ def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True
     box = found if found is not None else _start(plan, gpu=gpu)
     box.ahead = found is not None
     box.lend(build_dir, deadline)
+    if args is not None and box.sent is None:
+        box.conn.send(args)
+        box.sent = args
     return box

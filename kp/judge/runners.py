@@ -253,22 +253,12 @@ def stderr_tail(path: str, lines: int = 3, chars: int = 400) -> str:
     return " | ".join(tail)[-chars:]
 
 
-def worker_args(ref_spec, device: str, precision: str, env: dict, train: bool) -> tuple:
-    """What a boxed worker is told of its job before its first command (kp.judge.worker.worker_main)."""
-    from kp.box import start as boxstart
-    return ref_spec, device, precision, str(ROOT), env, boxstart.BOX_CWD, train
-
-
 def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], train: bool,
                  build_dir: str | None = None, deadline: float | None = None):
     """The candidate's box (the one started ahead for it, if it matches) given its job."""
     from kp.box import start as boxstart
-    plan = boxstart._plan(ref_spec, read_only, bool(build_dir))
-    args = worker_args(ref_spec, device, precision, plan[2], train)
-    box = boxstart.take(ref_spec, read_only, build_dir, gpu=device != "cpu", deadline=deadline, args=args)
-    if box.sent is None:
-        box.conn.send(args)
-    return box
+    return boxstart.take(ref_spec, read_only, build_dir, gpu=device != "cpu", deadline=deadline,
+                         worker=(device, precision, train))
 
 
 class LocalRunner:

@@ -3,6 +3,7 @@ call), each slot told its next job so its box starts while the job before it run
 allow, a wait for the GPU not charged to the job, and the throughput line a batch ends with."""
 import re
 import time
+from pathlib import Path
 
 from conftest import ROOT
 from kp.batch import jobfile
@@ -63,6 +64,38 @@ def test_a_candidate_built_ahead_once_is_not_built_ahead_again(tmp_path, capsys)
     assert builds is None and "1 candidates' own extensions found built" in capsys.readouterr().err
     (tmp_path / "ok.py").write_text(ok.format(tag="edited"))
     assert ahead.to_build(jobs) == jobs
+
+
+def test_builds_start_longest_first_and_are_judged_as_they_are_expected_to_end(tmp_path, monkeypatch):
+    """A file that builds two extensions (one after the other in its import) starts building first, so it does not
+    begin in the builds' last round and hold up the batch's end; the slots meet the candidates in the order their
+    builds are expected to end, the files that build nothing first."""
+    from kp.batch import ahead
+    one = "from torch.utils.cpp_extension import load_inline\nm = load_inline(name='a{i}', cpp_sources='')\n"
+    two = one + "n = load_inline(name='b', cpp_sources='')\n"
+    bare = "from torch.utils.cpp_extension import load, load_inline\nm = load(name='c', sources=[])\n" \
+           "n = torch.load('w.pt')\no = load(name='d', sources=[])\n"
+    files = {"s0": one, "s1": one, "s2": one, "long": two, "bare": bare}
+    opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
+    jobs = []
+    for i, (name, text) in enumerate(files.items()):
+        (tmp_path / f"{name}.py").write_text(text.format(i=i))
+        for mode in ("train", "eval"):
+            jobs.append(jobfile.make_job(("file", str(CASES / "ref.py")), tmp_path / f"{name}.py",
+                                         dict(opts, mode=mode)))
+    pure = jobfile.make_job(("file", str(CASES / "ref.py")), CASES / "good.py", opts)
+    assert [ahead.builds_in(tmp_path / f"{n}.py") for n in files] == [1, 1, 1, 2, 2]  # torch.load is no build
+    starts, ends = ahead.schedule(jobs[::2], procs=2)
+    stem = lambda j: Path(j.candidate).stem  # noqa: E731
+    assert [stem(j) for j in starts] == ["long", "bare", "s0", "s1", "s2"]
+    assert [ends[j.candidate] for j in starts] == [2.0, 2.0, 3.0, 3.0, 4.0]
+    started = []
+    monkeypatch.setattr(ahead, "build_ahead", lambda todo, procs, timeout_s, log: started.extend(todo))
+    order, thread = ahead.build_ahead_of_slots(jobs + [pure], [None], timeout_s=60, procs=2)
+    thread.join()
+    assert [stem(j) for j in started] == ["long", "bare", "s0", "s1", "s2"]
+    assert [(stem(j), dict(j.opts).get("mode")) for j in order] == [("good", None)] + [
+        (n, m) for n in ("long", "bare", "s0", "s1", "s2") for m in ("train", "eval")]
 
 
 def test_builds_started_in_init_or_at_the_first_call_are_built_ahead_too(tmp_path):

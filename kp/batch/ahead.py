@@ -13,7 +13,9 @@ the slots for builds that were all there.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
+import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +33,44 @@ def builds_own_extension(path: str | Path) -> bool:
     except OSError:
         return False
     return any(m in src for m in MARKERS)
+
+
+# the calls that start a build: load_inline(...), cpp_extension.load(...), or load(...) where the file imports it
+_INLINE = re.compile(rb"\bload_inline\s*\(")
+_LOAD = re.compile(rb"\bcpp_extension\.load\s*\(")
+_BARE = re.compile(rb"(?<![\w.])load\s*\(")
+_IMPORTS_LOAD = re.compile(rb"from\s+torch\.utils\.cpp_extension\s+import[^\n]*\bload\b(?!_)")
+
+
+def builds_in(path: str | Path) -> int:
+    """How many extensions a candidate file builds, as its text says (at least one): the calls that start a build.
+    A file's builds run one after another in its import, so a file of three takes about three times one's time;
+    started last, it alone would hold up the batch's end (a level 3 candidate with two builds began its second
+    round 90 s in and ended 180 s after the others)."""
+    try:
+        src = Path(path).read_bytes()
+    except OSError:
+        return 1
+    n = len(_INLINE.findall(src)) + len(_LOAD.findall(src))
+    if _IMPORTS_LOAD.search(src):
+        n += len(_BARE.findall(src))
+    return max(1, n)
+
+
+def schedule(jobs: list[Job], procs: int) -> tuple[list[Job], dict[str, float]]:
+    """The order to start the builds of `jobs` (one per candidate) on `procs` builders, and when each is expected
+    to end, in units of one build: the longest first (a file's builds counted by `builds_in`), each on the
+    builder free first. Longest first keeps a long file from starting in the last round; the expected ends order
+    the judging, so a slot meets the candidates as their builds end."""
+    cost = {j.candidate: builds_in(j.candidate) for j in jobs}
+    order = sorted(jobs, key=lambda j: -cost[j.candidate])  # stable: ties keep the batch's order
+    free = [0.0] * max(1, procs)
+    ends = {}
+    for j in order:
+        start = heapq.heappop(free)
+        ends[j.candidate] = start + cost[j.candidate]
+        heapq.heappush(free, ends[j.candidate])
+    return order, ends
 
 
 def own_builders(jobs: list[Job]) -> list[Job]:
@@ -145,8 +185,8 @@ def builders() -> int:
 
 def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: float, procs: int | None = None):
     """A batch's builds ahead, where worth it (`worth_it`), beside the slots' judging from its start: a background
-    thread builds `procs` at a time, in the order the slots will meet the candidates; a slot that reaches one still
-    building waits for that build (the mark build_one leaves in its cache folder, kp.box.start.Box.lend), never
+    thread builds `procs` at a time, longest first, and the slots meet the candidates as their builds are expected to
+    end (`schedule`); a slot that reaches one still building waits for that build (the mark build_one leaves in its cache folder, kp.box.start.Box.lend), never
     builds it twice. The GPUs visible to the builds are the first slot's (the kind the builds target: torch reads
     them for its architecture flags).
     Returns the jobs in the order to judge them (the candidates that build nothing first, so the builds get ahead)
@@ -161,14 +201,15 @@ def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: flo
     if not ahead:
         return jobs, None
     import threading
-    first = {id(j) for j in ahead}
-    built = {j.candidate for j in ahead}
-    order = [j for j in jobs if j.candidate not in built] + [j for j in jobs if j.candidate in built]
+    starts, ends = schedule(ahead, procs)
+    # the candidates that build nothing first, then the rest as their builds are expected to end
+    order = [j for j in jobs if j.candidate not in ends] + sorted((j for j in jobs if j.candidate in ends),
+                                                                   key=lambda j: ends[j.candidate])
     env = {"CUDA_VISIBLE_DEVICES": gpus[0]} if gpus[0] is not None else {}
 
     def run() -> None:
         with _environment(env):
-            build_ahead([j for j in order if id(j) in first], procs, timeout_s,
+            build_ahead(starts, procs, timeout_s,
                         log=lambda s: print(s, file=sys.stderr, flush=True))
     thread = threading.Thread(target=run, name="kp-build-ahead", daemon=True)
     thread.start()

@@ -187,8 +187,8 @@ def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: flo
     """A batch's builds ahead, where worth it (`worth_it`), beside the slots' judging from its start: a background
     thread builds `procs` at a time, longest first, and the slots meet the candidates as their builds are expected to
     end (`schedule`); a slot that reaches one still building waits for that build (the mark build_one leaves in its
-    cache folder, kp.box.start.Box.lend), never builds it twice. The GPUs visible to the builds are the first slot's (the kind the builds target: torch reads
-    them for its architecture flags).
+    cache folder, kp.box.start.Box.lend), never builds it twice. The GPUs visible to the builds are the first
+    slot's (the kind the builds target: torch reads them for its architecture flags).
     Returns the jobs in the order to judge them (the candidates that build nothing first, so the builds get ahead)
     and the thread (join it to wait for the builds). procs: builds at once (None: `builders`)."""
     procs = procs or builders()

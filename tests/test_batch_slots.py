@@ -19,7 +19,7 @@ def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     it there at its import (a judged import that had to build gives the identity instead of the ReLU). The build
     ahead runs at a lower CPU priority than the judges beside it (it writes its niceness into the file)."""
     import os
-    from kp.box.start import candidate_build_dir
+    from kp.box.builds import candidate_build_dir
     from kp.batch import ahead, slots
     src = ("import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
            "# noqa: F401\n\n# {tag}\nmark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) / 'built'\n"
@@ -47,7 +47,7 @@ def test_a_candidate_built_ahead_once_is_not_built_ahead_again(tmp_path, capsys)
     ahead pass that candidate by (its judging's import still loads the build), while one that failed to import is
     tried again, and an edited file (other contents, another folder) is built again."""
     from kp.batch import ahead
-    from kp.box.start import BUILT, candidate_build_dir
+    from kp.box.builds import BUILT, candidate_build_dir
     ok = ("import torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  # noqa: F401\n# {tag}\n\n\n"
           "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n")
     opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
@@ -68,8 +68,8 @@ def test_a_candidate_built_ahead_once_is_not_built_ahead_again(tmp_path, capsys)
 
 def test_builds_start_longest_first_and_are_judged_as_they_are_expected_to_end(tmp_path, monkeypatch):
     """A file that builds two extensions (one after the other in its import) starts building first, so it does not
-    begin in the builds' last round and hold up the batch's end; the slots meet the candidates in the order their
-    builds are expected to end, the files that build nothing first."""
+    begin in the builds' last round and hold up the batch's end, and has twice the time; the slots meet the
+    candidates in the order their builds are expected to end, the files that build nothing first."""
     from kp.batch import ahead
     one = "from torch.utils.cpp_extension import load_inline\nm = load_inline(name='a{i}', cpp_sources='')\n"
     two = one + "n = load_inline(name='b', cpp_sources='')\n"
@@ -89,6 +89,10 @@ def test_builds_start_longest_first_and_are_judged_as_they_are_expected_to_end(t
     stem = lambda j: Path(j.candidate).stem  # noqa: E731
     assert [stem(j) for j in starts] == ["long", "bare", "s0", "s1", "s2"]
     assert [ends[j.candidate] for j in starts] == [2.0, 2.0, 3.0, 3.0, 4.0]
+    limits = {}  # each build ahead may take the job's limit once per extension it builds, one after another
+    monkeypatch.setattr(ahead, "build_one", lambda job, timeout_s: limits.update({stem(job): timeout_s}))
+    ahead.build_ahead(starts, procs=2, timeout_s=100, log=lambda s: None)
+    assert limits == {"long": 200, "bare": 200, "s0": 100, "s1": 100, "s2": 100}
     started = []
     monkeypatch.setattr(ahead, "build_ahead", lambda todo, procs, timeout_s, log: started.extend(todo))
     order, thread = ahead.build_ahead_of_slots(jobs + [pure], [None], timeout_s=60, procs=2)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+from kp.box import builds
 from kp.box import sandbox
 
 REF = ROOT / "tests" / "judge_cases" / "relu" / "ref.py"
@@ -27,7 +28,7 @@ def test_a_box_started_early_is_adopted_by_the_same_job_only(tmp_path):
     boxstart.start_early(spec, str(cand))
     early, = boxstart.waiting()
     assert early.proc.is_alive()
-    paths, build = boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand))
+    paths, build = boxstart.candidate_paths(cand), str(builds.candidate_build_dir(cand))
     box = boxstart.take(spec, paths, build)
     try:
         assert box is early and not boxstart.waiting()
@@ -54,13 +55,13 @@ def test_a_box_started_for_a_file_serves_its_next_version_and_is_lent_its_builds
     cand.parent.mkdir()
     cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
     spec = ("file", str(REF))
-    old_builds = boxstart.candidate_build_dir(cand)
+    old_builds = builds.candidate_build_dir(cand)
     (old_builds / "ext").mkdir()
     (old_builds / "ext" / "old.so").write_text("the last version's build")
     boxstart.start_early(spec, str(cand))
     early, = boxstart.waiting()
     cand.write_text(cand.read_text() + "# edited\n")  # in place: the same inode
-    new_builds = boxstart.candidate_build_dir(cand)
+    new_builds = builds.candidate_build_dir(cand)
     assert new_builds != old_builds
     (new_builds / "ext").mkdir()
     (new_builds / "ext" / "new.so").write_text("this version's build")
@@ -87,7 +88,7 @@ def test_a_box_started_for_a_file_serves_its_next_version_and_is_lent_its_builds
     replaced = tmp_path / "other.py"
     replaced.write_text(cand.read_text())
     os.replace(replaced, cand)  # a new inode at the same path: the box holds the old file where it binds it alone
-    other = boxstart.take(spec, boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand)))
+    other = boxstart.take(spec, boxstart.candidate_paths(cand), str(builds.candidate_build_dir(cand)))
     try:
         assert other is not early
     finally:
@@ -97,7 +98,8 @@ def test_a_box_started_for_a_file_serves_its_next_version_and_is_lent_its_builds
 def test_a_job_lent_a_build_running_ahead_waits_for_it(tmp_path):
     """A candidate's build running ahead of its job in another process of the run (its cache folder marked with
     that process's pid, kp.batch.ahead) is waited for before the job's box is lent the folder, and the wait is the
-    build's time; a mark left by a process that is gone is not waited for."""
+    build's time, told as it passes to what moves the job's limits (not the job's time); a mark left by a process
+    that is gone is not waited for."""
     import subprocess
     import time
     from kp.box import start as boxstart
@@ -105,23 +107,27 @@ def test_a_job_lent_a_build_running_ahead_waits_for_it(tmp_path):
     home.mkdir()
     own.mkdir()
     builder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    told: list[float] = []
     try:
-        (home / boxstart.BUILDING).write_text(str(builder.pid))
+        (home / builds.BUILDING).write_text(str(builder.pid))
 
         def finish():
-            time.sleep(0.6)
+            time.sleep(1.6)
             (home / "ext.so").write_text("built")
-            (home / boxstart.BUILDING).unlink()
+            (home / builds.BUILDING).unlink()
         threading.Thread(target=finish).start()
+        builds.OFF_THE_CLOCK.append(told.append)
         box = boxstart.Box(None, boxstart.BoxProcess(None, None, str(own)), None, ())
-        box.lend(str(home), deadline=time.monotonic() + 20)
-        assert box.build_wait_s >= 0.5 and (own / "ext.so").read_text() == "built"
+        box.lend(str(home))
+        assert box.build_wait_s >= 1.5 and (own / "ext.so").read_text() == "built"
+        assert len(told) >= 2 and abs(sum(told) - box.build_wait_s) < 0.05, told  # one a second, and the rest
     finally:
+        builds.OFF_THE_CLOCK.remove(told.append)
         builder.kill()
         builder.wait()
-    (home / boxstart.BUILDING).write_text(str(builder.pid))  # its builder gone
+    (home / builds.BUILDING).write_text(str(builder.pid))  # its builder gone
     box = boxstart.Box(None, boxstart.BoxProcess(None, None, str(own)), None, ())
-    box.lend(str(home))  # no deadline: a wait would never end
+    box.lend(str(home))  # a wait would never end
     assert box.build_wait_s < 0.2  # not one turn of the wait's 0.2 s poll
 
 
@@ -137,10 +143,10 @@ def test_a_box_started_for_a_later_job_waits_for_it(tmp_path):
     spec = ("file", str(REF))
     boxstart.start_early(spec, str(cands[1]), later=True)
     later, = boxstart.waiting()
-    now = boxstart.take(spec, boxstart.candidate_paths(cands[0]), str(boxstart.candidate_build_dir(cands[0])))
+    now = boxstart.take(spec, boxstart.candidate_paths(cands[0]), str(builds.candidate_build_dir(cands[0])))
     try:
         assert now is not later and boxstart.waiting() == [later] and later.proc.is_alive()
-        taken = boxstart.take(spec, boxstart.candidate_paths(cands[1]), str(boxstart.candidate_build_dir(cands[1])))
+        taken = boxstart.take(spec, boxstart.candidate_paths(cands[1]), str(builds.candidate_build_dir(cands[1])))
         assert taken is later and not boxstart.waiting()
         taken.discard()
         boxstart.start_early(spec, str(cands[1]), later=True)
@@ -229,21 +235,21 @@ def test_a_real_build_goes_back_to_the_cache_and_is_loaded_next_time(tmp_path):
 @needs_box
 def test_the_wait_for_a_build_running_ahead_is_booked_as_the_build(tmp_path, cli):
     """A job whose candidate is still building ahead of it (kp.batch.ahead) waits for that build before its box is
-    lent the folder: the record books that wait as "build", not as the judge's start."""
+    lent the folder: the record books that wait as "build", not as the judge's start, and a build longer than the
+    job's own time limit does not time the job out (the build ahead has a limit of its own)."""
     import json
     import subprocess
     import time
-    from kp.box import start as boxstart
     cand = tmp_path / "cand.py"
     cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text() + f"\n# {tmp_path}\n")
-    home = boxstart.candidate_build_dir(cand)
+    home = builds.candidate_build_dir(cand)
     builder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        (home / boxstart.BUILDING).write_text(str(builder.pid))
-        threading.Thread(target=lambda: (time.sleep(20.0), (home / boxstart.BUILDING).unlink())).start()
+        (home / builds.BUILDING).write_text(str(builder.pid))
+        threading.Thread(target=lambda: (time.sleep(20.0), (home / builds.BUILDING).unlink())).start()
         out = tmp_path / "r.jsonl"
         r = cli("--ref", ROOT / "tests" / "batch" / "ref.py", "--candidate", cand, "--device", "cpu",
-                "--allow-torch", "--no-compile", "--out", out)
+                "--allow-torch", "--no-compile", "--timeout", "15", "--out", out)
     finally:
         builder.kill()
         builder.wait()

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from conftest import ROOT
+from kp.box import builds
 from kp.box import sandbox
 
 REF = ROOT / "tests" / "judge_cases" / "relu" / "ref.py"
@@ -75,7 +76,7 @@ def test_a_box_that_ran_the_reference_ahead_is_taken_with_its_answer(tmp_path):
     from kp.box import start as boxstart
     runner = ProcessRunner(ref.spec, "cpu", "fp32", lambda r: None, sandbox=True,
                            read_only=boxstart.candidate_paths(cand), train=True,
-                           build_dir=str(boxstart.candidate_build_dir(cand)))
+                           build_dir=str(builds.candidate_build_dir(cand)))
     try:
         assert runner.proc is box.proc and runner.seq == 3  # "ready", "prime_build", then "prime"
         assert runner.ran_ahead(prime_args)["primed"] and runner.made_ahead(prime_args)
@@ -97,7 +98,7 @@ def test_a_box_told_another_jobs_arguments_serves_only_that_job(tmp_path):
     run = RunAhead(box, _job(cand, "eval"), eval_args, (ref.init(), 7, 7), None)
     plan = boxstart.plan_for(ref.spec, cand)
     assert pick([box], plan, _job(cand, "train")) is None and pick([box], plan, _job(cand, "eval")) is box
-    paths, build = boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand))
+    paths, build = boxstart.candidate_paths(cand), str(builds.candidate_build_dir(cand))
     train = boxstart.take(ref.spec, paths, build, gpu=False, worker=("cpu", "fp32", True))
     try:
         assert train is not box and boxstart.waiting() == [box] and box.proc.is_alive()
@@ -122,7 +123,7 @@ def test_a_run_ahead_waits_for_a_judge_timing_and_is_called_off_when_its_job_com
         run = RunAhead(box, _job(cand), args, (ref.init(), 7, 7), lock)
         _until_made_on_the_host(run)
         assert run.reply is None and run.thread.is_alive()  # waiting for the gate, not running
-        taken = boxstart.take(ref.spec, boxstart.candidate_paths(cand), str(boxstart.candidate_build_dir(cand)),
+        taken = boxstart.take(ref.spec, boxstart.candidate_paths(cand), str(builds.candidate_build_dir(cand)),
                               gpu=False, worker=("cpu", "fp32", True))
         assert taken is box and taken.seq == 2 and not run.thread.is_alive()
         assert taken.primed[1]["built"] and taken.primed[2] is None  # made on the host, not run: the judge runs it
@@ -223,7 +224,7 @@ def test_a_reference_that_mentions_cuda_is_run_ahead_wholly_under_the_gate(tmp_p
     run.thread.join(120)
     runner = ProcessRunner(ref.spec, "cpu", "fp32", lambda r: None, sandbox=True,
                            read_only=boxstart.candidate_paths(cand), train=True,
-                           build_dir=str(boxstart.candidate_build_dir(cand)))
+                           build_dir=str(builds.candidate_build_dir(cand)))
     try:
         assert runner.seq == 2 and runner.ran_ahead(prime_args)["primed"] and not runner.made_ahead(prime_args)
     finally:

@@ -85,7 +85,7 @@ def own_builders(jobs: list[Job]) -> list[Job]:
 
 def built_before(path: str | Path) -> bool:
     """Whether a build ahead imported this candidate file (these contents, this torch) cleanly before."""
-    from kp.box.start import BUILT, candidate_build_dir
+    from kp.box.builds import BUILT, candidate_build_dir
     return (candidate_build_dir(path) / BUILT).exists()
 
 
@@ -118,7 +118,7 @@ def build_one(job: Job, timeout_s: float) -> str | None:
     None, or why it did not import. Where it imported and its builds were put back, its cache folder is marked
     (BUILT) for later batches."""
     from kp.box import sandbox
-    from kp.box.start import BUILDING, BUILT, candidate_build_dir
+    from kp.box.builds import BUILDING, BUILT, candidate_build_dir
     from kp.judge.runners import candidate_runner
     opts = dict(job.opts)
     try:  # a slot whose job reaches the candidate meanwhile waits for this build (kp.box.start.Box.lend)
@@ -155,14 +155,18 @@ def _build_in_box(job: Job, opts: dict, timeout_s: float, sandbox, candidate_run
 
 
 def build_ahead(jobs: list[Job], procs: int, timeout_s: float, log=print) -> dict[str, str | None]:
-    """Import every job's candidate, `procs` at a time; returns per candidate file None or why it failed."""
+    """Import every job's candidate, `procs` at a time; returns per candidate file None or why it failed. Each may
+    take `timeout_s` per extension it builds (`builds_in`): a file's builds run one after another, and beside a
+    core's worth of others each takes longer than alone (a file of three took over 300 s on a host building 32 at
+    once; stopped, its builds were lost and its jobs built them again inside their own time)."""
     if not jobs:
         return {}
     from kp.batch.usage import CpuUse
     t0, cpu = time.perf_counter(), CpuUse()
     log(f"[kp] building {len(jobs)} candidates' own extensions ahead of judging, {procs} at a time")
     with ThreadPoolExecutor(max_workers=procs) as pool:
-        res = dict(zip((j.candidate for j in jobs), pool.map(lambda j: build_one(j, timeout_s), jobs)))
+        res = dict(zip((j.candidate for j in jobs),
+                       pool.map(lambda j: build_one(j, timeout_s * builds_in(j.candidate)), jobs)))
     bad = sum(v is not None for v in res.values())
     busy = cpu.busy()  # near 100%: the builds are bound by the cores (with the slots' judging beside them)
     log(f"[kp] built ahead in {time.perf_counter() - t0:.0f} s"

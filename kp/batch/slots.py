@@ -204,7 +204,9 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
     _warm_up(forkserver_too)
     import torch
     from kp.lib import gpu_lock
-    gpu_lock.GPU_WAITS.append(lambda seconds: conn.send({"waited": seconds}))  # not charged to the job's limit
+    from kp.box import builds
+    for waits in (gpu_lock.GPU_WAITS, builds.OFF_THE_CLOCK):  # for the GPU, for a build ahead: not the job's time
+        waits.append(lambda seconds: conn.send({"waited": seconds}))
     gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     while True:
         try:
@@ -298,7 +300,8 @@ class Slot:
                 elif "say" in res:  # a warm judge's command's stderr, as it is written (kp.batch.server)
                     self.said.append(res["say"])
                     res = None
-                elif "waited" in res:  # for other judges on its GPU: the limit moves with it, as the judge's does
+                elif "waited" in res:  # for other judges on its GPU, for its build ahead: the limit moves with it,
+                    #                    as the judge's does
                     self.t0, self.waited, res = self.t0 + res["waited"], self.waited + res["waited"], None
         except (EOFError, OSError):
             pass

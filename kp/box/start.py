@@ -6,8 +6,6 @@ environment it gets are decided here once, early or not (kp.box.sandbox says how
 entry point; kp.judge.worker talks to it)."""
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -19,37 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from kp.box.builds import alive, cache_root, copy_builds, wait_for_build
+
 ROOT = Path(__file__).resolve().parents[2]
 BOX_CWD = "/tmp/work"  # the candidate's working directory in the box: on its private /tmp, gone with the box
 BOX_BUILDS = "/tmp/kp_builds"  # the candidate's own extension builds in the box (its TORCH_EXTENSIONS_DIR): a folder
 #                                of the box's own, lent the candidate's cached builds when its job takes the box
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("KP_CACHE_DIR") or Path.home() / ".cache" / "kernel_playground")
-
-
-def torch_version() -> str:
-    """torch's version, without importing it where it is not imported yet (the installed package's own)."""
-    t = sys.modules.get("torch")
-    if t is not None:
-        return t.__version__
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return "none"
-
-
-def candidate_build_dir(path: str | Path) -> Path:
-    """Where a candidate file's own extension builds (its load_inline's TORCH_EXTENSIONS_DIR) are kept between
-    judgements: keyed on the file's contents, torch's version and the Python ABI, so a re-judged candidate loads
-    its build instead of compiling again, and no other file shares (or can poison) the folder. A box never sees it:
-    its job is lent a copy (Box.lend) and what it built is put back when the box ends (BoxProcess.cleanup)."""
-    h = hashlib.sha256(Path(path).read_bytes())
-    h.update(f"{torch_version()}|{sys.version_info[:2]}".encode())
-    d = cache_root() / "candidates" / h.hexdigest()[:24]
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 class BoxProcess:
@@ -113,7 +86,7 @@ class BoxProcess:
         self.cgroup.remove()
         if self.builds:
             if self.home is not None and self.keep_builds:
-                _copy_builds(Path(self.builds), self.home)
+                copy_builds(Path(self.builds), self.home)
             shutil.rmtree(self.builds, ignore_errors=True)
             self.builds = None
 
@@ -134,20 +107,16 @@ class Box:
     def env(self) -> dict:
         return self.plan[2]
 
-    def lend(self, build_dir: str | None, deadline: float | None = None) -> None:
+    def lend(self, build_dir: str | None) -> None:
         """The candidate's cached builds copied into the box's own build folder before its job (a build still
-        running ahead of the job, kp.batch.ahead, waited for first, until `deadline`); they go back when the box
-        ends. The box's folder is not the cache: what one judgement writes there reaches the cache only under its
-        own file's contents."""
+        running ahead of the job, kp.batch.ahead, waited for first: not the job's time, kp.box.builds.wait_for_build);
+        they go back when the box ends. The box's folder is not the cache: what one judgement writes there reaches
+        the cache only under its own file's contents."""
         if not (self.proc.builds and build_dir):
             return
         home = Path(build_dir)
-        t0, waited = time.monotonic(), False
-        while building_elsewhere(home) and (deadline is None or time.monotonic() < deadline):
-            time.sleep(0.2)
-            waited = True
-        self.build_wait_s = time.monotonic() - t0 if waited else 0.0  # no build ahead: no build's time
-        _copy_builds(home, Path(self.proc.builds))
+        self.build_wait_s = wait_for_build(home)  # no build ahead: no build's time
+        copy_builds(home, Path(self.proc.builds))
         self.proc.home = home
 
     def discard(self) -> None:
@@ -218,66 +187,12 @@ def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     return Box(conn, BoxProcess(popen, cgroup, own), stderr, plan)
 
 
-def alive(pid: int) -> bool:
-    """Whether a process of this pid runs (one of another user's counts; a zombie, dead but not yet reaped by its
-    parent, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _sweep_boxes() -> None:
     """The build folders of boxes whose judge is gone (killed before it could remove them)."""
     for d in (cache_root() / "boxes").glob("box-*-*"):
         pid = d.name.split("-")[1]
         if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
-
-
-BUILDING = "kp_building"  # in a candidate's cache folder while its build runs ahead of its job: the builder's pid
-BUILT = "kp_built"  # in a candidate's cache folder once a build ahead imported it cleanly and its builds were put back:
-#                     a later batch's builds ahead pass it by (its judging's import still loads it through torch's
-#                     own up-to-date check, which rebuilds whatever is missing or stale)
-
-
-def building_elsewhere(home: Path) -> bool:
-    """Whether another process of the run is building this candidate ahead (kp.batch.ahead) right now."""
-    try:
-        pid = int((home / BUILDING).read_text())
-    except (OSError, ValueError):
-        return False
-    return pid != os.getpid() and alive(pid)
-
-
-def _copy_builds(src: Path, dst: Path) -> None:
-    """One build folder's files copied over another's, each file whole or not at all (written aside, then renamed
-    over: a process reading the destination meanwhile sees the old file or the new one); unchanged files (same size
-    and time) and torch's lock files (a build interrupted leaves one, which would stall the next) are skipped."""
-    for root, dirs, files in os.walk(src):
-        rel = Path(root).relative_to(src)
-        (dst / rel).mkdir(parents=True, exist_ok=True)
-        for name in files:
-            if name in ("lock", BUILDING, BUILT):
-                continue
-            a, b = Path(root) / name, dst / rel / name
-            try:
-                sa = a.stat()
-                sb = b.stat() if b.exists() else None
-                if sb is not None and sb.st_size == sa.st_size and int(sb.st_mtime) == int(sa.st_mtime):
-                    continue
-                tmp = b.with_name(f".{name}.{os.getpid()}.part")
-                shutil.copy2(a, tmp)
-                os.replace(tmp, b)
-            except OSError:
-                continue
 
 
 # Boxes started ahead of their job: (box, later). A box the command line started for its one job is discarded by a
@@ -403,7 +318,7 @@ def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True
         found = None
     box = found if found is not None else _start(plan, gpu=gpu)
     box.ahead = found is not None
-    box.lend(build_dir, deadline)
+    box.lend(build_dir)
     if args is not None and box.sent is None:
         box.conn.send(args)
         box.sent = args

@@ -188,6 +188,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         def start() -> ProcessRunner:
             runner = candidate_runner(self.ref.spec, path, self.device, self.precision, self._interim, boxed=boxed,
                                       train=self.train, deadline=self.deadline, limit_s=self.timeout_s)
+            self._off_the_clock(getattr(runner, "build_wait_s", 0.0))  # its build ahead's time (the runner's moved)
             self.runners.append(runner)
             runner.passed = row.checks
             return runner
@@ -326,7 +327,12 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
     def _waited_for_gpu(self, seconds: float) -> None:
         """Time spent waiting for other judges on this GPU is not the job's: its deadline, and its workers', move."""
         self.gpu_wait_s += seconds
-        if self.deadline is not None:
+        self._off_the_clock(seconds)
+
+    def _off_the_clock(self, seconds: float) -> None:
+        """Seconds that are not the job's (a wait for the GPU, for the candidate's build ahead): its deadline, and
+        its workers', move."""
+        if seconds and self.deadline is not None:
             self.deadline += seconds
         for runner in self.runners:
             if getattr(runner, "deadline", None) is not None:

@@ -190,7 +190,7 @@ class Reference(ShapeFamily):
 # A footprint on the meta device costs a process its first meta operators' imports (sympy, torch._dynamo: about 2 s
 # on a small job); the same file at the same sizes has the same footprint, kept here between runs.
 def _footprints_dir() -> Path:
-    from kp.box.start import cache_root
+    from kp.box.builds import cache_root
     return cache_root() / "footprints"
 
 

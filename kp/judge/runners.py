@@ -12,7 +12,8 @@ import traceback
 import types
 from pathlib import Path
 
-from kp.box.start import WORKER_PRELOAD, candidate_build_dir, candidate_paths
+from kp.box.builds import candidate_build_dir
+from kp.box.start import WORKER_PRELOAD, candidate_paths
 from kp.errors import OutOfMemory, Rejected, oom_request_bytes
 from kp.judge.guards import late_message
 from kp.judge.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_text, raised
@@ -93,7 +94,7 @@ class ProcessRunner:
                  limit_s: float | None = None, build_dir: str | None = None):
         """sandbox: run the worker in a box (kp.box.sandbox) that can read read_only and the judge's own files.
         deadline: time.monotonic() by which the whole job must be done (limit_s: its length, for the message).
-        build_dir: the candidate's own extension folder (kp.box.start.candidate_build_dir), writable in the box."""
+        build_dir: the candidate's own extension folder (kp.box.builds.candidate_build_dir), writable in the box."""
         import tempfile
         self.on_interim, self.sandboxed, self.device = on_interim, sandbox, device
         self.deadline, self.limit_s = deadline, limit_s
@@ -108,7 +109,9 @@ class ProcessRunner:
             self.scratch = None  # the box's private /tmp holds its working directory
             box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir, deadline)
             self.conn, self.proc, self.stderr = box.conn, box.proc, box.stderr
-            self.build_s = self.build_wait_s = box.build_wait_s  # waiting for its build ahead: the build's time
+            self.build_s = self.build_wait_s = box.build_wait_s  # waiting for its build ahead: the build's time,
+            if self.deadline is not None:  #                            not the job's (kp.box.builds.wait_for_build)
+                self.deadline += box.build_wait_s
             self.box_ahead = box.ahead
             self.seq, self.primed = box.seq, box.primed  # what its worker answered before the job (kp.batch.prime)
             return

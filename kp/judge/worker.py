@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from kp.box.start import alive, needs_dynamo
+from kp.box.builds import alive
+from kp.box.start import needs_dynamo
 from kp.errors import oom_request_bytes
 from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from kp.box.start import cache_root
+from kp.box.builds import cache_root
 from kp.errors import KernelBuildError, UsageError, first_line
 from kp.lib.registry import KERNELS, ROOT, capability, default_rung, problems, rung, runnable_variants, variants
 from kp.lib.sources import Export, binding_source, local_headers, parse_exports

@@ -258,3 +258,31 @@ def test_the_wait_for_a_build_running_ahead_is_booked_as_the_build(tmp_path, cli
     # the mark goes 20 s after the test starts; the judge gets to the box in 1-3 s here, 9 s on a 2-core host whose
     # cores other tests kept busy
     assert seconds["build"] >= 2.0 and seconds["judge start"] < 2.0, seconds
+
+
+@needs_box
+def test_a_batch_slot_does_not_time_out_a_job_waiting_for_its_build_ahead(tmp_path, cli):
+    """In a batch the slot's parent kills a job that outlasts its limit; a job waiting for its candidate's build
+    ahead is told to it as the wait goes (kp.box.builds.OFF_THE_CLOCK), so a build longer than the job's limit
+    moves that limit too, and the job gets its verdict, the wait booked as its build."""
+    import json
+    import subprocess
+    import time
+    cand = tmp_path / "cand.py"
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text() + f"\n# batch {tmp_path}\n")
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(f"reference,candidate\n{ROOT / 'tests' / 'batch' / 'ref.py'},{cand}\n")
+    home = builds.candidate_build_dir(cand)
+    builder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(90)"])
+    try:
+        (home / builds.BUILDING).write_text(str(builder.pid))
+        # the slot kills at its limit plus a grace (and, before the job starts, its start-up): 8 + 10 + 30 s
+        threading.Thread(target=lambda: (time.sleep(55.0), (home / builds.BUILDING).unlink())).start()
+        out = tmp_path / "r.jsonl"
+        r = cli("--jobs", jobs, "--device", "cpu", "--allow-torch", "--no-compile", "--timeout", "8", "--out", out)
+    finally:
+        builder.kill()
+        builder.wait()
+    line = json.loads(out.read_text().splitlines()[0])
+    assert r.returncode == 0 and line["ok"], line["verdict"]
+    assert line["record"]["stage_seconds"]["build"] >= 20.0, line["record"]["stage_seconds"]

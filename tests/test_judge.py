@@ -12,6 +12,7 @@ import torch
 import harness
 from kp.judge import driver as judge
 from kp.judge import guards, runners
+from kp.judge.stages import Stage
 from conftest import HAS_GPU
 from cases import CASES_DIR
 
@@ -181,7 +182,7 @@ def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
         assert list(inspect.signature(getattr(judge.Judge, s.method)).parameters) == ["self", "rec", "init"], s
     seen = []
     monkeypatch.setattr(judge.Judge, "stage_seen", lambda self, rec, init: seen.append(list(rec)), raising=False)
-    monkeypatch.setattr(judge, "STAGES", judge.STAGES[:3] + (judge.Stage("seen", "stage_seen"),) + judge.STAGES[3:])
+    monkeypatch.setattr(judge, "STAGES", judge.STAGES[:3] + (Stage("seen", "stage_seen"),) + judge.STAGES[3:])
     ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
     rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
     assert rec["rows"]["candidate"]["accepted"] and len(seen) == 1
@@ -198,7 +199,7 @@ def test_the_stage_table_books_waits_and_builds_apart(monkeypatch):
         self._waited_for_gpu(0.1)  # as timing.gpu_shared tells it
         self.runners[0].build_s += 0.15  # as a worker's reply tells it
     monkeypatch.setattr(judge.Judge, "stage_wb", stage_waits_and_builds, raising=False)
-    monkeypatch.setattr(judge, "STAGES", judge.STAGES + (judge.Stage("wb", "stage_wb"),))
+    monkeypatch.setattr(judge, "STAGES", judge.STAGES + (Stage("wb", "stage_wb"),))
     ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
     rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
     st = rec["stage_seconds"]

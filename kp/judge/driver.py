@@ -30,21 +30,19 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
     after a device-wide synchronize; the samples are told here call by call, reduced here and bounded by the wall
     time this process saw.
 
-This module holds the driver (Judge.run: the stages of STAGES in order, the record); each stage lives in a module of
-its own, its methods mixed into Judge: kp.judge.parity (construct, parity), kp.judge.kernelbench (KernelBench's own
-check), kp.judge.escape (escape, own kernel), kp.judge.timed (timing, ceilings), kp.judge.observe (--profile,
---ncu). Every stage has one interface, a method ``stage_<name>(rec, init)``; a new check is a method in the stage it
-belongs to, or a new stage (a method and one entry of STAGES).
+This module holds the driver (Judge.run: the stages of STAGES, kp.judge.stages, in order; the record); each stage
+lives in a module of its own, its methods mixed into Judge: kp.judge.parity (construct, parity),
+kp.judge.kernelbench (KernelBench's own check), kp.judge.escape (escape, own kernel), kp.judge.timed (timing,
+ceilings), kp.judge.observe (--profile, --ncu). Every stage has one interface, a method ``stage_<name>(rec, init)``;
+a new check is a method in the stage it belongs to, or a new stage (a method and one entry of STAGES).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import random
 import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -64,6 +62,7 @@ from kp.judge.record import RecordParts, process_age_s
 from kp.judge.family import member_names, module_sizes
 from kp.judge.family_parity import FamilyParity
 from kp.judge.parity import MIN_TRIALS, CallCheck, ParityStage
+from kp.judge.stages import AFTER_WORKERS, BUILD_STAGE, STAGES, WAIT_STAGE
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
 from kp.judge.worker import JOB_TIMEOUT_S
@@ -337,54 +336,6 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         for runner in self.runners:
             if getattr(runner, "deadline", None) is not None:
                 runner.deadline += seconds
-
-
-# Stage-table rows that are not stages: the time a stage spent waiting for other judges on its GPU, and the time the
-# candidate's own extension builds took (load/load_inline, wherever it calls them), each taken out of its stage.
-WAIT_STAGE = "waiting for the GPU"
-BUILD_STAGE = "build"
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage:
-    """One stage of the judge: its name (its key in the record's stage_seconds), the Judge method that runs it,
-    called with the record and the reference's init arguments (a failure there rejects a row, through Row.reject,
-    or raises for the whole job), and whether it applies to this judge."""
-    name: str
-    method: str
-    applies: Callable[[Judge], bool] = lambda judge: True
-    shares_gpu: Callable[[Judge], bool] = lambda judge: False  # runs GPU work beside other judges' (their checks,
-    #                                                               never their timing): kp.lib.gpu_lock
-
-
-def _on_gpu(judge: Judge) -> bool:
-    return judge.device == "cuda"
-
-
-def _always(judge: Judge) -> bool:
-    return True
-
-
-def _unless_timing(judge: Judge) -> bool:
-    """Without timing, nothing of the escape stage on needs the GPU to itself (kp.lib.gpu_lock)."""
-    return not judge.bench
-
-
-# The stages in order. Adding a check is a method in the stage module it belongs to, or a new stage: a method of a
-# mixin of Judge and one entry here.
-STAGES = (
-    Stage("setup and baselines", "stage_setup", shares_gpu=_always),  # kp.judge.parity: memory plan, float64
-    #                                                                    placement, baselines
-    Stage("import", "stage_import"),  # the candidate's file imported in its worker (its build: the host's work)
-    Stage("parity", "stage_parity", shares_gpu=_always),  # construct, the stateful checked calls, derived inputs,
-    #                                                    declared cases
-    Stage("kernelbench check", "stage_kernelbench", shares_gpu=_always),  # kp.judge.kernelbench: KernelBench's own
-    Stage("escape", "stage_escape", _on_gpu, _unless_timing),  # kp.judge.escape: work outside the timer, own kernel
-    Stage("timing", "stage_timing", _on_gpu, _unless_timing),  # kp.judge.timed (without timing: its checked calls)
-    Stage("traffic, memory and ceilings", "stage_ceilings", _on_gpu, _unless_timing),
-    Stage("profile", "stage_profile", lambda judge: judge.profile),  # kp.judge.observe
-)
-AFTER_WORKERS = (Stage("ncu", "stage_ncu", lambda judge: judge.ncu and _on_gpu(judge)),)
 
 
 def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants: list[str] | None = None,

@@ -1,0 +1,55 @@
+"""The judge's stages in the order the driver runs them (kp.judge.driver.Judge.run), and the stage table's rows
+that are not stages. Each stage is a method ``stage_<name>(rec, init)`` of a mixin of Judge, in the module its
+comment names; the predicates take the judge."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+
+# Stage-table rows that are not stages: the time a stage spent waiting for other judges on its GPU, and the time the
+# candidate's own extension builds took (load/load_inline, wherever it calls them), each taken out of its stage.
+WAIT_STAGE = "waiting for the GPU"
+BUILD_STAGE = "build"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of the judge: its name (its key in the record's stage_seconds), the Judge method that runs it,
+    called with the record and the reference's init arguments (a failure there rejects a row, through Row.reject,
+    or raises for the whole job), and whether it applies to this judge."""
+    name: str
+    method: str
+    applies: Callable[[Any], bool] = lambda judge: True
+    shares_gpu: Callable[[Any], bool] = lambda judge: False  # runs GPU work beside other judges' (their checks,
+    #                                                               never their timing): kp.lib.gpu_lock
+
+
+def _on_gpu(judge) -> bool:
+    return judge.device == "cuda"
+
+
+def _always(judge) -> bool:
+    return True
+
+
+def _unless_timing(judge) -> bool:
+    """Without timing, nothing of the escape stage on needs the GPU to itself (kp.lib.gpu_lock)."""
+    return not judge.bench
+
+
+# The stages in order. Adding a check is a method in the stage module it belongs to, or a new stage: a method of a
+# mixin of Judge and one entry here.
+STAGES = (
+    Stage("setup and baselines", "stage_setup", shares_gpu=_always),  # kp.judge.parity: memory plan, float64
+    #                                                                    placement, baselines
+    Stage("import", "stage_import"),  # the candidate's file imported in its worker (its build: the host's work)
+    Stage("parity", "stage_parity", shares_gpu=_always),  # construct, the stateful checked calls, derived inputs,
+    #                                                    declared cases
+    Stage("kernelbench check", "stage_kernelbench", shares_gpu=_always),  # kp.judge.kernelbench: KernelBench's own
+    Stage("escape", "stage_escape", _on_gpu, _unless_timing),  # kp.judge.escape: work outside the timer, own kernel
+    Stage("timing", "stage_timing", _on_gpu, _unless_timing),  # kp.judge.timed (without timing: its checked calls)
+    Stage("traffic, memory and ceilings", "stage_ceilings", _on_gpu, _unless_timing),
+    Stage("profile", "stage_profile", lambda judge: judge.profile),  # kp.judge.observe
+)
+AFTER_WORKERS = (Stage("ncu", "stage_ncu", lambda judge: judge.ncu and _on_gpu(judge)),)

@@ -1,6 +1,7 @@
 """Starting a candidate's box ahead of its job and handing it over (kp.box.start): a box is adopted only by a job
 it was made for (the same reference, folders, environment and file, whatever the file's contents now), is lent the
 builds cached for the contents it judges, waits for a build running ahead, and leaves no process when discarded."""
+import contextlib
 import os
 import shutil
 import sys
@@ -232,27 +233,34 @@ def test_a_real_build_goes_back_to_the_cache_and_is_loaded_next_time(tmp_path):
     assert not list((tmp_path / "cache" / "boxes").iterdir())
 
 
+@contextlib.contextmanager
+def built_ahead_for(cand: Path, seconds: float):
+    """The candidate's cache folder marked as building ahead (kp.batch.ahead) by a live process, for `seconds`."""
+    import subprocess
+    import time
+    home = builds.candidate_build_dir(cand)
+    builder = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds + 30})"])
+    try:
+        (home / builds.BUILDING).write_text(str(builder.pid))
+        threading.Thread(target=lambda: (time.sleep(seconds), (home / builds.BUILDING).unlink())).start()
+        yield
+    finally:
+        builder.kill()
+        builder.wait()
+
+
 @needs_box
 def test_the_wait_for_a_build_running_ahead_is_booked_as_the_build(tmp_path, cli):
     """A job whose candidate is still building ahead of it (kp.batch.ahead) waits for that build before its box is
     lent the folder: the record books that wait as "build", not as the judge's start, and a build longer than the
     job's own time limit does not time the job out (the build ahead has a limit of its own)."""
     import json
-    import subprocess
-    import time
     cand = tmp_path / "cand.py"
     cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text() + f"\n# {tmp_path}\n")
-    home = builds.candidate_build_dir(cand)
-    builder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        (home / builds.BUILDING).write_text(str(builder.pid))
-        threading.Thread(target=lambda: (time.sleep(20.0), (home / builds.BUILDING).unlink())).start()
-        out = tmp_path / "r.jsonl"
+    out = tmp_path / "r.jsonl"
+    with built_ahead_for(cand, 20.0):
         r = cli("--ref", ROOT / "tests" / "batch" / "ref.py", "--candidate", cand, "--device", "cpu",
                 "--allow-torch", "--no-compile", "--timeout", "15", "--out", out)
-    finally:
-        builder.kill()
-        builder.wait()
     assert r.returncode == 0, r.stderr[-2000:]
     seconds = json.loads(out.read_text().splitlines()[0])["record"]["stage_seconds"]
     # the mark goes 20 s after the test starts; the judge gets to the box in 1-3 s here, 9 s on a 2-core host whose
@@ -266,23 +274,13 @@ def test_a_batch_slot_does_not_time_out_a_job_waiting_for_its_build_ahead(tmp_pa
     ahead is told to it as the wait goes (kp.box.builds.OFF_THE_CLOCK), so a build longer than the job's limit
     moves that limit too, and the job gets its verdict, the wait booked as its build."""
     import json
-    import subprocess
-    import time
     cand = tmp_path / "cand.py"
     cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text() + f"\n# batch {tmp_path}\n")
     jobs = tmp_path / "jobs.csv"
     jobs.write_text(f"reference,candidate\n{ROOT / 'tests' / 'batch' / 'ref.py'},{cand}\n")
-    home = builds.candidate_build_dir(cand)
-    builder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(90)"])
-    try:
-        (home / builds.BUILDING).write_text(str(builder.pid))
-        # the slot kills at its limit plus a grace (and, before the job starts, its start-up): 8 + 10 + 30 s
-        threading.Thread(target=lambda: (time.sleep(55.0), (home / builds.BUILDING).unlink())).start()
-        out = tmp_path / "r.jsonl"
+    out = tmp_path / "r.jsonl"
+    with built_ahead_for(cand, 55.0):  # the slot kills a job 8 + 30 s (its limit and a grace) after it starts
         r = cli("--jobs", jobs, "--device", "cpu", "--allow-torch", "--no-compile", "--timeout", "8", "--out", out)
-    finally:
-        builder.kill()
-        builder.wait()
     line = json.loads(out.read_text().splitlines()[0])
     assert r.returncode == 0 and line["ok"], line["verdict"]
     assert line["record"]["stage_seconds"]["build"] >= 20.0, line["record"]["stage_seconds"]

@@ -209,8 +209,10 @@ def candidate_paths(candidate: str | Path) -> list[str]:
 # What a candidate's worker imports before its job: the box while the judge gets ready, the forkserver an unboxed
 # worker is forked from once for all (about 3 s of imports per candidate otherwise). Neither touches CUDA there.
 # torch._dynamo (2.5-3 s on two cores, 4.3 s on an H200 host) only where the candidate's file asks for it
-# (needs_dynamo): the judge's own stages do not use it.
-WORKER_PRELOAD = ["kp.judge.worker"]
+# (needs_dynamo): the judge's own stages do not use it. torch.utils.cpp_extension (and setuptools under it: 0.17-0.19 s
+# on two cores) because every candidate's import first wraps its load and load_inline (guards.record_build_failures):
+# imported here, that is off the job's path.
+WORKER_PRELOAD = ["kp.judge.worker", "torch.utils.cpp_extension"]
 DYNAMO_PRELOAD = ["torch._dynamo"]
 DYNAMO_MARKERS = (b"compile", b"dynamo", b"inductor")  # what a file that may start torch.compile mentions
 

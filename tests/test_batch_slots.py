@@ -93,6 +93,9 @@ def test_builds_start_longest_first_and_are_judged_as_they_are_expected_to_end(t
     monkeypatch.setattr(ahead, "build_one", lambda job, timeout_s: limits.update({stem(job): timeout_s}))
     ahead.build_ahead(starts, procs=2, timeout_s=100, log=lambda s: None)
     assert limits == {"long": 200, "bare": 200, "s0": 100, "s1": 100, "s2": 100}
+    monkeypatch.setattr(ahead, "LIMITS_MOST", 1)  # and no more than LIMITS_MOST of them
+    ahead.build_ahead(starts[:1], procs=2, timeout_s=100, log=lambda s: None)
+    assert limits["long"] == 100
     started = []
     monkeypatch.setattr(ahead, "build_ahead", lambda todo, procs, timeout_s, log: started.extend(todo))
     order, thread = ahead.build_ahead_of_slots(jobs + [pure], [None], timeout_s=60, procs=2)

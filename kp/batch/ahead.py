@@ -25,6 +25,7 @@ from kp.batch.jobfile import Job
 from kp.errors import Rejected
 
 MARKERS = (b"cpp_extension", b"load_inline")  # what a file that builds its own extension mentions
+LIMITS_MOST = 3  # a build ahead's limit: the job's once per extension the file builds, up to this many (build_ahead)
 
 
 def builds_own_extension(path: str | Path) -> bool:
@@ -158,7 +159,9 @@ def build_ahead(jobs: list[Job], procs: int, timeout_s: float, log=print) -> dic
     """Import every job's candidate, `procs` at a time; returns per candidate file None or why it failed. Each may
     take `timeout_s` per extension it builds (`builds_in`): a file's builds run one after another, and beside a
     core's worth of others each takes longer than alone (a file of three took over 300 s on a host building 32 at
-    once; stopped, its builds were lost and its jobs built them again inside their own time)."""
+    once; stopped, its builds were lost and its jobs built them again inside their own time). At most LIMITS_MOST
+    limits: a job waits for its build ahead off its own clock, so a file that hangs at import keeps its slot for
+    these limits and then its own."""
     if not jobs:
         return {}
     from kp.batch.usage import CpuUse
@@ -166,7 +169,7 @@ def build_ahead(jobs: list[Job], procs: int, timeout_s: float, log=print) -> dic
     log(f"[kp] building {len(jobs)} candidates' own extensions ahead of judging, {procs} at a time")
     with ThreadPoolExecutor(max_workers=procs) as pool:
         res = dict(zip((j.candidate for j in jobs),
-                       pool.map(lambda j: build_one(j, timeout_s * builds_in(j.candidate)), jobs)))
+                       pool.map(lambda j: build_one(j, timeout_s * min(builds_in(j.candidate), LIMITS_MOST)), jobs)))
     bad = sum(v is not None for v in res.values())
     busy = cpu.busy()  # near 100%: the builds are bound by the cores (with the slots' judging beside them)
     log(f"[kp] built ahead in {time.perf_counter() - t0:.0f} s"

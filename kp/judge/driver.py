@@ -187,8 +187,8 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         def start() -> ProcessRunner:
             runner = candidate_runner(self.ref.spec, path, self.device, self.precision, self._interim, boxed=boxed,
                                       train=self.train, deadline=self.deadline, limit_s=self.timeout_s)
-            self._off_the_clock(getattr(runner, "build_wait_s", 0.0))  # its build ahead's time (the runner's moved)
             self.runners.append(runner)
+            self._off_the_clock(getattr(runner, "build_wait_s", 0.0))  # its wait for its build ahead
             runner.passed = row.checks
             return runner
         row = Row("candidate", None, path=str(path), respawn=start)
@@ -331,7 +331,9 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
     def _off_the_clock(self, seconds: float) -> None:
         """Seconds that are not the job's (a wait for the GPU, for the candidate's build ahead): its deadline, and
         its workers', move."""
-        if seconds and self.deadline is not None:
+        if not seconds:
+            return
+        if self.deadline is not None:
             self.deadline += seconds
         for runner in self.runners:
             if getattr(runner, "deadline", None) is not None:

@@ -45,6 +45,20 @@ def test_a_box_started_early_is_adopted_by_the_same_job_only(tmp_path):
 
 
 @needs_box
+def test_a_single_commands_box_started_before_its_torch_import_is_adopted(tmp_path):
+    """run.py starts the candidate's box before it imports torch, so the box is not told torch's choice of CPU
+    kernels; the judge still adopts it (its record's boxes_started_ahead) rather than starting a second box."""
+    import json
+    import subprocess
+    out = tmp_path / "rec.json"
+    r = subprocess.run([sys.executable, "run.py", "--ref", str(ROOT / "tests" / "batch" / "ref.py"), "--candidate",
+                        str(ROOT / "tests" / "batch" / "good.py"), "--device", "cpu", "--allow-torch", "--no-bench",
+                        "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert json.loads(out.read_text())["boxes_started_ahead"] == [True]
+
+
+@needs_box
 def test_a_box_started_for_a_file_serves_its_next_version_and_is_lent_its_builds(tmp_path, monkeypatch):
     """A loop edits its candidate between commands: the box started for the file's last version is adopted by the
     next (same file, new contents), and lent that version's own cached builds, never the last version's; what the

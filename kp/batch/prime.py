@@ -138,6 +138,7 @@ def host_made(job: Job) -> bool:
 def pick(free: list, plan: tuple, job: Job):
     """Of the boxes waiting, one for this job: of its plan, and running the reference ahead for this job or for none
     (a box told another job's arguments serves only that job)."""
-    mine = [b for b in free if b.plan == plan and (b.early is None and b.sent is None or
-                                                    b.early is not None and b.early.job == job)]
+    from kp.box.start import fits
+    mine = [b for b in free if fits(b, plan) and (b.early is None and b.sent is None or
+                                                  b.early is not None and b.early.job == job)]
     return next((b for b in mine if b.early is not None), mine[0] if mine else None)

@@ -261,7 +261,7 @@ def start_early(ref_spec, candidate: str, boxed: bool = True, later: bool = Fals
             return
         plan = plan_for(ref_spec, candidate)
         if one_waiting:
-            discard_early({id(b) for b in waiting() if b.plan == plan and b.proc.is_alive()})
+            discard_early({id(b) for b in waiting() if fits(b, plan) and b.proc.is_alive()})
             if waiting():
                 return
         box = _start(plan, cuda, gpu=cuda)
@@ -282,6 +282,19 @@ def discard_early(keep: set[int] = frozenset()) -> None:
         if id(box) not in keep:
             _early.remove((box, later))
             box.discard()
+
+
+def fits(box: Box, plan: tuple) -> bool:
+    """Whether a box serves a job made to `plan` (_plan): made to the same plan, or made before this process imported
+    torch, and so not told torch's choice of CPU kernels (sandbox.box_env), and otherwise the same. Such a box's
+    worker picks its own, on this machine the same; where it picked others, the judge starts a fresh worker told this
+    process's choice (kp.judge.parity). Both the command line's box, started before its torch import, and a new
+    slot's first box are such boxes."""
+    if box.plan == plan:
+        return True
+    mine, want = box.plan[2], plan[2]
+    return ("ATEN_CPU_CAPABILITY" not in mine and box.plan[:2] + box.plan[3:] == plan[:2] + plan[3:]
+            and mine == {k: v for k, v in want.items() if k != "ATEN_CPU_CAPABILITY"})
 
 
 def plan_for(ref_spec, candidate: str | Path) -> tuple:
@@ -309,7 +322,7 @@ def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True
     args = worker_args(ref_spec, worker[0], worker[1], plan[2], worker[2]) if worker else None
     found = None
     for box, later in list(_early):
-        if found is None and box.plan == plan and box.proc.is_alive() and box.sent in (None, args):
+        if found is None and fits(box, plan) and box.proc.is_alive() and box.sent in (None, args):
             found = box
             _early.remove((box, later))
         elif not later or not box.proc.is_alive():

@@ -227,7 +227,7 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
         tries: dict = {}
         made: list = []
 
-        def __init__(self, gpu, log_path, forks):
+        def __init__(self, gpu, log_path, forks, job_first=False):
             self.gpu, self.job, self.key, self.reserved, self.closed = gpu, None, None, [], False
             self.last_candidate = None
             FakeSlot.made.append(self)
@@ -281,12 +281,12 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
     res = backends.run_local(jobs, [None], tmp_path / "r3.jsonl", progress=False)
     assert all(d["verdict"].startswith("error: softmax needs") for d in res) and len(res) == 4
     # what marks such a job: the judge's GpuMemoryShort, not any usage error
-    from kp.batch import slots
+    from kp.batch import slot_process
     from kp.errors import GpuMemoryShort, UsageError
     from kp.judge import driver
     for error, marked in ((GpuMemoryShort("softmax needs about 36.0 GiB"), True), (UsageError("no such file"), False)):
         monkeypatch.setattr(driver, "evaluate", lambda *a, error=error, **k: (_ for _ in ()).throw(error))
-        r = slots.run_job(jobs[0])
+        r = slot_process.run_job(jobs[0])
         assert r["verdict"].startswith("error: ") and r["gpu_memory"] is marked
 
 

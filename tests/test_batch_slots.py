@@ -5,8 +5,11 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
 from kp.batch import jobfile
+from kp.box import sandbox
 
 CASES = ROOT / "tests" / "batch"
 CANDS = sorted(p for p in CASES.glob("*.py") if p.name != "ref.py")
@@ -20,7 +23,7 @@ def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     ahead runs at a lower CPU priority than the judges beside it (it writes its niceness into the file)."""
     import os
     from kp.box.builds import candidate_build_dir
-    from kp.batch import ahead, slots
+    from kp.batch import ahead, slot_process
     src = ("import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
            "# noqa: F401\n\n# {tag}\nmark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) / 'built'\n"
            "AHEAD = mark.exists()\nmark.write_text(str(os.nice(0)))\n\n\nclass ModelNew(nn.Module):\n"
@@ -37,7 +40,7 @@ def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     assert ahead.build_ahead(jobs[1:], procs=2, timeout_s=120, log=said.append) == {jobs[1].candidate: None}
     assert "building 1 candidates' own extensions ahead" in said[0] and said[-1].startswith("[kp] built ahead in")
     assert int((candidate_build_dir(jobs[1].candidate) / "built").read_text()) == min(19, os.nice(0) + 10)
-    cold, warm = slots.run_job(jobs[0]), slots.run_job(jobs[1])
+    cold, warm = slot_process.run_job(jobs[0]), slot_process.run_job(jobs[1])
     assert not cold["ok"] and "trial 1" in cold["verdict"], cold["verdict"]
     assert warm["ok"], warm["verdict"]
 
@@ -111,7 +114,7 @@ def test_builds_started_in_init_or_at_the_first_call_are_built_ahead_too(tmp_pat
     into its build folder; each candidate is right only when it finds the file there when its judging reaches the
     build (a judging that had to build gives the identity instead of the ReLU). A batch judges the candidates that
     build nothing first, while the builds run beside it."""
-    from kp.batch import ahead, slots
+    from kp.batch import ahead, slot_process
     head = ("import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
             "# noqa: F401\n\n# {tag}\n\n\ndef build():\n    mark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) "
             "/ 'built'\n    ahead = mark.exists()\n    mark.write_text('x')\n    return ahead\n\n\n")
@@ -131,7 +134,7 @@ def test_builds_started_in_init_or_at_the_first_call_are_built_ahead_too(tmp_pat
     assert order == [pure] + jobs and builds is not None  # what builds nothing is judged first
     builds.join(120)
     for job in jobs:
-        res = slots.run_job(job)
+        res = slot_process.run_job(job)
         assert res["ok"], (job.candidate, res["verdict"])
 
 
@@ -190,6 +193,29 @@ def test_boxes_ahead_follow_the_cores_a_slot_has():
         assert backends.ahead(1) == 1 and backends.ahead(4) == 1
     with mock.patch.object(backends.os, "cpu_count", lambda: 64):
         assert backends.ahead(12) == 2 and backends.ahead(4) == backends.AHEAD_MOST
+
+
+def test_a_slots_process_imports_nothing_heavy_before_its_first_jobs_box():
+    """What a slot's fresh interpreter imports before its loop (the module its process runs) pulls in neither torch
+    nor the judge, so the first job's box starts before them."""
+    import subprocess
+    import sys
+    code = ("import sys, kp.batch.slot_process\n"
+            "print(sorted(m for m in ('torch', 'kp.judge.driver') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+@pytest.mark.skipif(sandbox.status()[0] is None, reason=f"no sandbox here: {sandbox.status()[1]}")
+def test_a_slots_first_job_takes_the_box_started_before_the_slots_own_start():
+    """A batch's slot reads its first job as it starts and starts that job's box before its own imports: the job
+    takes that box (its record's boxes_started_ahead), rather than starting one when it begins."""
+    from kp.batch import backends
+    opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
+    job = jobfile.make_job(("file", str(CASES / "ref.py")), CASES / "good.py", opts)
+    res, = backends.run_local([job], [None], None, timeout_s=120, progress=False)
+    assert res["ok"], res["verdict"]
+    assert res["record"]["boxes_started_ahead"] == [True]
 
 
 def test_a_slot_does_not_charge_waiting_for_the_gpu_to_its_job():

@@ -117,7 +117,8 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
     forks = _forks_workers([job for job, _ in todo])
-    slots = [Slot(g, str(log_dir / f"slot{i}.log") if log_dir else None, forks) for i, g in enumerate(gpus)]
+    slots = [Slot(g, str(log_dir / f"slot{i}.log") if log_dir else None, forks, job_first=i < len(todo))
+             for i, g in enumerate(gpus)]
     names = [f"gpu{g}" if g is not None else f"cpu{i}" for i, g in enumerate(gpus)]
     shared = {g for g in gpus if g is not None and gpus.count(g) > 1}
     again: list[tuple[Job, str]] = []

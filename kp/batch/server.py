@@ -6,8 +6,8 @@ torch imported and CUDA's context made, which keeps the ceilings it measures; re
 progress on stderr as it goes, the rest at the end). As each command starts (and at its own start, for the command
 that started it) the slot starts the box for the same candidate's next judgement (a kernel author re-running the
 file after an edit: the box binds the candidate's folder, so it sees the new file), so the next command pays neither
-torch's import nor the box's start (kp.batch.slots.run_command). The server leaves after IDLE_S without a command,
-or at `run.py --warm-stop`.
+torch's import nor the box's start (kp.batch.slot_process.run_command). The server leaves after IDLE_S without a
+command, or at `run.py --warm-stop`.
 
 One server per user, device (`--device cpu`, or the GPUs CUDA_VISIBLE_DEVICES names), the judge's own code (its
 files' sizes and times) and the KP_* settings: a command that differs in any of these gets a server of its own, and

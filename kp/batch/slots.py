@@ -34,8 +34,9 @@ class Slot:
     result, and a fresh process replaces a dead or killed one."""
 
     def __init__(self, gpu: str | None, log_path: str | None, forkserver_too: bool = True, job_first: bool = False):
-        """job_first: a job is submitted as soon as the slot is made (a batch's slots), so the slot's process starts
-        that job's box before its own imports (kp.batch.slot_process)."""
+        """job_first: a job is submitted as soon as the slot is made, and again as soon as a fresh process replaces a
+        dead or killed one (a batch's slots), so the slot's process starts that job's box before its own imports
+        (kp.batch.slot_process)."""
         self.gpu, self.log_path, self.forkserver_too = gpu, log_path, forkserver_too
         self.job_first = job_first
         self.job: Job | None = None
@@ -54,7 +55,6 @@ class Slot:
         # closed pipe.
         self.proc = ctx.Process(target=_slot_main, args=(child, self.gpu, self.log_path, self.forkserver_too,
                                                          self.job_first))
-        self.job_first = False  # a slot started again after a death or a kill is sent its next job when it is free
         start_without_main(self.proc)
         child.close()
 

@@ -167,6 +167,9 @@ def _start_box_for(job: Job) -> None:
                          cuda=opts.get("device") != "cpu")
 
 
+_NOTHING = object()  # _first_job: no job came
+
+
 def _first_job(conn):
     """A new slot's first job, read as soon as it is sent, its box started at once (_start_box_for): in a warm batch
     the first jobs' boxes were started only after the slots' own start, and their jobs' verdicts came 25 s after
@@ -181,9 +184,6 @@ def _first_job(conn):
     if isinstance(msg, tuple) and msg[0].candidate:
         _start_box_for(msg[0])
     return msg
-
-
-_NOTHING = object()
 
 
 def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool, job_first: bool = False) -> None:
@@ -250,5 +250,3 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         conn.send(res)
         if broken:
             return
-
-

@@ -290,11 +290,9 @@ def fits(box: Box, plan: tuple) -> bool:
     worker picks its own, on this machine the same; where it picked others, the judge starts a fresh worker told this
     process's choice (kp.judge.parity). Both the command line's box, started before its torch import, and a new
     slot's first box are such boxes."""
-    if box.plan == plan:
-        return True
-    mine, want = box.plan[2], plan[2]
-    return ("ATEN_CPU_CAPABILITY" not in mine and box.plan[:2] + box.plan[3:] == plan[:2] + plan[3:]
-            and mine == {k: v for k, v in want.items() if k != "ATEN_CPU_CAPABILITY"})
+    unpinned = {k: v for k, v in plan[2].items() if k != "ATEN_CPU_CAPABILITY"}
+    return box.plan == plan or ("ATEN_CPU_CAPABILITY" not in box.plan[2] and
+                                box.plan == (*plan[:2], unpinned, *plan[3:]))
 
 
 def plan_for(ref_spec, candidate: str | Path) -> tuple:

@@ -22,9 +22,9 @@ LAYER_ORDER = (
     # foundations: errors, numerics, the dispatch modes a reference is counted under, the float64 copy,
     # derived-input premises, the sandbox, the kernel registry
     "errors", "lib.numerics", "lib.op_modes", "judge.float64", "judge.premises", "box.sandbox", "lib.registry",
-    # building: a candidate's cached builds, its box and paths, what a source exports and includes, the compile
-    # cache, the CPU-side compile checks, the layers models/ are made of
-    "box.builds", "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",
+    # building: a candidate's cached builds, torch's header precompiled for them, its box and paths, what a source
+    # exports and includes, the compile cache, the CPU-side compile checks, the layers models/ are made of
+    "box.builds", "box.pch", "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",
     # one judged call: the reference's shape family, the reference, judges sharing a GPU, the timer, profiles, what
     # is watched in a candidate's process, the worker that runs a model, the runners that talk to it, the boxed
     # worker's entry

@@ -16,6 +16,9 @@ HAS_GPU = torch.cuda.is_available()
 # three quarters of what the host has free: the suite runs several judges at once (xdist), each seeing the same free
 # memory. A test that needs another budget sets its own.
 os.environ.setdefault("KP_CPU_MEMORY", str(3 << 29))
+# No batch precompiles torch's header in the background (kp.box.pch, 800 MB and a minute of a core per variant, in a
+# cache a test removes); tests/test_pch.py turns it on where it tests it.
+os.environ.setdefault("KP_PCH", "0")
 
 
 def gpu(test):

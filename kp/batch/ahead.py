@@ -165,7 +165,12 @@ def build_ahead(jobs: list[Job], procs: int, timeout_s: float, log=print) -> dic
     if not jobs:
         return {}
     from kp.batch.usage import CpuUse
+    from kp.box import pch
     t0, cpu = time.perf_counter(), CpuUse()
+    try:  # torch's header precompiled beside the first builds, for all that start after it is there
+        pch.start(pch.variants(j.candidate for j in jobs))
+    except OSError as e:
+        log(f"[kp] torch's header not precompiled ({type(e).__name__}: {e}): the builds parse it each")
     log(f"[kp] building {len(jobs)} candidates' own extensions ahead of judging, {procs} at a time")
     with ThreadPoolExecutor(max_workers=procs) as pool:
         res = dict(zip((j.candidate for j in jobs),

@@ -136,11 +136,11 @@ def _plan(ref_spec, read_only: list[str], builds: bool) -> tuple:
     bound folder, is the inode it was when the box started). Nothing of the file's contents: a box started for one
     version of a candidate serves the next version of the same file (a loop's edit), its builds lent at its job."""
     from multiprocessing import util
-    from kp.box import sandbox
+    from kp.box import pch, sandbox
     ro = [str(ROOT), *read_only]
     if ref_spec[0] == "file":
         ro += [str(Path(ref_spec[1]).resolve().parent), str(Path(ref_spec[1]).resolve())]
-    env = sandbox.box_env(dict(os.environ), str(ROOT))
+    env = pch.env(sandbox.box_env(dict(os.environ), str(ROOT)))  # what the cache holds precompiled, read-only
     env["KP_CACHE_DIR"] = "/tmp/kp_cache"  # what the candidate builds, privately
     env.pop("KP_CACHE_SHARED", None)
     if cache_root().is_dir():  # the playground's kernels as built and verified here, read-only

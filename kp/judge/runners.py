@@ -12,6 +12,7 @@ import traceback
 import types
 from pathlib import Path
 
+from kp.box import pch
 from kp.box.builds import candidate_build_dir
 from kp.box.start import WORKER_PRELOAD, candidate_paths
 from kp.errors import OutOfMemory, Rejected, oom_request_bytes
@@ -118,7 +119,7 @@ class ProcessRunner:
         self.scratch = tempfile.mkdtemp(prefix="kp-cwd-")
         ctx = _context()
         self.conn, child = ctx.Pipe()
-        env = {**os.environ, **({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else {})}
+        env = pch.env({**os.environ, **({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else {})})
         # the last: this judge's pid, which the worker ends with (kp.judge.worker.end_with_judge)
         self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT),
                                                           env, self.scratch, train, self.stderr.name, os.getpid()),

@@ -211,8 +211,12 @@ def candidate_paths(candidate: str | Path) -> list[str]:
 # torch._dynamo (2.5-3 s on two cores, 4.3 s on an H200 host) only where the candidate's file asks for it
 # (needs_dynamo): the judge's own stages do not use it. torch.utils.cpp_extension (and setuptools under it: 0.17-0.19 s
 # on two cores) because every candidate's import first wraps its load and load_inline (guards.record_build_failures):
-# imported here, that is off the job's path.
-WORKER_PRELOAD = ["kp.judge.worker", "torch.utils.cpp_extension"]
+# imported here, that is off the job's path. The forkserver imports the judge's worker only: with torch 2.11's CUDA
+# build, importing torch.utils.cpp_extension marks the process as having started CUDA, and every worker forked from
+# it then fails at its first CUDA call ("Cannot re-initialize CUDA in forked subprocess"); a box imports it in the
+# worker's own process, which forks nothing.
+FORKSERVER_PRELOAD = ["kp.judge.worker"]
+WORKER_PRELOAD = [*FORKSERVER_PRELOAD, "torch.utils.cpp_extension"]
 DYNAMO_PRELOAD = ["torch._dynamo"]
 DYNAMO_MARKERS = (b"compile", b"dynamo", b"inductor")  # what a file that may start torch.compile mentions
 
@@ -237,7 +241,7 @@ def start_forkserver_early() -> None:
         import multiprocessing as mp
         from multiprocessing import forkserver
         if "forkserver" in mp.get_all_start_methods():
-            forkserver.set_forkserver_preload(WORKER_PRELOAD)
+            forkserver.set_forkserver_preload(FORKSERVER_PRELOAD)
             forkserver.ensure_running()
     except Exception:
         pass

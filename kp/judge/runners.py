@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kp.box import pch
 from kp.box.builds import candidate_build_dir
-from kp.box.start import WORKER_PRELOAD, candidate_paths
+from kp.box.start import FORKSERVER_PRELOAD, candidate_paths
 from kp.errors import OutOfMemory, Rejected, oom_request_bytes
 from kp.judge.guards import late_message
 from kp.judge.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_text, raised
@@ -30,7 +30,7 @@ def _context():
     import torch.multiprocessing as tmp
     if "forkserver" in mp.get_all_start_methods():
         ctx = tmp.get_context("forkserver")
-        ctx.set_forkserver_preload(WORKER_PRELOAD)
+        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
         return ctx
     return tmp.get_context("spawn")
 

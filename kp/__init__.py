@@ -20,8 +20,9 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 LAYER_ORDER = (
     # foundations: errors, numerics, the dispatch modes a reference is counted under, the float64 copy,
-    # derived-input premises, the sandbox, the kernel registry
+    # derived-input premises, the sandbox, the kernel registry, CUDA's driver started beside torch's import
     "errors", "lib.numerics", "lib.op_modes", "judge.float64", "judge.premises", "box.sandbox", "lib.registry",
+    "lib.cuda_early",
     # building: a candidate's cached builds, torch's header precompiled for them, its box and paths, what a source
     # exports and includes, the compile cache, the CPU-side compile checks, the layers models/ are made of
     "box.builds", "box.pch", "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",

@@ -298,3 +298,39 @@ def test_a_batch_slot_does_not_time_out_a_job_waiting_for_its_build_ahead(tmp_pa
     line = json.loads(out.read_text().splitlines()[0])
     assert r.returncode == 0 and line["ok"], line["verdict"]
     assert line["record"]["stage_seconds"]["build"] >= 20.0, line["record"]["stage_seconds"]
+
+
+def test_cudas_early_start_without_a_driver_ends_quietly(monkeypatch):
+    """A box started ahead with `cuda` starts CUDA's driver beside torch's import (kp.lib.cuda_early); on a host with
+    no driver or no GPU the thread ends without a word and torch meets CUDA as before; KP_CUDA_EARLY=0 starts none."""
+    import ctypes.util
+    import time
+    from kp.lib import cuda_early
+    t0 = time.monotonic()
+    t = cuda_early.start()
+    cuda_early.wait(t, 60)
+    assert t is not None and not t.is_alive() and time.monotonic() - t0 < 60
+    if ctypes.util.find_library("cuda") is None:
+        assert cuda_early._make() is False
+    monkeypatch.setenv("KP_CUDA_EARLY", "0")
+    assert cuda_early.start() is None
+
+
+@needs_box
+def test_a_box_started_ahead_with_cuda_serves_its_job_where_there_is_no_gpu(tmp_path):
+    """The `cuda` box's early driver thread and its warm-up find no GPU on a CPU host; the box still takes its job."""
+    from kp.box import start as boxstart
+    cand = tmp_path / "cand.py"
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
+    spec = ("file", str(REF))
+    import time
+    from kp.judge.runners import candidate_runner
+    boxstart.start_early(spec, str(cand), cuda=True)
+    early, = boxstart.waiting()
+    runner = candidate_runner(spec, cand, "cpu", "fp32", lambda msg: False, boxed=True, train=True,
+                              deadline=time.monotonic() + 120, limit_s=120)
+    try:
+        assert runner.proc is early.proc  # the box started ahead took the job
+        assert runner.call("import", "load", str(cand))["has_model_new"]
+    finally:
+        runner.close()

@@ -67,6 +67,10 @@ def main() -> None:
     # folder: the judge's, which the box shares, holds both sides' sockets; the key authenticates each hand-over.
     multiprocessing.current_process().authkey = conn.recv_bytes()
     multiprocessing.current_process()._config["tempdir"] = shared
+    early = None
+    if warm_cuda:  # CUDA's context made beside torch's import, not after it (kp.lib.cuda_early): this box forks nothing
+        from kp.lib import cuda_early
+        early = cuda_early.start()
     import importlib
     from kp.box.start import DYNAMO_PRELOAD, WORKER_PRELOAD
     from kp.judge.worker import worker_main
@@ -74,6 +78,7 @@ def main() -> None:
         importlib.import_module(name)  #                      (the box may start early)
     if warm_cuda:  # a box started ahead of its job: CUDA's context and the judge's GPU tools too (the job's own
         from kp.judge.worker import warm_up  # environment is the box's: CUDA reads the same one now)
+        cuda_early.wait(early)
         try:
             warm_up("cuda", dynamo)
         except Exception:

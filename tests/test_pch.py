@@ -59,3 +59,15 @@ def test_a_main_cpp_compiled_with_torchs_own_flags_takes_the_precompiled_header(
     took = [ln for ln in r.stderr.splitlines() if ln.startswith("! ")]
     assert took and took[0].startswith(f"! {pch.variant_dir()}/"), shlex.join(cmd) + "\n" + r.stderr[-2000:]
     assert "built in" not in pch.build([])  # there: not built again
+
+
+def test_variants_of_other_installs_are_swept_but_the_newest(on):
+    import time
+    base = pch.root().parent
+    for name, age_s in (("old", 300), ("older", 400), ("newer", 10)):
+        (base / name / "torch").mkdir(parents=True)
+        os.utime(base / name, (time.time() - age_s,) * 2)
+    pch.variant_dir().mkdir(parents=True)
+    gone = pch.sweep(keep=2)
+    assert sorted(p.name for p in gone) == ["old", "older"]
+    assert sorted(p.name for p in base.iterdir()) == sorted(["newer", pch.root().name])

@@ -44,6 +44,7 @@ VARIANTS_MOST = 4  # variants built for one batch: the default and the commonest
 SAFE_FLAG = re.compile(r"-O[0-3sgz]?|-Ofast|-ffast-math|-funroll-loops|-march=native|-mtune=native|-DNDEBUG"
                        r"|-std=(c|gnu)\+\+\d\d|-w|-W[\w=-]*|-fopenmp|-g[0-3]?|-fno-[\w-]+|-fPIC")
 BUILD_TIMEOUT_S = 600
+ROOTS_KEPT = 2  # roots of variants kept, this one among them (sweep)
 
 
 def compiler() -> str:
@@ -136,6 +137,7 @@ def start(flag_sets: list[list[str]]) -> subprocess.Popen | None:
     todo = missing(flag_sets) if enabled() else []
     if not todo:
         return None
+    sweep()
     here = str(Path(__file__).resolve().parents[2])
     e = {**os.environ, "PYTHONPATH": here + (os.pathsep + os.environ["PYTHONPATH"]
                                              if os.environ.get("PYTHONPATH") else "")}
@@ -146,6 +148,19 @@ def start(flag_sets: list[list[str]]) -> subprocess.Popen | None:
     finally:
         if log is not subprocess.DEVNULL:
             log.close()
+
+
+def sweep(keep: int = ROOTS_KEPT) -> list[Path]:
+    """The variants of other torch installs, compilers or Pythons (other roots) removed, all but the `keep` newest
+    (each root is 1.5-3 GB): a root is made only when its variants are first built, so the newest are the installs
+    in use. Returns what was removed."""
+    here = root()
+    others = sorted((p for p in here.parent.glob("*") if p.is_dir() and p != here),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    gone = others[max(0, keep - 1):]
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    return gone
 
 
 def _mkdir(p: Path) -> bool:

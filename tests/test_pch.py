@@ -71,3 +71,16 @@ def test_variants_of_other_installs_are_swept_but_the_newest(on):
     gone = pch.sweep(keep=2)
     assert sorted(p.name for p in gone) == ["old", "older"]
     assert sorted(p.name for p in base.iterdir()) == sorted(["newer", pch.root().name])
+
+
+def test_a_loops_first_candidate_that_builds_starts_the_variants(on, monkeypatch):
+    from kp.batch import session
+    started = []
+    monkeypatch.setattr(pch, "start", lambda flag_sets: started.append(flag_sets))
+    plain, builds = on / "plain.py", on / "builds.py"
+    plain.write_text("class ModelNew: pass\n")
+    builds.write_text("from torch.utils.cpp_extension import load_inline\nload_inline('e', '', extra_cflags=['-O3'])\n")
+    session._precompile([plain])
+    assert started == []
+    session._precompile([plain, builds])
+    assert started == [[[], ["-O3"]]]

@@ -63,6 +63,7 @@ class JudgeSession:
         for p in paths:
             if not p.is_file():
                 raise UsageError(f"candidate file {str(p)!r} does not exist")
+        _precompile(paths)
         jobs = with_reference_seeds([make_job(self.ref, p, self.opts) for p in paths], self.seed_of)
         keyed = [(job, f"{i}:{job.key()}") for i, job in enumerate(jobs)]
         results: list[dict] = []
@@ -99,6 +100,19 @@ class JudgeSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _precompile(paths: list[Path]) -> None:
+    """torch's header precompiled for a loop's builds (kp.box.pch), started in the background at the first candidate
+    that builds its own extension: that one builds as always, the next ones find it."""
+    from kp.batch.ahead import builds_own_extension
+    from kp.box import pch
+    own = [p for p in paths if builds_own_extension(p)]
+    if own:
+        try:
+            pch.start(pch.variants(own))
+        except OSError:
+            pass  # the builds parse the header each, as without it
 
 
 class _Quiet:

@@ -150,6 +150,8 @@ def warm_fits(argv) -> bool:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):  # the usage, without torch's import (seconds) first
+        parse_args(sys.argv[1:])
     from kp.batch import server
     if "--warm-serve" in sys.argv:  # the warm judge itself (kp.batch.server), started by a --warm command
         sys.exit(server.serve(*sys.argv[sys.argv.index("--warm-serve") + 1:][:2]))

@@ -24,6 +24,9 @@ def test_help_and_a_bad_flag_are_said_once():
     the first parse says nothing."""
     r = run_script("--help")
     assert r.returncode == 0 and r.stdout.count("usage:") == 1
+    shown = subprocess.run([sys.executable, "-X", "importtime", "run.py", "--help"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)  # the usage without torch's import first (seconds)
+    assert shown.returncode == 0 and "usage:" in shown.stdout and " torch\n" not in shown.stderr
     r = run_script("--no-such-flag")
     assert r.returncode == 2 and r.stderr.count("usage:") == 1 and "--no-such-flag" in r.stderr
 

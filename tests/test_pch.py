@@ -84,3 +84,13 @@ def test_a_loops_first_candidate_that_builds_starts_the_variants(on, monkeypatch
     assert started == []
     session._precompile([plain, builds])
     assert started == [[[], ["-O3"]]]
+
+
+def test_a_variant_that_failed_is_not_tried_again(on, monkeypatch):
+    """A build that fails (here: torch's flags not to be had) is marked, and a loop's next call starts no builder."""
+    def no_flags(flags, out):
+        raise KeyError("cxx")
+    monkeypatch.setattr(pch, "command", no_flags)
+    assert pch.missing([[], ["-O3"]]) == [[], ["-O3"]]
+    assert "not built (KeyError" in pch.build(["-O3"])
+    assert pch.missing([[], ["-O3"]]) == [[]]

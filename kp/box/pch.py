@@ -3,8 +3,9 @@
 A candidate's `load_inline` compiles two sources: nvcc on cuda.cu, and g++ on main.cpp, whose first line is
 `#include <torch/extension.h>` (torch puts it there). That header is most of main.cpp's time: 32 s of g++ on the
 CPU host, 11 s with the header precompiled, the object's code the same to the byte. A corpus's builds are bound by
-the host's cores, so this is a third of a candidate's core-seconds (about 84: the other 52 are nvcc's, which parses
-torch's headers again in cudafe++, cicc and g++ and cannot take a precompiled header).
+the host's cores: on the CPU host this is a third of a candidate's core-seconds (about 84: the other 52 are nvcc's,
+which parses torch's headers again in cudafe++, cicc and g++ and cannot take a precompiled header); on an H200 host
+main.cpp goes from 14-19 s to 6-7 s of about 150, the rest nvcc's.
 
 How a build finds it without a flag of its own changed: GCC looks for `name.gch` in each folder it searches for
 `name`, and CPATH adds a folder searched before torch's own (torch names its include folders with -isystem). So a
@@ -127,8 +128,14 @@ def name_of(flags: list[str]) -> str:
 
 
 def missing(flag_sets: list[list[str]]) -> list[list[str]]:
+    """The variants neither built nor failed before (a variant that failed is not tried again for this root: a
+    loop's every call would spend a core's minute on it)."""
     d = variant_dir()
-    return [f for f in flag_sets if not (d / name_of(f)).is_file()]
+    return [f for f in flag_sets if not (d / name_of(f)).is_file() and not _failed_mark(f).is_file()]
+
+
+def _failed_mark(flags: list[str]) -> Path:
+    return root() / (name_of(flags) + ".failed")
 
 
 def start(flag_sets: list[list[str]]) -> subprocess.Popen | None:
@@ -221,14 +228,23 @@ def build(flags: list[str]) -> str:
         t0 = time.monotonic()
         r = subprocess.run(command(flags, str(tmp)), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if r.returncode:
-            return f"{flags}: failed ({r.stderr.strip().splitlines()[-1:] or r.returncode})"
+            return _failed(flags, f"failed ({r.stderr.strip().splitlines()[-1:] or r.returncode})")
         os.replace(tmp, final)
         return f"{flags}: built in {time.monotonic() - t0:.0f} s"
     except (OSError, subprocess.SubprocessError, ImportError, AttributeError, TypeError, KeyError) as e:
-        return f"{flags}: not built ({type(e).__name__}: {e})"
+        return _failed(flags, f"not built ({type(e).__name__}: {e})")
     finally:
         tmp.unlink(missing_ok=True)
         lock.unlink(missing_ok=True)
+
+
+def _failed(flags: list[str], why: str) -> str:
+    """A variant's failure, marked (`missing` passes it by) and said."""
+    try:
+        _failed_mark(flags).write_text(why + "\n")
+    except OSError:
+        pass
+    return f"{flags}: {why}"
 
 
 def main(argv: list[str]) -> int:

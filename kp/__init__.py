@@ -26,20 +26,21 @@ LAYER_ORDER = (
     # building: a candidate's cached builds, torch's header precompiled for them, its box and paths, what a source
     # exports and includes, the compile cache, the CPU-side compile checks, the layers models/ are made of
     "box.builds", "box.pch", "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",
-    # one judged call: the reference's shape family, the reference, judges sharing a GPU, the timer, profiles, what
-    # is watched in a candidate's process, the worker that runs a model, the runners that talk to it, the boxed
-    # worker's entry
-    "judge.family", "judge.reference", "lib.gpu_lock", "lib.timing", "observe.profile", "judge.guards",
-    "judge.measure", "judge.replies", "judge.worker", "judge.runners", "box.entry",
+    # one judged call: the reference's shape family, the reference, judges sharing a GPU, the timer, profiles, the
+    # kernel languages a candidate compiles at run time, what is watched in a candidate's process, the worker that
+    # runs a model, the runners that talk to it, the boxed worker's entry
+    "judge.family", "judge.reference", "lib.gpu_lock", "lib.timing", "observe.profile", "judge.languages",
+    "judge.guards", "judge.measure", "judge.replies", "judge.worker", "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables
     "observe.ncu", "observe.report",
     # the judge: its memory plan, an output against what it must be, what a call must return, its stages (construct,
-    # parity, parity at the shape family's members, KernelBench's own check, escape and own kernel, timing and
-    # ceilings, profiles), its answers to running out of GPU memory, its record, its stage table, the driver that runs
-    # it; its roofline picture; many jobs (what a job, a job file and a results file are; what a batch used of its
-    # host; candidates' builds ahead of judging; the reference run in a slot's next box; what runs in a slot's process;
-    # the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks run which jobs)
-    "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.parity", "judge.family_parity",
+    # one checked call, parity, parity at the shape family's members, KernelBench's own check, escape and own kernel,
+    # timing and ceilings, profiles), its answers to running out of GPU memory, its record, its stage table, the
+    # driver that runs it; its roofline picture; many jobs (what a job, a job file and a results file are; what a
+    # batch used of its host; candidates' builds ahead of judging; the reference run in a slot's next box; what runs
+    # in a slot's process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks run which jobs)
+    "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.calls", "judge.parity",
+    "judge.family_parity",
     "judge.kernelbench", "judge.escape", "judge.timed", "judge.observe", "judge.memory", "judge.record",
     "judge.stages", "judge.driver",
     "observe.plot", "batch.jobfile", "batch.usage", "batch.ahead", "batch.prime", "batch.slot_process", "batch.slots",

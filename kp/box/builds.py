@@ -36,7 +36,32 @@ def candidate_build_dir(path: str | Path) -> Path:
     h.update(f"{torch_version()}|{sys.version_info[:2]}".encode())
     d = cache_root() / "candidates" / h.hexdigest()[:24]
     d.mkdir(parents=True, exist_ok=True)
+    _carry_jit_cache(Path(path), d)
     return d
+
+
+JIT_CACHE = "triton"  # in a candidate's build folder: its Triton cache (the box's TRITON_CACHE_DIR, kp.box.start)
+
+
+def _carry_jit_cache(path: Path, home: Path) -> None:
+    """A new version of a file starts with the Triton cache its last judged version left: Triton keys each kernel on
+    its source and options, so a loop's next version recompiles only the kernels it changed. Only the same file's
+    folders are read (another file's never), and the copy is this version's own."""
+    last = cache_root() / "candidates" / "by_path" / hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
+    try:
+        prev = last.read_text().strip()
+    except OSError:
+        prev = ""
+    if prev and prev != home.name and not (home / JIT_CACHE).exists() and (home.parent / prev / JIT_CACHE).is_dir():
+        copy_builds(home.parent / prev / JIT_CACHE, home / JIT_CACHE)
+    if prev != home.name:
+        try:
+            last.parent.mkdir(parents=True, exist_ok=True)
+            tmp = last.with_name(f".{last.name}.{os.getpid()}")
+            tmp.write_text(home.name)
+            os.replace(tmp, last)
+        except OSError:
+            pass
 
 
 def alive(pid: int) -> bool:

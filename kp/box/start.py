@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kp.box.builds import alive, cache_root, copy_builds, wait_for_build
+from kp.box.builds import JIT_CACHE, alive, cache_root, copy_builds, wait_for_build
 
 ROOT = Path(__file__).resolve().parents[2]
 BOX_CWD = "/tmp/work"  # the candidate's working directory in the box: on its private /tmp, gone with the box
@@ -147,8 +147,9 @@ def _plan(ref_spec, read_only: list[str], builds: bool) -> tuple:
         ro.append(str(cache_root().resolve()))
         env["KP_CACHE_SHARED"] = ro[-1]
     writable = [util.get_temp_dir()]  # this process's multiprocessing folder (kp.box.entry says why the box shares it)
-    if builds:  # the candidate's own extension builds: the box's own folder, lent its cached ones at its job
-        env["TORCH_EXTENSIONS_DIR"] = BOX_BUILDS
+    if builds:  # the candidate's own extension builds: the box's own folder, lent its cached ones at its job; its
+        env["TORCH_EXTENSIONS_DIR"] = BOX_BUILDS  # Triton cache lives there too, and goes back with them
+        env["TRITON_CACHE_DIR"] = f"{BOX_BUILDS}/{JIT_CACHE}"
     cand = next((p for p in read_only if p.endswith(".py")), None)
     try:
         st = os.stat(cand) if cand else None

@@ -11,6 +11,7 @@ from kp.errors import NoVerdict, OutOfMemory, Rejected, UsageError
 from kp.judge.expected import Row, _Refs, _unread_counter
 from kp.judge.outputs import Expected
 from kp.judge.float64 import float64_copy
+from kp.judge.languages import gpu_languages
 from kp.judge.plan import check_memory, float64_chunks, float64_on_gpu, gpu_snapshot, held_by_others
 from kp.judge.reference import partial_map, state_map, unmapped
 from kp.lib.numerics import cpu_kernels
@@ -52,7 +53,16 @@ class ConstructStage:
         row.names = names
         if names and load:
             state = {names[k]: v for k, v in (refs.state() if state is None else state).items() if k in names}
-            row.runner.call(stage, "update", row.label, {"kind": "load_state_dict", "state": state})
+            try:
+                row.runner.call(stage, "update", row.label, {"kind": "load_state_dict", "state": state})
+            except Rejected as e:  # the judge's loading, not the candidate's code, met what the module refuses
+                if "loading state_dict" not in str(e):
+                    raise
+                row.runner.call(stage, "build", row.label, init, seed)  # as built: nothing half loaded
+                row.names = {}
+                row.weights = (f"same-seed init: the reference's weights could not be loaded into it "
+                               f"({str(e).split('raised ', 1)[-1][:120]}); not changed between calls")
+                self.log(f"{self.ref.name}: {row.label} weights: {row.weights}")
 
     def _fresh_refs(self, init) -> _Refs:
         """The references as built after the seed, holding the current weights and buffers: where calls carry
@@ -106,6 +116,12 @@ class ConstructStage:
         if self.device != "cpu":
             return
         for row in self.rows:
+            langs = gpu_languages(row.path) if getattr(row, "path", None) and not row.accepted and not row.peer \
+                else []
+            if langs:  # its kernels cannot run on this host (their compiler is often not even installed here)
+                raise NoVerdict(f"{self.ref.name}: no verdict on the CPU: {row.label} writes its kernels in "
+                                f"{' and '.join(langs)}, a GPU kernel language, which this host cannot run "
+                                f"({row.reason[:120] if row.reason else 'rejected'}); judge it on a GPU")
             failed = [f for f in getattr(row.runner, "build_failures", None) or [] if f.get("cuda")]
             if failed and not row.accepted and not row.peer:
                 raise NoVerdict(f"{self.ref.name}: no verdict on the CPU: {row.label}'s extension "

@@ -61,7 +61,8 @@ from kp.judge.memory import OutOfMemoryVerdicts
 from kp.judge.record import RecordParts, process_age_s
 from kp.judge.family import member_names, module_sizes
 from kp.judge.family_parity import FamilyParity
-from kp.judge.parity import MIN_TRIALS, CallCheck, ParityStage
+from kp.judge.calls import CallCheck
+from kp.judge.parity import MIN_TRIALS, ParityStage
 from kp.judge.stages import AFTER_WORKERS, BUILD_STAGE, STAGES, WAIT_STAGE
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner

@@ -6,6 +6,7 @@ from statistics import median_high
 
 from kp.errors import Rejected
 from kp.judge.expected import Row
+from kp.judge.languages import label_foreign
 from kp.observe.profile import kernel_base_name
 from kp.judge.guards import busy_ms, escape_threshold_ms, host_clock_excess_ms, window_violations
 from kp.lib.gpu_lock import gpu_to_itself
@@ -67,7 +68,7 @@ class EscapeStage:
             if self.allow_torch or row.peer or row.reference:
                 row.pure_torch = not (row.peer or row.reference)
             else:
-                raise Rejected(f"own kernel: no kernel from the row's own build ran (kernels seen: "
-                               f"{', '.join(kernel_base_name(k) for k in row.kernels[:4]) or 'none'}); "
-                               f"--allow-torch judges a pure-PyTorch rewrite")
+                seen = label_foreign([kernel_base_name(k) for k in row.kernels[:4]], e.get("foreign") or {})
+                raise Rejected(f"own kernel: no kernel of the row's own ran (kernels seen: "
+                               f"{', '.join(seen) or 'none'}); --allow-torch judges a pure-PyTorch rewrite")
         return info

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 from kp.judge.guards import late_message, late_threads, loaded_objects, run_queue_ms, system_prefixes
+from kp.judge.languages import jit_kernels, match
 from kp.judge.reference import describe
 from kp.lib.build import cache_root, shared_cache
 from kp.lib.layers import set_precision
@@ -188,14 +190,21 @@ class MeasureCommands:
                 blobs[p] = Path(p).read_bytes()
             except OSError:
                 pass
+        jit = jit_kernels(self.candidate_dir, [vars(m) for n, m in sys.modules.items() if n == "kp_candidate"]
+                          + list(self.models.values())) if self.candidate_dir else {"own": {}, "foreign": {}}
         for e in events:
             if e["kind"] != "kernel" or e["name"] == marker:
+                continue
+            lang = jit["own"].get(match(e["name"], jit["own"]) or "")
+            if lang:  # a kernel compiled at run time from the candidate's code (Triton, CuPy, Numba)
+                own.setdefault(e["name"], lang)
                 continue
             base = kernel_base_name(e["name"]).encode()
             hit = next((p for p, b in blobs.items() if base and base in b), None)
             if hit:
-                own.setdefault(e["name"], os.path.basename(hit))
-        return {"samples": samples, "control": control, "events": events, "marker": marker, "own": own}
+                own.setdefault(e["name"], f"CUDA C++, {os.path.basename(hit)}")
+        return {"samples": samples, "control": control, "events": events, "marker": marker, "own": own,
+                "foreign": jit["foreign"]}
 
     def cmd_profile(self, labels: list[str], seed: int):
         """One call of each baseline and row under PyTorch's profiler, after a warm call (and on the GPU an L2

@@ -1,6 +1,6 @@
 """The judge's parity stage (construct and what comes before it are kp.judge.construct; KernelBench's own check is
 kp.judge.kernelbench): one stateful sequence of checked calls (trials with weight changes, derived inputs, declared
-cases), each call checked the same way (CallCheck) against the float64 reference."""
+cases), each call checked the same way (kp.judge.calls.CallCheck) against the float64 reference."""
 from __future__ import annotations
 
 import math
@@ -9,14 +9,15 @@ import time
 import torch
 
 from kp.errors import ReferenceRaised, Rejected, first_line, raised_by_judge
-from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
-from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output, rms
+from kp.judge.expected import Row, _Refs
+from kp.judge.calls import STALE_INPUTS, moved_call
+from kp.judge.outputs import Expected, _release, rms
 from kp.judge.family import said_sizes
 from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget, memory_need
+from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
-from kp.lib.numerics import all_finite, budget_from, clone_layout, over_budget, rel_error, same_values
+from kp.lib.numerics import all_finite, over_budget
 
 MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
@@ -62,110 +63,6 @@ def _overflowed(base: list, derived: list) -> str | None:
             return (f"the derived input overflows {x.dtype} (its largest finite value is "
                     f"{torch.finfo(x.dtype).max:.5g}), outside the problem's domain in this precision")
     return None
-
-
-class CallCheck:
-    """One checked call: the candidate's own copy of the inputs (one refilled buffer per layout), the call, its
-    inputs compared bit for bit afterwards, its output judged, its BatchNorm buffers against the reference's
-    (methods of kp.judge.driver.Judge, as the stages are)."""
-
-    def _candidate_inputs(self, pristine: list) -> list:
-        """The candidate's copy of the inputs. Successive calls whose inputs have one layout get one buffer,
-        refilled (and the worker keeps the previous call's inputs mapped, so they arrive at the same address): a
-        model that keys a cache on data_ptr() meets new values at an address it has seen and is caught at its
-        second call, not whenever the allocator happens to hand an address back."""
-        out = []
-        for i, x in enumerate(pristine):
-            if not isinstance(x, torch.Tensor):
-                out.append(x)
-                continue
-            buf = self.input_buffers.get(i)
-            if buf is None or (buf.dtype, buf.device, buf.shape, buf.stride(), buf.storage_offset(),
-                               buf.untyped_storage().nbytes()) != (x.dtype, x.device, x.shape, x.stride(),
-                                                                   x.storage_offset(), x.untyped_storage().nbytes()):
-                buf = self.input_buffers[i] = clone_layout(x)
-            else:
-                buf.copy_(x)
-            out.append(buf)
-        return out
-
-    def _drop_input_buffers(self) -> None:
-        """End of a parity stage: the buffers and the workers' mappings of them go (the timing stage needs room)."""
-        self.input_buffers.clear()
-        for runner in {id(r.runner): r.runner for r in self.live()}.values():  # a rejected row's may hang
-            try:
-                runner.call("release", "release_inputs")
-            except Rejected:
-                pass  # a dead worker holds nothing
-        self._release_if_short()
-
-    def _check_call(self, row: Row, label: str, pristine: list, exp: Expected, widen=None) -> dict:
-        """One checked call. widen: at a derived input, a function giving the budgets widened to how far honest
-        fp32 roundings move the reference there, asked only where the output is over its budget."""
-        with self._timed("check: the candidate's copy of the inputs"):
-            cand_inputs = self._candidate_inputs(pristine)
-        t0 = time.perf_counter()
-        reply = row.runner.call(label, "forward", row.label, cand_inputs, _out_bytes_hint(pristine))
-        inside = reply.get("seconds") if isinstance(reply.get("seconds"), dict) else {}
-        inside = {k: s for k, s in inside.items() if isinstance(s, (int, float))}  # the worker's own account
-        for part, s in inside.items():
-            self._tally(f"check: worker: {part}", s)
-        self._tally("check: the call's round trip, outside the worker's parts",
-                    time.perf_counter() - t0 - sum(inside.values()))
-        if self.precision == "fp32" and reply["tf32_after"]:
-            raise Rejected(f"{label}: the model switched TF32 on in fp32 mode")
-        with self._timed("check: the inputs compared bit for bit"):
-            for i, (a, b) in enumerate(zip(cand_inputs, pristine)):
-                if isinstance(b, torch.Tensor) and not same_values(a, b):
-                    raise Rejected(f"{label}: input {i} was modified")
-        with self._timed("check: the output against the float64 reference"):
-            res = judge_output(label, reply["out"], reply["type"], exp, widen)
-        if res.get("widened"):
-            self.notes.append(f"{row.label} at {label}: over its budget, within how far honest fp32 "
-                              f"roundings move the reference there (relL2 {res['rel_l2']:.2e}, budget "
-                              f"{res['budget']:.2e})")
-        with self._timed("check: the output and the inputs' copies dropped"):  # the output mapped from the worker
-            del reply, cand_inputs
-        with self._timed("check: the GPU's cached memory handed back"):
-            self._release_if_short()
-        return res
-
-    def _release_if_short(self) -> None:
-        """The judge's cached GPU memory handed back only where the GPU has less free than the job plans for
-        (kp.judge.outputs._release says why: beside other slots' work a hand-back cost more than the checks)."""
-        if torch.cuda.is_initialized():
-            _release(memory_need(self.fp, len(self.rows)))
-
-    def _check_buffers(self, row: Row, label: str, refs: _Refs) -> None:
-        """The state the reference's calls change (BatchNorm running statistics in training mode) must be kept and
-        match. A buffer the calls leave as built is the reference's constant, not state: a candidate may fold it
-        away. BatchNorm's num_batches_tracked is read only when its momentum is None (a cumulative average)."""
-        b32 = {k: v for k, v in refs.r32.named_buffers()
-               if k not in refs.initial or not _same_buffer(v, refs.initial[k])}
-        if not b32:
-            return
-        cand = row.runner.call(label, "buffers", row.label)["buffers"]
-        b64 = dict(refs.r64.named_buffers())
-        for k, v in b32.items():
-            ck = (row.names or {}).get(k, k)
-            if ck not in cand:
-                if _unread_counter(refs.r32, k):
-                    continue
-                mode = "training" if refs.r32.training else "eval"
-                raise Rejected(f"{label}: the model has no buffer {k!r}, which the reference carries between its "
-                               f"{mode}-mode calls as state, so the candidate's state cannot be checked")
-            c = cand[ck]
-            if not v.is_floating_point():
-                if not torch.equal(c.cpu(), v.cpu()):
-                    raise Rejected(f"{label}: buffer {k} is {c.tolist()}, the reference's {v.tolist()}")
-                continue
-            if c.shape != v.shape:
-                raise Rejected(f"{label}: buffer {k} has shape {tuple(c.shape)}, the reference's {tuple(v.shape)}")
-            e_ref, e = rel_error(v, b64[k]), rel_error(c.to(v.device), b64[k])
-            budget = budget_from(e_ref, refs.k, v.dtype)
-            if not e.within(budget):
-                raise Rejected(f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget "
-                               f"{budget.rel_l2:.2e})")
 
 
 class ParityStage:
@@ -229,7 +126,7 @@ class ParityStage:
         premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
         base_finite = None
         passed_before = {}
-        for label, s, upd, derive in self._sequence():
+        for index, (label, s, upd, derive) in enumerate(self._sequence()):
             if not self.live():
                 break
             label = f"at {at}: {label}" if at else label
@@ -303,10 +200,20 @@ class ParityStage:
                     widened.append(exp if spread is None else exp.widened(spread))
                 return widened[0]
 
+            moved = moved_call(index) and self._room_to_move(pristine)
+            if moved_call(index) and not moved:
+                self._skip(f"{label}: its inputs at new addresses: no room for a second copy of them beside the "
+                           f"first (a graph captured on an earlier call's inputs is not checked at this call)")
+
             def one(row):
                 try:
-                    row.checks[label] = self._check_call(row, label, pristine, exp, widen if derive else None)
+                    row.checks[label] = self._check_call(row, label, pristine, exp, widen if derive else None,
+                                                         moved=moved)
                 except Rejected as e:
+                    stale = moved and passed_before.get(row.label) and self._follows_old_inputs(row, label, pristine,
+                                                                                             exp, widen, derive)
+                    if stale:
+                        raise Rejected(f"{e}; {stale}") from None
                     if refs.state_attrs and passed_before.get(row.label):
                         raise Rejected(f"{e}; it passed the call before: the reference carries state from call to "
                                        f"call ({', '.join(refs.state_attrs)}) and the candidate's output does not "
@@ -340,6 +247,20 @@ class ParityStage:
             notes.append(f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
                          f"relL2 budget {FP32_ONLY_BUDGET:g}")
         self.notes += [n for n in notes if n not in self.notes]
+
+    def _follows_old_inputs(self, row: Row, label: str, pristine: list, exp: Expected, widen, derive) -> str | None:
+        """A row wrong at a call whose inputs moved, after passing the call before: called once more with the same
+        values written where the call before had its inputs. Right there, its output follows the old addresses:
+        the reason says so and names both calls."""
+        old = self._in_retired_buffers(pristine)
+        if old is None:
+            return None
+        try:
+            self._check_call(row, f"{label}, at the previous call's addresses", pristine, exp,
+                             widen if derive else None, buffers=old)
+        except Rejected:
+            return None
+        return (f"right with the same values at the previous call's input addresses: {STALE_INPUTS}")
 
     def _skip(self, what: str) -> None:
         self.skipped.append(what)

@@ -2,6 +2,8 @@
 problem, with its inputs under a seed, its declared cases and its footprint (FLOPs and the byte floor)."""
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import importlib.util
 import json
@@ -333,6 +335,25 @@ def rename_update(update: dict, names: dict[str, str]) -> dict:
     return out
 
 
+def load_state(model: torch.nn.Module, state: dict) -> None:
+    """load_state_dict, as far as the keys go. A module whose tensors were made as inference tensors (built inside
+    torch.inference_mode(), which a user's process never loads a state into) refuses an in-place copy outside that
+    mode: the same copy is made inside it, where PyTorch allows it."""
+    try:
+        model.load_state_dict(state, strict=False)
+    except RuntimeError as e:
+        if "nference tensor" not in str(e):
+            raise
+        with torch.inference_mode():
+            model.load_state_dict(state, strict=False)
+
+
+def _mode_of(p: torch.Tensor):
+    """Where an in-place change of `p` is allowed: inside torch.inference_mode() for a tensor made as an inference
+    tensor, as it is for any other."""
+    return torch.inference_mode() if p.is_inference() else contextlib.nullcontext()
+
+
 def apply_update(model: torch.nn.Module, update: dict) -> None:
     """What the reference and every judged model do with an update (the same code on both sides)."""
     if not update:
@@ -341,12 +362,14 @@ def apply_update(model: torch.nn.Module, update: dict) -> None:
         with torch.no_grad():  # not through torch.optim, whose first optimizer in a process imports torch._dynamo
             for k, grad in update["grads"].items():  # (1-4 s in every fresh worker, a level-2 job's parity doubled)
                 p = model.get_parameter(k)
-                p.add_(grad.to(p.device), alpha=-update["lr"])
+                with _mode_of(p):
+                    p.add_(grad.to(p.device), alpha=-update["lr"])
     elif update["kind"] == "load_state_dict":
-        model.load_state_dict(update["state"], strict=False)
+        load_state(model, update["state"])
     else:
-        with torch.no_grad():
-            model.get_parameter(update["name"]).add_(update["delta"])
+        p = model.get_parameter(update["name"])
+        with torch.no_grad(), _mode_of(p):
+            p.add_(update["delta"])
 
 
 def problem_inputs(problem: str, device="cuda", seed: int = 0) -> list:

@@ -8,6 +8,7 @@ import pickle
 import torch
 
 from kp.errors import first_line
+from kp.judge.languages import jit_error
 
 FAULTED = "its GPU work faulted"  # how a command's error begins when its call left the CUDA context unusable
 ENDED_AFTER_FAULT = "kp worker: the CUDA context is unusable"  # the worker's last words when it ends after one
@@ -38,7 +39,7 @@ def error_text(e: BaseException) -> str:
     if isinstance(e, SystemExit):
         return (f"SystemExit: the candidate's code asked its process to exit (sys.exit or exit() with code "
                 f"{e.code!r}) in the middle of the judge's command")
-    text = f"{type(e).__name__}: {first_line(e)}"
+    text = jit_error(e) or f"{type(e).__name__}: {first_line(e)}"
     if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_available() and torch.cuda.is_initialized():
         g = 2**30
         text += (f" [the raising process: {torch.cuda.memory_allocated() / g:.1f} GiB allocated, "

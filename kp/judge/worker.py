@@ -20,6 +20,7 @@ from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, 
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
 from kp.judge.family import same_value
 from kp.judge.float64 import _convert, hold_on
+from kp.judge.languages import watch_jit_builds
 from kp.judge.measure import MeasureCommands, export_output
 from kp.judge.replies import (ENDED_AFTER_FAULT, _settle_before_sending, error_text, fault_text, gpu_fault, send,
                              without_tensors)
@@ -239,6 +240,7 @@ class Worker(MeasureCommands):
         if dynamo:
             settle_torch()
         record_build_failures(self.build_failures, self.build_seconds)
+        watch_jit_builds(path, self.build_seconds)  # Triton's compile and autotuning: build time, not the call's
         cpu = cpu_kernels()  # before the candidate's code runs: what torch here picked, for the judge to compare
         p = Path(path).resolve()
         watch_thread_starts(str(p.parent))
@@ -326,8 +328,9 @@ class Worker(MeasureCommands):
 
     # -- parity -------------------------------------------------------------------------------------------------
     def cmd_forward(self, label: str, inputs, reserve_bytes: int):
-        # Held until the next call's inputs have arrived: a buffer the judge refills then maps to the same address.
-        self.held_inputs = inputs
+        # Held until the next two calls' inputs have arrived: a buffer the judge refills then maps to the same
+        # address, and one it moved from stays mapped (kp.judge.calls: a graph replaying it reads it, not a fault)
+        self.held_inputs = ((self.held_inputs or (None,))[-1], inputs)
         t0 = time.perf_counter()
         if self.device == "cuda":
             torch.cuda.ipc_collect()

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 PROBLEM = "softmax"
-EXPECT = r"no kernel from the row's own build ran"
+EXPECT = r"no kernel of the row's own ran"
 DEVICES = ("cuda",)
 
 

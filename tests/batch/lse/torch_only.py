@@ -1,7 +1,7 @@
 """Right output in pure PyTorch: rejected unless --allow-torch."""
 import torch.nn as nn
 
-EXPECT = r"no kernel from the row's own build ran"
+EXPECT = r"no kernel of the row's own ran"
 
 
 class ModelNew(nn.Module):

@@ -2,7 +2,7 @@
 import torch
 import torch.nn as nn
 
-EXPECT = r"own kernel: no kernel from the row's own build ran"
+EXPECT = r"own kernel: no kernel of the row's own ran"
 DEVICES = ("cuda",)
 FLAGS = ()
 

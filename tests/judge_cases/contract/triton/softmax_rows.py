@@ -1,0 +1,28 @@
+"""A Triton row softmax, one program per row, the row's maximum subtracted before the exponential. Accepted as a
+kernel of its own, without --allow-torch: its code is the candidate's (a @triton.jit function of this file)."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+EXPECT = None
+DEVICES = ("cuda",)
+NEEDS = ("triton",)
+
+
+@triton.jit
+def _softmax_rows(x_ptr, y_ptr, cols, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    x = tl.load(x_ptr + row * stride + offs, mask=mask, other=-float("inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(y_ptr + row * stride + offs, e / tl.sum(e, axis=0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        _softmax_rows[(x.shape[0],)](x, y, x.shape[1], x.stride(0), BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y

@@ -29,6 +29,19 @@ PAIRS = [(str(r.parent.relative_to(CASES_DIR)), c.name) for r in sorted(CASES_DI
          for c in sorted(r.parent.glob("*.py")) if c.name != "ref.py"]
 
 
+def missing(needs) -> list[str]:
+    """The modules of a case's NEEDS that do not import here: absent, or installed but broken (a compiler package
+    built against another numpy fails at its import)."""
+    import importlib
+    out = []
+    for name in needs:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            out.append(f"{name} ({type(e).__name__})")
+    return out
+
+
 def outside_repo(tmp_path: Path, folder: str) -> Path:
     dst = tmp_path / folder
     shutil.copytree(CASES_DIR / folder, dst)

@@ -1,7 +1,6 @@
 """The judge on its cases: every known-wrong candidate (tests/wrong) rejected for its stated reason and every reference
 in tests/judge_cases judged with its candidates through run.py from outside the repo (on the CPU in CI; on the GPU
 in one batch over warm slots), and every shipped variant of every problem accepted."""
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -12,7 +11,7 @@ import harness
 from kp.judge import driver as judge
 from conftest import gpu, run_script as run
 import batched
-from cases import CASES_DIR, PAIRS, WRONG, meta, outside_repo, shipped_candidate
+from cases import CASES_DIR, PAIRS, WRONG, meta, missing, outside_repo, shipped_candidate
 
 
 def test_every_wrong_case_declares_problem_reason_and_devices():
@@ -83,7 +82,7 @@ def _gpu_case_argv(test: str, p: dict, base: Path) -> list | None:
         return ["--problem", meta(p["path"])["PROBLEM"], "--candidate", p["path"], "--no-bench"]
     d = base / p["folder"] if (base / p["folder"]).exists() else outside_repo(base, p["folder"])
     m = meta(d / p["cand"])
-    if any(importlib.util.find_spec(n) is None for n in m["NEEDS"]):
+    if missing(m["NEEDS"]):
         return None
     return ["--ref", d / "ref.py", "--candidate", d / p["cand"], "--no-compile", *m["FLAGS"]]
 
@@ -116,9 +115,9 @@ def test_judge_case_on_gpu(folder, cand, gpu_batch, request):
     """`run.py --ref FILE --candidate FILE --no-compile` on the GPU, both files outside the repo, the full stages,
     judged in the shard's batch (gpu_batch)."""
     m = meta(CASES_DIR / folder / cand)
-    missing = [n for n in m["NEEDS"] if importlib.util.find_spec(n) is None]
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)}")
+    absent = missing(m["NEEDS"])
+    if absent:
+        pytest.skip(f"needs {', '.join(absent)}")
     line = gpu_batch.get(request.node.nodeid)
     if m["EXPECT"] is None:
         assert line is not None and batched.exit_code(line) == 0 and line["verdict"].startswith("accepted"), \

@@ -26,8 +26,7 @@ def moved_call(index: int) -> bool:
 
 
 STALE_INPUTS = ("its output follows an earlier call's input tensors, not this call's (a CUDA graph or a cache "
-                "captured on a previous call's tensors replays them): copy each call's inputs into the captured "
-                "buffers, or capture again when the inputs' addresses change")
+                "captured on them)")
 
 
 class CallCheck:

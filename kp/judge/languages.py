@@ -21,6 +21,7 @@ import re
 import sys
 import time
 import types
+from weakref import ProxyTypes, ReferenceType
 
 TRITON, CUPY, NUMBA = "Triton", "CuPy", "Numba CUDA"
 GPU_JIT_MARKERS = {b"triton": TRITON, b"cupy": CUPY, b"numba": NUMBA, b"tilelang": "TileLang",
@@ -105,8 +106,14 @@ class Origins:
 # ---------------------------------------------------------------------------------------------------------------
 # The kernel objects of each language in this process.
 
+def _is(o, kinds: tuple) -> bool:
+    """isinstance by the object's own type alone: asking an object its __class__ runs its code (a dead weak proxy
+    raises, a deprecated alias warns)."""
+    return issubclass(type(o), kinds)
+
+
 def _instances(types_: tuple) -> list:
-    return [o for o in gc.get_objects() if isinstance(o, types_)] if types_ else []
+    return [o for o in gc.get_objects() if _is(o, types_)] if types_ else []
 
 
 def _triton_kernels(origins: Origins) -> list[tuple[str, str, str, bool]]:
@@ -165,34 +172,37 @@ def _reachable(roots: list, kinds: tuple) -> list:
     and partials, not through modules (a module reaches everything)."""
     if not kinds:
         return []
+    torch = sys.modules.get("torch")
+    tensor = (torch.Tensor,) if torch is not None else ()
     seen, found, todo = set(), [], list(roots)
     while todo and len(seen) < WALK_MOST:
         o = todo.pop()
-        if id(o) in seen or isinstance(o, (types.ModuleType, str, bytes, int, float, bool, type(None))):
-            continue
+        if id(o) in seen or type(o) in ProxyTypes or _is(o, (types.ModuleType, str, bytes, int, float, bool,
+                                                             type(None), ReferenceType)):
+            continue  # a weak proxy: what it stands for is reached where it is held
         seen.add(id(o))
-        if isinstance(o, kinds):
+        if _is(o, kinds):
             found.append(o)
             continue
-        if type(o).__module__ == "torch" and type(o).__name__ in ("Tensor", "Parameter"):
+        if _is(o, tensor):
             continue
-        if isinstance(o, dict):
+        if _is(o, (dict,)):
             todo += list(o.values())
-        elif isinstance(o, (list, tuple, set, frozenset)):
+        elif _is(o, (list, tuple, set, frozenset)):
             todo += list(o)
-        elif isinstance(o, types.FunctionType):
+        elif _is(o, (types.FunctionType,)):
             todo += [c.cell_contents for c in (o.__closure__ or ()) if _filled(c)] + list(o.__defaults__ or ())
-        elif isinstance(o, types.MethodType):
+        elif _is(o, (types.MethodType,)):
             todo += [o.__self__, o.__func__]
-        elif isinstance(o, functools.partial):
+        elif _is(o, (functools.partial,)):
             todo += [o.func, *o.args, *o.keywords.values()]
         else:
-            d = getattr(o, "__dict__", None)
-            if isinstance(d, dict):
+            try:  # an object's attributes (asking may run its code: whatever it raises, it is passed by)
+                d = object.__getattribute__(o, "__dict__")
+            except Exception:
+                d = None
+            if _is(d, (dict,)):
                 todo += list(d.values())
-            w = getattr(o, "__wrapped__", None)
-            if w is not None:
-                todo.append(w)
     return found
 
 

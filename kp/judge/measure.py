@@ -190,8 +190,13 @@ class MeasureCommands:
                 blobs[p] = Path(p).read_bytes()
             except OSError:
                 pass
-        jit = jit_kernels(self.candidate_dir, [vars(m) for n, m in sys.modules.items() if n == "kp_candidate"]
-                          + list(self.models.values())) if self.candidate_dir else {"own": {}, "foreign": {}}
+        jit = {"own": {}, "foreign": {}}
+        if self.candidate_dir:
+            try:
+                jit = jit_kernels(self.candidate_dir, [vars(m) for n, m in sys.modules.items() if n == "kp_candidate"]
+                                  + list(self.models.values()))
+            except Exception as e:  # the judge's own look failed: said in the record, no kernel counted by it
+                jit["error"] = f"{type(e).__name__}: {e}"[:200]
         for e in events:
             if e["kind"] != "kernel" or e["name"] == marker:
                 continue
@@ -204,7 +209,7 @@ class MeasureCommands:
             if hit:
                 own.setdefault(e["name"], f"CUDA C++, {os.path.basename(hit)}")
         return {"samples": samples, "control": control, "events": events, "marker": marker, "own": own,
-                "foreign": jit["foreign"]}
+                "foreign": jit["foreign"], "jit_error": jit.get("error")}
 
     def cmd_profile(self, labels: list[str], seed: int):
         """One call of each baseline and row under PyTorch's profiler, after a warm call (and on the GPU an L2

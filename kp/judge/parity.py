@@ -260,7 +260,7 @@ class ParityStage:
                              widen if derive else None, buffers=old)
         except Rejected:
             return None
-        return (f"right with the same values at the previous call's input addresses: {STALE_INPUTS}")
+        return f"right with the same values at the previous call's addresses: {STALE_INPUTS}"
 
     def _skip(self, what: str) -> None:
         self.skipped.append(what)

@@ -58,6 +58,14 @@ def verdict(rec: dict, label: str = "candidate") -> str:
     return _verdict(rec, label) + took
 
 
+def own_kernels_note(own: dict, most: int = 2) -> str:
+    """'own kernels: _softmax_rows (Triton)': the kernels of the row's own that ran, each with its language (a
+    library's file name stays in the record)."""
+    names = [f"{kernel_base_name(n)[:40]} ({lang.split(',')[0]})" for n, lang in own.items()]
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return f"own kernel{'s' if len(names) > 1 else ''}: {', '.join(names[:most])}{more}"
+
+
 def _verdict(rec: dict, label: str) -> str:
     r = rec["rows"][label]
     box = rec.get("sandbox", "")
@@ -71,6 +79,8 @@ def _verdict(rec: dict, label: str) -> str:
         notes.append(f"parity only on {rec['device']}: {', '.join(rec['stages_not_run'])} need a GPU")
     if r.get("pure_torch"):
         notes.append("pure PyTorch: no kernel of its own ran (--allow-torch)")
+    elif r.get("own_kernels"):
+        notes.append(own_kernels_note(r["own_kernels"]))
     if rec.get("mode") == "eval":
         notes.append("eval mode: inference semantics")
     if unboxed:

@@ -1,0 +1,145 @@
+"""Kernels in the languages a candidate compiles at run time (kp.judge.languages), and inputs moved to new addresses
+at parity (kp.judge.calls): what needs no GPU. The GPU judge cases (tests/judge_cases/contract/triton, cupy,
+stale_graph) judge them end to end."""
+import os
+import sys
+import types
+
+import pytest
+import torch
+
+from conftest import ROOT
+from kp.judge import languages
+from kp.judge.calls import CallCheck, moved_call
+
+TRITON_CASES = ROOT / "tests" / "judge_cases" / "contract" / "triton"
+
+
+def test_gpu_languages_read_from_the_imports_alone(tmp_path):
+    f = tmp_path / "c.py"
+    f.write_text("import torch\nimport triton.language as tl\nfrom cupy import RawKernel\n# numba is not imported\n")
+    assert languages.gpu_languages(f) == [languages.TRITON, languages.CUPY]
+    f.write_text("import torch\n'''mentions triton and cupy in a string only'''\n")
+    assert languages.gpu_languages(f) == []
+    assert languages.gpu_languages(tmp_path / "missing.py") == []
+
+
+def test_a_file_under_the_candidates_folder_is_its_own_and_generated_code_is_torch_compiles(tmp_path, monkeypatch):
+    inductor = tmp_path / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+    o = languages.Origins(str(tmp_path))
+    assert o.of(str(tmp_path / "cand.py")) == "own"
+    assert o.of(str(tmp_path / "helpers" / "kernels.py")) == "own"
+    assert o.of(str(inductor / "ab" / "cabc.py")) == "torch.compile's"  # under the candidate's folder, still not its
+    assert o.of(torch.__file__) == "PyTorch's"
+    assert o.of(os.__file__) == "a library's"
+
+
+def test_profiled_names_matched_to_the_kernels_they_run():
+    table = {"_softmax_rows": "Triton", "scaled_relu": "CuPy", "add_kernel": "Numba CUDA"}
+    assert languages.match("_softmax_rows", table) == "_softmax_rows"
+    assert languages.match("scaled_relu", table) == "scaled_relu"
+    assert languages.match("void scaled_relu<float>(float const*, float*, long long)", table) == "scaled_relu"
+    assert languages.match("cudapy::kp_candidate::add_kernel[abi:v1,cw51cXTLSUwv1sCUt9Uw1VEw0NRRQPKzLTg4gaGKFsG2oMQGE"
+                           "Yak](Array<float, 1, C, mutable, aligned>)", table) == "add_kernel"
+    # a library's kernel whose base name is a JIT kernel's: a C++ kernel runs under its signature, a JIT one does not
+    assert languages.match("void at::native::softmax_warp_forward<float, float, float, 10>(float*)",
+                           {"softmax_warp_forward": "Triton"}) == "softmax_warp_forward"
+    assert languages.match("cunn_SoftMaxForward", table) is None
+    assert languages.label_foreign(["triton_per_fused__softmax_0", "gemm"],
+                                   {"triton_per_fused__softmax_0": "torch.compile's Triton"}) == \
+        ["triton_per_fused__softmax_0 (torch.compile's Triton)", "gemm"]
+
+
+def test_kernel_objects_found_where_the_candidate_holds_them_not_where_a_library_does():
+    class RawKernel:  # a stand-in with CuPy's shape
+        def __init__(self, name):
+            self.name = name
+
+    held = RawKernel("mine")
+    in_closure = RawKernel("closure")
+    library = RawKernel("cupy_maximum")
+
+    def forward(x, k=None):
+        return in_closure
+
+    model = types.SimpleNamespace(kernel=held, fn=forward, lib=types.ModuleType("cupy_like"))
+    model.lib.kernel = library  # only through a module: not the candidate's
+    found = languages._reachable([{"model": model}], (RawKernel,))
+    assert {k.name for k in found} == {"mine", "closure"}
+
+
+def test_a_triton_compile_error_is_one_line_with_the_compilers_message():
+    CompilationError = type("CompilationError", (Exception,), {"__module__": "triton.compiler.errors"})
+    inner = CompilationError("at 10:12:\n    break\n    ^\nunsupported AST node type: Break")
+    inner.node, inner.src, inner.error_message = types.SimpleNamespace(lineno=10), "def k():\n", \
+        "unsupported AST node type: Break"
+    outer = CompilationError("at 3:4:\n(an excerpt of the caller)")
+    outer.node, outer.src, outer.error_message = types.SimpleNamespace(lineno=3), "def caller():\n", None
+    outer.__cause__ = inner
+    text = languages.jit_error(outer)
+    assert text.startswith("Triton compile error") and text.endswith("unsupported AST node type: Break"), text
+    assert "\n" not in text
+    assert languages.jit_error(ValueError("plain")) is None
+
+
+def test_triton_compile_time_is_not_wrapped_where_the_file_does_not_use_triton(tmp_path):
+    f = tmp_path / "c.py"
+    f.write_text("import torch\n")
+    seconds = [0.0]
+    languages.watch_jit_builds(f, seconds)  # imports nothing: the candidate writes no Triton
+    assert "triton" not in sys.modules or seconds == [0.0]
+
+
+class _Calls(CallCheck):
+    def __init__(self):
+        self.input_buffers = {}
+
+
+def test_every_other_call_from_the_third_gets_inputs_at_new_addresses():
+    assert [moved_call(i) for i in range(7)] == [False, False, True, False, True, False, True]
+    c = _Calls()
+    x1, x2, x3 = (torch.full((4, 3), v) for v in (1.0, 2.0, 3.0))
+    a = c._candidate_inputs([x1, 7])
+    b = c._candidate_inputs([x2, 7])  # refilled: the address it has seen, new values
+    assert b[0].data_ptr() == a[0].data_ptr() and torch.equal(b[0], x2) and b[1] == 7
+    m = c._candidate_inputs([x3, 7], moved=True)  # moved: a new address, the old buffer alive and unchanged
+    assert m[0].data_ptr() != a[0].data_ptr() and torch.equal(m[0], x3)
+    old = c._in_retired_buffers([x3, 7])  # the diagnosis: this call's values where the call before had its inputs
+    assert old[0].data_ptr() == a[0].data_ptr() and torch.equal(old[0], x3)
+    c._candidate_inputs([x1, 7])  # the next refill lets the old buffer go
+    assert c._in_retired_buffers([x1, 7]) is None
+
+
+def test_a_triton_candidate_on_the_cpu_gets_no_verdict(cli, tmp_path):
+    r = cli("--ref", TRITON_CASES / "ref.py", "--candidate", TRITON_CASES / "softmax_rows.py", "--device", "cpu",
+            "--no-sandbox")
+    assert r.returncode == 2, r.stdout + r.stderr
+    last = (r.stdout + r.stderr).strip().splitlines()[-1]
+    assert "Triton" in last and "judge it on a GPU" in last, last
+
+
+@pytest.mark.parametrize("name", [p.name for p in TRITON_CASES.glob("*.py") if p.name != "ref.py"])
+def test_every_triton_case_declares_it_needs_triton(name):
+    from cases import meta
+    assert "triton" in meta(TRITON_CASES / name)["NEEDS"]
+
+
+def test_the_search_passes_by_dead_weak_proxies_and_objects_that_raise():
+    import gc
+    import weakref
+
+    class K:
+        pass
+
+    class Raises:
+        def __getattribute__(self, name):
+            raise RuntimeError("asked")
+
+    gone = K()
+    proxy = weakref.proxy(gone)
+    del gone
+    gc.collect()
+    live = K()
+    assert languages._reachable([{"p": proxy, "r": Raises(), "k": live}], (K,)) == [live]
+    assert live in languages._instances((K,))

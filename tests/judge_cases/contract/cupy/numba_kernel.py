@@ -6,7 +6,8 @@ from numba import cuda
 
 EXPECT = None
 DEVICES = ("cuda",)
-NEEDS = ("numba.cuda.np.arrayobj",)  # what its first compile imports (it fails beside numpy >= 2.4 for old numba)
+# What its first compile imports: a numba-cuda that expects np.row_stack fails there beside a numpy without it.
+NEEDS = ("numba.cuda.np.arrayobj",)
 
 
 @cuda.jit

@@ -68,6 +68,10 @@ def parse_args(argv):
     ap.add_argument("--mode", default="train", choices=["train", "eval"],
                     help="train (default: a fresh Model trains, KernelBench's contract) or eval (inference "
                          "semantics: both models in eval mode, calls under no_grad, weights still changed)")
+    ap.add_argument("--backward", action="store_true",
+                    help="judge the gradients too: every parity call also runs a backward pass from a fresh upstream "
+                         "gradient, and every floating input's and trained parameter's gradient is compared with "
+                         "the reference's in float64 (docs/judge.md, 'Gradients')")
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: from the OS, printed)")
     ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3; "
                                                           "default 3)")
@@ -322,7 +326,8 @@ def judge_opts(args) -> dict:
     return dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
                 bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
                 sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
-                timeout_s=args.timeout or JOB_TIMEOUT_S, **({"shapes": shapes} if shapes else {}))
+                timeout_s=args.timeout or JOB_TIMEOUT_S, **({"shapes": shapes} if shapes else {}),
+                **({"backward": True} if args.backward else {}))
 
 
 def compile_check(args) -> int:

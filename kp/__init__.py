@@ -30,7 +30,8 @@ LAYER_ORDER = (
     # kernel languages a candidate compiles at run time, what is watched in a candidate's process, the worker that
     # runs a model, the runners that talk to it, the boxed worker's entry
     "judge.family", "judge.reference", "lib.gpu_lock", "lib.timing", "observe.profile", "judge.languages",
-    "judge.guards", "judge.measure", "judge.replies", "judge.worker", "judge.runners", "box.entry",
+    "judge.guards", "judge.gradients", "judge.measure", "judge.replies",
+    "judge.worker", "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables
     "observe.ncu", "observe.report",
     # the judge: its memory plan, an output against what it must be, what a call must return, its stages (construct,
@@ -39,7 +40,7 @@ LAYER_ORDER = (
     # driver that runs it; its roofline picture; many jobs (what a job, a job file and a results file are; what a
     # batch used of its host; candidates' builds ahead of judging; the reference run in a slot's next box; what runs
     # in a slot's process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks run which jobs)
-    "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.calls", "judge.parity",
+    "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.backward", "judge.calls", "judge.parity",
     "judge.family_parity",
     "judge.kernelbench", "judge.escape", "judge.timed", "judge.observe", "judge.memory", "judge.record",
     "judge.stages", "judge.driver",

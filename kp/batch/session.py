@@ -25,7 +25,7 @@ from kp.lib.registry import problems
 
 # The judge's options a session takes, with run.py's defaults (kp.judge.driver.Judge's meaning).
 DEFAULTS = dict(seed=None, trials=3, precision="fp32", device=None, bench=True, compile_baseline=True,
-                allow_torch=False, sandbox=True, profile=False, ncu=False, mode="train", shapes=0)
+                allow_torch=False, sandbox=True, profile=False, ncu=False, mode="train", shapes=0, backward=False)
 
 
 class JudgeSession:

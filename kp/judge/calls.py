@@ -98,14 +98,15 @@ class CallCheck:
         self._release_if_short()
 
     def _check_call(self, row: Row, label: str, pristine: list, exp: Expected, widen=None, moved: bool = False,
-                    buffers: list | None = None) -> dict:
+                    buffers: list | None = None, grads=None) -> dict:
         """One checked call. widen: at a derived input, a function giving the budgets widened to how far honest
         fp32 roundings move the reference there, asked only where the output is over its budget. moved: the inputs
         at new addresses (_candidate_inputs); buffers: the inputs as given (the diagnosis of a moved call)."""
         with self._timed("check: the candidate's copy of the inputs"):
             cand_inputs = buffers if buffers is not None else self._candidate_inputs(pristine, moved)
         t0 = time.perf_counter()
-        reply = row.runner.call(label, "forward", row.label, cand_inputs, _out_bytes_hint(pristine))
+        reply = row.runner.call(label, "forward", row.label, cand_inputs, _out_bytes_hint(pristine),
+                                *([grads.request()] if grads is not None else []))
         inside = reply.get("seconds") if isinstance(reply.get("seconds"), dict) else {}
         inside = {k: s for k, s in inside.items() if isinstance(s, (int, float))}  # the worker's own account
         for part, s in inside.items():
@@ -120,6 +121,9 @@ class CallCheck:
                     raise Rejected(f"{label}: input {i} was modified")
         with self._timed("check: the output against the float64 reference"):
             res = judge_output(label, reply["out"], reply["type"], exp, widen)
+        if grads is not None:  # --backward: the gradients, after the output they come from
+            with self._timed("check: the gradients against the float64 reference's"):
+                res["grads"] = self._check_grads(row, label, reply.get("grads"), grads)
         if res.get("widened"):
             self.notes.append(f"{row.label} at {label}: over its budget, within how far honest fp32 "
                               f"roundings move the reference there (relL2 {res['rel_l2']:.2e}, budget "

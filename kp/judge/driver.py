@@ -61,6 +61,7 @@ from kp.judge.memory import OutOfMemoryVerdicts
 from kp.judge.record import RecordParts, process_age_s
 from kp.judge.family import member_names, module_sizes
 from kp.judge.family_parity import FamilyParity
+from kp.judge.backward import BackwardCheck
 from kp.judge.calls import CallCheck
 from kp.judge.parity import MIN_TRIALS, ParityStage
 from kp.judge.stages import AFTER_WORKERS, BUILD_STAGE, STAGES, WAIT_STAGE
@@ -99,15 +100,16 @@ def default_variants(problem: str, include_records: bool = False, precision: str
     return vs + (["auto"] if picks_per_call(problem) else [])
 
 
-class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityStage, FamilyParity, KernelBenchCheck,
-            EscapeStage, TimingStage, ObserveStage):
+class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, BackwardCheck, ParityStage, FamilyParity,
+            KernelBenchCheck, EscapeStage, TimingStage, ObserveStage):
     def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
                  budget_s: float = 20.0, sandbox: bool = True, profile: bool = False, ncu: bool = False,
-                 mode: str = "train", timeout_s: float | None = JOB_TIMEOUT_S, shapes=0, log=progress):
+                 mode: str = "train", timeout_s: float | None = JOB_TIMEOUT_S, shapes=0, backward: bool = False,
+                 log=progress):
         """mode: 'train' (KernelBench's contract: a fresh Model trains) or 'eval' (inference: both models in eval
-        mode). timeout_s: the limit on a candidate's whole job (None: none), each worker call bounded by it.
+        mode). backward: every parity call's gradients judged too (kp.judge.backward). timeout_s: the limit on a candidate's whole job (None: none), each worker call bounded by it.
         shapes: other members of the reference's shape family each row's parity also runs at (kp.judge.family)."""
         if mode not in MODES:
             raise UsageError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -132,6 +134,8 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, ParityS
         self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self.log = log
         self.mode, self.train = mode, mode == "train"
+        self.backward = backward
+        self.prev_grads = {}  # per row: the gradients its last checked call must have left (accumulation)
         self.timeout_s = timeout_s
         if isinstance(shapes, int) and shapes < 0:
             raise UsageError(f"--shapes takes a count of other shapes (0 or more), got {shapes}")

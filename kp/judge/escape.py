@@ -21,7 +21,8 @@ class EscapeStage:
         """One escape measurement: (reply, median event ms, host-clock excess ms, activities outside the window,
         the window)."""
         with self._timed("escape: profiled calls (each try)"):
-            e = row.runner.call("escape", "escape", row.label, seed % 2**32)
+            e = row.runner.call("escape", "escape", row.label, seed % 2**32,
+                                *([True] if getattr(self, "backward", False) else []))
         ev_ms = median_high(s[1] for s in e["samples"])
         control = max(host_clock_excess_ms(e["control"]), 0.0)  # what the same steps cost around no call, now
         return (e, ev_ms, host_clock_excess_ms(e["samples"]) - control, *window_violations(e["events"], e["marker"]))

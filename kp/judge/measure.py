@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from kp.judge.guards import late_message, late_threads, loaded_objects, run_queue_ms, system_prefixes
+from kp.judge.gradients import backward_pass, upstream_like
 from kp.judge.languages import jit_kernels, match
 from kp.judge.reference import describe
 from kp.lib.build import cache_root, shared_cache
@@ -136,10 +137,16 @@ class MeasureCommands:
         return reply
 
     # -- escape + own kernel --------------------------------------------------------------------------------------
-    def cmd_escape(self, label: str, seed: int):
+    def cmd_escape(self, label: str, seed: int, backward: bool = False):
+        """backward (--backward): the call checked is the forward and its backward pass, from one upstream
+        gradient drawn here."""
         x = self.ref.inputs(seed, self.device)
         model = self.models[label]
         f = lambda: model(*x)
+        if backward:
+            with torch.no_grad():
+                ups = upstream_like(model(*x))
+            f = lambda: backward_pass(model, x, ups)
         flush = L2Flusher()
         set_precision(self.precision)
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -10,6 +10,7 @@ import torch
 
 from kp.errors import ReferenceRaised, Rejected, first_line, raised_by_judge
 from kp.judge.expected import Row, _Refs
+from kp.judge.backward import BACKWARD_MARK
 from kp.judge.calls import STALE_INPUTS, moved_call
 from kp.judge.outputs import Expected, _release, rms
 from kp.judge.family import said_sizes
@@ -124,6 +125,7 @@ class ParityStage:
         with self._timed("construct: the rows built with the reference's weights"):
             self._each(lambda row: self._build(row, refs, init, self.seed))
         premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
+        prev_grads = None  # --backward: the call before's expected gradients (accumulation at the second call)
         base_finite = None
         passed_before = {}
         for index, (label, s, upd, derive) in enumerate(self._sequence()):
@@ -157,6 +159,8 @@ class ParityStage:
                 del base
             saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
             try:
+                with self._timed("parity: the references' backward (fp32 and float64)"):
+                    grads = self._backward_expected(refs, pristine, s, self.precision) if self.backward else None
                 with self._timed("parity: the references (fp32 and float64) on benchmark-shape calls"):
                     exp = refs.expected(pristine, self.precision, grow=grow)
             except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
@@ -205,11 +209,17 @@ class ParityStage:
                 self._skip(f"{label}: its inputs at new addresses: no room for a second copy of them beside the "
                            f"first (a graph captured on an earlier call's inputs is not checked at this call)")
 
+            if grads is not None and index == 1:  # the second call's backward adds to the first's .grad
+                grads = grads.plus(prev_grads)
+            prev_grads = grads
+
             def one(row):
                 try:
                     row.checks[label] = self._check_call(row, label, pristine, exp, widen if derive else None,
-                                                         moved=moved)
+                                                         moved=moved, grads=grads)
                 except Rejected as e:
+                    if BACKWARD_MARK in str(e):  # the forward was right: what follows explains a wrong forward
+                        raise
                     stale = moved and passed_before.get(row.label) and self._follows_old_inputs(row, label, pristine,
                                                                                              exp, widen, derive)
                     if stale:
@@ -289,12 +299,13 @@ class ParityStage:
                     c_refs = _Refs(self.ref, c_init, s, self.device, self.device, self.train)
                     label = f"case {name} (seed {s})"
                     state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
+                    grads = self._backward_expected(c_refs, c_inputs, s, self.precision) if self.backward else None
                     exp = c_refs.expected(c_inputs, self.precision)
 
                 def one(row):
                     with self._timed("cases: the row's model built and loaded"):
                         self._build(row, c_refs, c_init, s, stage=label, state=state0)
-                    row.checks[label] = self._check_call(row, label, c_inputs, exp)
+                    row.checks[label] = self._check_call(row, label, c_inputs, exp, grads=grads)
                     self._check_buffers(row, f"buffers after {label}", c_refs)
                     row.runner.call(label, "drop", row.label)
 

@@ -20,6 +20,7 @@ from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, 
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
 from kp.judge.family import same_value
 from kp.judge.float64 import _convert, hold_on
+from kp.judge.gradients import call_with_backward
 from kp.judge.languages import watch_jit_builds
 from kp.judge.measure import MeasureCommands, export_output
 from kp.judge.replies import (ENDED_AFTER_FAULT, _settle_before_sending, error_text, fault_text, gpu_fault, send,
@@ -327,7 +328,9 @@ class Worker(MeasureCommands):
         return {"changed": changed}
 
     # -- parity -------------------------------------------------------------------------------------------------
-    def cmd_forward(self, label: str, inputs, reserve_bytes: int):
+    def cmd_forward(self, label: str, inputs, reserve_bytes: int, grad: dict | None = None):
+        """One parity call; with `grad` ({"upstream": [...], "zero": bool}, --backward) its backward pass too, and
+        the gradients in the reply."""
         # Held until the next two calls' inputs have arrived: a buffer the judge refills then maps to the same
         # address, and one it moved from stays mapped (kp.judge.calls: a graph replaying it reads it, not a fault)
         self.held_inputs = ((self.held_inputs or (None,))[-1], inputs)
@@ -337,13 +340,18 @@ class Worker(MeasureCommands):
             nan_fill_cached_free(reserve_bytes)
         t1 = time.perf_counter()
         set_precision(self.precision)
-        with torch.no_grad():
-            out = self.models[label](*inputs)
+        grads = None
+        if grad is not None:
+            out, grads = call_with_backward(self.models[label], inputs, grad["upstream"], grad["zero"])
+        else:
+            with torch.no_grad():
+                out = self.models[label](*inputs)
         if self.device == "cuda":
             torch.cuda.synchronize()  # device-wide: side-stream work finishes before the output leaves
         t2 = time.perf_counter()
         sent = export_output(out, inputs)
         return {"out": sent, "type": describe(out), "tf32_after": torch.backends.cuda.matmul.allow_tf32,
+                "grads": grads,
                 "seconds": {"unwritten memory filled with NaN": t1 - t0, "the model's call": t2 - t1,
                             "the output made ready to send": time.perf_counter() - t2}}
 

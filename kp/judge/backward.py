@@ -1,0 +1,153 @@
+"""Gradients judged (`--backward`): every parity call also runs a backward pass from an upstream gradient drawn fresh
+for that call, and the gradient of every floating input and of every parameter the reference trains is compared
+with the reference's, in float64, under the forward's budget model: PyTorch fp32's own error on the same call times
+the same factor, floored by the reduction length behind each gradient element, overall and for the worst row.
+
+The reduction behind a gradient element is at least the forward's (the backward of a product of length K sums K
+terms into each input's gradient too) and at least the outputs each element of it gathers from (a bias's gradient
+sums the whole batch): the floor's K is the larger of the forward's and the output's elements over the gradient's.
+
+Gradients accumulate as PyTorch's do: at the second call of the sequence the parameters' .grad is not cleared, and
+what it must hold is the sum of both calls' gradients (a backward that assigns .grad instead of adding fails there).
+The candidate's worker side is kp.judge.gradients; these are methods of kp.judge.driver.Judge."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from kp.errors import Rejected
+from kp.judge.float64 import as_float64, float64_default
+from kp.lib.layers import set_precision
+from kp.lib.numerics import budget_from, clone_layout, rel_error
+
+UPSTREAM_SEED = 7919  # the upstream gradient's seed: the call's input seed plus this
+BACKWARD_MARK = ": backward (upstream seed"  # in every rejection of a call's gradients
+
+
+@dataclasses.dataclass
+class Grads:
+    """What one call's backward must give: the upstream gradients sent with the call, and per gradient (an input's
+    index or a reference parameter's name) PyTorch's fp32 gradient, the float64 one and the floor's K."""
+    upstream: list
+    seed: int
+    inputs: dict  # index -> (g32, g64, k)
+    params: dict  # reference name -> (g32, g64, k)
+    zero: bool = True  # the parameters' .grad cleared before this call's backward
+
+    def request(self) -> dict:
+        return {"upstream": self.upstream, "zero": self.zero}
+
+    def plus(self, before: "Grads | None") -> "Grads":
+        """This call's expectations with the parameters' gradients of the call before added (accumulation)."""
+        if before is None:
+            return self
+        params = {k: (a[0] + before.params[k][0].to(a[0].device), a[1] + before.params[k][1].to(a[1].device), a[2])
+                  for k, a in self.params.items() if k in before.params}
+        return dataclasses.replace(self, params=params, zero=False)
+
+
+def _leaves(xs: list) -> list:
+    return [x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in xs]
+
+
+def _outs(y) -> list:
+    return list(y) if isinstance(y, (tuple, list)) else [y]
+
+
+def _grads(model, xs: list, ys: list, ups: list) -> tuple[dict, dict]:
+    pairs = [(y, g) for y, g in zip(ys, ups) if g is not None and y.requires_grad]
+    for p in model.parameters():
+        p.grad = None
+    torch.autograd.backward([y for y, _ in pairs], [g.to(y.device, y.dtype) for y, g in pairs])
+    gi = {i: x.grad.detach() for i, x in enumerate(xs) if isinstance(x, torch.Tensor) and x.grad is not None}
+    gp = {k: p.grad.detach() for k, p in model.named_parameters() if p.requires_grad and p.grad is not None}
+    for p in model.parameters():
+        p.grad = None
+    return gi, gp
+
+
+class BackwardCheck:
+    """Methods of kp.judge.driver.Judge: the references' backward (_backward_expected) and a row's gradients
+    against it (_check_grads)."""
+
+    def _backward_expected(self, refs, pristine: list, seed: int, precision: str) -> Grads | None:
+        """Both references' gradients on this call's inputs, from an upstream gradient drawn from `seed` (printed
+        seeds replay it), before the call itself: the references' state (BatchNorm's running statistics) is put back
+        after, so the call that follows moves it once. None, said once, where no float64 gradient can be made."""
+        saved = refs.save_buffers()
+        try:
+            set_precision(precision)
+            xs32 = _leaves([clone_layout(x) for x in pristine])
+            with torch.enable_grad():
+                ys32 = _outs(refs.r32(*xs32))
+            gen = torch.Generator(device=ys32[0].device if isinstance(ys32[0], torch.Tensor) else "cpu")
+            gen.manual_seed(seed + UPSTREAM_SEED)
+            ups = [torch.randn(y.shape, generator=gen, device=y.device, dtype=torch.float32).to(y.dtype)
+                   if isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad else None
+                   for y in ys32]
+            if not any(u is not None for u in ups):
+                return self._no_backward("the reference's output does not require grad: nothing to train")
+            gi32, gp32 = _grads(refs.r32, xs32, ys32, ups)
+            refs.restore_buffers(saved)
+            if refs.fp32_only():
+                return self._no_backward(f"no float64 reference ({refs.how})")
+            try:
+                with float64_default():
+                    xs64 = _leaves(as_float64(pristine, refs.f64_device))
+                    with torch.enable_grad():
+                        ys64 = _outs(refs.r64(*xs64))
+                    gi64, gp64 = _grads(refs.r64, xs64, ys64,
+                                        [u.double() if u is not None else None for u in ups])
+            except torch.OutOfMemoryError:
+                return self._no_backward("the float64 backward does not fit the GPU's memory")
+        finally:
+            refs.restore_buffers(saved)
+            set_precision("fp32")
+        out_n = max(sum(y.numel() for y in ys32 if isinstance(y, torch.Tensor)), 1)
+        k = lambda g: max(refs.k, out_n / max(g.numel(), 1))
+        return Grads(upstream=ups, seed=seed + UPSTREAM_SEED,
+                     inputs={i: (g, gi64[i], k(g)) for i, g in gi32.items() if i in gi64},
+                     params={n: (g, gp64[n], k(g)) for n, g in gp32.items() if n in gp64})
+
+    def _no_backward(self, why: str) -> None:
+        note = f"gradients not checked: {why}"
+        if note not in self.notes:
+            self.notes.append(note)
+            self.log(f"{self.ref.name}: {note}")
+        return None
+
+    def _check_grads(self, row, label: str, got: dict | None, exp: Grads) -> dict:
+        """A row's gradients against the references': every one the reference has must be there, of its shape and
+        within its budget. Returns each gradient's relL2."""
+        where = f"{label}{BACKWARD_MARK} {exp.seed}" + ("" if exp.zero else ", .grad accumulated over "
+                                                                  "this call and the one before") + ")"
+        if got is None:
+            raise Rejected(f"{where}: the worker returned no gradients")
+        errs = {}
+        names = row.names or {}
+        if exp.params and not names:
+            self._no_backward("the candidate's parameters do not map to the reference's by name or in order")
+        checks = [(f"input {i}", got["inputs"][i] if i < len(got["inputs"]) else None, e, True)
+                  for i, e in exp.inputs.items()]
+        checks += [(f"parameter {names[n]!r}", got["params"].get(names[n]), e, names[n] in got["params"])
+                   for n, e in exp.params.items() if n in names]
+        for what, g, (g32, g64, k), trainable in checks:
+            if g is None:
+                why = "got no gradient" if trainable else "is not trainable in the model (it does not require grad)"
+                raise Rejected(f"{where}: {what}, which the reference trains, {why}")
+            if tuple(g.shape) != tuple(g64.shape):
+                raise Rejected(f"{where}: the gradient of {what} has shape {tuple(g.shape)}, the reference's "
+                               f"{tuple(g64.shape)}")
+            e_ref = rel_error(g32, g64)
+            budget = budget_from(e_ref, k, g32.dtype)
+            e = rel_error(g.to(g32.device), g64)
+            if e.nonfinite_mismatch:
+                raise Rejected(f"{where}: the gradient of {what} has {e.nonfinite_mismatch} NaN/Inf positions that "
+                               f"differ from the reference's")
+            if not e.within(budget):
+                raise Rejected(f"{where}: the gradient of {what}: relL2 {e.rel_l2:.2e} over budget "
+                               f"{budget.rel_l2:.2e} (worst row {e.worst_row:.2e}, row budget {budget.worst_row:.2e})")
+            errs[what] = e.rel_l2
+        return errs

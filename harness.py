@@ -18,7 +18,7 @@ from kp.lib.checks import binding_check_many, compile_check, has_experiments
 from kp.lib.sources import Export, binding_source, local_headers, parse_exports, strip_experiments
 from kp.errors import KernelBuildError, UsageError
 from kp.lib.layers import (GEMM_MODES, PRECISIONS, DerivedCache, LinearGemm, check_input, ieee_fp32, mm_fp32,
-                       set_precision, tf32_matmul)
+                       set_precision, tf32_matmul, trained)
 from kp.lib.numerics import (ABS_FLOOR, HALF_DTYPES, REF_MULTIPLE, Err, budget_from, clone_layout, rel_error,
                               same_values)
 from kp.judge.reference import problem_inputs as inputs
@@ -33,7 +33,7 @@ __all__ = [
     "parse_arch", "parse_exports", "progress", "require_gpu", "strip_experiments", "summarize_build_error",
     "KernelBuildError", "UsageError",
     "GEMM_MODES", "PRECISIONS", "DerivedCache", "LinearGemm", "check_input", "ieee_fp32", "mm_fp32", "set_precision",
-    "tf32_matmul",
+    "tf32_matmul", "trained",
     "ABS_FLOOR", "REF_MULTIPLE", "Err", "budget_from", "clone_layout", "rel_error", "same_values",
     "inputs",
     "KERNELS", "MODELS", "PROBES", "ROOT", "capability", "default_rung", "first_runnable", "kernel_sources",

@@ -35,15 +35,15 @@ LAYER_ORDER = (
     # reading and saying: Nsight Compute, the tables
     "observe.ncu", "observe.report",
     # the judge: its memory plan, an output against what it must be, what a call must return, its stages (construct,
-    # one checked call, parity, parity at the shape family's members, KernelBench's own check, escape and own kernel,
-    # timing and ceilings, profiles), its answers to running out of GPU memory, its record, its stage table, the
-    # driver that runs it; its roofline picture; many jobs (what a job, a job file and a results file are; what a
-    # batch used of its host; candidates' builds ahead of judging; the reference run in a slot's next box; what runs
-    # in a slot's process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks run which jobs)
-    "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.backward", "judge.calls", "judge.parity",
-    "judge.family_parity",
-    "judge.kernelbench", "judge.escape", "judge.timed", "judge.observe", "judge.memory", "judge.record",
-    "judge.stages", "judge.driver",
+    # the gradients, one checked call, parity, parity at the shape family's members, KernelBench's own check, escape
+    # and own kernel, timing and ceilings, profiles), its answers to running out of GPU memory, its record, its stage
+    # table, the driver that runs it; its roofline picture; many jobs (what a job, a job file and a results file
+    # are; what a batch used of its host; candidates' builds ahead of judging; the reference run in a slot's next
+    # box; what runs in a slot's process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks
+    # run which jobs)
+    "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.backward", "judge.calls",
+    "judge.parity", "judge.family_parity", "judge.kernelbench", "judge.escape", "judge.timed", "judge.observe",
+    "judge.memory", "judge.record", "judge.stages", "judge.driver",
     "observe.plot", "batch.jobfile", "batch.usage", "batch.ahead", "batch.prime", "batch.slot_process", "batch.slots",
     "batch.gpus", "batch.backends", "batch.session", "batch.server",
 )

@@ -2,7 +2,7 @@
 import torch
 import torch.nn as nn
 
-from harness import Kernel, LinearGemm, check_input
+from harness import Kernel, LinearGemm, check_input, trained
 from peers import triton_gemm
 
 BOUND = "compute"
@@ -52,11 +52,19 @@ class ModelNew(nn.Module):
         self.gemm = LinearGemm(gemm, self.k, precision)
 
     def forward(self, x):
+        # Trained through PyTorch: the backward recomputes the layer with torch's ops (harness.trained); its
+        # gradients are two more GEMMs, which cuBLAS runs (docs/linear_problems.md, "Training").
+        return trained(self._kernel, _reference, x, self.linear.weight, self.linear.bias)
+
+    def _kernel(self, x, w, b):
         check_input(x, "x", self.linear.in_features)
-        y = self.gemm(x, self.linear.weight)
-        b = self.linear.bias
+        y = self.gemm(x, w)
         self.k.bias_gelu_softmax(y, b if b is not None else y.new_empty(0), y)  # in place
         return y
+
+
+def _reference(x, w, b):
+    return torch.nn.functional.softmax(torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)), dim=1)
 
 
 def traffic(x, init=None, **opts):

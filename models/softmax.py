@@ -78,11 +78,43 @@ class ModelNew(nn.Module):
         return "4_persistent" if cols <= PERSISTENT_MAX_COLS else "2_online"
 
     def forward(self, x):
+        if torch.is_grad_enabled() and x.requires_grad:  # training: the backward is the playground's own kernel
+            return _Softmax.apply(x, self)
+        return self._forward(x)
+
+    def _forward(self, x):
         if x.dim() == 2 and x.size(1) > 1 and x.stride(1) != 1:
             x = x.contiguous()  # kernels take any row stride and offset, but need unit-stride rows
         y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         self.kernels[self.rung(x)].softmax_forward(x, y)
         return y
+
+    def backward_model(self):
+        """The backward's rungs (models/softmax_backward.py), built at the first backward: a forward-only user
+        never compiles them."""
+        if "_backward" not in self.__dict__:  # held aside: no module of the state_dict, nothing to move
+            from models.softmax_backward import ModelNew as Backward
+            self.__dict__["_backward"] = Backward()
+        return self.__dict__["_backward"]
+
+
+class _Softmax(torch.autograd.Function):
+    """The forward kernel, and dx = y * (dy - rowsum(dy * y)) by softmax_backward's rungs (float32; a 16-bit y
+    takes PyTorch's backward, which those rungs do not read)."""
+
+    @staticmethod
+    def forward(ctx, x, model):
+        y = model._forward(x)
+        ctx.save_for_backward(y)
+        ctx.model = model
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        y, = ctx.saved_tensors
+        if y.dtype != torch.float32:
+            return torch._softmax_backward_data(dy, y, 1, y.dtype), None
+        return ctx.model.backward_model()(y, dy), None
 
 
 def traffic(x, init=None):

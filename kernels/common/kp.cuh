@@ -162,4 +162,21 @@ inline void check_row_softmax_args(const at::TensorBase& x, const at::TensorBase
   TORCH_CHECK(y.is_contiguous(), "y must be contiguous");
 }
 
+// Shared argument checks of every softmax-backward rung: y (the softmax's output) and dy (the upstream gradient) are
+// 2-D float32 CUDA tensors of one shape whose rows are unit-stride (any row stride, any storage offset); dx is a fresh
+// contiguous float32 output of that shape on the same device.
+inline void check_backward_args(const at::TensorBase& y, const at::TensorBase& dy, const at::TensorBase& dx) {
+  TORCH_CHECK(y.is_cuda(), "y must be a CUDA tensor, got device ", y.device());
+  TORCH_CHECK(y.scalar_type() == at::kFloat, "y must be float32, got ", y.scalar_type());
+  check_f32_cuda(dy, "dy");
+  check_f32_cuda(dx, "dx");
+  check_same_device(y, dy, "softmax backward");
+  check_same_device(y, dx, "softmax backward");
+  TORCH_CHECK(y.dim() == 2, "softmax backward expects 2-D tensors, got ", num(y.dim()), "-D");
+  TORCH_CHECK(dy.sizes() == y.sizes() && dx.sizes() == y.sizes(), "y, dy and dx must have one shape");
+  TORCH_CHECK(y.size(1) <= 1 || (y.stride(1) == 1 && dy.stride(1) == 1),
+              "y and dy rows must be unit-stride (the caller makes them so)");
+  TORCH_CHECK(dx.is_contiguous(), "dx must be contiguous");
+}
+
 }  // namespace kp

@@ -109,8 +109,9 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
                  mode: str = "train", timeout_s: float | None = JOB_TIMEOUT_S, shapes=0, backward: bool = False,
                  log=progress):
         """mode: 'train' (KernelBench's contract: a fresh Model trains) or 'eval' (inference: both models in eval
-        mode). backward: every parity call's gradients judged too (kp.judge.backward). timeout_s: the limit on a candidate's whole job (None: none), each worker call bounded by it.
-        shapes: other members of the reference's shape family each row's parity also runs at (kp.judge.family)."""
+        mode). timeout_s: the limit on a candidate's whole job (None: none), each worker call bounded by it.
+        shapes: other members of the reference's shape family each row's parity also runs at (kp.judge.family).
+        backward: every parity call's gradients judged too (kp.judge.backward)."""
         if mode not in MODES:
             raise UsageError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if precision not in PRECISIONS:

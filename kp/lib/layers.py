@@ -210,3 +210,42 @@ def set_precision(precision: str) -> None:
     tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training: a kernel's output given a backward.
+
+class _Trained(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, kernel, reference, *tensors):
+        ctx.reference = reference
+        ctx.save_for_backward(*tensors)
+        with torch.no_grad():
+            return kernel(*tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        tensors = ctx.saved_tensors
+        wanted = [i for i, t in enumerate(tensors) if ctx.needs_input_grad[2 + i]]
+        leaves = [t.detach().requires_grad_(i in wanted) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                  else t for i, t in enumerate(tensors)]
+        with torch.enable_grad():
+            out = ctx.reference(*leaves)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        got = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in wanted], [g for _, g in pairs],
+                                  allow_unused=True) if pairs and wanted else []
+        result = [None] * len(tensors)
+        for i, g in zip(wanted, got):
+            result[i] = g
+        return (None, None, *result)
+
+
+def trained(kernel, reference, *tensors):
+    """kernel(*tensors), the forward as the playground's kernels compute it, with a backward: the gradients PyTorch's
+    autograd takes through reference(*tensors), the same function written in PyTorch (pure: no buffer updated), run
+    again in the backward. For a model whose own backward kernels would not pay (a GEMM's gradients are two more
+    GEMMs, which cuBLAS runs); outside autograd (no_grad, or nothing requires grad) it is the kernel alone."""
+    if not torch.is_grad_enabled() or not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        return kernel(*tensors)
+    return _Trained.apply(kernel, reference, *tensors)

@@ -9,7 +9,7 @@ import torch
 import harness
 from kp.errors import Rejected
 from kp.judge import driver as judge
-from kp.judge import expected, outputs, plan, reference, runners, worker
+from kp.judge import calling, expected, outputs, plan, reference, runners
 from kp.lib import numerics
 from conftest import gpu, run_script as run
 from cases import CASES_DIR, outside_repo
@@ -260,7 +260,7 @@ def test_kernelbench_check_out_of_memory_leaves_the_verdict(monkeypatch):
 def test_nan_fill_makes_unwritten_memory_nan():
     a = torch.randn(1 << 22, device="cuda")
     del a
-    worker.nan_fill_cached_free(0)
+    calling.nan_fill_cached_free(0)
     b = torch.empty(1 << 22, device="cuda")
     assert bool(torch.isnan(b).all())
 

@@ -20,12 +20,12 @@ from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, 
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
 from kp.judge.family import same_value
 from kp.judge.float64 import _convert, hold_on
-from kp.judge.gradients import call_with_backward
+from kp.judge.calling import CallCommands
 from kp.judge.languages import watch_jit_builds
-from kp.judge.measure import MeasureCommands, export_output
+from kp.judge.measure import MeasureCommands
 from kp.judge.replies import (ENDED_AFTER_FAULT, _settle_before_sending, error_text, fault_text, gpu_fault, send,
                              without_tensors)
-from kp.judge.reference import Reference, apply_update, describe
+from kp.judge.reference import Reference, apply_update
 from kp.lib.layers import set_precision
 from kp.lib.numerics import cpu_kernels
 from kp.lib.timing import L2Flusher
@@ -40,30 +40,6 @@ RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")  # 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Worker: holds the judged models; runs in a process of its own for a candidate file, in this process for variants.
-
-def nan_fill_cached_free(reserve_bytes: int) -> None:
-    """Fill the caching allocator's free blocks (and at least reserve_bytes of them) with 0xFF bytes = NaN, so
-    memory a model allocates and never writes reads as NaN instead of stale, plausible values."""
-    if not torch.cuda.is_available():
-        return
-    held = []
-    if reserve_bytes > 0:
-        held.append(torch.empty(reserve_bytes, dtype=torch.uint8, device="cuda"))
-    small = 1 << 20  # requests up to 1 MiB come from the small pool
-    last_free = None
-    for _ in range(512):
-        free = [(b["size"], seg.get("segment_type", "large")) for seg in torch.cuda.memory_snapshot()
-                for b in seg["blocks"] if b["state"] == "inactive"]
-        total = sum(s for s, _ in free)
-        if not free or total == last_free:
-            break
-        last_free = total
-        size, kind = max(free)
-        held.append(torch.empty(min(size, small) if kind == "small" else size, dtype=torch.uint8, device="cuda"))
-    for t in held:
-        t.fill_(0xFF)
-    del held
-
 
 _WARM: set[str] = set()
 COMPILED_SHAPES = 64  # shapes the torch.compile baseline compiles for, each statically (the benchmark's, the family's)
@@ -88,7 +64,7 @@ def warm_up(device: str, dynamo: bool = True) -> None:
         _WARM.add(device)
 
 
-class Worker(MeasureCommands):
+class Worker(MeasureCommands, CallCommands):
     """Models under judgement ("rows", by label), the eager/torch.compile baselines, and the commands the judge
     sends. `interim` is how a timed call's output reaches the judge for checking (a pipe round trip from a candidate's
     worker, a plain call in-process)."""
@@ -326,44 +302,6 @@ class Worker(MeasureCommands):
             if same_value(ref.get(name), old):  # (a module shared with the judge: set already)
                 ref[name] = new
         return {"changed": changed}
-
-    # -- parity -------------------------------------------------------------------------------------------------
-    def cmd_forward(self, label: str, inputs, reserve_bytes: int, grad: dict | None = None):
-        """One parity call; with `grad` ({"upstream": [...], "zero": bool}, --backward) its backward pass too, and
-        the gradients in the reply."""
-        # Held until the next two calls' inputs have arrived: a buffer the judge refills then maps to the same
-        # address, and one it moved from stays mapped (kp.judge.calls: a graph replaying it reads it, not a fault)
-        self.held_inputs = ((self.held_inputs or (None,))[-1], inputs)
-        t0 = time.perf_counter()
-        if self.device == "cuda":
-            torch.cuda.ipc_collect()
-            nan_fill_cached_free(reserve_bytes)
-        t1 = time.perf_counter()
-        set_precision(self.precision)
-        grads = None
-        if grad is not None:
-            out, grads = call_with_backward(self.models[label], inputs, grad["upstream"], grad["zero"])
-        else:
-            with torch.no_grad():
-                out = self.models[label](*inputs)
-        if self.device == "cuda":
-            torch.cuda.synchronize()  # device-wide: side-stream work finishes before the output leaves
-        t2 = time.perf_counter()
-        sent = export_output(out, inputs)
-        return {"out": sent, "type": describe(out), "tf32_after": torch.backends.cuda.matmul.allow_tf32,
-                "grads": grads,
-                "seconds": {"unwritten memory filled with NaN": t1 - t0, "the model's call": t2 - t1,
-                            "the output made ready to send": time.perf_counter() - t2}}
-
-    def cmd_release_inputs(self):
-        self.held_inputs = None
-        return {}
-
-    def cmd_buffers(self, label: str):
-        m = self.models[label]
-        if not isinstance(m, torch.nn.Module):
-            return {"buffers": {}}
-        return {"buffers": {k: v.detach().clone() for k, v in m.state_dict().items()}}
 
 
 def end_with_judge(pid: int, every_s: float = 1.0) -> None:

@@ -1,0 +1,78 @@
+"""The worker's parity commands: one call on the judge's inputs (with its backward pass under --backward), the
+inputs let go, the buffers a call changed. A mixin of kp.judge.worker.Worker, whose state (models, the inputs it
+holds, the device and precision) they use."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from kp.judge.gradients import call_with_backward
+from kp.judge.measure import export_output
+from kp.judge.reference import describe
+from kp.lib.layers import set_precision
+
+
+def nan_fill_cached_free(reserve_bytes: int) -> None:
+    """Fill the caching allocator's free blocks (and at least reserve_bytes of them) with 0xFF bytes = NaN, so
+    memory a model allocates and never writes reads as NaN instead of stale, plausible values."""
+    if not torch.cuda.is_available():
+        return
+    held = []
+    if reserve_bytes > 0:
+        held.append(torch.empty(reserve_bytes, dtype=torch.uint8, device="cuda"))
+    small = 1 << 20  # requests up to 1 MiB come from the small pool
+    last_free = None
+    for _ in range(512):
+        free = [(b["size"], seg.get("segment_type", "large")) for seg in torch.cuda.memory_snapshot()
+                for b in seg["blocks"] if b["state"] == "inactive"]
+        total = sum(s for s, _ in free)
+        if not free or total == last_free:
+            break
+        last_free = total
+        size, kind = max(free)
+        held.append(torch.empty(min(size, small) if kind == "small" else size, dtype=torch.uint8, device="cuda"))
+    for t in held:
+        t.fill_(0xFF)
+    del held
+
+
+class CallCommands:
+    """Worker commands of the parity stage; see the module doc."""
+
+    def cmd_forward(self, label: str, inputs, reserve_bytes: int, grad: dict | None = None):
+        """One parity call; with `grad` ({"upstream": [...], "zero": bool}, --backward) its backward pass too, and
+        the gradients in the reply."""
+        # Held until the next two calls' inputs have arrived: a buffer the judge refills then maps to the same
+        # address, and one it moved from stays mapped (kp.judge.calls: a graph replaying it reads it, not a fault)
+        self.held_inputs = ((self.held_inputs or (None,))[-1], inputs)
+        t0 = time.perf_counter()
+        if self.device == "cuda":
+            torch.cuda.ipc_collect()
+            nan_fill_cached_free(reserve_bytes)
+        t1 = time.perf_counter()
+        set_precision(self.precision)
+        grads = None
+        if grad is not None:
+            out, grads = call_with_backward(self.models[label], inputs, grad["upstream"], grad["zero"])
+        else:
+            with torch.no_grad():
+                out = self.models[label](*inputs)
+        if self.device == "cuda":
+            torch.cuda.synchronize()  # device-wide: side-stream work finishes before the output leaves
+        t2 = time.perf_counter()
+        sent = export_output(out, inputs)
+        return {"out": sent, "type": describe(out), "tf32_after": torch.backends.cuda.matmul.allow_tf32,
+                "grads": grads,
+                "seconds": {"unwritten memory filled with NaN": t1 - t0, "the model's call": t2 - t1,
+                            "the output made ready to send": time.perf_counter() - t2}}
+
+    def cmd_release_inputs(self):
+        self.held_inputs = None
+        return {}
+
+    def cmd_buffers(self, label: str):
+        m = self.models[label]
+        if not isinstance(m, torch.nn.Module):
+            return {"buffers": {}}
+        return {"buffers": {k: v.detach().clone() for k, v in m.state_dict().items()}}

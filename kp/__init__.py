@@ -47,4 +47,6 @@ LAYER_ORDER = (
     "judge.memory", "judge.record", "judge.stages", "judge.driver",
     "observe.plot", "batch.jobfile", "batch.usage", "batch.ahead", "batch.prime", "batch.slot_process", "batch.slots",
     "batch.gpus", "batch.backends", "batch.session", "batch.server",
+    # the command line's machinery (run.py is its shell)
+    "command",
 )

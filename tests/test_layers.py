@@ -56,3 +56,14 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path):
     f.write_text("def f():\n    from kp.judge.driver import Judge\n    import kp.batch.slots\n"
                  "    from kp.judge import worker, plan\n")
     assert _imports(f, set(_modules())) == {"judge.driver", "batch.slots", "judge.worker", "judge.plan"}
+
+
+def test_the_library_never_imports_its_command_line():
+    """run.py is a shell over kp.command: no module of kp/ imports it (a warm judge's slot is handed the command
+    line's runner by kp.command, the top of the order), so the library has no loop through its front door."""
+    for name, path in _modules().items():
+        for n in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module] if isinstance(n, ast.ImportFrom) and n.module else []
+            assert "run" not in names, f"kp/{name.replace('.', '/')}.py imports run.py"
+    assert kp.LAYER_ORDER[-1] == "command"

@@ -163,11 +163,12 @@ def _start_server(key: str, argv: list[str]) -> None:
                          stdin=subprocess.DEVNULL, stdout=f, stderr=f, start_new_session=True, cwd=str(ROOT))
 
 
-def serve(key: str, first: str | None = None) -> int:
+def serve(key: str, first: str | None = None, slot_main=None) -> int:
     """The server's loop (`run.py --warm-serve KEY FIRST`): it listens at once (a command that comes while it starts
     waits for it), starts its slot and there the box of the command that started it (FIRST: its command line and
     folder), then runs one command at a time in the slot; it leaves after IDLE_S without one, at a stop, or when its
-    code changed (a later command gets a fresh one)."""
+    code changed (a later command gets a fresh one). slot_main: the slot's process function, which runs a command
+    line as the command line does (kp.command.warm_slot_main: handed in, the library does not import it)."""
     import threading
     from multiprocessing.connection import Listener
     sock, keyfile, _ = _paths(key)
@@ -179,7 +180,8 @@ def serve(key: str, first: str | None = None) -> int:
     os.write(fd, authkey)
     os.close(fd)
     from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot
-    slot = Slot(None, None)  # on the GPUs this process sees, as the command that started it saw them
+    # on the GPUs this process sees, as the command that started it saw them; slot_main runs command lines
+    slot = Slot(None, None, **({"main": slot_main} if slot_main else {}))
     first = json.loads(first) if first else None
     if first:
         slot.submit_command({**first, "ahead_only": True})

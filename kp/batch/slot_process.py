@@ -67,32 +67,29 @@ class _Said(io.StringIO):
         return super().write(text)
 
 
-def run_command(msg: dict, say=None) -> dict:
-    """A warm judge's command (kp.batch.server), in the slot's process: `run.py`'s main() on the command line, its
-    output captured (stderr passed on to `say` as it is written). The box for the same candidate's next command
-    is started as this one starts (this one takes the box started before it, the oldest): a loop's next command
-    comes within seconds, before a box started at the end would be ready (its interpreter, torch and CUDA take
-    3-4 s); after it, one such box waits, the others go."""
+def run_command(msg: dict, cli, start_early, say=None) -> dict:
+    """A warm judge's command (kp.batch.server), in the slot's process: the command line's cli() on it (kp.command
+    hands it in, so the library never imports its command line), its output captured (stderr passed on to `say` as
+    it is written). The box for the same candidate's next command is started as this one starts (start_early; this
+    one takes the box started before it, the oldest): a loop's next command comes within seconds, before a box
+    started at the end would be ready (its interpreter, torch and CUDA take 3-4 s); after it, one such box waits,
+    the others go."""
     import contextlib
     import sys
-    from kp.lib.registry import ROOT
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    import run
     os.chdir(msg["cwd"])
     if not msg.get("ahead_only"):
-        run.start_box_early(msg["argv"], later=True)
+        start_early(msg["argv"], later=True)
     out, err = io.StringIO(), (_Said(say) if say else io.StringIO())
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            rc = 0 if msg.get("ahead_only") else run.cli(msg["argv"])  # ahead_only: its box alone, judged elsewhere
+            rc = 0 if msg.get("ahead_only") else cli(msg["argv"])  # ahead_only: its box alone, judged elsewhere
         except SystemExit as e:  # argparse's usage errors and --help
             rc = e.code if isinstance(e.code, int) else 2
         except Exception as e:  # the judge's own bug: said, the slot goes on
             traceback.print_exc()
             rc = 2
             print(f"error: the judge raised {type(e).__name__}", file=sys.stderr)
-    run.start_box_early(msg["argv"], later=True, one_waiting=True)
+    start_early(msg["argv"], later=True, one_waiting=True)
     return {"rc": rc, "stdout": out.getvalue(), "stderr": "" if say else err.getvalue()}
 
 
@@ -186,10 +183,12 @@ def _first_job(conn):
     return msg
 
 
-def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool, job_first: bool = False) -> None:
+def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool, job_first: bool = False,
+               command=None) -> None:
     """A slot: its own process group (so the judge, its forkserver and the candidate's worker die together), pinned
     to one GPU before CUDA starts; runs the jobs it is sent, one at a time. job_first: its first job is sent as it
-    starts (a batch's slot): that job's box is started before the slot's own imports (_first_job)."""
+    starts (a batch's slot): that job's box is started before the slot's own imports (_first_job). command: what
+    runs a warm judge's command line (kp.command.warm_command), in a warm judge's slot."""
     os.setsid()
     parent = os.getppid()
 
@@ -230,7 +229,9 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         # does not finish (killed at its time limit, or dead)
         conn.send({"started": True, "gpu_name": gpu_name})
         if isinstance(msg, dict):  # a warm judge's command line (kp.batch.server), run as run.py runs it
-            res = run_command(msg, say=lambda text: conn.send({"say": text}))
+            say = lambda text: conn.send({"say": text})
+            res = command(msg, say) if command else {"rc": 2, "stdout": "", "stderr": "error: this slot runs jobs, "
+                                                                                   "not command lines\n"}
         else:
             job, ahead, spare = msg
             print(f"=== {job.name}", flush=True)

@@ -33,11 +33,13 @@ class Slot:
     """One slot process and the job it runs; `poll` turns its answer, its death or its time running out into a
     result, and a fresh process replaces a dead or killed one."""
 
-    def __init__(self, gpu: str | None, log_path: str | None, forkserver_too: bool = True, job_first: bool = False):
+    def __init__(self, gpu: str | None, log_path: str | None, forkserver_too: bool = True, job_first: bool = False,
+                 main=_slot_main):
         """job_first: a job is submitted as soon as the slot is made, and again as soon as a fresh process replaces a
         dead or killed one (a batch's slots), so the slot's process starts that job's box before its own imports
         (kp.batch.slot_process)."""
         self.gpu, self.log_path, self.forkserver_too = gpu, log_path, forkserver_too
+        self.main = main  # the slot process's function (a warm judge's runs command lines: kp.command)
         self.job_first = job_first
         self.job: Job | None = None
         self.key: str | None = None
@@ -53,8 +55,8 @@ class Slot:
         self.conn, child = ctx.Pipe()
         # not a daemon: the judge in it starts the candidate's worker. A slot whose parent is gone ends at the
         # closed pipe.
-        self.proc = ctx.Process(target=_slot_main, args=(child, self.gpu, self.log_path, self.forkserver_too,
-                                                         self.job_first))
+        self.proc = ctx.Process(target=self.main, args=(child, self.gpu, self.log_path, self.forkserver_too,
+                                                        self.job_first))
         start_without_main(self.proc)
         child.close()
 

@@ -41,7 +41,22 @@ class KernelBuildError(RuntimeError):
 
 
 class Rejected(Exception):
-    """A judged row failed a check; str() is the one-line reason."""
+    """A judged row failed a check; str() is the one-line reason. figures: the failed check's own numbers (its
+    label, the error, the budget), kept in the record beside the reason."""
+
+    def __init__(self, reason: str = "", figures: dict | None = None):
+        super().__init__(reason)
+        self.figures = figures
+
+
+def failed_figures(e: BaseException | None) -> dict | None:
+    """The figures of the check a rejection comes from: its own, or those of the rejection it was raised while
+    handling (a reason extended with a hint is raised anew, from None: Python keeps the first as its context)."""
+    while e is not None:
+        if getattr(e, "figures", None):
+            return e.figures
+        e = e.__cause__ or e.__context__
+    return None
 
 
 class OutOfMemory(Rejected):

@@ -234,7 +234,8 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
                                                                                    "not command lines\n"}
         else:
             job, ahead, spare = msg
-            print(f"=== {job.name}", flush=True)
+            if log_path:  # a batch's slot log: where one job's output ends and the next's begins (a session's
+                print(f"=== {job.name}", flush=True)  # slot writes to its caller's stdout: nothing of its own)
             _box_ahead(job, ahead)
             res = run_job(job)
             if spare and not ahead and job.candidate:  # a loop's next version of the same file finds its box ready

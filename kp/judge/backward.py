@@ -17,6 +17,7 @@ import dataclasses
 import torch
 
 from kp.errors import Rejected
+from kp.judge.outputs import error_figures
 from kp.judge.float64 import as_float64, float64_default
 from kp.lib.layers import set_precision
 from kp.lib.numerics import budget_from, clone_layout, rel_error
@@ -143,11 +144,13 @@ class BackwardCheck:
             e_ref = rel_error(g32, g64)
             budget = budget_from(e_ref, k, g32.dtype)
             e = rel_error(g.to(g32.device), g64)
+            figs = error_figures(f"{where}: the gradient of {what}", e, budget, e_ref)
             if e.nonfinite_mismatch:
                 raise Rejected(f"{where}: the gradient of {what} has {e.nonfinite_mismatch} NaN/Inf positions that "
-                               f"differ from the reference's")
+                               f"differ from the reference's", figures=figs)
             if not e.within(budget):
                 raise Rejected(f"{where}: the gradient of {what}: relL2 {e.rel_l2:.2e} over budget "
-                               f"{budget.rel_l2:.2e} (worst row {e.worst_row:.2e}, row budget {budget.worst_row:.2e})")
+                               f"{budget.rel_l2:.2e} (worst row {e.worst_row:.2e}, row budget {budget.worst_row:.2e})",
+                               figures=figs)
             errs[what] = e.rel_l2
         return errs

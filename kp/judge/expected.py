@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from kp.errors import first_line
+from kp.errors import failed_figures, first_line
 from kp.judge.float64 import Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
 from kp.lib.numerics import Err, batch_rows, clone_layout, dtype_floor, rel_error
@@ -45,6 +45,11 @@ class Row:
         if self.accepted:
             self.accepted, self.reason = False, str(reason)
             self.traceback = getattr(reason, "traceback", None)
+            figs = failed_figures(reason) if isinstance(reason, BaseException) else None
+            if figs:  # the failed check's numbers in the record beside the passed checks', not in the reason alone
+                figs = dict(figs)
+                check = figs.pop("check")
+                self.checks[check] = {**figs, "passed": False}
 
 
 def _same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -146,11 +146,18 @@ def judge_output(label: str, out, out_type: str, exp: Expected, widen=None) -> d
         if not e.within(budget) and widen is not None and not e.nonfinite_mismatch:
             budget, widened = widen().errs[i][1], True
         if not e.within(budget):
-            raise Rejected(budget_reason(where, e, budget))
+            raise Rejected(budget_reason(where, e, budget), figures=error_figures(where, e, budget, e_ref))
         worst = {"rel_l2": max(worst["rel_l2"], e.rel_l2), "worst_row": max(worst["worst_row"], e.worst_row),
                  "torch_rel_l2": max(worst["torch_rel_l2"], e_ref.rel_l2),
                  "budget": max(worst["budget"], budget.rel_l2)}
     return {**worst, "widened": True} if widened else worst
+
+
+def error_figures(check: str, e: Err, budget: Err, e_ref: Err | None = None) -> dict:
+    """A failed comparison's numbers, as the record keeps them (rows.<label>.checks[check])."""
+    out = {"check": check, "rel_l2": e.rel_l2, "worst_row": e.worst_row, "budget": budget.rel_l2,
+           "row_budget": budget.worst_row, "nonfinite_mismatch": e.nonfinite_mismatch}
+    return {**out, "torch_rel_l2": e_ref.rel_l2} if e_ref is not None else out
 
 
 ALLCLOSE_CHUNK = 1 << 26  # elements compared at a time by _allclose: its temporaries stay ~1.5 GB whatever the size

@@ -234,7 +234,8 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
                 stage_fn(row)
             except Rejected as e:
                 row.reject(self._out_of_memory(row, e) if isinstance(e, OutOfMemory) else e)
-                self.log(f"{self.ref.name}: {row.label} rejected at {row.reason.split(':')[0].split(' (')[0]}")
+                where = row.reason.split(":")[0].split(" (")[0]
+                self.log(f"{self.ref.name}: {row.label} rejected {'' if where.startswith('at ') else 'at '}{where}")
 
     # -- the whole run ------------------------------------------------------------------------------------------
     def run_cases(self) -> list[Row]:

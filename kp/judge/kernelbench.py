@@ -37,12 +37,14 @@ class KernelBenchCheck:
             self.log(f"{self.ref.name}: no parity to check (the reference alone is timed against torch.compile; "
                      f"--no-bench checks its own Model against float64 instead)")
             return
+        self._cuda_builds_on_cpu()  # no verdict said now, not after a line that calls the rows rejected
         live = [r for r in self.rows if r.accepted]
         checked = min((len(r.checks) for r in live), default=0)
+        called = any(r.checks for r in self.rows)
         self.log(f"{self.ref.name}: parity done in {time.perf_counter() - self.t_parity:.0f} s: " +
                  (f"{len(live)} of {len(self.rows)} rows pass, at least {checked} checked calls each" if checked else
                   f"{len(live)} of {len(self.rows)} rows not rejected, no call checked here" if live else
-                  "every row rejected"))
+                  "every row rejected" if called else "every row rejected before its first checked call"))
 
     def _kernelbench(self, init, runs: bool = True) -> None:
         """KernelBench's own correctness check on each candidate, beside ours (it never decides the verdict):

@@ -1,6 +1,9 @@
 """The candidate's worker: how a failed call is answered (out of GPU memory, a fault of its GPU work), and the
 state the worker is put in before the candidate's file is imported."""
+import re
 from pathlib import Path
+
+import pytest
 
 from kp.judge.replies import FAULTED, fault_text, raised
 
@@ -145,3 +148,19 @@ def test_a_verbose_build_that_fails_is_said_with_the_compilers_error(tmp_path, m
     with pytest.raises(RuntimeError):
         ext.load(name="broken_ext", sources=[str(src)], build_directory=str(tmp_path), verbose=True)
     assert "dim3" in sink[-1]["error"] and "error" in sink[-1]["error"], sink
+
+
+@pytest.mark.parametrize("boxed", [True, False], ids=["boxed", "unboxed"])
+def test_a_candidates_output_is_capped_with_its_cut_said(cli, boxed):
+    """5 MiB to each stream at every call, over a dozen calls: what reaches the judge's output is its start and its
+    end (kp.judge.worker.cap_output), the cut said; the verdict is unchanged."""
+    from kp.box import sandbox
+    from kp.judge.worker import OUTPUT_HEAD, OUTPUT_TAIL
+    if boxed and sandbox.status()[0] is None:
+        pytest.skip(f"no sandbox here: {sandbox.status()[1]}")
+    root = Path(__file__).resolve().parent
+    r = cli("--ref", root / "judge_cases" / "relu" / "ref.py", "--candidate", root / "output" / "loud.py",
+            "--device", "cpu", "--allow-torch", *([] if boxed else ["--no-sandbox"]))
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith("accepted"), r.stdout[-2000:]
+    assert len(r.stdout) + len(r.stderr) < 2 * (OUTPUT_HEAD + OUTPUT_TAIL), (len(r.stdout), len(r.stderr))
+    assert re.search(r"\[\.\.\. [\d,]+ bytes of the candidate's output cut \.\.\.\]", r.stderr)

@@ -252,6 +252,10 @@ def stderr_tail(path: str, lines: int = 3, chars: int = 400) -> str:
         text = Path(path).read_text(errors="replace")
     except OSError:
         return ""
+    if "Fatal Python error:" in text:  # faulthandler's report of a crash: the error and where it happened, not the
+        crash = text[text.rindex("Fatal Python error:"):].splitlines()  # module list it ends with
+        frames = [ln.strip() for ln in crash if ln.strip().startswith("File ")]
+        return " | ".join([crash[0].strip(), *frames[:lines]])[:chars]
     tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
     return " | ".join(tail)[-chars:]
 

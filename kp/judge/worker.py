@@ -304,6 +304,50 @@ class Worker(MeasureCommands, CallCommands):
         return {"changed": changed}
 
 
+OUTPUT_HEAD, OUTPUT_TAIL = 256 << 10, 64 << 10  # bytes of a candidate's output kept: its start and its end
+
+
+def cap_output(head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL):
+    """The worker's stdout and stderr (the candidate's prints, its libraries' warnings) into the file its stderr is
+    (the judge reads it, and shows it when the worker ends), at most `head` bytes of the start and `tail` of the end
+    with a line saying how much was cut between them: a candidate that prints megabytes a call fills neither the
+    terminal nor a batch's slot log nor the disk. A thread copies a pipe into the file; the file's own offset is kept
+    at its end, so faulthandler, which writes there itself when the process dies from a signal (the thread dies with
+    it), appends. Returns the file (for faulthandler) and the copying thread."""
+    sink = os.dup(2)
+    read, write = os.pipe()
+    os.dup2(write, 1)
+    os.dup2(write, 2)
+    os.close(write)
+    state = {"at": os.lseek(sink, 0, os.SEEK_END), "cut": 0, "ring": b""}
+    start = state["at"]
+
+    def copy():
+        while True:
+            try:
+                chunk = os.read(read, 1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            room = max(start + head - state["at"], 0)
+            if room:
+                os.pwrite(sink, chunk[:room], state["at"])
+                state["at"] += min(room, len(chunk))
+                chunk = chunk[room:]
+            if chunk:  # past the head: only the last `tail` bytes stay, after a line that says what was cut
+                ring = state["ring"] + chunk
+                state["cut"] += max(len(ring) - tail, 0)
+                state["ring"] = ring[-tail:]
+                body = f"\n[... {state['cut']:,} bytes of the candidate's output cut ...]\n".encode() + state["ring"]
+                os.pwrite(sink, body, state["at"])
+                os.ftruncate(sink, state["at"] + len(body))
+                os.lseek(sink, state["at"] + len(body), os.SEEK_SET)
+    copier = threading.Thread(target=copy, name="kp-output-cap", daemon=True)
+    copier.start()
+    return os.fdopen(sink, "w"), copier
+
+
 def end_with_judge(pid: int, every_s: float = 1.0) -> None:
     """An unboxed worker ends when its judge does (a boxed one by bwrap's --die-with-parent): one forked by
     multiprocessing's forkserver is not the judge's child, and a daemon child is not ended when its judge is killed
@@ -321,11 +365,12 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
                 stderr_path: str | None = None, judge_pid: int | None = None):
     import warnings
     if stderr_path:  # the judge reads its last lines when this process dies
-        fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
+        fd = os.open(stderr_path, os.O_WRONLY)
         os.dup2(fd, 2)
         os.close(fd)
     import faulthandler
-    faulthandler.enable()  # a crash in native code (a signal) leaves its Python stack on stderr, for the verdict
+    sink, copier = cap_output()
+    faulthandler.enable(sink)  # a crash in native code (a signal) leaves its Python stack in the file, for the verdict
     warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
     # A forkserver child has the environment and directory of the server's start; the judge's are the ones that
     # count (CUDA_VISIBLE_DEVICES, KP_CAPABILITY, the candidate's relative paths). CUDA reads them at its first
@@ -343,3 +388,8 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
         except Exception:
             pass
     Worker(ref_spec, device, precision, conn=conn, train=train).loop()
+    sys.stdout.flush()  # its last words (a fault's) reach the file before the process ends: the pipe closed here
+    sys.stderr.flush()  # ends the copy, unless a process the candidate started still holds it
+    os.close(1)
+    os.close(2)
+    copier.join(0.5)

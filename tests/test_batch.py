@@ -328,3 +328,40 @@ def test_build_jobs_sets_how_many_candidates_a_batch_builds_ahead_at_once(tmp_pa
     r = cli("--jobs", jobs, "--device", "cpu", "--allow-torch", "--build-jobs", "7", "--out", tmp_path / "r.jsonl")
     assert r.returncode == 0 and seen == [7], (seen, r.stdout[-2000:], r.stderr[-2000:])
     assert cli("--jobs", jobs, "--device", "cpu", "--build-jobs", "0").returncode == 2
+
+
+def test_identical_files_are_judged_once_and_recorded_for_each(cli, tmp_path):
+    """Three copies of one candidate and a fourth file: two judgements, four records (each copy's names the file
+    judged in `same_as`), said so; a second run on the same --out judges nothing, and a further copy made since is
+    recorded from the verdict already there."""
+    for n in ("a", "b", "c"):
+        (tmp_path / f"{n}.py").write_text((CASES / "good.py").read_text())
+    (tmp_path / "d.py").write_text((CASES / "wrong.py").read_text())
+    out = tmp_path / "r.jsonl"
+    base = ["--ref", CASES / "ref.py", "--device", "cpu", "--allow-torch", "--no-sandbox", "--out", out]
+    r = cli(*base, "--candidate", *sorted(tmp_path.glob("?.py")))
+    assert "2 identical to another file (judged once, recorded for each), 2 to run" in r.stderr, r.stderr
+    recs = lines(out)
+    assert sorted(Path(d["job"]["candidate"]).name for d in recs) == ["a.py", "b.py", "c.py", "d.py"]
+    assert sorted(d.get("same_as", "") for d in recs) == ["", "", "ref: a.py", "ref: a.py"]
+    assert {d["verdict"] for d in recs if Path(d["job"]["candidate"]).name in "a.py b.py c.py"} == \
+        {next(d["verdict"] for d in recs if d["job"]["candidate"].endswith("a.py"))}
+    (tmp_path / "e.py").write_text((CASES / "good.py").read_text())
+    r = cli(*base, "--candidate", *sorted(tmp_path.glob("?.py")))
+    assert "4 of 5 jobs already recorded, 1 identical to another file" in r.stderr, r.stderr
+    assert len(lines(out)) == 5 and lines(out)[-1]["same_as"] == "ref: a.py"
+
+
+def test_one_run_at_a_time_writes_a_results_file(tmp_path):
+    """A second run on the --out another run is writing is refused at once, naming it (exit 2), instead of judging
+    every job a second time beside it."""
+    import fcntl
+    out = tmp_path / "r.jsonl"
+    with open(tmp_path / "r.jsonl.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.write("pid 1234")
+        lock.flush()
+        r = run_script("--ref", CASES / "ref.py", "--candidate", CASES / "good.py", "--device", "cpu",
+                       "--allow-torch", "--out", out)
+    assert r.returncode == 2 and "is being written by another run (pid 1234)" in r.stderr, r.stderr
+    assert not out.exists()

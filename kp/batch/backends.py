@@ -75,7 +75,10 @@ def short_verdict(verdict: str) -> str:
     return head[:100] + (f" in {secs}" if secs and not head.endswith(" s") else "")
 
 
-def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results: list, progress: Progress) -> None:
+def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results: list, progress: Progress,
+            twins: dict | None = None) -> None:
+    """The job's result line, written to `out` at once; then one for each file of the run identical to it (same
+    contents and options: `twins`), the same verdict with `same_as` naming the file judged."""
     line = {"key": key, "job": {"name": job.name, **job.as_dict()}, "gpu": where, "ok": res["ok"],
             "verdict": res["verdict"], "elapsed_s": res.get("elapsed_s"), "gpu_name": res.get("gpu_name"),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -87,11 +90,17 @@ def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results
         append_result(out, line)
     results.append(line)
     progress.done(res["ok"], f"{where:>4}  {job.name}: {short_verdict(res['verdict'])}")
+    for twin in (twins or {}).pop(key, []):
+        copy = {**line, "job": {"name": twin.name, **twin.as_dict()}, "same_as": job.name}
+        if out is not None:
+            append_result(out, copy)
+        results.append(copy)
 
 
 def throughput(results: list[dict], wall_s: float, slots: int | None) -> str:
     """What a user plans with: the verdicts this run gave, per hour, and how busy its slots were (slots: None on
     Ray, whose tasks are not this host's slots)."""
+    results = [d for d in results if not d.get("same_as")]  # a copy for an identical file was not judged again
     n = len(results)
     busy = sum(float(d.get("elapsed_s") or 0.0) for d in results)
     per_hour = n / wall_s * 3600 if wall_s > 0 else 0.0
@@ -108,7 +117,7 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     kp.batch.ahead.builders). A job that got no verdict for want of GPU memory (beside the
     GPU's other slots, the boxes its slot started ahead, or other processes) is judged once more at the end, with its
     GPU to itself, and recorded then."""
-    todo, results = _todo(jobs, out)
+    todo, results, twins = _todo(jobs, out)
     keyed = {id(job): (job, key) for job, key in todo}
     # the candidates' own builds, beside the slots from the start
     order, builds = build_ahead_of_slots([job for job, _ in todo], gpus, timeout_s, procs=build_jobs)
@@ -124,7 +133,7 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     again: list[tuple[Job, str]] = []
 
     def record(slot: Slot, name: str, job: Job, key: str, res: dict) -> None:
-        _record(out, job, key, res, name, results, bar)
+        _record(out, job, key, res, name, results, bar, twins)
 
     def first_try(slot: Slot, name: str, job: Job, key: str, res: dict) -> None:
         # A GPU of its own slot is shared too: with the boxes the slot starts ahead for its next jobs
@@ -221,7 +230,7 @@ def run_ray(jobs: list[Job], address: str, out: Path | None, timeout_s: float = 
         import ray
     except ImportError:
         raise UsageError("--ray needs Ray: pip install ray") from None
-    todo, results = _todo(jobs, out)
+    todo, results, twins = _todo(jobs, out)
     if not todo:
         return results
     ray.init(address=None if address == "local" else address, ignore_reinit_error=True, include_dashboard=False,
@@ -239,7 +248,7 @@ def run_ray(jobs: list[Job], address: str, out: Path | None, timeout_s: float = 
                 except Exception as e:  # the task's own process died (the job's slot would have said why)
                     res, where = {"ok": False, "verdict": f"rejected: ray task failed: {type(e).__name__}: "
                                                           f"{first_line(e)}", "record": None}, "ray"
-                _record(out, job, key, res, where, results, bar)
+                _record(out, job, key, res, where, results, bar, twins)
     finally:
         bar.close()
     return results
@@ -252,21 +261,57 @@ def _ray_task(job: Job, timeout_s: float):
     return isolated_job(job, timeout_s, gpus or None), where
 
 
-def _todo(jobs: list[Job], out: Path | None) -> tuple[list[tuple[Job, str]], list[dict]]:
+def _todo(jobs: list[Job], out: Path | None) -> tuple[list[tuple[Job, str]], list[dict], dict]:
+    """The jobs to judge, the lines written now for files identical to one already recorded, and the files
+    identical to a job of this run (key -> jobs: recorded with its verdict when it has one, _record). A job is its
+    contents and options (Job.key): identical files are judged once and recorded for each, said so."""
     earlier = read_results(out) if out is not None else []
-    done = {d["key"] for d in earlier}
-    todo, seen = [], set()
+    recorded = {(d["key"], (d.get("job") or {}).get("candidate")) for d in earlier}
+    by_key = {d["key"]: d for d in earlier}
+    todo, seen, twins, copies, already = [], set(), {}, [], 0
     for job in jobs:
         key = job.key()
-        if key in done or key in seen:
-            continue
-        seen.add(key)
-        todo.append((job, key))
+        if (key, job.candidate) in recorded:
+            already += 1
+        elif key in by_key:  # identical to a file an earlier run judged: its verdict, recorded for this file too
+            judged = by_key[key].get("same_as") or by_key[key]["job"]["name"]
+            copy = {**by_key[key], "job": {"name": job.name, **job.as_dict()}, "same_as": judged}
+            append_result(out, copy)
+            copies.append(copy)
+        elif key in seen:
+            twins.setdefault(key, []).append(job)
+        else:
+            seen.add(key)
+            todo.append((job, key))
     todo = list(zip(with_reference_seeds([job for job, _ in todo], earlier), [key for _, key in todo]))
-    if out is not None and len(todo) < len(jobs):
-        print(f"[kp] {out}: {len(jobs) - len(todo)} of {len(jobs)} jobs already recorded, {len(todo)} to run",
-              file=sys.stderr, flush=True)
-    return todo, []
+    said = [f"{already} of {len(jobs)} jobs already recorded" if already else "",
+            f"{len(copies) + sum(map(len, twins.values()))} identical to another file (judged once, recorded for "
+            f"each)" if copies or twins else ""]
+    if any(said):
+        print(f"[kp] {out or 'jobs'}: {', '.join(x for x in said if x)}, {len(todo)} to run", file=sys.stderr,
+              flush=True)
+    return todo, copies, twins
+
+
+def _own_results_file(out: Path):
+    """One run writes a results file at a time: an OS lock on `<out>.lock` (released when the process ends, however
+    it ends); a second run on the same file is refused at once, naming the first, rather than judging every job
+    again beside it."""
+    import fcntl
+    out.parent.mkdir(parents=True, exist_ok=True)
+    f = open(out.with_name(out.name + ".lock"), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        who = f.read().strip() or "another process"
+        f.close()
+        raise UsageError(f"{out} is being written by another run ({who}); wait for it to end, or give another --out")
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}")
+    f.flush()
+    return f
 
 
 def run_batch(args, opts: dict) -> int:
@@ -282,6 +327,7 @@ def run_batch(args, opts: dict) -> int:
                 raise UsageError(f"candidate file {c!r} does not exist")
         jobs = [jobfile.make_job(r, c, opts) for r in refs for c in (args.candidate or [None])]
     out = Path(args.out) if args.out else None
+    held = _own_results_file(out) if out is not None else None  # noqa: F841 (held until this function returns)
     timeout = args.timeout or DEFAULT_TIMEOUT_S
     log_dir = out.with_name(out.name + ".logs") if out else None
     t0, stopped = time.perf_counter(), 0

@@ -90,14 +90,14 @@ def read_job_file(path: str | Path, opts: dict) -> list[Job]:
 # Results that survive: one JSON line per finished job.
 
 def read_results(out: Path) -> list[dict]:
-    """The result lines of a JSON-lines file, the latest per job (a torn last line, from a run killed mid-write,
-    is ignored)."""
+    """The result lines of a JSON-lines file, the latest per job and file (identical files each have theirs; a torn
+    last line, from a run killed mid-write, is ignored)."""
     by_key = {}
     if out.exists():
         for line in out.read_text().splitlines():
             try:
                 d = json.loads(line)
-                by_key[d["key"]] = d
+                by_key[(d["key"], (d.get("job") or {}).get("candidate"))] = d
             except (ValueError, KeyError, TypeError):
                 continue
     return list(by_key.values())

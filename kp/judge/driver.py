@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -71,6 +72,7 @@ from kp.judge.worker import JOB_TIMEOUT_S
 from kp.lib import gpu_lock
 
 MODES = ("train", "eval")
+STILL_FIRST_S, STILL_EVERY_S = 10.0, 20.0  # a stage still running says so after this long, then this often
 MIN_CHECKED = MIN_TRIALS  # checked calls a row must pass to be accepted, on any device
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -98,6 +100,26 @@ def default_variants(problem: str, include_records: bool = False, precision: str
     the records with include_records: --variant all), plus "auto" where the model picks a rung per call."""
     vs = runnable_variants(problem, include_records, precision)
     return vs + (["auto"] if picks_per_call(problem) else [])
+
+
+@contextlib.contextmanager
+def still_in(stage: str, say, first_s: float = STILL_FIRST_S, every_s: float = STILL_EVERY_S):
+    """A stage that runs long says so while it runs: after first_s, then every every_s ('kernelbench check: 24 s so
+    far'), so a judgement of a large shape on the CPU is never silent for long."""
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def tick():
+        wait = first_s
+        while not done.wait(wait):
+            say(f"{stage}: {time.monotonic() - t0:.0f} s so far")
+            wait = every_s
+    ticker = threading.Thread(target=tick, name="kp-still-in", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, BackwardCheck, ParityStage, FamilyParity,
@@ -272,7 +294,8 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
                 if stage.applies(self):
                     t0, waited, built = time.perf_counter(), self.gpu_wait_s, self._build_s()
                     shared = stage.shares_gpu(self) and self.device == "cuda" and not self.gpu_own
-                    with gpu_lock.gpu_shared(self.log) if shared else contextlib.nullcontext():
+                    with gpu_lock.gpu_shared(self.log) if shared else contextlib.nullcontext(), \
+                            still_in(stage.name, lambda said: self.log(f"{self.ref.name}: {said}")):
                         getattr(self, stage.method)(rec, init)
                     waited, built = self.gpu_wait_s - waited, max(self._build_s() - built, 0.0)
                     for name, s in ((stage.name, time.perf_counter() - t0 - waited - built),

@@ -78,9 +78,12 @@ class ParityStage:
         if why_not:  # on the CPU: the largest smaller shape of the reference's own family that fits
             scaled = self.ref.scale_to_fit(lambda fp: cpu_bench_refusal(fp, room) is None)
             if scaled:
+                bench, need = self.fp["shapes"], cpu_need(self.fp)
                 self._fp = self.ref.footprint(self.device, self.train)
                 said = said_sizes(scaled)
-                self.notes.append(f"judged at {self.fp['shapes']}")  # the record: how and why
+                self.notes.append(f"judged at {self.fp['shapes']}")  # the record: how and why in full
+                rec["not_proven"] = (f"not proven at {bench}: {need / 2**30:.1f} GiB needed, {room / 2**30:.1f} "
+                                     f"here")  # an acceptance's caution (kp.observe.report)
                 rec["judged_shape_why"] = f"{why_not}; {said}"
                 why_not = None
                 self._scale_workers(scaled)

@@ -43,7 +43,7 @@ def row_notes(rec: dict, r: dict) -> list[str]:
     notes = []
     if r.get("weights"):
         notes.append(f"weights: {r['weights']}")
-    for f in r.get("build_failures") or []:
+    for f in {(f["extension"], f["error"]): f for f in r.get("build_failures") or []}.values():  # each build once
         notes.append(f"its extension {f['extension']!r} failed to build ({f['error']})"
                      + ("; judged as the PyTorch code it fell back to" if r["accepted"] else ""))
     notes += rec.get("notes_list") or []
@@ -78,6 +78,8 @@ def _verdict(rec: dict, label: str) -> str:
     notes = []
     if rec.get("stages_not_run"):  # on the CPU: --allow-torch or not, whether a kernel of its own runs is not seen
         notes.append(f"parity only on {rec['device']}: {', '.join(rec['stages_not_run'])} need a GPU")
+    if rec.get("not_proven"):  # judged at a smaller shape of the family only: right there, not shown right beyond
+        notes.append(rec["not_proven"])
     if r.get("pure_torch"):
         notes.append("pure PyTorch: no kernel of its own ran (--allow-torch)")
     elif r.get("own_kernels"):

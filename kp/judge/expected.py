@@ -146,37 +146,6 @@ class _Refs:
         finally:
             set_precision("fp32")
 
-    def _other_algorithms(self, pristine: list, counter) -> list:
-        """The reference's output under PyTorch's other legal choices of algorithm, for a call that runs a cuDNN
-        convolution on the GPU: cuDNN's autotuner on (cudnn.benchmark) and the inputs in channels-last layout, which
-        select other algorithms of the judged dtype (fp32, bf16, fp16) with other summation orders. A candidate may make
-        either choice, so PyTorch's own error (the budget's base) is the worst of these on the same inputs. The
-        references' state (buffers, plain tensor attributes) is put back after each run: these calls are not in the
-        sequence."""
-        if not any(isinstance(x, torch.Tensor) and x.is_cuda for x in pristine):
-            return []
-        ops = {str(op) for counts in counter.get_flop_counts().values() for op in counts}
-        if not any("convolution" in op for op in ops):
-            return []
-        out = []
-        for channels_last in (False, True):
-            saved = self.save_buffers()
-            old = torch.backends.cudnn.benchmark
-            torch.backends.cudnn.benchmark = True
-            try:
-                with torch.no_grad():
-                    xs = [_layouts_other(x) if channels_last else clone_layout(x) if isinstance(x, torch.Tensor)
-                          else x for x in pristine]
-                    y = self.r32(*xs)
-                out.append(tuple(t.contiguous() if isinstance(t, torch.Tensor) else t for t in _as_list(y))
-                           if isinstance(y, (tuple, list)) else y.contiguous())
-            except Exception:
-                pass  # an algorithm PyTorch cannot run here is no choice a candidate has
-            finally:
-                torch.backends.cudnn.benchmark = old
-                self.restore_buffers(saved)
-        return out
-
     def _float64(self, pristine: list):
         """The float64 reference's output, or None once none can be made (first FLOAT64, then PROMOTED). Buffers
         a failed try changed are put back, so the stateful sequence stays in step. On the GPU, a forward that runs
@@ -271,7 +240,7 @@ class _Refs:
                     self.chunks = 1
                     self.to_host()
                     self.moved = f"on the host: its forward does not fit the GPU whole and cannot be sliced ({why})"
-            alts = self._other_algorithms(pristine, counter) if precision != "tf32" else []  # fp32, bf16, fp16
+            alts = other_algorithms(self, pristine, counter) if precision != "tf32" else []  # fp32, bf16, fp16
             r64 = self._float64(pristine)
             _settled()
         finally:
@@ -323,6 +292,38 @@ class _Refs:
                     e = rel_error(o.to(r.device), r)
                     worst[i] = Err(max(worst[i].rel_l2, e.rel_l2), max(worst[i].worst_row, e.worst_row), 0)
         return worst
+
+
+def other_algorithms(refs: "_Refs", pristine: list, counter) -> list:
+    """The reference's output under PyTorch's other legal choices of algorithm, for a call that runs a cuDNN
+    convolution on the GPU: cuDNN's autotuner on (cudnn.benchmark) and the inputs in channels-last layout, which
+    select other algorithms of the judged dtype (fp32, bf16, fp16) with other summation orders. A candidate may make
+    either choice, so PyTorch's own error (the budget's base) is the worst of these on the same inputs. The
+    references' state (buffers, plain tensor attributes) is put back after each run: these calls are not in the
+    sequence."""
+    if not any(isinstance(x, torch.Tensor) and x.is_cuda for x in pristine):
+        return []
+    ops = {str(op) for counts in counter.get_flop_counts().values() for op in counts}
+    if not any("convolution" in op for op in ops):
+        return []
+    out = []
+    for channels_last in (False, True):
+        saved = refs.save_buffers()
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            with torch.no_grad():
+                xs = [_layouts_other(x) if channels_last else clone_layout(x) if isinstance(x, torch.Tensor)
+                      else x for x in pristine]
+                y = refs.r32(*xs)
+            out.append(tuple(t.contiguous() if isinstance(t, torch.Tensor) else t for t in _as_list(y))
+                       if isinstance(y, (tuple, list)) else y.contiguous())
+        except Exception:
+            pass  # an algorithm PyTorch cannot run here is no choice a candidate has
+        finally:
+            torch.backends.cudnn.benchmark = old
+            refs.restore_buffers(saved)
+    return out
 
 
 def _layouts_other(x):

@@ -188,7 +188,7 @@ class ShapeFamily:
         names = self.family_sizes()
         if not names:
             return [], "no module-level size that get_inputs() alone reads sets its inputs' shapes"
-        base = self._meta_shapes()
+        base = meta_shapes(self.module)
         if base is None:
             return [], "its get_inputs() does not run on the meta device, where shapes are tried"
         self.held_sizes = fixed = self.fixed_sizes(names, train)
@@ -248,7 +248,7 @@ class ShapeFamily:
         nothing is allocated. Where it returns {}, `no_smaller_shape` says why."""
         g = vars(self.module)
         names = [n for n in self.family_sizes() if g[n] > 2]
-        base = self._meta_shapes()
+        base = meta_shapes(self.module)
         if base is None:
             self.no_smaller_shape = "its get_inputs() does not run on the meta device, where shapes are tried"
             return {}
@@ -311,7 +311,7 @@ class ShapeFamily:
         """The shapes get_inputs() draws with `sizes` set (and put back after), or None where the meta device cannot
         draw them or they differ from `base` in number or rank."""
         with self._set(sizes) as ok:
-            shapes = self._meta_shapes() if ok else None
+            shapes = meta_shapes(self.module) if ok else None
         if shapes is None or len(shapes) != len(base) or any(len(a) != len(b) for a, b in zip(base, shapes)):
             return None
         return shapes
@@ -345,12 +345,14 @@ class ShapeFamily:
         finally:
             g.update({k: v for k, (v, _) in full.items()})
 
-    def _meta_shapes(self) -> list[tuple] | None:
-        """The shapes get_inputs() draws, traced on the meta device, or None where it cannot run there."""
-        try:
-            with torch.device("meta"):
-                torch.manual_seed(0)
-                xs = self.module.get_inputs()
-        except Exception:
-            return None
-        return [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in xs]
+
+def meta_shapes(module) -> list[tuple] | None:
+    """The shapes a reference module's get_inputs() draws, traced on the meta device, or None where it cannot run
+    there."""
+    try:
+        with torch.device("meta"):
+            torch.manual_seed(0)
+            xs = module.get_inputs()
+    except Exception:
+        return None
+    return [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in xs]

@@ -143,3 +143,28 @@ def test_the_search_passes_by_dead_weak_proxies_and_objects_that_raise():
     live = K()
     assert languages._reachable([{"p": proxy, "r": Raises(), "k": live}], (K,)) == [live]
     assert live in languages._instances((K,))
+
+
+def test_a_candidates_triton_cache_is_verified_when_lent_and_carried_to_its_next_version(tmp_path, monkeypatch):
+    """Put back after a box: each file's sha256 recorded. Lent again: a file changed or added since is removed from
+    the box's copy (Triton compiles it again). A new version of the same file starts with its last version's
+    cache; another file never does."""
+    from kp.box import builds
+    monkeypatch.setenv("KP_CACHE_DIR", str(tmp_path / "cache"))
+    cand = tmp_path / "cand.py"
+    cand.write_text("v1\n")
+    home = builds.candidate_build_dir(cand)
+    (home / builds.JIT_CACHE / "k1").mkdir(parents=True)
+    (home / builds.JIT_CACHE / "k1" / "kern.cubin").write_bytes(b"cubin")
+    builds.seal_jit_cache(home)
+    lent = tmp_path / "box"
+    builds.copy_builds(home, lent)
+    (lent / builds.JIT_CACHE / "k1" / "kern.cubin").write_bytes(b"tampered")
+    (lent / builds.JIT_CACHE / "k1" / "extra.json").write_text("{}")
+    assert builds.verify_jit_cache(home, lent) == 2 and not any((lent / builds.JIT_CACHE).rglob("*.*"))
+    cand.write_text("v2\n")  # the loop's next version
+    home2 = builds.candidate_build_dir(cand)
+    assert home2 != home and (home2 / builds.JIT_CACHE / "k1" / "kern.cubin").read_bytes() == b"cubin"
+    other = tmp_path / "other.py"
+    other.write_text("another file\n")  # another file's first version: nothing of cand's
+    assert not (builds.candidate_build_dir(other) / builds.JIT_CACHE).exists()

@@ -43,6 +43,40 @@ def candidate_build_dir(path: str | Path) -> Path:
 JIT_CACHE = "triton"  # in a candidate's build folder: its Triton cache (the box's TRITON_CACHE_DIR, kp.box.start)
 
 
+JIT_MANIFEST = "triton.sha256"  # beside a candidate's Triton cache: each file's sha256 when it was put back
+
+
+def seal_jit_cache(home: Path) -> None:
+    """The candidate's Triton cache as put back after its box ended: each file's sha256, recorded by the judge."""
+    cache = home / JIT_CACHE
+    if not cache.is_dir():
+        return
+    sums = {str(p.relative_to(cache)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(cache.rglob("*")) if p.is_file()}
+    tmp = home / f".{JIT_MANIFEST}.{os.getpid()}"
+    tmp.write_text("".join(f"{h}  {name}\n" for name, h in sums.items()))
+    os.replace(tmp, home / JIT_MANIFEST)
+
+
+def verify_jit_cache(home: Path, lent: Path) -> int:
+    """The Triton cache lent to a box checked against what was recorded when it was put back: a file missing from
+    the record, or whose contents changed since, is removed from the box's copy (Triton compiles that kernel
+    again). Returns how many were removed."""
+    cache = lent / JIT_CACHE
+    if not cache.is_dir():
+        return 0
+    try:
+        sums = dict(reversed(ln.split("  ", 1)) for ln in (home / JIT_MANIFEST).read_text().splitlines() if ln)
+    except (OSError, ValueError):
+        sums = {}
+    removed = 0
+    for p in [p for p in cache.rglob("*") if p.is_file()]:
+        if sums.get(str(p.relative_to(cache))) != hashlib.sha256(p.read_bytes()).hexdigest():
+            p.unlink()
+            removed += 1
+    return removed
+
+
 def _carry_jit_cache(path: Path, home: Path) -> None:
     """A new version of a file starts with the Triton cache its last judged version left: Triton keys each kernel on
     its source and options, so a loop's next version recompiles only the kernels it changed. Only the same file's
@@ -54,6 +88,10 @@ def _carry_jit_cache(path: Path, home: Path) -> None:
         prev = ""
     if prev and prev != home.name and not (home / JIT_CACHE).exists() and (home.parent / prev / JIT_CACHE).is_dir():
         copy_builds(home.parent / prev / JIT_CACHE, home / JIT_CACHE)
+        try:
+            shutil.copy2(home.parent / prev / JIT_MANIFEST, home / JIT_MANIFEST)
+        except OSError:
+            pass
     if prev != home.name:
         try:
             last.parent.mkdir(parents=True, exist_ok=True)

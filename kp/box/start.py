@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kp.box.builds import JIT_CACHE, alive, cache_root, copy_builds, wait_for_build
+from kp.box.builds import JIT_CACHE, alive, cache_root, copy_builds, seal_jit_cache, verify_jit_cache, wait_for_build
 
 ROOT = Path(__file__).resolve().parents[2]
 BOX_CWD = "/tmp/work"  # the candidate's working directory in the box: on its private /tmp, gone with the box
@@ -87,6 +87,7 @@ class BoxProcess:
         if self.builds:
             if self.home is not None and self.keep_builds:
                 copy_builds(Path(self.builds), self.home)
+                seal_jit_cache(self.home)
             shutil.rmtree(self.builds, ignore_errors=True)
             self.builds = None
 
@@ -117,6 +118,7 @@ class Box:
         home = Path(build_dir)
         self.build_wait_s = wait_for_build(home)  # no build ahead: no build's time
         copy_builds(home, Path(self.proc.builds))
+        verify_jit_cache(home, Path(self.proc.builds))  # a Triton file changed since it was put back: not lent
         self.proc.home = home
 
     def discard(self) -> None:

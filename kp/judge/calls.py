@@ -25,8 +25,7 @@ def moved_call(index: int) -> bool:
     return index >= 2 and index % 2 == 0
 
 
-STALE_INPUTS = ("its output follows an earlier call's input tensors, not this call's (a CUDA graph or a cache "
-                "captured on them)")
+STALE_INPUTS = "its output follows an earlier call's inputs (a CUDA graph or a cache captured on their tensors)"
 
 
 class CallCheck:

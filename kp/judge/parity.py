@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from kp.errors import ReferenceRaised, Rejected, first_line, raised_by_judge
+from kp.errors import ReferenceRaised, Rejected, failed_figures, first_line, raised_by_judge
 from kp.judge.expected import Row, _Refs
 from kp.judge.backward import BACKWARD_MARK
 from kp.judge.calls import STALE_INPUTS, moved_call
@@ -225,8 +225,10 @@ class ParityStage:
                         raise
                     stale = moved and passed_before.get(row.label) and self._follows_old_inputs(row, label, pristine,
                                                                                              exp, widen, derive)
-                    if stale:
-                        raise Rejected(f"{e}; {stale}") from None
+                    if stale:  # the cause first, the figures short: the record keeps them whole
+                        figs = failed_figures(e) or {}
+                        err = f"relL2 {figs['rel_l2']:.2e}" if "rel_l2" in figs else str(e).split(": ", 1)[-1][:60]
+                        raise Rejected(f"{label}: {STALE_INPUTS}: {err} at this call's, {stale}") from e
                     if refs.state_attrs and passed_before.get(row.label):
                         raise Rejected(f"{e}; it passed the call before: the reference carries state from call to "
                                        f"call ({', '.join(refs.state_attrs)}) and the candidate's output does not "
@@ -273,7 +275,7 @@ class ParityStage:
                              widen if derive else None, buffers=old)
         except Rejected:
             return None
-        return f"right with the same values at the previous call's addresses: {STALE_INPUTS}"
+        return "right with its values at the previous call's addresses"
 
     def _skip(self, what: str) -> None:
         self.skipped.append(what)

@@ -44,8 +44,12 @@ def test_a_warm_judge_gives_each_command_its_own_verdict_record_and_exit_code(tm
 
     wrong = _run([*common, "--candidate", BATCH / "wrong.py"], warm_env, tmp_path)
     assert wrong.returncode == 1 and wrong.stdout.strip().splitlines()[-1].startswith("rejected"), wrong.stdout
+    both = subprocess.run([sys.executable, str(ROOT / "run.py"), *map(str, common), "--candidate", BATCH / "wrong.py"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=warm_env, cwd=tmp_path,
+                          timeout=600)  # 2>&1: the verdict is still the last line
+    assert both.stdout.strip().splitlines()[-1].startswith("rejected"), both.stdout[-2000:]
     again = _run([*common, "--candidate", BATCH / "good.py"], warm_env, tmp_path)
-    assert again.returncode == 0 and f"(pid {pid}, command 3 since its start" in again.stderr, again.stderr[-2000:]
+    assert again.returncode == 0 and f"(pid {pid}, command 4 since its start" in again.stderr, again.stderr[-2000:]
 
     os.kill(int(pid), 9)  # a server gone without a word leaves its socket behind: the next command starts another
     time.sleep(0.5)

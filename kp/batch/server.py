@@ -106,9 +106,9 @@ def run_warm(argv: list[str]) -> int | None:
             print("error: the warm judge ended before answering; its log is " + str(log), file=sys.stderr)
             return 2
     sys.stderr.write(res.get("stderr", ""))
-    sys.stdout.write(res.get("stdout", ""))
     print(f"[kp] judged by the warm judge (pid {res.get('pid')}, command {res.get('served')} since its start; "
-          f"`python run.py --warm-stop` ends it)", file=sys.stderr)
+          f"`python run.py --warm-stop` ends it)", file=sys.stderr, flush=True)
+    sys.stdout.write(res.get("stdout", ""))  # last: the verdict is the last line, with 2>&1 too
     return int(res.get("rc", 2))
 
 

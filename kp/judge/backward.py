@@ -19,6 +19,7 @@ import torch
 from kp.errors import Rejected
 from kp.judge.outputs import error_figures
 from kp.judge.float64 import as_float64, float64_default
+from kp.judge.gradients import leaves
 from kp.lib.layers import set_precision
 from kp.lib.numerics import budget_from, clone_layout, rel_error
 
@@ -48,11 +49,6 @@ class Grads:
         return dataclasses.replace(self, params=params, zero=False)
 
 
-def _leaves(xs: list) -> list:
-    return [x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-            for x in xs]
-
-
 def _outs(y) -> list:
     return list(y) if isinstance(y, (tuple, list)) else [y]
 
@@ -80,7 +76,7 @@ class BackwardCheck:
         saved = refs.save_buffers()
         try:
             set_precision(precision)
-            xs32 = _leaves([clone_layout(x) for x in pristine])
+            xs32 = leaves([clone_layout(x) for x in pristine])
             with torch.enable_grad():
                 ys32 = _outs(refs.r32(*xs32))
             gen = torch.Generator(device=ys32[0].device if isinstance(ys32[0], torch.Tensor) else "cpu")
@@ -96,7 +92,7 @@ class BackwardCheck:
                 return self._no_backward(f"no float64 reference ({refs.how})")
             try:
                 with float64_default():
-                    xs64 = _leaves(as_float64(pristine, refs.f64_device))
+                    xs64 = leaves(as_float64(pristine, refs.f64_device))
                     with torch.enable_grad():
                         ys64 = _outs(refs.r64(*xs64))
                     gi64, gp64 = _grads(refs.r64, xs64, ys64,

@@ -49,8 +49,7 @@ class CallCheck:
                 out.append(x)
                 continue
             buf = self.input_buffers.get(i)
-            if moved or buf is None or (buf.dtype, buf.device, buf.shape, buf.stride(), buf.storage_offset(),
-                                        buf.untyped_storage().nbytes()) != _layout(x):
+            if moved or buf is None or _layout(buf) != _layout(x):
                 buf = self.input_buffers[i] = clone_layout(x)
             else:
                 buf.copy_(x)
@@ -69,8 +68,7 @@ class CallCheck:
                 out.append(x)
                 continue
             buf = old.get(i)
-            if buf is None or (buf.dtype, buf.device, buf.shape, buf.stride(), buf.storage_offset(),
-                               buf.untyped_storage().nbytes()) != _layout(x):
+            if buf is None or _layout(buf) != _layout(x):
                 return None
             buf.copy_(x)
             out.append(buf)

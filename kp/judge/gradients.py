@@ -18,11 +18,16 @@ def _outputs(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+def leaves(inputs: list) -> list:
+    """The inputs as autograd leaves: each floating tensor detached (its storage shared) and requiring grad."""
+    return [x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in inputs]
+
+
 def backward_pass(model, inputs: list, upstream: list):
     """The forward with autograd on and one backward from `upstream`, nothing waited for: (output, the inputs as
     leaves). What the escape check times (kp.judge.measure), and what a parity call runs."""
-    xs = [x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-          for x in inputs]
+    xs = leaves(inputs)
     with torch.enable_grad():
         out = model(*xs)
     pairs = [(o, g) for o, g in zip(_outputs(out), upstream)

@@ -158,11 +158,8 @@ def _cupy_kernels(roots: list) -> list[tuple[str, str, str, bool]]:
                                                                "ReductionKernel")) if isinstance(t, type))
     out = []
     for k in _reachable(roots, kinds):
-        names = []
-        if isinstance(k, getattr(cupy, "RawModule", ())):
-            names = _GLOBAL_FN.findall(getattr(k, "code", "") or "")
-        else:
-            names = [getattr(k, "name", None)]
+        names = _GLOBAL_FN.findall(getattr(k, "code", "") or "") if isinstance(k, getattr(cupy, "RawModule", ())) \
+            else [getattr(k, "name", None)]
         out += [(n, CUPY, "own", True) for n in names if n]
     return out
 

@@ -18,7 +18,7 @@ from kp.box.start import FORKSERVER_PRELOAD, candidate_paths
 from kp.errors import OutOfMemory, Rejected, oom_request_bytes
 from kp.judge.guards import late_message
 from kp.judge.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_text, raised
-from kp.judge.worker import REPLY_TIMEOUT_S, Worker, worker_main
+from kp.judge.worker import REPLY_TIMEOUT_S, Worker, cut_middle, worker_main
 from kp.lib import gpu_lock
 from kp.lib.registry import ROOT
 
@@ -235,7 +235,7 @@ class ProcessRunner:
         getattr(self.proc, "cleanup", lambda: None)()
         self.stderr.close()
         try:
-            text = Path(self.stderr.name).read_text(errors="replace")
+            text = cut_middle(Path(self.stderr.name).read_bytes()).decode(errors="replace")
             if text:
                 sys.stderr.write(text)
             os.unlink(self.stderr.name)

@@ -305,47 +305,57 @@ class Worker(MeasureCommands, CallCommands):
 
 
 OUTPUT_HEAD, OUTPUT_TAIL = 256 << 10, 64 << 10  # bytes of a candidate's output kept: its start and its end
+OUTPUT_CHECK_S = 0.05  # how often the worker's output file is brought back to its start and its end
 
 
-def cap_output(head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL):
+def cut_line(n: int) -> bytes:
+    """What stands where output was cut ('at least': a write that lands while the worker cuts is not counted)."""
+    return f"\n[... at least {n:,} bytes of the candidate's output cut ...]\n".encode()
+
+
+def cut_middle(data: bytes, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> bytes:
+    """`data` as shown: its first `head` and last `tail` bytes, the cut said between them (the judge's side of
+    cap_output: what it shows of a worker's output, whatever the worker's own cap left in the file)."""
+    if len(data) <= head + 2 * tail + len(cut_line(len(data))):  # what the worker's own cap leaves, whole
+        return data
+    return data[:head] + cut_line(len(data) - head - tail) + data[-tail:]
+
+
+def cap_output(head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL, every_s: float = OUTPUT_CHECK_S):
     """The worker's stdout and stderr (the candidate's prints, its libraries' warnings) into the file its stderr is
-    (the judge reads it, and shows it when the worker ends), at most `head` bytes of the start and `tail` of the end
-    with a line saying how much was cut between them: a candidate that prints megabytes a call fills neither the
-    terminal nor a batch's slot log nor the disk. A thread copies a pipe into the file; the file's own offset is kept
-    at its end, so faulthandler, which writes there itself when the process dies from a signal (the thread dies with
-    it), appends. Returns the file (for faulthandler) and the copying thread."""
-    sink = os.dup(2)
-    read, write = os.pipe()
-    os.dup2(write, 1)
-    os.dup2(write, 2)
-    os.close(write)
-    state = {"at": os.lseek(sink, 0, os.SEEK_END), "cut": 0, "ring": b""}
-    start = state["at"]
+    (the judge reads it, and shows it when the worker ends), kept to `head` bytes of the start and `tail` of the
+    end with a line saying how much was cut between them: a candidate that prints megabytes a call fills neither the
+    terminal nor a batch's slot log nor the disk. Every write goes straight into the file (appended): a candidate's
+    last words before os._exit or a crash are there, and so is faulthandler's report; a thread checks the file's
+    size every `every_s` and replaces its middle, through a descriptor of its own, once it outgrows head + 2 x
+    tail (a write that lands while it does so may be cut with the middle). Returns the file, for faulthandler."""
+    import fcntl
+    fcntl.fcntl(2, fcntl.F_SETFL, fcntl.fcntl(2, fcntl.F_GETFL) | os.O_APPEND)
+    os.dup2(2, 1)
+    try:
+        own = os.open("/proc/self/fd/2", os.O_RDWR)  # not appending: its writes go where it says
+    except OSError:  # no /proc here: the judge's own cap (cut_middle) still bounds what it shows
+        return os.fdopen(os.dup(2), "w")
+    start = os.fstat(own).st_size
+    state = {"cut": 0, "mark": 0}
 
-    def copy():
+    def watch():
         while True:
+            time.sleep(every_s)
             try:
-                chunk = os.read(read, 1 << 16)
+                size = os.fstat(own).st_size
+                if size - start <= head + 2 * tail + state["mark"]:
+                    continue
+                keep = os.pread(own, tail, size - tail)
+                state["cut"] += size - tail - (start + head + state["mark"])
+                body = cut_line(state["cut"]) + keep
+                os.pwrite(own, body, start + head)
+                os.ftruncate(own, start + head + len(body))
+                state["mark"] = len(body) - len(keep)
             except OSError:
                 return
-            if not chunk:
-                return
-            room = max(start + head - state["at"], 0)
-            if room:
-                os.pwrite(sink, chunk[:room], state["at"])
-                state["at"] += min(room, len(chunk))
-                chunk = chunk[room:]
-            if chunk:  # past the head: only the last `tail` bytes stay, after a line that says what was cut
-                ring = state["ring"] + chunk
-                state["cut"] += max(len(ring) - tail, 0)
-                state["ring"] = ring[-tail:]
-                body = f"\n[... {state['cut']:,} bytes of the candidate's output cut ...]\n".encode() + state["ring"]
-                os.pwrite(sink, body, state["at"])
-                os.ftruncate(sink, state["at"] + len(body))
-                os.lseek(sink, state["at"] + len(body), os.SEEK_SET)
-    copier = threading.Thread(target=copy, name="kp-output-cap", daemon=True)
-    copier.start()
-    return os.fdopen(sink, "w"), copier
+    threading.Thread(target=watch, name="kp-output-cap", daemon=True).start()
+    return os.fdopen(os.dup(2), "w")
 
 
 def end_with_judge(pid: int, every_s: float = 1.0) -> None:
@@ -369,8 +379,8 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
         os.dup2(fd, 2)
         os.close(fd)
     import faulthandler
-    sink, copier = cap_output()
-    faulthandler.enable(sink)  # a crash in native code (a signal) leaves its Python stack in the file, for the verdict
+    faulthandler.enable(cap_output())  # a crash in native code (a signal) leaves its Python stack in the file, for
+    #                                    the verdict
     warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
     # A forkserver child has the environment and directory of the server's start; the judge's are the ones that
     # count (CUDA_VISIBLE_DEVICES, KP_CAPABILITY, the candidate's relative paths). CUDA reads them at its first
@@ -388,8 +398,3 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
         except Exception:
             pass
     Worker(ref_spec, device, precision, conn=conn, train=train).loop()
-    sys.stdout.flush()  # its last words (a fault's) reach the file before the process ends: the pipe closed here
-    sys.stderr.flush()  # ends the copy, unless a process the candidate started still holds it
-    os.close(1)
-    os.close(2)
-    copier.join(0.5)

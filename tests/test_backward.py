@@ -38,3 +38,61 @@ def test_accumulated_expectations_add_the_call_befores_parameter_gradients():
     assert not s.zero and s.request()["zero"] is False
     assert torch.equal(s.params["w"][0], torch.full((2,), 3.0)) and s.params["w"][1].dtype == torch.float64
     assert b.plus(None) is b
+
+
+def test_training_steps_are_timed_side_by_side_with_every_sample_told():
+    """--backward's timing (Worker.cmd_time with backward): each baseline and row is timed as a training step, its
+    forward and a backward pass from an upstream gradient drawn with the inputs, the parameters' .grad cleared before
+    each call; every sample is told as taken and none is offered for a check (parity judged the gradients)."""
+    import torch
+    from kp.judge.measure import MeasureCommands
+
+    class Counted(torch.nn.Linear):
+        backwards = 0
+
+        def forward(self, x):
+            y = super().forward(x)
+            if y.requires_grad:
+                y.register_hook(lambda g: setattr(Counted, "backwards", Counted.backwards + 1))
+            return y
+
+    class Ref:
+        def inputs(self, seed, device):
+            return [torch.randn(4, 3, generator=torch.Generator().manual_seed(seed))]
+
+    class W(MeasureCommands):
+        device, precision, candidate_dir, threads_before = "cpu", "fp32", None, None
+
+        def __init__(self):
+            self.ref, self.told = Ref(), []
+            self.baselines = {"eager": Counted(3, 2)}
+            self.models = {"candidate": Counted(3, 2)}
+
+        def _with_baselines(self, labels):
+            return {**self.baselines, **{k: self.models[k] for k in labels}}
+
+        def interim(self, msg):
+            self.told.append(msg)
+            return False
+
+    w = W()
+    reply = w.cmd_time(["candidate"], 2, 3, 3, 5.0, False, True)
+    assert set(reply["timing"]) == {"eager", "candidate"}
+    for k, t in reply["timing"].items():
+        told = [m["ms"] for m in w.told if m["label"] == k]
+        assert told == t["samples"] and len(told) == 3
+    assert not any(m["ask"] for m in w.told)
+    assert Counted.backwards >= 2 * (3 + 3 + 3)  # warm-up, the calls before each timed call, the timed calls
+    assert all(p.grad is not None for m in (w.baselines["eager"], w.models["candidate"]) for p in m.parameters())
+
+
+def test_the_training_steps_have_rows_of_their_own_under_the_forwards_table():
+    from kp.observe.report import backward_lines
+    t = lambda ms: {"median_ms": ms, "q1_ms": ms - 0.1, "q3_ms": ms + 0.1}  # noqa: E731
+    rec = {"rows": {"candidate": {}}, "timing": {"eager": t(2.0), "torch.compile": t(1.5), "candidate": t(1.0)},
+           "timing_backward": {"eager": t(6.0), "torch.compile": t(4.0), "candidate": t(3.0)}}
+    lines = backward_lines(rec)
+    assert lines[0].split()[:3] == ["forward+backward", "median", "ms"]
+    assert [ln.split()[0] for ln in lines[1:]] == ["eager", "torch.compile", "candidate"]
+    assert lines[3].split()[1:] == ["3.000", "0.200", "2.00x", "1.33x"]
+    assert backward_lines({"rows": {}, "timing": {}}) == []

@@ -4,6 +4,7 @@ the profile tables and the memory peak. A mixin of kp.judge.worker.Worker, whose
 reference, the channel to the judge) they use."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -49,7 +50,7 @@ class MeasureCommands:
 
     # -- timing -------------------------------------------------------------------------------------------------
     def cmd_time(self, labels: list[str], pool_size: int, min_reps: int, max_reps: int, budget_s: float,
-                 every_call: bool = False):
+                 every_call: bool = False, backward: bool = False):
         """Baselines and rows interleaved; every call gets inputs drawn just before it from a seed drawn from the
         OS then (a pool slot refilled outside the timed region), so no input can be known before its call. After each
         timed call, outside the timed region and before any other code of the models runs, the judge is told its
@@ -57,7 +58,11 @@ class MeasureCommands:
         output cross, so which calls are checked is decided in the judge's process after the fact. Returns every
         sample too; the judge keeps its own and takes the median itself. every_call (a reference whose calls carry
         state): the untimed calls of judged rows are told too, seed only, before each runs, so the judge can advance
-        its reference through the same calls."""
+        its reference through the same calls.
+        backward (--backward, after the forward's timing): each call is a training step, the forward and its backward
+        pass from an upstream gradient drawn with the inputs (kp.judge.gradients.backward_pass), each parameter's
+        .grad cleared before it, outside the timed region (zero_grad(set_to_none=True)); samples only are told: the
+        gradients were judged at parity, call by call."""
         dev = self.device
         self.held_inputs = None  # parity's last inputs: the timing pool replaces them
         if dev == "cuda":
@@ -66,6 +71,15 @@ class MeasureCommands:
             mem = {"start_allocated": torch.cuda.memory_allocated()}
         fns_models = self._with_baselines(labels)
         pool = [self.ref.inputs(fresh_seed(), dev) for _ in range(pool_size)]
+        ups = []
+        if backward:
+            set_precision(self.precision)
+            with torch.no_grad():
+                first = next(iter(fns_models.values()))  # eager: every timing has it
+                ups = [upstream_like(first(*x)) for x in pool]
+            every_call, labels_asked = False, []
+        else:
+            labels_asked = labels
         st = {"n": {k: 0 for k in fns_models}, "slot": 0, "calls": 0, "kept": None, "timed": None}
         rungs = {k: m.rung(*pool[0]) for k, m in fns_models.items() if hasattr(m, "rung")}
 
@@ -87,7 +101,7 @@ class MeasureCommands:
                 if dev == "cuda":
                     torch.cuda.synchronize()  # device-wide, as for parity: work a row left elsewhere is the
                     #                           escape check's to catch, with its own reason
-                if self.interim({"label": label, "rep": rep, "seed": seed, "ms": ms, "ask": label in labels}):
+                if self.interim({"label": label, "rep": rep, "seed": seed, "ms": ms, "ask": label in labels_asked}):
                     self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
                                   "type": describe(out), "inputs": pool[slot]})
                     del out
@@ -103,6 +117,12 @@ class MeasureCommands:
                 if isinstance(dst, torch.Tensor):
                     dst.copy_(src)
             del fresh, src  # a draw as large as the inputs: gone before the call, whatever holds this frame
+            if backward:
+                for u in ups[slot]:
+                    if u is not None:
+                        u.normal_()
+                for p in fns_models[name].parameters() if isinstance(fns_models[name], torch.nn.Module) else ():
+                    p.grad = None
             st["n"][name] += 1
             st["calls"] += 1
             st["slot"] = slot
@@ -112,9 +132,9 @@ class MeasureCommands:
 
         def call(name, m):
             def f():
-                out = m(*pool[st["slot"]])
+                out = backward_pass(m, pool[st["slot"]], ups[st["slot"]])[0] if backward else m(*pool[st["slot"]])
                 if st["timed"] is not None:  # a baseline's output is not kept: only its sample is told
-                    st["kept"] = [*st["timed"][:3], out if name in labels else None, st["timed"][3], None]
+                    st["kept"] = [*st["timed"][:3], out if name in labels_asked else None, st["timed"][3], None]
                     st["timed"] = None
             return f
 
@@ -124,7 +144,7 @@ class MeasureCommands:
 
         fns = {k: call(k, m) for k, m in fns_models.items()}
         set_precision(self.precision)
-        with torch.no_grad():
+        with contextlib.nullcontext() if backward else torch.no_grad():
             times = bench_interleaved(fns, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
                                       warmup=WARMUP, before=before, clock="cuda" if dev == "cuda" else "host",
                                       after=after)

@@ -120,6 +120,8 @@ class TimingStage:
             self.notes.append(note)
             rec["float64_reference"] = f"{self.f64_where}; {note}"
         rec.update(timed)
+        if getattr(self, "backward", False) and rec.get("timing"):
+            rec["timing_backward"] = self._timing_backward()
         if self.bench and rec.get("family"):
             self._time_family(rec, init)
         self.log(f"{self.ref.name}: escape checks and timing done in "
@@ -307,6 +309,32 @@ class TimingStage:
             for r in rows:
                 if r.accepted and not self.timed_checks.get(r.label):
                     r.reject("timing: no timed call of this row was offered for a check")
+        return result
+
+    def _timing_backward(self) -> dict:
+        """--backward: each runner's rows and baselines timed again as training steps, forward and backward
+        (Worker.cmd_time with backward), interleaved and flushed as the forward was; the samples told and reduced as
+        there. Nothing is checked here (parity judged each call's gradients). Running out of GPU memory here is said
+        and skipped (the training step holds the graph and the gradients beside the timing's pool): the forward's
+        verdict stands."""
+        result = {}
+        for runner in self.runners:
+            rows = [r for r in self.live() if r.runner is runner]
+            if not rows and self.rows:
+                continue
+            t0 = time.perf_counter()
+            self.timed_samples = {}
+            try:
+                with self._timed("timing: forward and backward, interleaved"):
+                    t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps, False, True)
+                check_told(t["timing"], self.timed_samples)
+                result.update(reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3))
+            except OutOfMemory as e:
+                self._skip(f"forward+backward timing: the GPU ran out of memory ({str(e)[:160]})")
+                return {}
+            except Rejected as e:
+                for r in rows:
+                    r.reject(e)
         return result
 
     def ceilings(self, traffic: dict) -> dict:

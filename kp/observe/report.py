@@ -95,6 +95,23 @@ def _verdict(rec: dict, label: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # The report: one table for the playground's variants and for candidates.
 
+def backward_lines(rec: dict, w: int = 16) -> list[str]:
+    """--backward's timing under the forward's table: a row per baseline and judged row, each call a training step
+    (the forward, then its backward pass from an upstream gradient drawn with the inputs), timed side by side."""
+    tb = rec.get("timing_backward") or {}
+    names = [k for k in row_names(rec) if k in tb]
+    if not names:
+        return []
+    lines = [f"{'forward+backward':{w}} {'median ms':>9} {'IQR ms':>7} {'vs eager':>8} {'vs comp':>7}"]
+    for k in names:
+        t = tb[k]
+        ve = tb["eager"]["median_ms"] / t["median_ms"] if "eager" in tb else float("nan")
+        vc = f"{tb['torch.compile']['median_ms'] / t['median_ms']:.2f}x" if "torch.compile" in tb else "-"
+        lines.append(f"{row_label(rec, k):{w}} {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {ve:7.2f}x "
+                     f"{vc:>7}")
+    return lines
+
+
 def row_names(rec: dict) -> list[str]:
     """The table's rows in order: the baselines, then the judged rows."""
     timing = rec.get("timing", {})
@@ -276,6 +293,7 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
         elif k == "eager" and torch_err is not None:
             cols += f" {torch_err:8.1e} {'':9}  (PyTorch fp32's own error, worst call)"
         lines.append(cols)
+    lines += backward_lines(rec, w)
     over = [label_of(k) for k in names if timing.get(k) and "bandwidth" in rec
             and row_floor_s(rec, k) > 1.02 * timing[k]["median_ms"] * 1e-3]
     if over:

@@ -9,7 +9,7 @@ from harness import Kernel, runs_here
 BOUND = "memory"
 DEFAULT_VARIANT = "auto"  # ModelNew picks a rung per call (rung() below)
 EXPORTS = ("softmax_backward",)  # what every rung's .cu must KP_EXPORT
-CLUSTER_MAX_COLS = 16 * 24576  # 2_cluster: a row's slices of y and dy in the registers of a 16-CTA cluster
+CLUSTER_MAX_COLS = 16 * 24576  # 2_cluster, 3_bulk: a row's slices of y and dy in the registers of a 16-CTA cluster
 
 
 class Model(nn.Module):
@@ -39,18 +39,19 @@ class ModelNew(nn.Module):
     def __init__(self, variant: str = DEFAULT_VARIANT):
         super().__init__()
         self.variant = variant
-        self.clusters = runs_here("softmax_backward", "2_cluster")
-        auto = ("2_cluster", "1_tworead") if self.clusters else ("1_tworead",)
+        self.clusters = runs_here("softmax_backward", "3_bulk")
+        auto = ("3_bulk", "1_tworead") if self.clusters else ("1_tworead",)
         self.kernels = {v: Kernel("softmax_backward", v) for v in (auto if variant == "auto" else [variant])}
 
     def rung(self, y, dy=None) -> str:
-        """The variant this call runs: 2_cluster where its preconditions hold, else 1_tworead."""
+        """The variant this call runs: 3_bulk where its cluster path takes the rows, else 1_tworead (3_bulk's own
+        fallback, without its cluster path built)."""
         if self.variant != "auto":
             return self.variant
         cols = y.size(1) if y.dim() == 2 else 0
         fits = self.clusters and 0 < cols <= CLUSTER_MAX_COLS and cols % 4 == 0 and _aligned(y) and \
             (dy is None or _aligned(dy))
-        return "2_cluster" if fits else "1_tworead"
+        return "3_bulk" if fits else "1_tworead"
 
     def forward(self, y, dy):
         if y.dim() == 2 and y.size(1) > 1:

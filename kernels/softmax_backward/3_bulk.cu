@@ -27,7 +27,10 @@
 //   granule); any other rows go to 1_tworead's kernel (rowblock.cuh).
 // Numerics: as 2_cluster: per-thread fp32 partial sums over 4-float groups, a block tree, then the CL partials summed
 //   in rank order by every CTA (one s for the whole row); relL2 vs float64 ~1e-7. NaN/Inf propagate as PyTorch's.
-// Measured: not yet on a GPU.
+// Measured: H200, 4096x393216, `python run.py --problem softmax_backward --seed 1` (2026-11-29, GPU time, L2 flushed,
+//   interleaved; ceiling 4,271 GB/s = device copy in the same run): 4.674 ms (IQR 0.241), 4,135 GB/s of minimum
+//   traffic, 96.8% of copy, 2.25x eager (10.526), 1.65x torch.compile (7.736); 2_cluster 8.138 ms (55.6%) beside it.
+//   The spread is 5% of the median where 2_cluster's is 0.3%: the ticketed order differs call to call.
 #include <cooperative_groups.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>

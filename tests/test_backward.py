@@ -11,7 +11,8 @@ WRONG_GRADS = [p.name for p in sorted(BACKWARD.glob("wrong_*.py"))]
 
 def test_the_backward_cases_cover_each_defect():
     names = " ".join(WRONG_GRADS)
-    for needed in ("derivative", "no_bias_grad", "no_grad_forward", "stale_saved", "assigns_grad"):
+    for needed in ("derivative", "no_bias_grad", "no_grad_forward", "stale_saved", "assigns_grad", "cuda_no_backward",
+                   "side_stream"):
         assert needed in names
     assert {"autograd_rewrite.py", "function_rewrite.py"} <= {p.name for p in BACKWARD.glob("*.py")}
 

@@ -48,7 +48,8 @@ with torch.no_grad():
 floor = 3 * y.numel() * 4
 copy = 2 * y.numel() * 4 / (t["copy_"].median_ms * 1e-3) / 1e9
 print(f"\n{args.rows}x{args.cols} fp32, {torch.cuda.get_device_name()}, copy_ {copy:,.0f} GB/s\n"
-      "| path | median ms | IQR ms | GB/s of the floor | % of copy_ | vs eager | vs compile |\n|---|---|---|---|---|---|---|")
+      "| path | median ms | IQR ms | GB/s of the floor | % of copy_ | vs eager | vs compile |\n"
+      "|---|---|---|---|---|---|---|")
 for k, v in t.items():
     if k == "copy_":
         continue

@@ -293,7 +293,7 @@ def main(argv=None) -> int:
         records.append(rec)
         print(report.format_record(rec, verdict_follows=bool(args.candidate)), flush=True)
         if args.candidate:
-            print(report.verdict(rec), flush=True)
+            print("\n".join(report.verdict_lines(rec)), flush=True)
         status = max(status, 0 if rec["ok"] else 1)
         if args.plot:
             from kp.observe import plot

@@ -67,14 +67,91 @@ def own_kernels_note(own: dict, most: int = 2) -> str:
     return f"own kernel{'s' if len(names) > 1 else ''}: {', '.join(names[:most])}{more}"
 
 
+VERDICT_WIDTH = 200  # the printed verdict line's most characters: what does not fit goes on the lines above it
+
+
+def verdict_lines(rec: dict, label: str = "candidate") -> list[str]:
+    """The verdict as a command prints it: its last line starts with accepted or rejected and is at most
+    VERDICT_WIDTH characters. Where the one line (`verdict`, what the record and a batch keep) is longer, its notes
+    go on lines of their own above it (`  note: `), then a rejection's explanation after its figures (`  why: `);
+    a reason still too long is cut on the last line and said whole above it (`  reason: `)."""
+    line = verdict(rec, label)
+    if len(line) <= VERDICT_WIDTH:
+        return [line]
+    took = f" in {rec['elapsed_s']:.1f} s" if rec.get("elapsed_s") is not None else ""
+    head, notes = _verdict_parts(rec, label)
+    above = [f"  note: {n}" for n in notes]
+    if rec["rows"][label]["accepted"]:
+        return above + [f"{head}{took}" + (" (notes above)" if notes else "")]
+    reason = head[len("rejected: "):]
+    core, why = split_explanation(reason)
+    if why:
+        above.append(f"  why: {why}")
+    last = f"rejected: {core}{took}"
+    if len(last) > VERDICT_WIDTH:
+        above.append(f"  reason: {reason}")
+        last = f"rejected: {shorten(core, VERDICT_WIDTH - len(took) - len('rejected: '))}{took}"
+    return above + [last]
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` in at most `width` characters, keeping what names the failure and its figures: the longest
+    parenthesised aside (over 24 characters) but the last (the worst row's figures) becomes '(...)' until it fits,
+    then, if it still does not, the middle is cut (cut_middle)."""
+    while len(text) > width:
+        groups, depth, start = [], 0, 0
+        for i, ch in enumerate(text):
+            if ch == "(":
+                depth += 1
+                start = i if depth == 1 else start
+            elif ch == ")" and depth:
+                depth -= 1
+                if depth == 0 and i - start > 24:  # a seed or a size stays
+                    groups.append((start, i))
+        if len(groups) < 2:
+            break
+        a, b = max(groups[:-1], key=lambda g: g[1] - g[0])
+        text = text[:a] + "(...)" + text[b + 1:]
+    return cut_middle(text, width)
+
+
+def cut_middle(text: str, width: int) -> str:
+    """`text` in at most `width` characters: its start (where it failed) and its end (the figures), the middle cut
+    at word boundaries and marked ' ... '."""
+    if len(text) <= width:
+        return text
+    room = width - len(" ... ")
+    head, tail = text[:room // 2], text[len(text) - (room - room // 2):]
+    head = head[:head.rfind(" ")] if " " in head else head
+    tail = tail[tail.find(" ") + 1:] if " " in tail else tail
+    return f"{head} ... {tail}"
+
+
+def split_explanation(reason: str) -> tuple[str, str]:
+    """(what failed, with its figures; the explanation the judge adds after them): a reason split at its first
+    '; ' outside parentheses ('trial 2 (...): relL2 ... over budget ...; it passed before the weights changed ...'),
+    or (reason, '') where it has none."""
+    depth = 0
+    for i, ch in enumerate(reason):
+        depth += (ch in "([") - (ch in ")]")
+        if depth == 0 and reason.startswith("; ", i) and reason[i + 2:].strip():
+            return reason[:i], reason[i + 2:]
+    return reason, ""
+
+
 def _verdict(rec: dict, label: str) -> str:
+    head, notes = _verdict_parts(rec, label)
+    return head + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _verdict_parts(rec: dict, label: str) -> tuple[str, list[str]]:
+    """('accepted' or 'rejected: <reason>', the notes the verdict adds in parentheses)."""
     r = rec["rows"][label]
     box = rec.get("sandbox", "")
     # asked for, not available: always said, in short (the record's `sandbox` has the whole reason)
     unboxed = f"unboxed: {box.split(': ', 1)[1].split(' (')[0]}" if box.startswith("unsandboxed: ") else None
     if not r["accepted"]:
-        notes = row_notes(rec, r) + ([unboxed] if unboxed else [])
-        return f"rejected: {r['reason']}" + (f" ({'; '.join(notes)})" if notes else "")
+        return f"rejected: {r['reason']}", row_notes(rec, r) + ([unboxed] if unboxed else [])
     notes = []
     if rec.get("stages_not_run"):  # on the CPU: --allow-torch or not, whether a kernel of its own runs is not seen
         notes.append(f"parity only on {rec['device']}: {', '.join(rec['stages_not_run'])} need a GPU")
@@ -89,7 +166,7 @@ def _verdict(rec: dict, label: str) -> str:
     if unboxed:
         notes.append(unboxed)
     notes += row_notes(rec, r)
-    return "accepted" + (f" ({'; '.join(notes)})" if notes else "")
+    return "accepted", notes
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,55 @@
+"""The verdict as a command prints it (kp.observe.report.verdict_lines): its last line starts with accepted or
+rejected and is at most 200 characters; what does not fit goes on the lines above it, and the record keeps the whole
+one-line verdict."""
+from kp.observe.report import VERDICT_WIDTH, shorten, split_explanation, verdict, verdict_lines
+
+
+def _rec(accepted: bool, reason: str = "", notes: tuple = ()) -> dict:
+    row = {"accepted": accepted, "reason": reason, "checks": {}, "peer": False, "pure_torch": False,
+           "own_kernels": {}}
+    return {"rows": {"candidate": row}, "elapsed_s": 1.5, "notes_list": list(notes), "device": "cpu"}
+
+
+def test_a_short_verdict_is_one_line_as_the_record_keeps_it():
+    rec = _rec(False, "trial 1 (seed 5): relL2 1.00e+00 over budget 1.00e-06 (worst row 1.1e+00, row budget 1e-06)")
+    assert verdict_lines(rec) == [verdict(rec)] and verdict(rec).endswith(" in 1.5 s")
+
+
+def test_a_long_acceptance_puts_its_notes_above_the_verdict():
+    notes = ("no float64 reference (fp32 only: the float64 copy raised TypeError: this model runs in float32 only)",
+             "judged against PyTorch's fp32 output with relL2 budget 0.0001")
+    rec = _rec(True, notes=notes + ("x" * 60,))
+    lines = verdict_lines(rec)
+    assert len(verdict(rec)) > VERDICT_WIDTH
+    assert lines[-1] == "accepted in 1.5 s (notes above)"
+    assert lines[:-1] == [f"  note: {n}" for n in (*notes, "x" * 60)]
+
+
+def test_a_long_rejection_keeps_the_failure_and_its_figures_on_the_last_line():
+    figs = "relL2 1.45e-02 over budget 3.77e-06 (worst row 1.54e-02, row budget 3.77e-06)"
+    why = ("it passed before the weights changed (optimizer step): a value derived from the weights is not "
+           "recomputed (stale weight cache)")
+    rec = _rec(False, f"trial 2 (seed 6, after an optimizer step): {figs}; {why}", notes=("n" * 80,))
+    lines = verdict_lines(rec)
+    assert lines[-1] == f"rejected: trial 2 (seed 6, after an optimizer step): {figs} in 1.5 s"
+    assert f"  why: {why}" in lines and f"  note: {'n' * 80}" in lines
+    assert all(len(ln) <= VERDICT_WIDTH for ln in lines[-1:])
+
+
+def test_a_reason_too_long_alone_is_shortened_on_the_last_line_and_said_whole_above():
+    reason = ("trial 2 (seed 6, after an optimizer step): backward (upstream seed 7925, .grad accumulated over this "
+              "call and the one before): the gradient of parameter 'fc.weight': relL2 1.02e+00 over budget 1.17e-06 "
+              "(worst row 1.26e+00, row budget 1.17e-06)")
+    lines = verdict_lines(_rec(False, reason))
+    assert len(lines[-1]) <= VERDICT_WIDTH and lines[-2] == f"  reason: {reason}"
+    assert lines[-1] == ("rejected: trial 2 (seed 6, after an optimizer step): backward (...): the gradient of "
+                         "parameter 'fc.weight': relL2 1.02e+00 over budget 1.17e-06 (worst row 1.26e+00, row "
+                         "budget 1.17e-06) in 1.5 s")
+    cut = shorten("a " * 150, 50)
+    assert len(cut) <= 50 and " ... " in cut
+
+
+def test_the_explanation_is_split_at_its_first_top_level_semicolon():
+    assert split_explanation("trial 1 (seed 1; x): relL2 2 (a; b); it matches eval mode; more") == \
+        ("trial 1 (seed 1; x): relL2 2 (a; b)", "it matches eval mode; more")
+    assert split_explanation("raised ValueError: bad") == ("raised ValueError: bad", "")

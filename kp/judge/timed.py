@@ -281,13 +281,8 @@ class TimingStage:
         timed = [(runner, [r for r in self.live() if r.runner is runner]) for runner in self.runners]
         timed = [(runner, rows) for runner, rows in timed if rows or not self.rows]  # no rows: baselines alone
         for runner, rows in timed:
-            t0 = time.perf_counter()
-            self.timed_samples = {}
             try:
-                with self._timed("timing: the interleaved timing command (its checked calls included)"):
-                    t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps, stateful)
-                check_told(t["timing"], self.timed_samples)
-                times = reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
+                t, times = self._time_command(runner, rows, stateful)
             except Rejected as e:
                 if isinstance(e, OutOfMemory):  # the harness's memory, not the row's (module doc)
                     why = str(e)
@@ -311,6 +306,17 @@ class TimingStage:
                     r.reject("timing: no timed call of this row was offered for a check")
         return result
 
+    def _time_command(self, runner, rows: list, stateful: bool, backward: bool = False) -> tuple[dict, dict]:
+        """One runner's timing command (Worker.cmd_time): (its reply, its samples reduced here), the samples checked
+        against those told call by call and against the wall time this process saw the command take."""
+        t0 = time.perf_counter()
+        self.timed_samples = {}
+        with self._timed("timing: forward and backward, interleaved" if backward else
+                         "timing: the interleaved timing command (its checked calls included)"):
+            t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps, stateful, backward)
+        check_told(t["timing"], self.timed_samples)
+        return t, reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)
+
     def _timing_backward(self) -> dict:
         """--backward: each runner's rows and baselines timed again as training steps, forward and backward
         (Worker.cmd_time with backward), interleaved and flushed as the forward was; the samples told and reduced as
@@ -322,13 +328,8 @@ class TimingStage:
             rows = [r for r in self.live() if r.runner is runner]
             if not rows and self.rows:
                 continue
-            t0 = time.perf_counter()
-            self.timed_samples = {}
             try:
-                with self._timed("timing: forward and backward, interleaved"):
-                    t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps, False, True)
-                check_told(t["timing"], self.timed_samples)
-                result.update(reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3))
+                result.update(self._time_command(runner, rows, False, backward=True)[1])
             except OutOfMemory as e:
                 self._skip(f"forward+backward timing: the GPU ran out of memory ({str(e)[:160]})")
                 return {}

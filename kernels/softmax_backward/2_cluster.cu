@@ -113,38 +113,13 @@ KP_EXPORT void softmax_backward(const at::TensorBase& y, const at::TensorBase& d
   kp::check_backward_args(y, dy, dx);
   const int64_t rows = y.size(0), cols = y.size(1);
   if (rows == 0 || cols == 0) return;
-  const auto aligned = [](const at::TensorBase& t) {
-    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && (t.size(0) <= 1 || t.stride(0) % 4 == 0);
-  };
   c10::cuda::CUDAGuard guard(y.device());
-  if (cols % 4 != 0 || cols > (int64_t)MAX_CL * SLICE || !aligned(y) || !aligned(dy)) {
+  if (!kp_softmax_backward::cluster_rows(y, dy, (int64_t)MAX_CL * SLICE)) {
     kp_softmax_backward::launch_rowblock(y, dy, dx);  // rows no cluster path takes: 1_tworead's kernel
     return;
   }
-  int64_t cl = 1;
-  while (cl < MAX_CL && (cols + cl - 1) / cl > SLICE) cl *= 2;
-  const int64_t chunk = ((cols + cl - 1) / cl + 3) / 4 * 4;
-  auto kern = softmax_backward_cluster;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-  if (cl > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchConfig_t cfg = {};
-  cfg.blockDim = dim3(TH);
-  cfg.dynamicSmemBytes = SMEM;
-  cfg.stream = kp::stream();
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)cl;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cfg.gridDim = dim3((unsigned)cl);
-  int clusters = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg));
-  TORCH_CHECK(clusters > 0, "softmax_backward 2_cluster: a cluster of ", kp::num(cl),
-              " CTAs with 192 KiB of shared memory each cannot be scheduled on this GPU");
-  const int64_t G = kp::imin(rows, clusters);
-  cfg.gridDim = dim3((unsigned)(G * cl));
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, y.data_ptr<float>(), dy.data_ptr<float>(), dx.data_ptr<float>(),
-                                    rows, cols, y.stride(0), dy.stride(0), chunk));
+  const auto [cl, chunk] = kp_softmax_backward::cluster_split(cols, SLICE, MAX_CL);
+  kp_softmax_backward::ClusterLaunch launch(softmax_backward_cluster, cl, TH, SMEM, rows, "softmax_backward 2_cluster");
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, softmax_backward_cluster, y.data_ptr<float>(), dy.data_ptr<float>(),
+                                    dx.data_ptr<float>(), rows, cols, y.stride(0), dy.stride(0), chunk));
 }

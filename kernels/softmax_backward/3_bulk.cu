@@ -163,41 +163,20 @@ __global__ void __launch_bounds__(TH, 1)
 // stagger: SM cycles between consecutive clusters' starts; < 0 takes the rule below.
 void launch_bulk(const at::TensorBase& y, const at::TensorBase& dy, const at::TensorBase& dx, int64_t stagger) {
   const int64_t rows = y.size(0), cols = y.size(1);
-  int64_t cl = 1;
-  while (cl < MAX_CL && (cols + cl - 1) / cl > SLICE) cl *= 2;
-  const int64_t chunk = ((cols + cl - 1) / cl + 3) / 4 * 4;
-  auto kern = softmax_backward_bulk;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-  if (cl > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchConfig_t cfg = {};
-  cfg.blockDim = dim3(TH);
-  cfg.dynamicSmemBytes = SMEM;
-  cfg.stream = kp::stream();
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)cl;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cfg.gridDim = dim3((unsigned)cl);
-  int clusters = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg));
-  TORCH_CHECK(clusters > 0, "softmax_backward 3_bulk: a cluster of ", kp::num(cl),
-              " CTAs with 192 KiB of shared memory each cannot be scheduled on this GPU");
-  const int64_t G = kp::imin(rows, clusters);
-  cfg.gridDim = dim3((unsigned)(G * cl));
+  const auto [cl, chunk] = kp_softmax_backward::cluster_split(cols, SLICE, MAX_CL);
+  kp_softmax_backward::ClusterLaunch launch(softmax_backward_bulk, cl, TH, SMEM, rows, "softmax_backward 3_bulk");
   // A row moves 12 * cols bytes; at 1/G of ~4.2 TB/s and ~2 GHz that is G * cols / 175 cycles. Half of that period
   // spread over the G clusters' starts, as the forward's stagger (6_regcluster).
   if (stagger < 0) stagger = cols / 350;
   // The ticket counter: 8 bytes from torch's caching allocator, zeroed on this stream, freed right after the launch
   // is enqueued (the allocator hands it out again only to work ordered after it on this stream).
+  const cudaStream_t stream = launch.cfg.stream;
   auto* tk = static_cast<unsigned long long*>(
-      c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(sizeof(unsigned long long), cfg.stream));
-  C10_CUDA_CHECK(cudaMemsetAsync(tk, 0, sizeof(*tk), cfg.stream));
+      c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(sizeof(unsigned long long), stream));
+  C10_CUDA_CHECK(cudaMemsetAsync(tk, 0, sizeof(*tk), stream));
   const cudaError_t err =
-      cudaLaunchKernelEx(&cfg, kern, y.data_ptr<float>(), dy.data_ptr<float>(), dx.data_ptr<float>(), rows, cols,
-                         y.stride(0), dy.stride(0), chunk, tk, stagger);
+      cudaLaunchKernelEx(&launch.cfg, softmax_backward_bulk, y.data_ptr<float>(), dy.data_ptr<float>(),
+                         dx.data_ptr<float>(), rows, cols, y.stride(0), dy.stride(0), chunk, tk, stagger);
   c10::cuda::CUDACachingAllocator::raw_delete(tk);
   C10_CUDA_CHECK(err);
 }
@@ -206,11 +185,8 @@ KP_EXPORT void softmax_backward(const at::TensorBase& y, const at::TensorBase& d
   kp::check_backward_args(y, dy, dx);
   const int64_t rows = y.size(0), cols = y.size(1);
   if (rows == 0 || cols == 0) return;
-  const auto aligned = [](const at::TensorBase& t) {
-    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && (t.size(0) <= 1 || t.stride(0) % 4 == 0);
-  };
   c10::cuda::CUDAGuard guard(y.device());
-  if (cols % 4 != 0 || cols > (int64_t)MAX_CL * SLICE || !aligned(y) || !aligned(dy)) {
+  if (!kp_softmax_backward::cluster_rows(y, dy, (int64_t)MAX_CL * SLICE)) {
     kp_softmax_backward::launch_rowblock(y, dy, dx);  // rows no cluster path takes: 1_tworead's kernel
     return;
   }

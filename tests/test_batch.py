@@ -365,3 +365,25 @@ def test_one_run_at_a_time_writes_a_results_file(tmp_path):
                        "--allow-torch", "--out", out)
     assert r.returncode == 2 and "is being written by another run (pid 1234)" in r.stderr, r.stderr
     assert not out.exists()
+
+
+def test_a_batch_tables_row_is_at_most_200_characters_the_record_keeping_the_whole_verdict():
+    """A row whose whole verdict would pass 200 characters says it without its notes (the record and the results
+    file keep them), a rejection's reason shortened as a command's last line is."""
+    from kp.batch.jobfile import format_table
+    from kp.observe.report import verdict
+
+    def rec(accepted, reason=""):
+        row = {"accepted": accepted, "reason": reason, "checks": {}, "peer": False, "pure_torch": False,
+               "own_kernels": {}}
+        return {"rows": {"candidate": row}, "elapsed_s": 2.1, "notes_list": ["a note " * 30], "device": "cpu"}
+    ok, bad = rec(True), rec(False, "trial 1 (seed 203155838): relL2 1.00e+00 over budget 1.00e-06 (worst row "
+                                   "1.13e+00, row budget 1.00e-06); an explanation " + "x" * 40)
+    lines = [{"job": {"name": f"ref: {k}.py"}, "gpu": "cpu0", "ok": r["rows"]["candidate"]["accepted"],
+              "elapsed_s": 2.0, "summary": {}, "verdict": verdict(r), "record": r}
+             for k, r in (("ok", ok), ("bad", bad))]
+    rows = format_table(lines).splitlines()[1:3]
+    assert all(len(r) <= 200 for r in rows), rows
+    assert rows[0].endswith("accepted in 2.1 s (notes in the record)")
+    assert rows[1].endswith("rejected: trial 1 (seed 203155838): relL2 1.00e+00 over budget 1.00e-06 (worst row "
+                            "1.13e+00, row budget 1.00e-06) in 2.1 s")

@@ -154,7 +154,7 @@ def format_table(lines: list[dict]) -> str:
     """Accepted first, fastest against eager first; rejected after, with their reasons (and, where the candidate's
     own code raised, its innermost line). Columns that are empty in every row (nothing timed, one row per job) are
     left out."""
-    from kp.observe.report import own_frames
+    from kp.observe.report import VERDICT_WIDTH, own_frames, verdict_within
 
     def sort_key(d):
         s = d.get("summary") or {}
@@ -174,9 +174,12 @@ def format_table(lines: list[dict]) -> str:
         cand = ((d.get("record") or {}).get("rows") or {}).get("candidate") or {}
         frames = own_frames(cand.get("traceback"), cand.get("path"), most=1) if not d["ok"] else []
         where = f" [at {frames[0].split(' in ')[0]}]" if frames else ""
-        out.append(f"{d['job']['name']:{w}} {str(d.get('gpu', '-')):>{g}} "
-                   + "".join(f"{f(s):>{cw}} " for _, cw, f, _ in cols)
-                   + f"{d.get('elapsed_s', 0):5.0f}  {d['verdict']}{where}")
+        start = (f"{d['job']['name']:{w}} {str(d.get('gpu', '-')):>{g}} "
+                 + "".join(f"{f(s):>{cw}} " for _, cw, f, _ in cols) + f"{d.get('elapsed_s', 0):5.0f}  ")
+        said = d["verdict"]  # a row of at most VERDICT_WIDTH characters where the record can say it shorter
+        if d.get("record") and len(start + said + where) > VERDICT_WIDTH and "candidate" in d["record"]["rows"]:
+            said = verdict_within(d["record"], max(VERDICT_WIDTH - len(start + where), 80))
+        out.append(start + said + where)
     n_ok = sum(d["ok"] for d in lines)
     only = sum(d["verdict"].startswith(SHAPES_ONLY) for d in lines)  # --shapes: right at the benchmark's shape only
     out.append(f"{n_ok} accepted, {len(lines) - n_ok} rejected"

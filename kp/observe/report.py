@@ -55,8 +55,7 @@ def row_notes(rec: dict, r: dict) -> list[str]:
 
 def verdict(rec: dict, label: str = "candidate") -> str:
     """The one line: accepted or rejected with its reason, the notes, and the judge's seconds to reach it."""
-    took = f" in {rec['elapsed_s']:.1f} s" if rec.get("elapsed_s") is not None else ""
-    return _verdict(rec, label) + took
+    return _verdict(rec, label) + _took(rec)
 
 
 def own_kernels_note(own: dict, most: int = 2) -> str:
@@ -78,20 +77,38 @@ def verdict_lines(rec: dict, label: str = "candidate") -> list[str]:
     line = verdict(rec, label)
     if len(line) <= VERDICT_WIDTH:
         return [line]
-    took = f" in {rec['elapsed_s']:.1f} s" if rec.get("elapsed_s") is not None else ""
     head, notes = _verdict_parts(rec, label)
     above = [f"  note: {n}" for n in notes]
+    if not rec["rows"][label]["accepted"]:
+        reason = head[len("rejected: "):]
+        core, why = split_explanation(reason)
+        if why:
+            above.append(f"  why: {why}")
+        if len(f"rejected: {core}{_took(rec)}") > VERDICT_WIDTH:  # shortened on the last line: whole here
+            above.append(f"  reason: {reason}")
+    return above + [_short_verdict(rec, label, VERDICT_WIDTH, "above")]
+
+
+def verdict_within(rec: dict, width: int, label: str = "candidate") -> str:
+    """The one-line verdict in at most `width` characters where it can be (a table's row): whole where it fits,
+    else without its notes (the record keeps them) and with a rejection's reason shortened as verdict_lines does."""
+    line = verdict(rec, label)
+    return line if len(line) <= width else _short_verdict(rec, label, width, "in the record")
+
+
+def _took(rec: dict) -> str:
+    return f" in {rec['elapsed_s']:.1f} s" if rec.get("elapsed_s") is not None else ""
+
+
+def _short_verdict(rec: dict, label: str, width: int, notes_where: str) -> str:
+    """The verdict without its notes ('(notes <notes_where>)' said where it has some), a rejection as what failed
+    with its figures (its explanation left out), shortened to `width` where that is still longer."""
+    head, notes = _verdict_parts(rec, label)
+    took = _took(rec)
     if rec["rows"][label]["accepted"]:
-        return above + [f"{head}{took}" + (" (notes above)" if notes else "")]
-    reason = head[len("rejected: "):]
-    core, why = split_explanation(reason)
-    if why:
-        above.append(f"  why: {why}")
-    last = f"rejected: {core}{took}"
-    if len(last) > VERDICT_WIDTH:
-        above.append(f"  reason: {reason}")
-        last = f"rejected: {shorten(core, VERDICT_WIDTH - len(took) - len('rejected: '))}{took}"
-    return above + [last]
+        return f"{head}{took}" + (f" (notes {notes_where})" if notes else "")
+    core, _ = split_explanation(head[len("rejected: "):])
+    return f"rejected: {shorten(core, width - len(took) - len('rejected: '))}{took}"
 
 
 def shorten(text: str, width: int) -> str:

@@ -237,9 +237,13 @@ def test_a_stopped_gpu_test_run_lets_each_pytest_say_what_it_ran(tmp_path, monke
     import signal
     import time
     from tools import gpu_tests
-    polite = ("import sys, time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+    # The polite stand-in takes Ctrl-C as a pytest the runner starts does: the runner's own handler (Stop) leaves
+    # SIGINT at its default in its children, also where the runner was started with it ignored (`... &` in a script)
+    polite = ("import signal, sys, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\ntry:\n"
+              "    print('up', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
               "    print('3 passed (interrupted)', flush=True)\n    sys.exit(2)\n")
-    stubborn = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n"
+    stubborn = ("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('up', flush=True)\n"
+                "time.sleep(60)\n")
     monkeypatch.setattr(gpu_tests, "STOP_GRACE_S", 2)
     stop = gpu_tests.Stop(install=False)
     procs = []
@@ -247,7 +251,10 @@ def test_a_stopped_gpu_test_run_lets_each_pytest_say_what_it_ran(tmp_path, monke
         log = open(tmp_path / f"{name}.log", "w")
         procs.append((name, f"{name}.log", stop.started(subprocess.Popen(
             [sys.executable, "-c", src], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)), log))
-    time.sleep(1.5)  # both started and waiting
+    up = time.monotonic() + 60  # both started and waiting (a loaded host starts Python slowly): each says so
+    while not all((tmp_path / f"{n}.log").read_text().startswith("up") for n in ("polite", "stubborn")):
+        assert time.monotonic() < up, "the stand-in pytests did not start"
+        time.sleep(0.05)
     t = time.monotonic()
     stop(signal.SIGTERM, None)
     assert gpu_tests._finish(procs, tmp_path, stop) == 128 + signal.SIGKILL

@@ -115,7 +115,11 @@ def test_a_run_past_the_limit_is_stopped_as_ctrl_c_stops_it():
     import sys
     import time
     from bench.judge import corpus_pair
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    # a run is run.py, which takes SIGINT back where it was started with it ignored (kp.errors.stopped_by_signals)
+    run = ("import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); print('up', flush=True); "
+           "time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", run], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "up\n"  # running its code (a loaded host starts Python slowly), as a run is
     t0 = time.monotonic()
     assert corpus_pair.stop_by([p], t0 + 0.5) in ([-signal.SIGINT], [1])  # Python ends on SIGINT by it, or 1
     assert time.monotonic() - t0 < 30

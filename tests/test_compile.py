@@ -15,6 +15,11 @@ IDS = [f"{p.parent.name}/{p.stem}" for p in SOURCES]
 # in, a build no GPU-less check would otherwise see.
 AB_SOURCES = [p for p in SOURCES if harness.has_experiments(p)]
 AB_IDS = [f"{p.parent.name}/{p.stem}" for p in AB_SOURCES]
+# The judge cases' candidates build their own .cu with load_inline, on the GPU only: compiled here as load_inline
+# compiles them (its prelude, then the file), so a case that would fail to build fails here, not as a wrong verdict.
+CASE_SOURCES = sorted((Path(__file__).parent / "judge_cases").rglob("*.cu"))
+CASE_IDS = [str(p.relative_to(Path(__file__).parent / "judge_cases")) for p in CASE_SOURCES]
+LOAD_INLINE_PRELUDE = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH (the CUDA toolkit)")
 
 
@@ -42,6 +47,15 @@ def test_ab_hook_bindings_compile(tmp_path):
     res = harness.binding_check_many(AB_SOURCES, tmp_path, experiments=True)
     bad = {f"{p.parent.name}/{p.stem}": log[-2000:] for p, (ok, log) in res.items() if not ok}
     assert AB_SOURCES and not bad, bad
+
+
+@needs_nvcc
+@pytest.mark.parametrize("path", CASE_SOURCES, ids=CASE_IDS)
+def test_judge_case_sources_compile(path, tmp_path):
+    src = tmp_path / path.name
+    src.write_text(LOAD_INLINE_PRELUDE + path.read_text())
+    ok, log = harness.compile_check(src, tmp_path, ["sm_90a"])
+    assert ok, log[-4000:]
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,8 +6,10 @@ import sys
 
 from kp.command import cli, exit_now, parse_args, start_box_early, warm_fits, warm_slot_main
 from kp.command import expand_variants, judge_opts, main  # noqa: F401 (the tests and tools reach them here)
+from kp.lib import bytecode
 
 if __name__ == "__main__":
+    bytecode.enable()  # before torch's import: where the host writes no bytecode, the cache keeps it
     if {"-h", "--help"} & set(sys.argv[1:]):  # the usage, without torch's import (seconds) first
         parse_args(sys.argv[1:])
     from kp.batch import server

@@ -23,9 +23,10 @@ LAYER_ORDER = (
     # derived-input premises, the sandbox, the kernel registry, CUDA's driver started beside torch's import
     "errors", "lib.numerics", "lib.op_modes", "judge.float64", "judge.premises", "box.sandbox", "lib.registry",
     "lib.cuda_early",
-    # building: a candidate's cached builds, torch's header precompiled for them, its box and paths, what a source
-    # exports and includes, the compile cache, the CPU-side compile checks, the layers models/ are made of
-    "box.builds", "box.pch", "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",
+    # building: a candidate's cached builds, the bytecode kept in the cache, torch's header precompiled for them,
+    # its box and paths, what a source exports and includes, the compile cache, the CPU-side compile checks, the
+    # layers models/ are made of
+    "box.builds", "lib.bytecode", "box.pch", "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",
     # one judged call: the reference's shape family, the reference, judges sharing a GPU, the timer, profiles, the
     # kernel languages a candidate compiles at run time, what is watched in a candidate's process, a call's backward,
     # the worker's measuring and calling commands, the worker that runs a model, the runners that talk to it, the

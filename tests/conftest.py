@@ -6,10 +6,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from kp.lib import bytecode  # noqa: E402
+
+bytecode.enable()  # before torch's import, as run.py does: where the host writes no bytecode, the cache keeps it
+import torch  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
 # Each judge on the CPU plans its benchmark-shape calls in this much host memory (kp.judge.plan.host_budget), not in

@@ -139,6 +139,7 @@ def _plan(ref_spec, read_only: list[str], builds: bool) -> tuple:
     version of a candidate serves the next version of the same file (a loop's edit), its builds lent at its job."""
     from multiprocessing import util
     from kp.box import pch, sandbox
+    from kp.lib import bytecode
     ro = [str(ROOT), *read_only]
     if ref_spec[0] == "file":
         ro += [str(Path(ref_spec[1]).resolve().parent), str(Path(ref_spec[1]).resolve())]
@@ -148,6 +149,8 @@ def _plan(ref_spec, read_only: list[str], builds: bool) -> tuple:
     if cache_root().is_dir():  # the playground's kernels as built and verified here, read-only
         ro.append(str(cache_root().resolve()))
         env["KP_CACHE_SHARED"] = ro[-1]
+        if bytecode.active():  # the judge's bytecode, read from there (kp.lib.bytecode); the box writes none
+            env["PYTHONPYCACHEPREFIX"] = bytecode.active()
     writable = [util.get_temp_dir()]  # this process's multiprocessing folder (kp.box.entry says why the box shares it)
     if builds:  # the candidate's own extension builds: the box's own folder, lent its cached ones at its job; its
         env["TORCH_EXTENSIONS_DIR"] = BOX_BUILDS  # Triton cache lives there too, and goes back with them

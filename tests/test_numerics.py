@@ -78,6 +78,8 @@ def test_budget_floor_follows_the_longest_reduction_of_any_operator():
         "batched product": (lambda: torch.bmm(x.view(2, 2, 4096), torch.randn(2, 4096, 3)), 4096),
         "convolution": (lambda: F.conv2d(x.view(4, 8, 16, 32), torch.randn(6, 4, 3, 3), groups=2), 4 * 9),
         "transposed convolution": (lambda: F.conv_transpose2d(x.view(4, 8, 16, 32), torch.randn(8, 3, 3, 3)), 8 * 9),
+        "softmax's backward": (lambda: torch._softmax_backward_data(x, torch.softmax(x, 1), 1, x.dtype), 4096),
+        "log-softmax's backward": (lambda: torch._log_softmax_backward_data(x, x.log_softmax(1), 1, x.dtype), 4096),
         "max (rounds nothing)": (lambda: x.amax(1), 1),
         "relu": (lambda: torch.relu(x), 1),
     }
@@ -87,6 +89,23 @@ def test_budget_floor_follows_the_longest_reduction_of_any_operator():
             f()
         assert m.k == k, name
     assert accumulation_floor(4096) > 5 * accumulation_floor(1)
+
+
+def test_honest_roundings_of_a_softmax_backward_show_its_cancellation():
+    """dx = y * (dy - rowsum(dy * y)) cancels at the peak of a nearly one-hot row: the rounding mode rounds the sum
+    before the difference (as a kernel does), so such a row moves far more than one rounding of the fused operator's
+    result would move it, and a spread row moves by about the floor of its 4096-long sum."""
+    from kp.lib.numerics import accumulation_floor
+    from kp.lib.op_modes import RoundingNoise
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 4096, generator=g, dtype=torch.float64)
+    logits[0, 7] += 30.0  # row 0: y ~ 1 at column 7
+    y, dy = torch.softmax(logits, 1), torch.randn(2, 4096, generator=g, dtype=torch.float64)
+    ref = torch._softmax_backward_data(dy, y, 1, torch.float64)
+    with RoundingNoise(0):
+        moved = torch._softmax_backward_data(dy, y, 1, torch.float64)
+    row = ((moved - ref).norm(dim=1) / ref.norm(dim=1)).tolist()
+    assert row[0] > 100 * accumulation_floor(4096) and row[1] < 3 * accumulation_floor(4096), row
 
 
 def test_flop_count_agrees_with_torchs_flop_counter():

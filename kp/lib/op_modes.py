@@ -25,6 +25,9 @@ _SUMMING = frozenset("""sum mean nansum var std var_mean std_mean norm linalg_ve
     nll_loss_forward nll_loss2d_forward soft_margin_loss cosine_similarity _cdist_forward dot vdot trace""".split())
 # Operators whose every output element depends on a sum along one dimension, with the input's shape kept.
 _ALONG_DIM = frozenset("_softmax _log_softmax cumsum cumprod logcumsumexp _logcumsumexp".split())
+# Their backwards, (grad_output, output, dim, input_dtype): each element depends on a sum along dim of the upstream
+# gradient (times the output, for the softmax's).
+_ALONG_DIM_BACKWARD = frozenset("_softmax_backward_data _log_softmax_backward_data".split())
 
 
 # Products: the operand whose last dimension is summed, by its place among the arguments (mm(a, b), addmm(bias, a,
@@ -48,6 +51,9 @@ def _op_reduction(func, args, kwargs, out) -> float:
         return float(per_out * w[0, 0].numel())
     if name in _ALONG_DIM:
         dim = args[1] if len(args) > 1 else kwargs.get("dim", -1)
+        return float(x.shape[dim]) if x.dim() else 1.0
+    if name in _ALONG_DIM_BACKWARD:
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
         return float(x.shape[dim]) if x.dim() else 1.0
     if name == "native_layer_norm":
         n = 1
@@ -144,6 +150,24 @@ class RoundingNoise(EagerMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func.overloadpacket.__name__ in _ALONG_DIM_BACKWARD and len(args) > 2 and not kwargs:
+            return self._backward_along_dim(func.overloadpacket.__name__, *args[:3])
+        return self._noisy(func, args, kwargs)
+
+    def _backward_along_dim(self, name: str, grad, out, dim):
+        """A softmax's or log-softmax's backward as the steps an honest kernel rounds (the product, the sum along
+        dim, the difference), each rounded at random: the difference cancels where a row's output is nearly one-hot
+        (grad - sum(grad * out) with sum ~ grad at the peak), and that cancellation moves the row as a kernel's own
+        roundings do; rounding only the fused operator's result would not show it."""
+        aten = torch.ops.aten
+        if name == "_softmax_backward_data":
+            s = self._noisy(aten.sum.dim_IntList, (self._noisy(aten.mul.Tensor, (grad, out), {}), [dim], True), {})
+            return self._noisy(aten.mul.Tensor, (out, self._noisy(aten.sub.Tensor, (grad, s), {})), {})
+        s = self._noisy(aten.sum.dim_IntList, (grad, [dim], True), {})
+        return self._noisy(aten.sub.Tensor, (grad, self._noisy(aten.mul.Tensor, (
+            self._noisy(aten.exp.default, (out,), {}), s), {})), {})
+
+    def _noisy(self, func, args, kwargs):
         out = func(*args, **kwargs)
         schema = func._schema
         if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):

@@ -40,8 +40,36 @@ def test_a_box_started_early_is_adopted_by_the_same_job_only(tmp_path):
     other = boxstart.take(("file", str(ROOT / "tests" / "judge_cases" / "sum_dim" / "ref.py")), paths, build)
     try:
         assert other is not early and not early.proc.is_alive()  # another reference: the early box is killed
+        assert other.missed == ["made to another plan: folders read"]  # and the job says why
     finally:
         other.discard()
+
+
+@needs_box
+def test_a_box_passed_over_says_why(tmp_path, monkeypatch):
+    """A box started ahead that does not serve its job is named in the job's record with the reason: the names of
+    the environment's variables set since it started, or its exit and its last line of stderr."""
+    from kp.box import start as boxstart
+    cand = tmp_path / "cand.py"
+    cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
+    spec, paths = ("file", str(REF)), boxstart.candidate_paths(cand)
+    build = str(builds.candidate_build_dir(cand))
+    boxstart.start_early(spec, str(cand))
+    monkeypatch.setenv("KP_SET_AFTER_THE_BOX", "1")
+    box = boxstart.take(spec, paths, build)
+    try:
+        assert box.missed == ["made to another plan: environment (KP_SET_AFTER_THE_BOX)"] and not box.ahead
+    finally:
+        box.discard()
+    boxstart.start_early(spec, str(cand))
+    early, = boxstart.waiting()
+    early.proc.kill()
+    early.proc.popen.wait()
+    box = boxstart.take(spec, paths, build)
+    try:
+        assert len(box.missed) == 1 and box.missed[0].startswith("it had exited (") and not box.ahead
+    finally:
+        box.discard()
 
 
 @needs_box

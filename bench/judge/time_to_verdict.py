@@ -105,7 +105,8 @@ def run_case(case, device: str | None, tmp: Path, timeout: float, warm_judge: bo
         stages = {"before the judge": rec["process_s_before_judge"], **stages,
                   "after the verdict": wall - rec["process_s_before_judge"] - rec["elapsed_s"]}
     return {"case": name, "what": what, "verdict": verdict, "wall_s": round(wall, 2), "stages": stages,
-            "detail": rec.get("stage_detail", {}), "box_ahead": rec.get("boxes_started_ahead")}
+            "detail": rec.get("stage_detail", {}), "box_ahead": rec.get("boxes_started_ahead"),
+            "box_missed": rec.get("boxes_passed_over", [])}
 
 
 def run_batch_case(case, n: int, slots: int, device: str | None, tmp: Path, timeout: float) -> dict:
@@ -153,7 +154,8 @@ def run_batch_case(case, n: int, slots: int, device: str | None, tmp: Path, time
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| case | what | verdict | wall s | box started ahead | stages (s) | inside them, largest first (s) |",
+    out = ["| case | what | verdict | wall s (range) | box started ahead | stages (s) "
+           "| inside them, largest first (s) |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:
         v = r["verdict"].split(" (")[0] if r["verdict"].startswith("accepted") else r["verdict"][:90]
@@ -161,7 +163,11 @@ def table(rows: list[dict]) -> str:
         dt = ", ".join(f"{k} {v:.1f}" for k, v in list(r.get("detail", {}).items())[:5])
         ahead = r.get("box_ahead")  # whether the candidate's worker came from the box the command started early
         ahead = "-" if not ahead else ", ".join("yes" if a else "no" for a in ahead)
-        out.append(f"| {r['case']} | {r['what']} | {v} | {r['wall_s']:.1f} | {ahead} | {st} | {dt} |")
+        if r.get("box_missed"):  # why the box started early did not serve (kp.box.start.passed_over)
+            ahead += " (" + "; ".join(r["box_missed"]) + ")"
+        walls = r.get("walls") or []
+        wall = f"{r['wall_s']:.1f}" + (f" ({min(walls):.1f}-{max(walls):.1f})" if len(walls) > 1 else "")
+        out.append(f"| {r['case']} | {r['what']} | {v} | {wall} | {ahead} | {st} | {dt} |")
     return "\n".join(out)
 
 

@@ -103,6 +103,7 @@ class Box:
         # kp.batch.prime: the worker arguments a slot sent ahead (only a job with the same ones takes the box), the
         # run ahead; once taken, the commands its worker answered and the run's (pickled arguments, replies)
         self.sent, self.early, self.seq, self.primed = None, None, 0, None
+        self.missed: list[str] = []  # why the boxes started ahead of its job did not serve it (take)
 
     @property
     def env(self) -> dict:
@@ -305,6 +306,30 @@ def fits(box: Box, plan: tuple) -> bool:
                                 box.plan == (*plan[:2], unpinned, *plan[3:]))
 
 
+def passed_over(box: Box, plan: tuple) -> str:
+    """Why a box started ahead does not serve a job made to `plan`: it has exited (its stderr's last line), it was
+    made to another plan (what differs: folders, or the names of the environment's variables that differ), or it
+    was sent another job's worker arguments."""
+    code = box.proc.popen.poll()
+    if code is not None:
+        try:
+            tail = [ln for ln in Path(box.stderr.name).read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            tail = []
+        return f"it had exited ({code})" + (f": {tail[-1][:160]}" if tail else "")
+    if not fits(box, plan):
+        names = ("folders read", "folders written", "environment", "compile preload", "own build folder",
+                 "candidate file")
+        what = [n for n, a, b in zip(names, box.plan, plan) if a != b and n != "environment"]
+        env_a, env_b = box.plan[2], plan[2]
+        keys = sorted(k for k in set(env_a) | set(env_b)
+                      if env_a.get(k) != env_b.get(k) and k != "ATEN_CPU_CAPABILITY")
+        if keys:
+            what.append("environment (" + ", ".join(keys) + ")")
+        return "made to another plan: " + ("; ".join(what) or "its CPU kernels")
+    return "it was sent another job's worker arguments"
+
+
 def plan_for(ref_spec, candidate: str | Path) -> tuple:
     """The plan (_plan) of the box that judges `candidate` against the reference: its folder and file readable, a
     build folder of its own writable."""
@@ -328,19 +353,23 @@ def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True
     used."""
     plan = _plan(ref_spec, read_only, bool(build_dir))
     args = worker_args(ref_spec, worker[0], worker[1], plan[2], worker[2]) if worker else None
-    found = None
+    found, missed = None, []
     for box, later in list(_early):
         if found is None and fits(box, plan) and box.proc.is_alive() and box.sent in (None, args):
             found = box
             _early.remove((box, later))
-        elif not later or not box.proc.is_alive():
+            continue
+        if found is None:
+            missed.append(passed_over(box, plan))
+        if not later or not box.proc.is_alive():
             _early.remove((box, later))
             box.discard()
     if found is not None and found.early is not None and not found.early.claim(deadline):
         found.discard()
-        found = None
+        found, missed = None, missed + ["its reference's run ahead did not end in time"]
     box = found if found is not None else _start(plan, gpu=gpu)
     box.ahead = found is not None
+    box.missed = missed  # why each box started ahead did not serve this job (the record says it)
     box.lend(build_dir)
     if args is not None and box.sent is None:
         box.conn.send(args)

@@ -319,6 +319,9 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         rec["stage_detail"] = {k: round(v, 2) for k, v in sorted(self.detail.items(), key=lambda kv: -kv[1])}
         rec["gpu_wait_s"] = round(self.gpu_wait_s, 2)
         rec["boxes_started_ahead"] = [r.box_ahead for r in self.runners if hasattr(r, "box_ahead")]
+        missed = [m for r in self.runners for m in getattr(r, "box_missed", [])]
+        if missed:  # a box started ahead that did not serve: why (its plan differed, it had exited)
+            rec["boxes_passed_over"] = missed
         return self._record_tail(rec, self.device == "cuda")
 
     def _build_s(self) -> float:

@@ -113,6 +113,7 @@ class ProcessRunner:
             self.build_s = self.build_wait_s = box.build_wait_s  # waiting for its build ahead: the build's time, not
             #                                                       the job's (its judge moves the deadlines by it)
             self.box_ahead = box.ahead
+            self.box_missed = box.missed
             self.seq, self.primed = box.seq, box.primed  # what its worker answered before the job (kp.batch.prime)
             return
         self.stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)

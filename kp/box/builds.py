@@ -3,6 +3,7 @@ ahead of the job leaves there (kp.batch.ahead), and a job's wait for such a buil
 never writes the folder: its job is lent a copy (kp.box.start.Box.lend) and what it built goes back when it ends."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -16,15 +17,16 @@ def cache_root() -> Path:
     return Path(os.environ.get("KP_CACHE_DIR") or Path.home() / ".cache" / "kernel_playground")
 
 
+@functools.lru_cache(maxsize=1)
 def torch_version() -> str:
-    """torch's version, without importing it where it is not imported yet (the installed package's own)."""
-    t = sys.modules.get("torch")
-    if t is not None:
-        return t.__version__
+    """torch's version, without importing it: the installed package's own, the same before and after this process
+    imports torch (a box's plan holds keys made of it, and one started before the import must fit a job planned
+    after it); torch's own where the package has no metadata."""
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
-        return "none"
+        t = sys.modules.get("torch")
+        return t.__version__ if t is not None else "none"
 
 
 def candidate_build_dir(path: str | Path) -> Path:

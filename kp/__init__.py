@@ -35,7 +35,7 @@ LAYER_ORDER = (
     "judge.guards", "judge.gradients", "judge.measure", "judge.calling", "judge.replies",
     "judge.worker", "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables
-    "observe.ncu", "observe.report",
+    "observe.ncu", "observe.verdict", "observe.report",
     # the judge: its memory plan, an output against what it must be, what a call must return, its stages (construct,
     # the gradients, one checked call, parity, parity at the shape family's members, KernelBench's own check, escape
     # and own kernel, timing and ceilings, profiles), its answers to running out of GPU memory, its record, its stage
@@ -44,8 +44,8 @@ LAYER_ORDER = (
     # box; what runs in a slot's process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks
     # run which jobs)
     "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.backward", "judge.calls",
-    "judge.parity", "judge.family_parity", "judge.kernelbench", "judge.escape", "judge.timed", "judge.observe",
-    "judge.memory", "judge.record", "judge.stages", "judge.driver",
+    "judge.parity", "judge.family_parity", "judge.kernelbench", "judge.escape", "judge.timed", "judge.ceilings",
+    "judge.observe", "judge.memory", "judge.record", "judge.stages", "judge.driver",
     "observe.plot", "batch.jobfile", "batch.usage", "batch.ahead", "batch.prime", "batch.slot_process", "batch.slots",
     "batch.gpus", "batch.backends", "batch.session", "batch.server",
     # the command line's machinery (run.py is its shell)

@@ -272,7 +272,7 @@ def main(argv=None) -> int:
 
     from kp.judge import driver as judge
 
-    from kp.observe import report
+    from kp.observe import report, verdict
     from kp.lib.build import prebuild
     opts = judge_opts(args)
     if batch:
@@ -293,7 +293,7 @@ def main(argv=None) -> int:
         records.append(rec)
         print(report.format_record(rec, verdict_follows=bool(args.candidate)), flush=True)
         if args.candidate:
-            print("\n".join(report.verdict_lines(rec)), flush=True)
+            print("\n".join(verdict.verdict_lines(rec)), flush=True)
         status = max(status, 0 if rec["ok"] else 1)
         if args.plot:
             from kp.observe import plot

@@ -371,7 +371,7 @@ def test_a_batch_tables_row_is_at_most_200_characters_the_record_keeping_the_who
     """A row whose whole verdict would pass 200 characters says it without its notes (the record and the results
     file keep them), a rejection's reason shortened as a command's last line is."""
     from kp.batch.jobfile import format_table
-    from kp.observe.report import verdict
+    from kp.observe.verdict import verdict
 
     def rec(accepted, reason=""):
         row = {"accepted": accepted, "reason": reason, "checks": {}, "peer": False, "pure_torch": False,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import harness
-from kp.judge import driver as judge, escape as stage_escape, timed as stage_timing
+from kp.judge import ceilings, driver as judge, escape as stage_escape, timed as stage_timing
 from kp.judge import expected, guards
 from kp.observe import profile
 from conftest import ROOT, gpu, run_script as run
@@ -221,9 +221,9 @@ def test_timing_samples_reduced_in_the_judge_and_bounded_by_its_wall_clock():
 
 def test_a_median_below_reading_the_inputs_is_impossible():
     bw = 3e12  # bytes/s
-    assert stage_timing.below_floor(0.010, 1 << 30, bw).startswith("timing: median 10.0 us is below 0.25 x")
-    assert stage_timing.below_floor(0.400, 1 << 30, bw) is None  # 358 us to read 1 GiB: a quarter of it is 89 us
-    assert stage_timing.below_floor(0.0001, 1 << 20, bw) is None  # a floor under the events' resolution is not judged
+    assert ceilings.below_floor(0.010, 1 << 30, bw).startswith("timing: median 10.0 us is below 0.25 x")
+    assert ceilings.below_floor(0.400, 1 << 30, bw) is None  # 358 us to read 1 GiB: a quarter of it is 89 us
+    assert ceilings.below_floor(0.0001, 1 << 20, bw) is None  # a floor under the events' resolution is not judged
 
 
 def test_flusher_refuses_a_host_buffer():
@@ -334,11 +334,11 @@ def test_a_median_under_half_the_profiled_busy_time_is_not_the_calls_time():
     window = guards.window_violations(events, "mark")[1]
     assert guards.busy_ms(events, "mark", window) == pytest.approx((150 - 20 + 50) / 1e3)  # 180 us, the gap not
     assert guards.busy_ms(events, "mark", None) == 0.0
-    assert stage_timing.below_busy(0.170, 0.180) is None  # within noise of the profiled time
-    why = stage_timing.below_busy(0.060, 0.180)  # a start event re-recorded two thirds of the way in
+    assert ceilings.below_busy(0.170, 0.180) is None  # within noise of the profiled time
+    why = ceilings.below_busy(0.060, 0.180)  # a start event re-recorded two thirds of the way in
     assert why.startswith("timing: median 60.0 us is under 0.5 x the 180.0 us") and "did not bound" in why
-    assert stage_timing.below_busy(0.001, 0.004) is None  # within the events' own resolution
-    assert stage_timing.below_busy(0.05, None) is None  # no escape profile (a CPU run)
+    assert ceilings.below_busy(0.001, 0.004) is None  # within the events' own resolution
+    assert ceilings.below_busy(0.05, None) is None  # no escape profile (a CPU run)
 
 
 def test_a_stateful_reference_is_followed_through_every_timed_call():
@@ -394,17 +394,17 @@ def test_one_precision_path_for_ceilings(monkeypatch):
         return {"TF32": 400e12, "HGEMM": 700e12} if precision == "tf32" else {"SGEMM": 50e12}
 
     sizes, said = [], []
-    monkeypatch.setattr(stage_timing, "copy_bandwidth", lambda n=4 << 30: sizes.append(n) or 3e12)
-    monkeypatch.setattr(stage_timing, "gemm_rates", rates)
-    monkeypatch.setattr(stage_timing, "free_gpu_bytes", lambda: 70 << 30)
-    monkeypatch.setattr(stage_timing, "_CEILINGS", {})  # measured here, not taken from an earlier test's process
+    monkeypatch.setattr(ceilings, "copy_bandwidth", lambda n=4 << 30: sizes.append(n) or 3e12)
+    monkeypatch.setattr(ceilings, "gemm_rates", rates)
+    monkeypatch.setattr(ceilings, "free_gpu_bytes", lambda: 70 << 30)
+    monkeypatch.setattr(ceilings, "_CEILINGS", {})  # measured here, not taken from an earlier test's process
     ref = judge.Reference.load(("problem", "matmul_gelu_softmax"))
     j = judge.Judge.__new__(judge.Judge)
     j.ref, j.precision, j.log = ref, "tf32", said.append
     c = j.ceilings({"bytes": 1e9, "flops": 1e14})
     assert seen == ["tf32"] and c["flops_rate"] == 700e12 and c["bound"] == "compute"
     assert sizes == [4 << 30, 8192] and not said
-    monkeypatch.setattr(stage_timing, "free_gpu_bytes", lambda: 3 << 30)  # a GPU other processes fill: smaller probes
+    monkeypatch.setattr(ceilings, "free_gpu_bytes", lambda: 3 << 30)  # a GPU other processes fill: smaller probes
     sizes.clear()
     j.ceilings({"bytes": 1e9, "flops": 1e14})
     assert sizes == [1 << 30, 4096] and "3.0 GiB of GPU memory free" in said[-1]
@@ -413,10 +413,10 @@ def test_one_precision_path_for_ceilings(monkeypatch):
     j.ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))  # no BOUND: from intensity
     assert j.ceilings({"bytes": 1e9, "flops": 0})["bound"] == "memory"
     n = len(seen)  # a process measures a GPU's ceilings once per probe size and precision (a batch's slot)
-    monkeypatch.setattr(stage_timing, "free_gpu_bytes", lambda: 3 << 30)
+    monkeypatch.setattr(ceilings, "free_gpu_bytes", lambda: 3 << 30)
     j.ceilings({"bytes": 1e9, "flops": 1e14})
     j.precision = "tf32"
-    monkeypatch.setattr(stage_timing, "free_gpu_bytes", lambda: 70 << 30)
+    monkeypatch.setattr(ceilings, "free_gpu_bytes", lambda: 70 << 30)
     assert j.ceilings({"bytes": 1e9, "flops": 1e14})["flops_rate"] == 700e12
     assert len(seen) == n
 

@@ -152,13 +152,13 @@ def test_a_median_under_the_profiled_time_beside_other_judges_is_measured_again_
     half the profiled time is measured again (both) with the GPU to itself, and that decides. A start event re-recorded
     from inside the call stays under it and is rejected; an honest call slowed beside others is accepted."""
     import contextlib
-    from kp.judge import timed
+    from kp.judge import ceilings
 
     @contextlib.contextmanager
     def to_itself(log=None):
         alone.append(True)
         yield
-    monkeypatch.setattr(timed, "gpu_to_itself", to_itself)
+    monkeypatch.setattr(ceilings, "gpu_to_itself", to_itself)
     for alone_median, accepted in ((0.01, False), (0.9, True)):
         alone = []
         j = object.__new__(judge.Judge)
@@ -171,6 +171,6 @@ def test_a_median_under_the_profiled_time_beside_other_judges_is_measured_again_
         j._escape = lambda r: None
         j._timing = lambda: {"timing": {"candidate": {"median_ms": alone_median}}}
         rec = {"timing": {"candidate": {"median_ms": 0.01}}}
-        monkeypatch.setattr(timed, "memory_need", lambda *a: 0)
+        monkeypatch.setattr(ceilings, "memory_need", lambda *a: 0)
         j.stage_ceilings(rec, [])
         assert alone == [True] and row.accepted is accepted, row.reason

@@ -1,5 +1,8 @@
 """The house's layout rules that a reader relies on, checked where they can drift: every tracked Python file's lines
-within 120 characters (the width the code, its comments and its docstrings are wrapped to)."""
+within 120 characters (the width the code, its comments and its docstrings are wrapped to), and the product's
+modules and classes within the sizes past which a room is split (the tests' own files are left out: a test module
+grows with what it tests)."""
+import ast
 import shutil
 import subprocess
 
@@ -8,6 +11,7 @@ import pytest
 from conftest import ROOT
 
 WIDTH = 120
+MODULE_LINES, CLASS_LINES = 400, 250
 
 
 def _tracked_python() -> list[str]:
@@ -22,3 +26,16 @@ def test_every_python_line_fits_the_width():
             for name in _tracked_python()
             for i, line in enumerate((ROOT / name).read_text().splitlines(), 1) if len(line) > WIDTH]
     assert not long, "\n".join(long)
+
+
+def test_no_product_module_or_class_past_its_size():
+    big = []
+    for name in _tracked_python():
+        if name.startswith("tests/"):
+            continue
+        text = (ROOT / name).read_text()
+        if len(text.splitlines()) > MODULE_LINES:
+            big.append(f"{name}: {len(text.splitlines())} lines")
+        big += [f"{name}: class {n.name}: {n.end_lineno - n.lineno + 1} lines" for n in ast.walk(ast.parse(text))
+                if isinstance(n, ast.ClassDef) and n.end_lineno - n.lineno + 1 > CLASS_LINES]
+    assert not big, "\n".join(big)

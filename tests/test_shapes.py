@@ -5,7 +5,7 @@ import pytest
 from cases import CASES_DIR
 from conftest import gpu
 from kp.judge import driver as judge
-from kp.observe import report
+from kp.observe import verdict
 
 FOLDER = CASES_DIR / "contract" / "shapes"
 WRONG = sorted(FOLDER.glob("wrong_*.py"))
@@ -187,7 +187,7 @@ def test_a_member_whose_footprint_runs_out_of_gpu_memory_is_skipped_for_room(mon
     assert rec["rows"]["candidate"]["accepted"], rec["rows"]["candidate"]["reason"]
     assert [(f["member"], f.get("skipped", "")[:7]) for f in rec["family"]] == [("odd", ""), ("one", "no room")]
     assert any("one sizes (batch_size 6 -> 1): no room" in s for s in rec["skipped"])
-    assert "--shapes: 1 other shape judged; not judged at one (no room)" in report.verdict(rec)
+    assert "--shapes: 1 other shape judged; not judged at one (no room)" in verdict.verdict(rec)
 
 
 def test_a_declared_member_that_sets_a_size_outside_the_family_is_a_usage_error(monkeypatch):

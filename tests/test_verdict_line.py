@@ -1,7 +1,7 @@
-"""The verdict as a command prints it (kp.observe.report.verdict_lines): its last line starts with accepted or
+"""The verdict as a command prints it (kp.observe.verdict.verdict_lines): its last line starts with accepted or
 rejected and is at most 200 characters; what does not fit goes on the lines above it, and the record keeps the whole
 one-line verdict."""
-from kp.observe.report import VERDICT_WIDTH, shorten, split_explanation, verdict, verdict_lines
+from kp.observe.verdict import VERDICT_WIDTH, shorten, split_explanation, verdict, verdict_lines
 
 
 def _rec(accepted: bool, reason: str = "", notes: tuple = ()) -> dict:

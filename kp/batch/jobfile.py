@@ -154,7 +154,7 @@ def format_table(lines: list[dict]) -> str:
     """Accepted first, fastest against eager first; rejected after, with their reasons (and, where the candidate's
     own code raised, its innermost line). Columns that are empty in every row (nothing timed, one row per job) are
     left out."""
-    from kp.observe.report import VERDICT_WIDTH, own_frames, verdict_within
+    from kp.observe.verdict import VERDICT_WIDTH, own_frames, verdict_within
 
     def sort_key(d):
         s = d.get("summary") or {}

@@ -22,7 +22,7 @@ FIRST_JOB_WAIT_S = 5.0  # how long a slot told its first job is on its way looks
 def run_job(job: Job) -> dict:
     """Judge one job in this process; returns its result (verdict line, ok, the judge's full record)."""
     from kp.judge import driver as judge
-    from kp.observe import report
+    from kp.observe import report, verdict
     from kp.lib.build import prebuild
     from kp.errors import KernelBuildError
     log: list[str] = []
@@ -37,7 +37,7 @@ def run_job(job: Job) -> dict:
             if opts.get("device") != "cpu":
                 prebuild(ref.problem, variants)
         rec = judge.evaluate(ref, job.candidate, variants, log=log.append, **opts)
-        line = report.verdict(rec) if job.candidate else \
+        line = verdict.verdict(rec) if job.candidate else \
             ("ok" if rec["ok"] else "rejected: " + "; ".join(f"{k}: {r['reason']}" for k, r in rec["rows"].items()
                                                                if not r["accepted"] and not r["peer"]))
         out = {"ok": bool(rec["ok"]), "verdict": line, "record": rec, "table": report.format_record(rec)}

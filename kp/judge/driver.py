@@ -32,9 +32,10 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
 
 This module holds the driver (Judge.run: the stages of STAGES, kp.judge.stages, in order; the record); each stage
 lives in a module of its own, its methods mixed into Judge: kp.judge.parity (construct, parity),
-kp.judge.kernelbench (KernelBench's own check), kp.judge.escape (escape, own kernel), kp.judge.timed (timing,
-ceilings), kp.judge.observe (--profile, --ncu). Every stage has one interface, a method ``stage_<name>(rec, init)``;
-a new check is a method in the stage it belongs to, or a new stage (a method and one entry of STAGES).
+kp.judge.kernelbench (KernelBench's own check), kp.judge.escape (escape, own kernel), kp.judge.timed (timing),
+kp.judge.ceilings (traffic, memory, ceilings), kp.judge.observe (--profile, --ncu). Every stage has one interface, a
+method ``stage_<name>(rec, init)``; a new check is a method in the stage it belongs to, or a new stage (a method and
+one entry of STAGES).
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ from kp.judge.backward import BackwardCheck
 from kp.judge.calls import CallCheck
 from kp.judge.parity import MIN_TRIALS, ParityStage
 from kp.judge.stages import AFTER_WORKERS, BUILD_STAGE, STAGES, WAIT_STAGE
+from kp.judge.ceilings import CeilingStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
 from kp.judge.worker import JOB_TIMEOUT_S
@@ -123,7 +125,7 @@ def still_in(stage: str, say, first_s: float = STILL_FIRST_S, every_s: float = S
 
 
 class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, BackwardCheck, ParityStage, FamilyParity,
-            KernelBenchCheck, EscapeStage, TimingStage, ObserveStage):
+            KernelBenchCheck, EscapeStage, TimingStage, CeilingStage, ObserveStage):
     def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
                  precision: str = "fp32", device: str | None = None, bench: bool = True,
                  compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,

@@ -66,6 +66,27 @@ def _overflowed(base: list, derived: list) -> str | None:
     return None
 
 
+def widener(timed, refs: _Refs, pristine: list, exp: Expected, where: str):
+    """At a derived input or a declared case, where a row is over its budget: a function giving the budgets widened
+    to how far honest fp32 roundings move the reference there (computed once, for every row that needs it; the budget
+    stays as it was where it cannot be computed). timed: the judge's stage timer."""
+    widened = []
+
+    def widen():
+        if not widened:
+            try:
+                with timed(f"parity: how far honest roundings move the reference at {where}"):
+                    spread = refs.honest_spread(pristine, exp.r64)
+            except Exception as e:  # no room for its runs, or the reference under the rounding mode:
+                if raised_by_judge(e):  # the budget stays as it was, and so does the verdict
+                    raise
+                spread = None
+                _release()
+            widened.append(exp if spread is None else exp.widened(spread))
+        return widened[0]
+    return widen
+
+
 class ParityStage:
     """Parity: one stateful sequence of checked calls on benchmark-shape inputs, then the declared cases (methods of
     kp.judge.driver.Judge: the stage's state is the judge's)."""
@@ -192,7 +213,7 @@ class ParityStage:
                 self._skip(f"{label}: {why}")
                 continue
 
-            widen = self._widener(refs, pristine, exp, "a derived input")
+            widen = widener(self._timed, refs, pristine, exp, "a derived input")
             moved = moved_call(index) and self._room_to_move(pristine)
             if moved_call(index) and not moved:
                 self._skip(f"{label}: its inputs at new addresses: no room for a second copy of them beside the "
@@ -249,26 +270,6 @@ class ParityStage:
                          f"relL2 budget {FP32_ONLY_BUDGET:g}")
         self.notes += [n for n in notes if n not in self.notes]
 
-    def _widener(self, refs: _Refs, pristine: list, exp: Expected, where: str):
-        """At a derived input or a declared case, where a row is over its budget: a function giving the budgets
-        widened to how far honest fp32 roundings move the reference there (computed once, for every row that needs
-        it; the budget stays as it was where it cannot be computed)."""
-        widened = []
-
-        def widen():
-            if not widened:
-                try:
-                    with self._timed(f"parity: how far honest roundings move the reference at {where}"):
-                        spread = refs.honest_spread(pristine, exp.r64)
-                except Exception as e:  # no room for its runs, or the reference under the rounding mode:
-                    if raised_by_judge(e):  # the budget stays as it was, and so does the verdict
-                        raise
-                    spread = None
-                    _release()
-                widened.append(exp if spread is None else exp.widened(spread))
-            return widened[0]
-        return widen
-
     def _follows_old_inputs(self, row: Row, label: str, pristine: list, exp: Expected, widen, derive) -> str | None:
         """A row wrong at a call whose inputs moved, after passing the call before: called once more with the same
         values written where the call before had its inputs. Right there, its output follows the old addresses:
@@ -312,8 +313,8 @@ class ParityStage:
                     state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
                     grads = self._backward_expected(c_refs, c_inputs, s, self.precision) if self.backward else None
                     exp = c_refs.expected(c_inputs, self.precision)
-                widen = self._widener(c_refs, c_inputs, exp, "a declared case")  # its inputs may sit far from
-                #                                                                   the benchmark's (cancellation)
+                # a case's inputs may sit far from the benchmark's (a row that cancels): widened as a derived input
+                widen = widener(self._timed, c_refs, c_inputs, exp, "a declared case")
 
                 def one(row):
                     with self._timed("cases: the row's model built and loaded"):

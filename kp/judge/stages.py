@@ -49,7 +49,7 @@ STAGES = (
     Stage("kernelbench check", "stage_kernelbench", shares_gpu=_always),  # kp.judge.kernelbench: KernelBench's own
     Stage("escape", "stage_escape", _on_gpu, _unless_timing),  # kp.judge.escape: work outside the timer, own kernel
     Stage("timing", "stage_timing", _on_gpu, _unless_timing),  # kp.judge.timed (without timing: its checked calls)
-    Stage("traffic, memory and ceilings", "stage_ceilings", _on_gpu, _unless_timing),
+    Stage("traffic, memory and ceilings", "stage_ceilings", _on_gpu, _unless_timing),  # kp.judge.ceilings
     Stage("profile", "stage_profile", lambda judge: judge.profile),  # kp.judge.observe
 )
 AFTER_WORKERS = (Stage("ncu", "stage_ncu", lambda judge: judge.ncu and _on_gpu(judge)),)

@@ -1,8 +1,9 @@
 """The judge's timing stage: every row interleaved with eager and torch.compile in the rows' own processes, the
-samples told call by call and reduced here, timed calls checked where this process decides, and the ceilings
-measured in the same run. Running out of GPU memory while timing is no verdict: the rows passed parity at the same
-shapes, and what timing adds is the judge's (a pool of fresh inputs, the baselines' outputs beside the rows'). It is
-never an acceptance either; a row that takes more memory with every call is not told apart from that here."""
+samples told call by call and reduced here, timed calls checked where this process decides (the ceilings are
+measured in the same run: kp.judge.ceilings). Running out of GPU memory while timing is no verdict: the rows passed
+parity at the same shapes, and what timing adds is the judge's (a pool of fresh inputs, the baselines' outputs
+beside the rows'). It is never an acceptance either; a row that takes more memory with every call is not told apart
+from that here."""
 from __future__ import annotations
 
 import copy
@@ -14,20 +15,13 @@ import torch
 from kp.errors import GpuMemoryShort, OutOfMemory, Rejected
 from kp.judge.outputs import _release, judge_output
 from kp.lib.numerics import same_values
-from kp.judge.plan import free_gpu_bytes, memory_need
 from kp.lib.gpu_lock import gpu_to_itself
-from kp.lib.timing import copy_bandwidth, gemm_rates
 
 # Timed calls checked per row: one at a secret rep below the least reps, and at random at most this many more (each
 # check of a large problem computes a float64 reference: two in all is what the judge paid before the draw moved here)
 MAX_TIMED_CHECKS = 1
 EXTRA_CHECK_P = 0.05
-# A median below this fraction of reading the inputs once at copy speed is impossible, whatever the kernel: generous,
-# since part of an input may rightly go unread (a triangular operand's zero half, an index that selects little).
-INPUT_FLOOR_FRACTION = 0.25
-FLOOR_MIN_MS = 0.005  # floors shorter than this are within the events' own resolution: not judged
-BUSY_FRACTION = 0.5  # a median under this fraction of the GPU busy time the profiler saw for the same call is not
-#                     the call's time (clocks and noise move one call's time by percents between two runs, not 2x)
+
 
 
 def reduce_samples(timing: dict, wall_ms: float) -> dict:
@@ -59,40 +53,6 @@ def check_told(timing: dict, told: dict) -> None:
         if [float(x) for x in v.get("samples") or []] != mine:
             raise Rejected(f"timing: the {len(v.get('samples') or [])} samples of {k} returned at the end differ from "
                            f"the {len(mine)} told to the judge after each call: changed in the worker's process")
-
-
-def below_floor(median_ms: float, input_bytes: int, bandwidth: float) -> str | None:
-    """Why a median is impossible, or None: below INPUT_FLOOR_FRACTION of the time to read the call's fresh inputs
-    once at the copy bandwidth measured in the same run (weights may be cached between calls and FLOPs rewritten
-    away, but inputs drawn anew for every call must be read)."""
-    floor_ms = INPUT_FLOOR_FRACTION * input_bytes / bandwidth * 1e3
-    if floor_ms >= FLOOR_MIN_MS and median_ms < floor_ms:
-        return (f"timing: median {median_ms * 1e3:.1f} us is below {INPUT_FLOOR_FRACTION:g} x the "
-                f"{input_bytes / bandwidth * 1e6:.1f} us it takes to read the inputs once at the copy bandwidth "
-                f"measured now ({bandwidth / 1e9:,.0f} GB/s): the reported time is impossible")
-    return None
-
-
-def below_busy(median_ms: float, busy: float | None) -> str | None:
-    """Why a median cannot be the call's time, or None: under BUSY_FRACTION of the time the profiler saw the call's
-    own GPU work take in the escape stage (same inputs' shape, L2 flushed the same way). Two honest measurements of
-    one call differ by clocks and noise, never by half; a median that small was taken by events that do not bound the
-    call (a start event recorded again from inside it)."""
-    if busy and busy - median_ms > FLOOR_MIN_MS and median_ms < BUSY_FRACTION * busy:
-        return (f"timing: median {median_ms * 1e3:.1f} us is under {BUSY_FRACTION:g} x the {busy * 1e3:.1f} us the "
-                f"profiler saw the call's own GPU work take: the timed events did not bound the call")
-    return None
-
-
-_CEILINGS: dict = {}
-
-
-def _measured(key: tuple, measure):
-    """A ceiling measured once per process, GPU and probe size: a batch's slot measures its GPU's copy bandwidth
-    and GEMM rates at its first job and keeps them for the rest (the hardware does not change between jobs)."""
-    if key not in _CEILINGS:
-        _CEILINGS[key] = measure()
-    return _CEILINGS[key]
 
 
 class TimingStage:
@@ -166,52 +126,6 @@ class TimingStage:
                 _release()
         if timed_any:
             self._rebuild(init)
-
-    def stage_ceilings(self, rec: dict, init) -> None:
-        """The traffic, memory and ceilings of the record; a median the call's own profiled work, or the hardware,
-        contradicts is rejected."""
-        rec["traffic"] = self._traffic(init)
-        _release()
-        peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
-        for runner in self.runners:
-            if runner.isolated:
-                try:
-                    peaks.append(runner.call("memory", "memory")["peak"])
-                except Rejected:
-                    pass
-        rec["peak_gpu_bytes"] = sum(peaks)
-        rec["memory_need"] = memory_need(self.fp, len(self.rows))
-        if self.bench and rec.get("timing"):
-            with self._timed("ceilings: copy bandwidth and GEMM rates measured"):
-                rec.update(self.ceilings(rec["traffic"]["eager"]))
-        for row in self.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
-            if row.runner.isolated and row.label in rec.get("timing", {}):
-                why = self._contradicted(rec, row)
-                if why and self._beside_other_judges():  # without timing, both were measured beside other judges'
-                    try:  #                                    calls: measured again with the GPU alone, which decides
-                        with gpu_to_itself(getattr(self, "log", None)):
-                            self._escape(row)
-                            rec.update(self._timing())
-                    except Rejected as e:
-                        row.reject(e)
-                        continue
-                    why = self._contradicted(rec, row) if row.accepted else None
-                if why:
-                    row.reject(why)
-
-    def _traffic(self, init) -> dict:
-        """The fewest bytes and FLOPs of one call at the shape the sizes have now: each row's (its own declared
-        traffic, or the reference's) and the baselines'."""
-        x = self.ref.inputs(self.seed, self.device)
-        out = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
-        out["eager"] = out["torch.compile"] = self.ref.traffic(x, init, self.fp)
-        return out
-
-    def _contradicted(self, rec: dict, row) -> str | None:
-        """Why the row's median cannot be its call's time, or None."""
-        med = rec["timing"][row.label]["median_ms"]
-        return below_busy(med, (row.escape or {}).get("busy_ms")) or \
-            ("bandwidth" in rec and below_floor(med, self.fp["inputs"], rec["bandwidth"])) or None
 
     def _interim(self, msg: dict):
         """A timed call, reported by a worker outside the timed region, before any other code of the models has run.
@@ -337,28 +251,3 @@ class TimingStage:
                 for r in rows:
                     r.reject(e)
         return result
-
-    def ceilings(self, traffic: dict) -> dict:
-        """The ceilings measured now: device copy bandwidth for bytes, and the GEMM rates of the chosen precision
-        for FLOPs when the reference does any; the bound from arithmetic intensity unless the file declares it."""
-        _release()
-        free = free_gpu_bytes()
-        copy_bytes = max(min(4 << 30, int(0.4 * free)) >> 28 << 28, 256 << 20)  # far above L2 either way
-        gemm_n = 8192 if 38 * 8192 ** 2 < 0.5 * free else 4096  # 38 n^2 bytes: fp32, fp16, fp64 operands + results
-        if copy_bytes < 4 << 30 or gemm_n < 8192:
-            self.log(f"{self.ref.name}: ceilings measured on a {copy_bytes >> 20} MiB copy and {gemm_n}^3 GEMMs: "
-                     f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)")
-        gpu = torch.cuda.current_device() if torch.cuda.is_available() else None
-        bw = _measured(("copy", gpu, copy_bytes), lambda: copy_bandwidth(copy_bytes))
-        out = {"bandwidth": bw, "flops_rate": None, "rates": {}}
-        if traffic.get("flops"):
-            out["rates"] = dict(_measured(("gemm", gpu, gemm_n, self.precision),
-                                          lambda: gemm_rates(n=gemm_n, precision=self.precision)))
-            out["flops_rate"] = max(out["rates"].values())
-        bound = self.ref.bound
-        if bound is None:
-            t_bytes = traffic["bytes"] / bw
-            t_flops = traffic["flops"] / out["flops_rate"] if out["flops_rate"] else 0.0
-            bound = "compute" if t_flops > t_bytes else "memory"
-        out["bound"] = bound
-        return out

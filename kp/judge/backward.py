@@ -21,7 +21,8 @@ from kp.judge.outputs import error_figures
 from kp.judge.float64 import as_float64, float64_default
 from kp.judge.gradients import leaves
 from kp.lib.layers import set_precision
-from kp.lib.numerics import budget_from, clone_layout, rel_error
+from kp.lib.numerics import Err, budget_from, clone_layout, rel_error
+from kp.lib.op_modes import ReductionLength, RoundingNoise
 
 UPSTREAM_SEED = 7919  # the upstream gradient's seed: the call's input seed plus this
 BACKWARD_MARK = ": backward (upstream seed"  # in every rejection of a call's gradients
@@ -36,6 +37,9 @@ class Grads:
     inputs: dict  # index -> (g32, g64, k)
     params: dict  # reference name -> (g32, g64, k)
     zero: bool = True  # the parameters' .grad cleared before this call's backward
+    widen: object = None  # at a derived input or a declared case: a function giving how far honest fp32 roundings
+    #                       move each float64 gradient ({("input", i) or ("param", name): Err}), asked where one is
+    #                       over its budget (BackwardCheck._gradient_widener)
 
     def request(self) -> dict:
         return {"upstream": self.upstream, "zero": self.zero}
@@ -77,7 +81,8 @@ class BackwardCheck:
         try:
             set_precision(precision)
             xs32 = leaves([clone_layout(x) for x in pristine])
-            with torch.enable_grad():
+            reductions = ReductionLength()  # the longest reduction of the forward and of its backward: the floor's K
+            with torch.enable_grad(), reductions:
                 ys32 = _outs(refs.r32(*xs32))
             gen = torch.Generator(device=ys32[0].device if isinstance(ys32[0], torch.Tensor) else "cpu")
             gen.manual_seed(seed + UPSTREAM_SEED)
@@ -86,7 +91,8 @@ class BackwardCheck:
                    for y in ys32]
             if not any(u is not None for u in ups):
                 return self._no_backward("the reference's output does not require grad: nothing to train")
-            gi32, gp32 = _grads(refs.r32, xs32, ys32, ups)
+            with reductions:
+                gi32, gp32 = _grads(refs.r32, xs32, ys32, ups)
             refs.restore_buffers(saved)
             if refs.fp32_only():
                 return self._no_backward(f"no float64 reference ({refs.how})")
@@ -103,10 +109,48 @@ class BackwardCheck:
             refs.restore_buffers(saved)
             set_precision("fp32")
         out_n = max(sum(y.numel() for y in ys32 if isinstance(y, torch.Tensor)), 1)
-        k = lambda g: max(refs.k, out_n / max(g.numel(), 1))
+        k = lambda g: max(reductions.k, out_n / max(g.numel(), 1))
         return Grads(upstream=ups, seed=seed + UPSTREAM_SEED,
                      inputs={i: (g, gi64[i], k(g)) for i, g in gi32.items() if i in gi64},
                      params={n: (g, gp64[n], k(g)) for n, g in gp32.items() if n in gp64})
+
+    def _gradient_widener(self, refs, pristine: list, exp: Grads, state: dict | None):
+        """A function giving, once computed, the most each float64 gradient of this call moves over three runs of
+        the float64 forward and backward with every operator's result rounded at random as an honest fp32 kernel may
+        round it (kp.lib.op_modes.RoundingNoise): {("input", i) or ("param", name): Err against the float64
+        gradient}; {} where the runs cannot be made. Each run starts from `state` (the references' state before the
+        call, save_buffers) where given; the references' state is put back after each run."""
+        spread: list = []
+
+        def widen() -> dict:
+            if spread:
+                return spread[0]
+            out: dict = {}
+            try:
+                with self._timed("parity: how far honest roundings move the float64 gradients"):
+                    ups = [u.double() if u is not None else None for u in exp.upstream]
+                    for seed in range(3):
+                        saved = refs.save_buffers()
+                        try:
+                            if state is not None:
+                                refs.restore_buffers(state)
+                            with float64_default():
+                                xs64 = leaves(as_float64(pristine, refs.f64_device))
+                                with RoundingNoise(seed), torch.enable_grad():
+                                    gi, gp = _grads(refs.r64, xs64, _outs(refs.r64(*xs64)), ups)
+                        finally:
+                            refs.restore_buffers(saved)
+                        moved = [(("input", i), g, exp.inputs.get(i)) for i, g in gi.items()]
+                        moved += [(("param", n), g, exp.params.get(n)) for n, g in gp.items()]
+                        for key, g, want in moved:
+                            if want is not None and g.shape == want[1].shape:
+                                e, was = rel_error(g.to(want[1].device), want[1]), out.get(key, Err(0.0, 0.0, 0))
+                                out[key] = Err(max(was.rel_l2, e.rel_l2), max(was.worst_row, e.worst_row), 0)
+            except Exception:  # no room for its runs, or the reference under the rounding mode: budgets as they were
+                out = {}
+            spread.append(out)
+            return out
+        return widen
 
     def _no_backward(self, why: str) -> None:
         note = f"gradients not checked: {why}"
@@ -126,11 +170,11 @@ class BackwardCheck:
         names = row.names or {}
         if exp.params and not names:
             self._no_backward("the candidate's parameters do not map to the reference's by name or in order")
-        checks = [(f"input {i}", got["inputs"][i] if i < len(got["inputs"]) else None, e, True)
+        checks = [(("input", i), f"input {i}", got["inputs"][i] if i < len(got["inputs"]) else None, e, True)
                   for i, e in exp.inputs.items()]
-        checks += [(f"parameter {names[n]!r}", got["params"].get(names[n]), e, names[n] in got["params"])
+        checks += [(("param", n), f"parameter {names[n]!r}", got["params"].get(names[n]), e, names[n] in got["params"])
                    for n, e in exp.params.items() if n in names]
-        for what, g, (g32, g64, k), trainable in checks:
+        for key, what, g, (g32, g64, k), trainable in checks:
             if g is None:
                 why = "got no gradient" if trainable else "is not trainable in the model (it does not require grad)"
                 raise Rejected(f"{where}: {what}, which the reference trains, {why}")
@@ -140,6 +184,15 @@ class BackwardCheck:
             e_ref = rel_error(g32, g64)
             budget = budget_from(e_ref, k, g32.dtype)
             e = rel_error(g.to(g32.device), g64)
+            moved = exp.widen().get(key) if exp.widen and exp.zero and not e.within(budget) else None
+            if moved is not None and e.nonfinite_mismatch == 0:  # within how far honest roundings move it there?
+                wide = budget_from(Err(max(e_ref.rel_l2, moved.rel_l2), max(e_ref.worst_row, moved.worst_row), 0), k,
+                                   g32.dtype)
+                if e.within(wide):
+                    self.notes.append(f"{row.label} at {label}: the gradient of {what} over its budget, within how "
+                                      f"far honest fp32 roundings move the reference's there (relL2 {e.rel_l2:.2e}, "
+                                      f"worst row {e.worst_row:.2e}, row budget {wide.worst_row:.2e})")
+                    budget = wide
             figs = error_figures(f"{where}: the gradient of {what}", e, budget, e_ref)
             if e.nonfinite_mismatch:
                 raise Rejected(f"{where}: the gradient of {what} has {e.nonfinite_mismatch} NaN/Inf positions that "

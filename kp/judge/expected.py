@@ -270,17 +270,20 @@ class _Refs:
         moves = self.honest_spread(pristine, r64, only=few)
         return None if moves is None else [m.rel_l2 if m is not None else None for m in moves]
 
-    def honest_spread(self, pristine: list, r64, only: list | None = None) -> list | None:
+    def honest_spread(self, pristine: list, r64, only: list | None = None, state: dict | None = None) -> list | None:
         """For each floating output (those `only` marks): the most the float64 reference's output moves over three
         runs with every operator's result rounded at random as an honest fp32 kernel may round it
         (kp.lib.op_modes.RoundingNoise), as an Err against it (relL2, worst row). None where the float64 reference
-        cannot be run again; the references' state is put back after each run."""
+        cannot be run again. Each run starts from `state` (save_buffers: the state r64 was computed from, before the
+        call that moved it) where given, and the references' state is put back after each run."""
         outs = _as_list(r64)
         only = only or [isinstance(t, torch.Tensor) and t.is_floating_point() for t in outs]
         worst: list = [Err(0.0, 0.0, 0) if o else None for o in only]
         for seed in range(3):
             saved = self.save_buffers()
             try:
+                if state is not None:
+                    self.restore_buffers(state)
                 with RoundingNoise(seed):
                     other = self._float64(pristine)
             finally:

@@ -66,17 +66,18 @@ def _overflowed(base: list, derived: list) -> str | None:
     return None
 
 
-def widener(timed, refs: _Refs, pristine: list, exp: Expected, where: str):
+def widener(timed, refs: _Refs, pristine: list, exp: Expected, where: str, state: dict | None):
     """At a derived input or a declared case, where a row is over its budget: a function giving the budgets widened
-    to how far honest fp32 roundings move the reference there (computed once, for every row that needs it; the budget
-    stays as it was where it cannot be computed). timed: the judge's stage timer."""
+    to how far honest fp32 roundings move the reference there (computed once, for every row that needs it, from
+    `state`, the references' state before the call; the budget stays as it was where it cannot be computed).
+    timed: the judge's stage timer."""
     widened = []
 
     def widen():
         if not widened:
             try:
                 with timed(f"parity: how far honest roundings move the reference at {where}"):
-                    spread = refs.honest_spread(pristine, exp.r64)
+                    spread = refs.honest_spread(pristine, exp.r64, state=state)
             except Exception as e:  # no room for its runs, or the reference under the rounding mode:
                 if raised_by_judge(e):  # the budget stays as it was, and so does the verdict
                     raise
@@ -213,7 +214,7 @@ class ParityStage:
                 self._skip(f"{label}: {why}")
                 continue
 
-            widen = widener(self._timed, refs, pristine, exp, "a derived input")
+            widen = widener(self._timed, refs, pristine, exp, "a derived input", saved)
             moved = moved_call(index) and self._room_to_move(pristine)
             if moved_call(index) and not moved:
                 self._skip(f"{label}: its inputs at new addresses: no room for a second copy of them beside the "
@@ -222,6 +223,8 @@ class ParityStage:
             if grads is not None and index == 1:  # the second call's backward adds to the first's .grad
                 grads = grads.plus(prev_grads)
             prev_grads = grads
+            if grads is not None and derive:  # a gradient over its budget there: widened as the output's is
+                grads.widen = self._gradient_widener(refs, pristine, grads, saved)
 
             def one(row):
                 try:
@@ -311,10 +314,13 @@ class ParityStage:
                     c_refs = _Refs(self.ref, c_init, s, self.device, self.device, self.train)
                     label = f"case {name} (seed {s})"
                     state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
+                    before = c_refs.save_buffers()  # the same, as the honest-rounding runs start from it
                     grads = self._backward_expected(c_refs, c_inputs, s, self.precision) if self.backward else None
                     exp = c_refs.expected(c_inputs, self.precision)
                 # a case's inputs may sit far from the benchmark's (a row that cancels): widened as a derived input
-                widen = widener(self._timed, c_refs, c_inputs, exp, "a declared case")
+                widen = widener(self._timed, c_refs, c_inputs, exp, "a declared case", before)
+                if grads is not None:
+                    grads.widen = self._gradient_widener(c_refs, c_inputs, grads, before)
 
                 def one(row):
                     with self._timed("cases: the row's model built and loaded"):

@@ -13,6 +13,7 @@ The candidate's worker side is kp.judge.gradients; these are methods of kp.judge
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -120,11 +121,8 @@ class BackwardCheck:
         round it (kp.lib.op_modes.RoundingNoise): {("input", i) or ("param", name): Err against the float64
         gradient}; {} where the runs cannot be made. Each run starts from `state` (the references' state before the
         call, save_buffers) where given; the references' state is put back after each run."""
-        spread: list = []
-
+        @functools.cache
         def widen() -> dict:
-            if spread:
-                return spread[0]
             out: dict = {}
             try:
                 with self._timed("parity: how far honest roundings move the float64 gradients"):
@@ -148,7 +146,6 @@ class BackwardCheck:
                                 out[key] = Err(max(was.rel_l2, e.rel_l2), max(was.worst_row, e.worst_row), 0)
             except Exception:  # no room for its runs, or the reference under the rounding mode: budgets as they were
                 out = {}
-            spread.append(out)
             return out
         return widen
 

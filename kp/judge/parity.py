@@ -3,6 +3,7 @@ kp.judge.kernelbench): one stateful sequence of checked calls (trials with weigh
 cases), each call checked the same way (kp.judge.calls.CallCheck) against the float64 reference."""
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -71,20 +72,17 @@ def widener(timed, refs: _Refs, pristine: list, exp: Expected, where: str, state
     to how far honest fp32 roundings move the reference there (computed once, for every row that needs it, from
     `state`, the references' state before the call; the budget stays as it was where it cannot be computed).
     timed: the judge's stage timer."""
-    widened = []
-
+    @functools.cache
     def widen():
-        if not widened:
-            try:
-                with timed(f"parity: how far honest roundings move the reference at {where}"):
-                    spread = refs.honest_spread(pristine, exp.r64, state=state)
-            except Exception as e:  # no room for its runs, or the reference under the rounding mode:
-                if raised_by_judge(e):  # the budget stays as it was, and so does the verdict
-                    raise
-                spread = None
-                _release()
-            widened.append(exp if spread is None else exp.widened(spread))
-        return widened[0]
+        try:
+            with timed(f"parity: how far honest roundings move the reference at {where}"):
+                spread = refs.honest_spread(pristine, exp.r64, state=state)
+        except Exception as e:  # no room for its runs, or the reference under the rounding mode:
+            if raised_by_judge(e):  # the budget stays as it was, and so does the verdict
+                raise
+            spread = None
+            _release()
+        return exp if spread is None else exp.widened(spread)
     return widen
 
 

@@ -12,6 +12,7 @@ what it must hold is the sum of both calls' gradients (a backward that assigns .
 The candidate's worker side is kp.judge.gradients; these are methods of kp.judge.driver.Judge."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
@@ -70,6 +71,16 @@ def _grads(model, xs: list, ys: list, ups: list) -> tuple[dict, dict]:
     return gi, gp
 
 
+def _float64_grads(refs, pristine: list, upstream: list, rounding=None) -> tuple[dict, dict]:
+    """The float64 reference's gradients of one call from the upstream gradients sent with it (rounding: a
+    RoundingNoise its forward and backward run under)."""
+    ups = [u.double() if u is not None else None for u in upstream]
+    with float64_default():
+        xs64 = leaves(as_float64(pristine, refs.f64_device))
+        with rounding or contextlib.nullcontext(), torch.enable_grad():
+            return _grads(refs.r64, xs64, _outs(refs.r64(*xs64)), ups)
+
+
 class BackwardCheck:
     """Methods of kp.judge.driver.Judge: the references' backward (_backward_expected) and a row's gradients
     against it (_check_grads)."""
@@ -98,12 +109,7 @@ class BackwardCheck:
             if refs.fp32_only():
                 return self._no_backward(f"no float64 reference ({refs.how})")
             try:
-                with float64_default():
-                    xs64 = leaves(as_float64(pristine, refs.f64_device))
-                    with torch.enable_grad():
-                        ys64 = _outs(refs.r64(*xs64))
-                    gi64, gp64 = _grads(refs.r64, xs64, ys64,
-                                        [u.double() if u is not None else None for u in ups])
+                gi64, gp64 = _float64_grads(refs, pristine, ups)
             except torch.OutOfMemoryError:
                 return self._no_backward("the float64 backward does not fit the GPU's memory")
         finally:
@@ -126,16 +132,12 @@ class BackwardCheck:
             out: dict = {}
             try:
                 with self._timed("parity: how far honest roundings move the float64 gradients"):
-                    ups = [u.double() if u is not None else None for u in exp.upstream]
                     for seed in range(3):
                         saved = refs.save_buffers()
                         try:
                             if state is not None:
                                 refs.restore_buffers(state)
-                            with float64_default():
-                                xs64 = leaves(as_float64(pristine, refs.f64_device))
-                                with RoundingNoise(seed), torch.enable_grad():
-                                    gi, gp = _grads(refs.r64, xs64, _outs(refs.r64(*xs64)), ups)
+                            gi, gp = _float64_grads(refs, pristine, exp.upstream, RoundingNoise(seed))
                         finally:
                             refs.restore_buffers(saved)
                         moved = [(("input", i), g, exp.inputs.get(i)) for i, g in gi.items()]

@@ -265,6 +265,28 @@ def test_nan_fill_makes_unwritten_memory_nan():
     assert bool(torch.isnan(b).all())
 
 
+def test_nan_fill_headroom_without_room_is_filled_in_part_never_raised(monkeypatch):
+    """The worker's NaN-filled headroom is the judge's, not the candidate's: where the GPU has no room for it (a
+    judge holding a large float64 forward beside it), the most of it that fits is filled and the call goes on; the
+    shortfall is returned for the judge's note, and an out-of-memory error there never becomes the candidate's."""
+    asked = []
+
+    def empty(size, dtype=None, device=None):
+        asked.append(size)
+        if size > 1 << 24:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return torch.zeros(size, dtype=dtype)  # on the host: the fill is what is tested, not the device
+    monkeypatch.setattr(calling.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(calling.torch.cuda, "memory_snapshot", lambda: [])
+    monkeypatch.setattr(calling.torch, "empty", empty)
+    assert calling.nan_fill_cached_free(1 << 26) == (1 << 26) - (1 << 24)
+    assert asked == [1 << 26, 1 << 25, 1 << 24]  # halved until it fits
+    asked.clear()
+    assert calling.nan_fill_cached_free(1 << 30) == 1 << 30  # not even a sixteenth fits: nothing, and no raise
+    assert asked == [1 << 30, 1 << 29, 1 << 28, 1 << 27, 1 << 26]
+    assert calling.nan_fill_cached_free(1 << 20) == 0
+
+
 @gpu
 def test_inputs_refilled_in_place_are_complete_before_the_worker_reads_them():
     """The judge refills one input buffer per layout and the worker keeps it mapped, so torch's IPC cache hands the

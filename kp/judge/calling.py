@@ -13,14 +13,25 @@ from kp.judge.reference import describe
 from kp.lib.layers import set_precision
 
 
-def nan_fill_cached_free(reserve_bytes: int) -> None:
+def nan_fill_cached_free(reserve_bytes: int) -> int:
     """Fill the caching allocator's free blocks (and at least reserve_bytes of them) with 0xFF bytes = NaN, so
-    memory a model allocates and never writes reads as NaN instead of stale, plausible values."""
+    memory a model allocates and never writes reads as NaN instead of stale, plausible values. The reserve is the
+    judge's own headroom, not the model's request: where the GPU has no room for all of it, the most of it that
+    fits in halves down to 1/16 is filled and the call goes on (what the model then asks for is its own). Returns
+    the bytes of the reserve left unfilled (0 where it all fit)."""
     if not torch.cuda.is_available():
-        return
+        return 0
     held = []
+    short = 0
     if reserve_bytes > 0:
-        held.append(torch.empty(reserve_bytes, dtype=torch.uint8, device="cuda"))
+        size = reserve_bytes
+        while size >= reserve_bytes // 16:
+            try:
+                held.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+                break
+            except torch.OutOfMemoryError:
+                size //= 2
+        short = reserve_bytes - (held[0].numel() if held else 0)
     small = 1 << 20  # requests up to 1 MiB come from the small pool
     last_free = None
     for _ in range(512):
@@ -35,6 +46,7 @@ def nan_fill_cached_free(reserve_bytes: int) -> None:
     for t in held:
         t.fill_(0xFF)
     del held
+    return short
 
 
 class CallCommands:
@@ -47,9 +59,10 @@ class CallCommands:
         # address, and one it moved from stays mapped (kp.judge.calls: a graph replaying it reads it, not a fault)
         self.held_inputs = ((self.held_inputs or (None,))[-1], inputs)
         t0 = time.perf_counter()
+        short = 0
         if self.device == "cuda":
             torch.cuda.ipc_collect()
-            nan_fill_cached_free(reserve_bytes)
+            short = nan_fill_cached_free(reserve_bytes)
         t1 = time.perf_counter()
         set_precision(self.precision)
         grads = None
@@ -63,7 +76,7 @@ class CallCommands:
         t2 = time.perf_counter()
         sent = export_output(out, inputs)
         return {"out": sent, "type": describe(out), "tf32_after": torch.backends.cuda.matmul.allow_tf32,
-                "grads": grads,
+                "grads": grads, "nan_fill_short": short,
                 "seconds": {"unwritten memory filled with NaN": t1 - t0, "the model's call": t2 - t1,
                             "the output made ready to send": time.perf_counter() - t2}}
 

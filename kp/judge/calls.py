@@ -101,8 +101,11 @@ class CallCheck:
         at new addresses (_candidate_inputs); buffers: the inputs as given (the diagnosis of a moved call)."""
         with self._timed("check: the candidate's copy of the inputs"):
             cand_inputs = buffers if buffers is not None else self._candidate_inputs(pristine, moved)
+        hint = _out_bytes_hint(pristine)
+        if row.runner.isolated and torch.cuda.is_initialized():  # the worker's NaN-filled headroom beside the
+            _release(hint + (256 << 20))  #                          judge's cache (its float64 forward's blocks)
         t0 = time.perf_counter()
-        reply = row.runner.call(label, "forward", row.label, cand_inputs, _out_bytes_hint(pristine),
+        reply = row.runner.call(label, "forward", row.label, cand_inputs, hint,
                                 *([grads.request()] if grads is not None else []))
         inside = reply.get("seconds") if isinstance(reply.get("seconds"), dict) else {}
         inside = {k: s for k, s in inside.items() if isinstance(s, (int, float))}  # the worker's own account
@@ -110,6 +113,10 @@ class CallCheck:
             self._tally(f"check: worker: {part}", s)
         self._tally("check: the call's round trip, outside the worker's parts",
                     time.perf_counter() - t0 - sum(inside.values()))
+        if reply.get("nan_fill_short") and not any(n.startswith("unwritten memory") for n in self.notes):
+            self.notes.append(f"unwritten memory NaN-filled only in part at {label}: "
+                              f"{reply['nan_fill_short'] / 2**30:.1f} GiB of the worker's headroom had no room on "
+                              f"the GPU")
         if self.precision == "fp32" and reply["tf32_after"]:
             raise Rejected(f"{label}: the model switched TF32 on in fp32 mode")
         with self._timed("check: the inputs compared bit for bit"):

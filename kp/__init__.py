@@ -32,7 +32,7 @@ LAYER_ORDER = (
     # the worker's measuring and calling commands, the worker that runs a model, the runners that talk to it, the
     # boxed worker's entry
     "judge.family", "judge.reference", "lib.gpu_lock", "lib.timing", "observe.profile", "judge.languages",
-    "judge.guards", "judge.gradients", "judge.measure", "judge.calling", "judge.replies",
+    "judge.guards", "judge.window", "judge.gradients", "judge.measure", "judge.calling", "judge.replies",
     "judge.worker", "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables
     "observe.ncu", "observe.verdict", "observe.report",

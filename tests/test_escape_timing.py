@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 
 import harness
 from kp.judge import ceilings, driver as judge, escape as stage_escape, timed as stage_timing
-from kp.judge import expected, guards
+from kp.judge import expected, window as marks
 from kp.observe import profile
 from conftest import ROOT, gpu, run_script as run
 from cases import CASES_DIR, outside_repo, shipped_candidate
@@ -33,20 +34,20 @@ def test_kernel_base_name():
 def test_window_violations():
     ev = lambda n, ts, dur, s=7: {"name": n, "ts": ts, "dur": dur, "stream": s, "kind": "kernel"}
     inside = [ev("mark", 0, 10), ev("k", 12, 100), ev("mark", 120, 10)]
-    assert guards.window_violations(inside, "mark") == ([], (10, 120))
+    assert marks.window_violations(inside, "mark") == ([], (10, 120))
     late = [ev("mark", 0, 10), ev("side", 12, 200, s=9), ev("mark", 20, 10)]
-    bad, w = guards.window_violations(late, "mark")
+    bad, w = marks.window_violations(late, "mark")
     assert [b["name"] for b in bad] == ["side"] and w == (10, 20)
-    assert guards.window_violations([ev("k", 0, 1)], "mark")[1] is None  # no markers: caller rejects
+    assert marks.window_violations([ev("k", 0, 1)], "mark")[1] is None  # no markers: caller rejects
 
 
 def test_host_clock_escape_rule():
     honest = [(3.45, 3.40, 0.05)] * 5  # wall = events + sync latency
     hidden = [(3.45, 0.01, 0.05)] * 5  # the events saw nothing: the work ran elsewhere
     slow_host = [(0.30, 0.02, 0.28)] * 5  # enqueue-bound call: wall follows the host, not an escape
-    assert guards.host_clock_excess_ms(honest) < guards.escape_threshold_ms(3.40)
-    assert guards.host_clock_excess_ms(hidden) > guards.escape_threshold_ms(0.01)
-    assert guards.host_clock_excess_ms(slow_host) < guards.escape_threshold_ms(0.02)
+    assert marks.host_clock_excess_ms(honest) < marks.escape_threshold_ms(3.40)
+    assert marks.host_clock_excess_ms(hidden) > marks.escape_threshold_ms(0.01)
+    assert marks.host_clock_excess_ms(slow_host) < marks.escape_threshold_ms(0.02)
 
 
 def test_host_clock_discounts_the_wait_for_a_cpu():
@@ -55,9 +56,9 @@ def test_host_clock_discounts_the_wait_for_a_cpu():
     time, a fourth field) is not work the events missed; 4 ms unseen beyond it still is."""
     preempted = [(7.46, 3.49, 0.05, 3.98)] * 5  # as measured: 3.98 ms waiting for a CPU, inside the wall time
     hidden = [(11.46, 3.49, 0.05, 3.98)] * 5  # the same wait, and 4 ms of work the events did not see
-    assert guards.host_clock_excess_ms([s[:3] for s in preempted]) > guards.escape_threshold_ms(3.49)
-    assert guards.host_clock_excess_ms(preempted) < guards.escape_threshold_ms(3.49)
-    assert guards.host_clock_excess_ms(hidden) > guards.escape_threshold_ms(3.49)
+    assert marks.host_clock_excess_ms([s[:3] for s in preempted]) > marks.escape_threshold_ms(3.49)
+    assert marks.host_clock_excess_ms(preempted) < marks.escape_threshold_ms(3.49)
+    assert marks.host_clock_excess_ms(hidden) > marks.escape_threshold_ms(3.49)
 
 
 def test_run_queue_wait_is_the_time_a_thread_waited_for_a_cpu(tmp_path):
@@ -65,13 +66,13 @@ def test_run_queue_wait_is_the_time_a_thread_waited_for_a_cpu(tmp_path):
     beside two busy processes waits for most of its 0.3 s, and that wait is the wall time it did not run (wall less
     its own CPU time). Measured against the thread's own CPU time, not against a spin "alone": on a host where other
     tests share the core, "alone" waited 154 and 230 ms of 300."""
-    if guards.run_queue_ms() == 0.0:
+    if marks.run_queue_ms() == 0.0:
         pytest.skip("this kernel keeps no run-queue time (/proc/thread-self/schedstat): the host clock is taken "
                     "as it is")
     script = tmp_path / "rq.py"
     script.write_text(
         "import os, subprocess, sys, time\n"
-        "from kp.judge.guards import run_queue_ms\n"
+        "from kp.judge.window import run_queue_ms\n"
         "core = min(os.sched_getaffinity(0))\n"
         "os.sched_setaffinity(0, {core})\n"
         "hogs = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(2)]\n"
@@ -331,14 +332,35 @@ def test_a_median_under_half_the_profiled_busy_time_is_not_the_calls_time():
     overlapping streams counted once) bounds what the timed events may report for the same call."""
     ev = lambda name, ts, dur: {"name": name, "ts": ts, "dur": dur}
     events = [ev("mark", 0, 10), ev("a", 20, 100), ev("b", 50, 100), ev("c", 400, 50), ev("mark", 1000, 10)]
-    window = guards.window_violations(events, "mark")[1]
-    assert guards.busy_ms(events, "mark", window) == pytest.approx((150 - 20 + 50) / 1e3)  # 180 us, the gap not
-    assert guards.busy_ms(events, "mark", None) == 0.0
+    window = marks.window_violations(events, "mark")[1]
+    assert marks.busy_ms(events, "mark", window) == pytest.approx((150 - 20 + 50) / 1e3)  # 180 us, the gap not
+    assert marks.busy_ms(events, "mark", None) == 0.0
     assert ceilings.below_busy(0.170, 0.180) is None  # within noise of the profiled time
     why = ceilings.below_busy(0.060, 0.180)  # a start event re-recorded two thirds of the way in
     assert why.startswith("timing: median 60.0 us is under 0.5 x the 180.0 us") and "did not bound" in why
     assert ceilings.below_busy(0.001, 0.004) is None  # within the events' own resolution
     assert ceilings.below_busy(0.05, None) is None  # no escape profile (a CPU run)
+
+
+def test_a_training_steps_forward_and_step_are_each_held_to_their_own_profiled_time():
+    """--backward profiles a training step with a marker between its passes: the forward's median is held to the
+    forward's busy time and the step's to the step's, so a backward that dwarfs its forward (an in-order Python loop
+    of small kernels) does not make an honest forward's median look impossible."""
+    ev = lambda name, ts, dur: {"name": name, "ts": ts, "dur": dur}
+    events = [ev("mark", 0, 10), ev("fwd", 20, 6), ev("mark", 30, 1), ev("bwd", 40, 1000), ev("mark", 1100, 10)]
+    window = marks.window_violations(events, "mark")[1]
+    assert marks.forward_busy_ms(events, "mark", window) == pytest.approx(0.006)
+    assert marks.busy_ms(events, "mark", window) == pytest.approx(1.006)
+    assert marks.forward_busy_ms(events[:1] + events[3:], "mark", window) is None  # no middle marker
+    j = object.__new__(judge.Judge)
+    j._fp = {"inputs": 4}
+    row = types.SimpleNamespace(label="candidate", escape={"busy_ms": 0.006, "busy_step_ms": 1.006})
+    rec = {"timing": {"candidate": {"median_ms": 0.0065}}, "timing_backward": {"candidate": {"median_ms": 15.0}}}
+    assert j._contradicted(rec, row) is None
+    rec["timing_backward"]["candidate"]["median_ms"] = 0.2  # the step's events re-recorded from inside its backward
+    why = j._contradicted(rec, row)
+    assert why.startswith("training step timing: median 200.0 us is under 0.5 x the 1006.0 us") and \
+        "did not bound the training step" in why, why
 
 
 def test_a_stateful_reference_is_followed_through_every_timed_call():

@@ -31,14 +31,15 @@ def below_floor(median_ms: float, input_bytes: int, bandwidth: float) -> str | N
     return None
 
 
-def below_busy(median_ms: float, busy: float | None) -> str | None:
+def below_busy(median_ms: float, busy: float | None, what: str = "call") -> str | None:
     """Why a median cannot be the call's time, or None: under BUSY_FRACTION of the time the profiler saw the call's
     own GPU work take in the escape stage (same inputs' shape, L2 flushed the same way). Two honest measurements of
     one call differ by clocks and noise, never by half; a median that small was taken by events that do not bound the
-    call (a start event recorded again from inside it)."""
+    call (a start event recorded again from inside it). what: "call", or "training step" (--backward's timing)."""
     if busy and busy - median_ms > FLOOR_MIN_MS and median_ms < BUSY_FRACTION * busy:
-        return (f"timing: median {median_ms * 1e3:.1f} us is under {BUSY_FRACTION:g} x the {busy * 1e3:.1f} us the "
-                f"profiler saw the call's own GPU work take: the timed events did not bound the call")
+        timing = "timing" if what == "call" else f"{what} timing"
+        return (f"{timing}: median {median_ms * 1e3:.1f} us is under {BUSY_FRACTION:g} x the {busy * 1e3:.1f} us "
+                f"the profiler saw the {what}'s own GPU work take: the timed events did not bound the {what}")
     return None
 
 
@@ -98,10 +99,13 @@ class CeilingStage:
         return out
 
     def _contradicted(self, rec: dict, row) -> str | None:
-        """Why the row's median cannot be its call's time, or None."""
+        """Why the row's median cannot be its call's time, or None; under --backward, also why its training step's
+        median cannot be the step's (the forward's busy time measured apart, kp.judge.window.forward_busy_ms)."""
         med = rec["timing"][row.label]["median_ms"]
+        step = (rec.get("timing_backward") or {}).get(row.label)
         return below_busy(med, (row.escape or {}).get("busy_ms")) or \
-            ("bandwidth" in rec and below_floor(med, self.fp["inputs"], rec["bandwidth"])) or None
+            ("bandwidth" in rec and below_floor(med, self.fp["inputs"], rec["bandwidth"])) or \
+            (step and below_busy(step["median_ms"], (row.escape or {}).get("busy_step_ms"), "training step")) or None
 
     def ceilings(self, traffic: dict) -> dict:
         """The ceilings measured now: device copy bandwidth for bytes, and the GEMM rates of the chosen precision

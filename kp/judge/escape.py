@@ -8,7 +8,7 @@ from kp.errors import Rejected
 from kp.judge.expected import Row
 from kp.judge.languages import label_foreign
 from kp.observe.profile import kernel_base_name
-from kp.judge.guards import busy_ms, escape_threshold_ms, host_clock_excess_ms, window_violations
+from kp.judge.window import busy_ms, escape_threshold_ms, forward_busy_ms, host_clock_excess_ms, window_violations
 from kp.lib.gpu_lock import gpu_to_itself
 
 ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
@@ -49,6 +49,9 @@ class EscapeStage:
                 "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
                 "outside_window": [(x["name"][:80], x["stream"]) for x in bad],
                 "busy_ms": busy_ms(e["events"], e["marker"], window)}
+        if getattr(self, "backward", False):  # the profiled call was a training step: the forward's own work and
+            info["busy_step_ms"] = info["busy_ms"]  # the step's, for the forward's median and the step's
+            info["busy_ms"] = forward_busy_ms(e["events"], e["marker"], window)
         row.escape = info
         if window is None:
             raise Rejected("escape: the profiler saw no marker kernels (is the profiler working here?)")

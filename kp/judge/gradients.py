@@ -24,12 +24,15 @@ def leaves(inputs: list) -> list:
             for x in inputs]
 
 
-def backward_pass(model, inputs: list, upstream: list):
+def backward_pass(model, inputs: list, upstream: list, between=None):
     """The forward with autograd on and one backward from `upstream`, nothing waited for: (output, the inputs as
-    leaves). What the escape check times (kp.judge.measure), and what a parity call runs."""
+    leaves). What the escape check times (kp.judge.measure), and what a parity call runs. between: called after the
+    forward and before the backward (the escape check's marker between the two passes)."""
     xs = leaves(inputs)
     with torch.enable_grad():
         out = model(*xs)
+    if between is not None:
+        between()
     pairs = [(o, g) for o, g in zip(_outputs(out), upstream)
              if g is not None and isinstance(o, torch.Tensor) and o.is_floating_point()]
     if not pairs or not all(o.requires_grad for o, _ in pairs):

@@ -1,8 +1,7 @@
 """What the worker watches in a candidate's process besides its outputs: whether anything the judge, the timer or
 the baselines reach was replaced or changed in place (the namespace fingerprint), threads the candidate left
 working after a call, extension builds that failed before the candidate fell back to PyTorch, the libraries it
-loaded, its modules' train/eval sensitivity, and the escape check's arithmetic (GPU work outside the timed window,
-the host clock's excess over the CUDA events)."""
+loaded, and its modules' train/eval sensitivity. The escape check's arithmetic is kp.judge.window's."""
 from __future__ import annotations
 
 import os
@@ -10,67 +9,8 @@ import sys
 import threading
 import types
 from pathlib import Path
-from statistics import median_high
 
 import torch
-
-
-def window_violations(events: list[dict], marker: str) -> tuple[list[dict], tuple[float, float] | None]:
-    """GPU activities outside the window between the first and the last `marker` kernel (trace microseconds).
-    Returns (violations, window); window None when the markers are missing (that itself is a failure)."""
-    marks = [e for e in events if e["name"] == marker]
-    if len(marks) < 2:
-        return [], None
-    lo = marks[0]["ts"] + marks[0]["dur"]
-    hi = marks[-1]["ts"]
-    inside = [e for e in events if e is not marks[0] and e is not marks[-1]]
-    bad = [e for e in inside if e["ts"] < lo - 1.0 or e["ts"] + e["dur"] > hi + 1.0]  # 1 us: trace rounding
-    return bad, (lo, hi)
-
-
-def busy_ms(events: list[dict], marker: str, window: tuple[float, float] | None) -> float:
-    """How long the call's own GPU activities (those inside the marker window) kept the GPU busy, in ms: the union
-    of their intervals, so launch gaps do not count and overlapping streams count once. The profiler's activity
-    records (CUPTI) are made outside Python; a timed median far below this did not measure the whole call."""
-    if window is None:
-        return 0.0
-    lo, hi = window
-    spans = sorted((max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in events if e["name"] != marker)
-    spans = [(a, b) for a, b in spans if b > a]  # clipped to the window: what lies outside it is the escape check's
-    total, end = 0.0, float("-inf")
-    for a, b in spans:
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total / 1e3
-
-
-def host_clock_excess_ms(samples: list[tuple[float, ...]]) -> float:
-    """samples: (wall ms from before the start event to after a device-wide synchronize, event ms, enqueue ms[,
-    ms the measuring thread waited for a CPU while it synchronized]). Work on the timed stream finishes within
-    max(enqueue, event) plus a synchronize's latency; the median excess beyond that is time the events did not see.
-    The wait for a CPU is not: on a host whose cores are all busy (a batch's builds beside its judges) a thread that
-    waits out a call of a few ms is taken off its core and gets it back a scheduler slice later, every call (an
-    honest 3.5 ms softmax showed 4.0 ms of excess so, its GPU to itself)."""
-    ex = [s[0] - max(s[1], s[2]) - (s[3] if len(s) > 3 else 0.0) for s in samples]
-    return median_high(ex) if ex else 0.0
-
-
-def run_queue_ms() -> float:
-    """Milliseconds the calling thread has waited on a run queue (for a CPU) since it started: the kernel's
-    schedstat (/proc/thread-self/schedstat, its second field, in ns); 0.0 where the kernel does not keep it, so a
-    difference of two reads is then 0 and the host clock is taken as it is."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1]) / 1e6
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def escape_threshold_ms(event_ms: float) -> float:
-    """Excess over which the host clock says work escaped: 0.2 ms (synchronize + Python latency seen on an H200 is
-    tens of us) plus 20% of the call."""
-    return 0.2 + 0.2 * event_ms
 
 
 def _namespaces():

@@ -97,3 +97,37 @@ def test_the_training_steps_have_rows_of_their_own_under_the_forwards_table():
     assert [ln.split()[0] for ln in lines[1:]] == ["eager", "torch.compile", "candidate"]
     assert lines[3].split()[1:] == ["3.000", "0.200", "2.00x", "1.33x"]
     assert backward_lines({"rows": {}, "timing": {}}) == []
+
+
+def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_cache_is_handed_back(monkeypatch):
+    """The float64 backward runs beside the judge's cached blocks (the float64 forward's of the call before): where it
+    runs out of memory, the cache is handed back and it runs once more, from the references' state before the call;
+    only where it is short again are the call's gradients left unchecked, said in a note."""
+    import torch
+    from kp.judge import backward, driver
+    from kp.judge.expected import _Refs
+
+    ref = driver.Reference.load(("file", str(BACKWARD / "ref.py")))
+    refs = _Refs(ref, ref.init(), 3, "cpu", "cpu")
+    pristine = ref.inputs(3, "cpu")
+    judge = object.__new__(driver.Judge)
+    judge.notes, judge.log, judge.ref = [], lambda msg: None, ref
+    real, runs, released = backward._float64_grads, [], []
+
+    def short(times):
+        def run(*a, **k):
+            runs.append(1)
+            if len(runs) <= times:
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            return real(*a, **k)
+        return run
+    monkeypatch.setattr(backward, "_float64_grads", short(1))
+    monkeypatch.setattr(backward, "_release", lambda *a: released.append(1))
+    g = judge._backward_expected(refs, pristine, 3, "fp32")
+    assert len(runs) == 2 and released == [1] and not judge.notes
+    assert set(g.params) == {"fc.weight", "fc.bias"} and g.params["fc.weight"][1].dtype == torch.float64
+
+    runs.clear()
+    monkeypatch.setattr(backward, "_float64_grads", short(2))
+    assert judge._backward_expected(refs, pristine, 3, "fp32") is None and len(runs) == 2
+    assert judge.notes == ["gradients not checked: the float64 backward does not fit the GPU's memory"]

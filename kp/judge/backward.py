@@ -19,7 +19,7 @@ import functools
 import torch
 
 from kp.errors import Rejected
-from kp.judge.outputs import error_figures
+from kp.judge.outputs import _release, error_figures
 from kp.judge.float64 import as_float64, float64_default
 from kp.judge.gradients import leaves
 from kp.lib.layers import set_precision
@@ -105,17 +105,24 @@ class BackwardCheck:
                 return self._no_backward("the reference's output does not require grad: nothing to train")
             with reductions:
                 gi32, gp32 = _grads(refs.r32, xs32, ys32, ups)
+            out_n = max(sum(y.numel() for y in ys32 if isinstance(y, torch.Tensor)), 1)
+            del xs32, ys32  # the fp32 forward's inputs and outputs: room for the float64 backward
             refs.restore_buffers(saved)
             if refs.fp32_only():
                 return self._no_backward(f"no float64 reference ({refs.how})")
-            try:
-                gi64, gp64 = _float64_grads(refs, pristine, ups)
-            except torch.OutOfMemoryError:
-                return self._no_backward("the float64 backward does not fit the GPU's memory")
+            for attempt in range(2):
+                try:
+                    gi64, gp64 = _float64_grads(refs, pristine, ups)
+                except torch.OutOfMemoryError:
+                    refs.restore_buffers(saved)  # a forward that ran before the backward ran short moved them
+                else:
+                    break
+                if attempt:  # (outside the except: its traceback no longer holds the run's tensors)
+                    return self._no_backward("the float64 backward does not fit the GPU's memory")
+                _release()  # once: the judge's cached blocks handed back (the float64 forward's, a call before)
         finally:
             refs.restore_buffers(saved)
             set_precision("fp32")
-        out_n = max(sum(y.numel() for y in ys32 if isinstance(y, torch.Tensor)), 1)
         k = lambda g: max(reductions.k, out_n / max(g.numel(), 1))
         return Grads(upstream=ups, seed=seed + UPSTREAM_SEED,
                      inputs={i: (g, gi64[i], k(g)) for i, g in gi32.items() if i in gi64},

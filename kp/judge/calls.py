@@ -80,8 +80,9 @@ class CallCheck:
         need = sum(x.untyped_storage().nbytes() for x in pristine if isinstance(x, torch.Tensor) and x.is_cuda)
         if not need:
             return True
-        free = torch.cuda.mem_get_info()[0]
-        return free > 1.25 * need + (1 << 28)
+        room = int(1.25 * need) + (1 << 28)
+        _release(room)  # the judge's cached blocks handed back where they stand in the way
+        return torch.cuda.mem_get_info()[0] > room
 
     def _drop_input_buffers(self) -> None:
         """End of a parity stage: the buffers and the workers' mappings of them go (the timing stage needs room)."""

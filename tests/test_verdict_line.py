@@ -53,3 +53,18 @@ def test_the_explanation_is_split_at_its_first_top_level_semicolon():
     assert split_explanation("trial 1 (seed 1; x): relL2 2 (a; b); it matches eval mode; more") == \
         ("trial 1 (seed 1; x): relL2 2 (a; b)", "it matches eval mode; more")
     assert split_explanation("raised ValueError: bad") == ("raised ValueError: bad", "")
+
+
+def test_the_judges_notes_are_said_once_where_a_verdict_follows_the_table():
+    """A single command prints the table, then the verdict with the judge's notes: the table leaves them to it (the
+    same note printed above the table and again above the verdict read as two events). Without a verdict after it
+    (a problem's ladder), the table says them."""
+    from kp.observe.report import format_record
+    note = "candidate at case peaked (seed 8): the gradient of input 0 over its budget, within how far honest " \
+           "fp32 roundings move the reference's there"
+    rec = {**_rec(True, notes=(note,)), "reference": "ref", "seed": 6, "torch": "2.13.0", "precision": "fp32",
+           "footprint": {"inputs": 4, "outputs": 4, "weights": 0}}
+    rec["rows"]["candidate"].update(rel_l2=1e-7, worst_row=5e-7)
+    printed = format_record(rec, verdict_follows=True).splitlines() + verdict_lines(rec)
+    assert sum(note in ln for ln in printed) == 1, printed
+    assert any(note in ln for ln in format_record(rec).splitlines())

@@ -136,8 +136,8 @@ def checks_line(r: dict) -> str:
 
 
 def format_record(rec: dict, verdict_follows: bool = False) -> str:
-    """The table (and the notes above it). verdict_follows: a verdict line with the reason comes after the table,
-    so a rejected row's column says only that."""
+    """The table (and the notes above it). verdict_follows: a verdict line with the reason and the judge's notes
+    comes after the table, so a rejected row's column says only that and the notes are said there, once."""
     gpu_peak = rec.get("peak_gpu_bytes")
     mode = {"train": "training mode (a fresh Model trains, as KernelBench builds it)",
             "eval": "eval mode (inference: both models in eval mode, calls under no_grad)"}.get(rec.get("mode"))
@@ -161,7 +161,7 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
         lines.append(f"  skipped {s}")
     if rec.get("notes"):
         lines.append(f"  note: {rec['notes']}")
-    for n in rec.get("notes_list") or []:
+    for n in [] if verdict_follows else rec.get("notes_list") or []:  # else the verdict's (kp.observe.verdict)
         lines.append(f"  note: {n}")
     if list(rec["rows"]) == ["eager"] and not rec.get("timing"):
         lines.append(f"  the reference's own {rec.get('precision') or 'fp32'} Model judged against its float64 copy, "

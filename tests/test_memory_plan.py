@@ -90,12 +90,12 @@ def test_a_call_out_of_gpu_memory_is_judged_by_whose_memory_filled_the_gpu(monke
                 raise OutOfMemory(why, self.held, self.asked)
             return {}
 
-    def judged(now_free, held, others_held=0, asked=int(12.06 * g), others_at_plan=g // 2):
+    def judged(now_free, held, others_held=0, asked=int(12.06 * g), others_at_plan=g // 2, own=1 * g):
         j = judge.Judge(ref, seed=3, device="cpu", sandbox=False, bench=False)
         j._fp = {"inputs": 6 * g, "outputs": 6 * g, "weights": 0}
         j.gpu_at_plan = (70 * g, 1 * g)  # free, the judge's own, when the plan was made
         j.others_at_plan = others_at_plan  # other processes' (and CUDA contexts') then
-        monkeypatch.setattr(memory, "gpu_snapshot", lambda: (now_free, 1 * g))
+        monkeypatch.setattr(memory, "gpu_snapshot", lambda: (now_free, own))
         j.runners = [Worker(held, asked, fails=True), Worker(others_held)]
         j.rows = [expected.Row("candidate", j.runners[0]), expected.Row("other", j.runners[1])]
         j._each(lambda row: row.runner.call("trial 2", "forward"))
@@ -105,9 +105,19 @@ def test_a_call_out_of_gpu_memory_is_judged_by_whose_memory_filled_the_gpu(monke
     with pytest.raises(harness.UsageError) as ei:
         judged(3 * g, int(12.67 * g))
     assert "other processes took 54.3 GiB" in str(ei.value) and "no verdict" in str(ei.value)
-    # ... unless that was the judge's other worker
-    row = judged(3 * g, int(12.67 * g), others_held=54 * g)
-    assert not row.accepted and "no other process took GPU memory" in row.reason and "held 12.7 GiB" in row.reason
+    # ... or the judge's other row's worker, holding more than the plan (3 x 12 GiB) allows the judge's side: no
+    # verdict either, not the row's doing
+    with pytest.raises(harness.UsageError) as ei:
+        judged(3 * g, int(12.67 * g), others_held=54 * g)
+    assert "other rows' workers held 55.0 GiB, beyond the 36.0 GiB the plan allows them" in str(ei.value)
+    # ... or the judge's own process, its cache grown past the plan (a float64 forward's blocks kept) while the row
+    # asked for 12 GiB beside the 6 it held
+    with pytest.raises(harness.UsageError) as ei:
+        judged(3 * g, 6 * g, own=62 * g)
+    assert "held 62.0 GiB, beyond the 36.0 GiB" in str(ei.value) and "asked for 18.1 GiB in all" in str(ei.value)
+    # within the plan, the judge's other worker's memory is the judge's, not another process's
+    row = judged(3 * g, 34 * g, others_held=31 * g, asked=2 * g)
+    assert not row.accepted and "no other process took GPU memory" in row.reason and "held 34.0 GiB" in row.reason
     # the row's own process filled it
     row = judged(3 * g, 66 * g, asked=2 * g)
     assert not row.accepted and "no other process took GPU memory" in row.reason and "held 66.0 GiB" in row.reason

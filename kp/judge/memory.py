@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kp.errors import GpuMemoryShort, OutOfMemory, Rejected, first_line
 from kp.judge.expected import Row
-from kp.judge.plan import (CONTEXT_BYTES, OTHERS_SLACK, free_gpu_bytes, gpu_snapshot, memory_need,
+from kp.judge.plan import (CONTEXT_BYTES, OTHERS_SLACK, float64_peak, free_gpu_bytes, gpu_snapshot, memory_need,
                            memory_taken_by_others)
 
 
@@ -33,8 +33,10 @@ class OutOfMemoryVerdicts:
         """A row's call ran out of GPU memory. If it asked for more than the GPU had free when the plan was made, the
         row is rejected; otherwise, if other processes took memory since, or held more than OTHERS_SLACK beyond the
         CUDA contexts of the judge and its workers when the plan was made, there is no verdict (GpuMemoryShort: how
-        much is left beside them depends on them, and a batch judges the job again with the GPU to itself); with the
-        GPU to itself, the row is rejected. The reason says which."""
+        much is left beside them depends on them, and a batch judges the job again with the GPU to itself); so too
+        where the judge's process and its other rows' workers hold more than the plan allows them (the plan's need,
+        and the float64 forward's peak where that runs on the GPU): the judge's excess is not the row's doing. Else
+        the row is rejected. The reason says which."""
         if self.gpu_at_plan is None:
             return str(e)
         g, need, free_then = 2**30, memory_need(self.fp, len(self.rows)), self.gpu_at_plan[0]
@@ -55,6 +57,14 @@ class OutOfMemoryVerdicts:
                                 f"{(mine + e.asked) / g:.1f} GiB in all, of the {free_then / g:.1f} GiB free at the "
                                 f"judge's start) while other processes held {self.others_at_plan / g:.1f} GiB of the "
                                 f"GPU: no verdict; judge again with the GPU to itself ({str(e)[:240]})")
+        if row.runner.isolated:  # the judge's process and its other rows' workers beyond what the plan allows them:
+            judges = gpu_snapshot()[1] + self._workers_held(but=row.runner)  # their excess, not the row's request
+            allowed = need + (float64_peak(self.fp) if getattr(self, "f64_device", "cpu") == "cuda" else 0)
+            if judges > allowed + OTHERS_SLACK:
+                raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory (its process asked for "
+                                     f"{(mine + e.asked) / g:.1f} GiB in all) while the judge's process and its "
+                                     f"other rows' workers held {judges / g:.1f} GiB, beyond the {allowed / g:.1f} "
+                                     f"GiB the plan allows them: no verdict, not the row's doing ({str(e)[:240]})")
         return (f"{e}; no other process took GPU memory during the run (nor held any to speak of at its start): "
                 f"the row's process held {mine / g:.1f} GiB "
                 f"when it asked for more (the judge plans {need / g:.1f} GiB for this problem)")

@@ -44,8 +44,9 @@ class OutOfMemoryVerdicts:
         if mine + e.asked > free_then:  # whoever else came
             return (f"{e}; its process asked for {(mine + e.asked) / g:.1f} GiB in all, more than the "
                     f"{free_then / g:.1f} GiB the GPU had free when the judge started")
-        held = e.held + self._workers_held(but=row.runner)
-        others = memory_taken_by_others(self.gpu_at_plan, gpu_snapshot(), held)
+        workers = self._workers_held(but=row.runner)  # asked once: the judge's other rows' workers
+        now = gpu_snapshot()
+        others = memory_taken_by_others(self.gpu_at_plan, now, e.held + workers)
         if others > OTHERS_SLACK:
             raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory after other processes took "
                                 f"{others / g:.1f} GiB of the GPU during the run (the plan found room for "
@@ -58,8 +59,8 @@ class OutOfMemoryVerdicts:
                                 f"judge's start) while other processes held {self.others_at_plan / g:.1f} GiB of the "
                                 f"GPU: no verdict; judge again with the GPU to itself ({str(e)[:240]})")
         if row.runner.isolated:  # the judge's process and its other rows' workers beyond what the plan allows them:
-            judges = gpu_snapshot()[1] + self._workers_held(but=row.runner)  # their excess, not the row's request
-            allowed = need + (float64_peak(self.fp) if getattr(self, "f64_device", "cpu") == "cuda" else 0)
+            judges = now[1] + workers  # their excess, not the row's request
+            allowed = need + (float64_peak(self.fp) if self.f64_device == "cuda" else 0)
             if judges > allowed + OTHERS_SLACK:
                 raise GpuMemoryShort(f"{self.ref.name}: {row.label} ran out of GPU memory (its process asked for "
                                      f"{(mine + e.asked) / g:.1f} GiB in all) while the judge's process and its "

@@ -119,7 +119,7 @@ class BackwardCheck:
                     break
                 if attempt:  # (outside the except: its traceback no longer holds the run's tensors)
                     return self._no_backward("the float64 backward does not fit the GPU's memory")
-                _release()  # once: the judge's cached blocks handed back (the float64 forward's, a call before)
+                _release(collect=True)  # once: garbage collected, the judge's cached blocks handed back
         finally:
             refs.restore_buffers(saved)
             set_precision("fp32")

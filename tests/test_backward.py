@@ -99,6 +99,33 @@ def test_the_training_steps_have_rows_of_their_own_under_the_forwards_table():
     assert backward_lines({"rows": {}, "timing": {}}) == []
 
 
+def test_a_calls_gradients_and_their_widener_are_freed_without_waiting_for_the_garbage_collector():
+    """A call's expected gradients hold the function that widens them; that function must not hold them back (a
+    reference cycle): at the largest shapes the gradients of each call are tens of GiB of GPU memory."""
+    import gc
+    import weakref
+    from kp.judge import driver
+    from kp.judge.expected import _Refs
+
+    ref = driver.Reference.load(("file", str(BACKWARD / "ref.py")))
+    refs = _Refs(ref, ref.init(), 3, "cpu", "cpu")
+    pristine = ref.inputs(3, "cpu")
+    judge = object.__new__(driver.Judge)
+    judge.notes, judge.log, judge.ref = [], lambda msg: None, ref
+    judge._timed = lambda what: __import__("contextlib").nullcontext()
+    grads = judge._backward_expected(refs, pristine, 3, "fp32")
+    grads.widen = judge._gradient_widener(refs, pristine, grads, None)
+    assert grads.widen() and all(e.rel_l2 >= 0 for e in grads.widen().values())  # it runs, and gives its spreads
+    gone, upstream = weakref.ref(grads), weakref.ref(grads.upstream[0])
+    gc.disable()
+    try:
+        del grads
+        assert gone() is None, "the call's gradients are kept alive by a reference cycle"
+    finally:
+        gc.enable()
+    assert upstream() is None  # and with them the widener and what it held
+
+
 def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_cache_is_handed_back(monkeypatch):
     """The float64 backward runs beside the judge's cached blocks (the float64 forward's of the call before): where it
     runs out of memory, the cache is handed back and it runs once more, from the references' state before the call;

@@ -68,3 +68,13 @@ def test_the_judges_notes_are_said_once_where_a_verdict_follows_the_table():
     printed = format_record(rec, verdict_follows=True).splitlines() + verdict_lines(rec)
     assert sum(note in ln for ln in printed) == 1, printed
     assert any(note in ln for ln in format_record(rec).splitlines())
+
+
+def test_the_checked_calls_line_says_at_how_many_the_gradients_were_checked():
+    from kp.observe.report import checks_line
+    fwd = {"rel_l2": 1e-7}
+    both = {"rel_l2": 1e-7, "grads": {"input 0": 2e-7}}
+    assert checks_line({"checks": {"trial 1": fwd, "trial 2": fwd}}) == "2 checked calls passed: 2 on fresh inputs"
+    assert checks_line({"checks": {"trial 1": both, "trial 2": both}}).endswith("; gradients checked at every one")
+    assert checks_line({"checks": {"trial 1": both, "timed 1": fwd}}) == (
+        "2 checked calls passed: 1 on fresh inputs, 1 timed calls checked; gradients checked at 1")

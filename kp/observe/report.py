@@ -122,7 +122,7 @@ def family_lines(rec: dict) -> list[str]:
 
 
 def checks_line(r: dict) -> str:
-    """How many checked calls a row passed, by kind, in words."""
+    """How many checked calls a row passed, by kind, in words, and at how many its gradients were checked too."""
     shapes = len({c.split(":")[0] for c in r["checks"] if c.startswith("at ")})
     kinds = {"trial": "on fresh inputs", "inputs": "on derived inputs", "case": "on declared cases",
              "at": f"at {shapes} other shape{'s' * (shapes != 1)} of its family (--shapes)",
@@ -132,7 +132,9 @@ def checks_line(r: dict) -> str:
     parts = [f"{v} {kinds[k]}" + (f" ({changed} after a change of the weights)" if k == "trial" and changed else "")
              for k, v in n.items() if v]
     n_all = len(r["checks"])
-    return f"{n_all} checked call{'' if n_all == 1 else 's'} passed" + (f": {', '.join(parts)}" if parts else "")
+    grads = sum(1 for c in r["checks"].values() if isinstance(c, dict) and c.get("grads") is not None)
+    return (f"{n_all} checked call{'' if n_all == 1 else 's'} passed" + (f": {', '.join(parts)}" if parts else "")
+            + (f"; gradients checked at {'every one' if grads == n_all else grads}" if grads else ""))
 
 
 def format_record(rec: dict, verdict_follows: bool = False) -> str:

@@ -132,7 +132,7 @@ def checks_line(r: dict) -> str:
     parts = [f"{v} {kinds[k]}" + (f" ({changed} after a change of the weights)" if k == "trial" and changed else "")
              for k, v in n.items() if v]
     n_all = len(r["checks"])
-    grads = sum(1 for c in r["checks"].values() if isinstance(c, dict) and c.get("grads") is not None)
+    grads = sum(1 for c in r["checks"].values() if c.get("grads") is not None)
     return (f"{n_all} checked call{'' if n_all == 1 else 's'} passed" + (f": {', '.join(parts)}" if parts else "")
             + (f"; gradients checked at {'every one' if grads == n_all else grads}" if grads else ""))
 

@@ -40,13 +40,76 @@ class KernelBuildError(RuntimeError):
 
 
 
-class Rejected(Exception):
-    """A judged row failed a check; str() is the one-line reason. figures: the failed check's own numbers (its
-    label, the error, the budget), kept in the record beside the reason."""
+# A verdict's status: what a loop reads first (the record's, a batch line's, JudgeSession's result's, the exit code's).
+ACCEPTED, REJECTED, NO_VERDICT = "accepted", "rejected", "no_verdict"
+STATUSES = (ACCEPTED, REJECTED, NO_VERDICT)
+EXIT_CODES = {ACCEPTED: 0, REJECTED: 1, NO_VERDICT: 2}
 
-    def __init__(self, reason: str = "", figures: dict | None = None):
+# What a rejection is, in a word a search loop or a reward can branch on (the record's failure.kind; docs/judge.md
+# lists them with an example each). The reason says the same in English, for a person; nothing reads it back.
+FAILURE_KINDS = {
+    "build": "a kernel of the candidate's did not compile (CUDA C++, Triton or CuPy)",
+    "import": "the candidate's file did not import, or defines no ModelNew",
+    "construct": "ModelNew(*get_init_inputs()) raised, or the reference's weights could not be given to it",
+    "raised": "a call of the candidate's model raised",
+    "crash": "the candidate's process died, or its GPU work faulted",
+    "timeout": "the candidate's job ran past its time limit, or a command got no answer",
+    "out_of_memory": "the candidate's own work ran out of GPU memory",
+    "wrong_output": "an output's values are over the error budget against the float64 reference",
+    "wrong_shape": "an output's type, shape or dtype is not the reference's",
+    "non_finite": "NaN or Inf where the reference has finite values (or the reverse)",
+    "input_modified": "the candidate changed an input in place",
+    "stale_inputs": "an output fits an earlier call's inputs, not this call's",
+    "wrong_state": "a buffer the reference carries between calls (BatchNorm's statistics) differs",
+    "gradient": "a gradient is missing or differs from the reference's",
+    "own_kernel": "no kernel of the candidate's own ran (a PyTorch rewrite, without --allow-torch)",
+    "escape": "GPU work outside the timed window, or host time the CUDA events did not see",
+    "timing": "the timed calls do not add up: samples that contradict the wall clock or the checked call",
+    "tampering": "the candidate changed the judge's process, its replies or PyTorch's settings",
+}
+
+
+class Rejected(Exception):
+    """A judged row failed a check; str() is the one-line reason, `kind` what failed (FAILURE_KINDS). figures: the
+    failed check's own numbers (its label, the error, the budget), kept in the record beside the reason."""
+
+    def __init__(self, reason: str = "", figures: dict | None = None, kind: str = "wrong_output",
+                 check: str | None = None):
         super().__init__(reason)
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"failure kind {kind!r} is not one of {', '.join(FAILURE_KINDS)}")
         self.figures = figures
+        self.kind = kind
+        self.check = check or (figures or {}).get("check")  # the label of the check or call that failed
+
+    def __reduce__(self):  # across processes as it was made
+        return _rejected, (type(self), str(self), self.figures, self.kind, dict(self.__dict__))
+
+
+def failed_check(e: BaseException | None) -> str | None:
+    """The label of the check a rejection names (its own, or that of the rejection it was raised while handling)."""
+    while e is not None:
+        if getattr(e, "check", None):
+            return e.check
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _rejected(cls, reason, figures, kind, state):
+    e = Exception.__new__(cls)
+    Exception.__init__(e, reason)
+    e.__dict__.update(state)
+    e.figures, e.kind = figures, kind
+    return e
+
+
+def failure_kind(e: BaseException | None) -> str | None:
+    """The kind of the rejection `e` is, or the kind of the one it was raised while handling."""
+    while e is not None:
+        if isinstance(e, Rejected):
+            return e.kind
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def failed_figures(e: BaseException | None) -> dict | None:
@@ -65,7 +128,7 @@ class OutOfMemory(Rejected):
     not known). Whether that is the row's doing or another process's is decided by the judge, not here."""
 
     def __init__(self, reason: str, held: int = 0, asked: int = 0):
-        super().__init__(reason)
+        super().__init__(reason, kind="out_of_memory")
         self.held, self.asked = held, asked
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import run
 from kp.batch import backends, jobfile
+from kp.errors import EXIT_CODES
 
 
 # The GPU tests served by one batch per pytest process (tests/test_judge_cases.py's gpu_batch fixture): the batch's
@@ -20,8 +21,8 @@ GPU_BATCHED = ("test_judge_case_on_gpu", "test_wrong_case_rejected_on_gpu")
 
 
 def exit_code(line: dict) -> int:
-    """What `run.py` would have exited with for this job: 0 accepted, 1 rejected, 2 no verdict (an error line)."""
-    return 0 if line["ok"] else 2 if line["verdict"].startswith("error") else 1
+    """What `run.py` would have exited with for this job: 0 accepted, 1 rejected, 2 no verdict (its status)."""
+    return EXIT_CODES[line["status"]]
 
 
 def job_of(argv: list) -> jobfile.Job:

@@ -22,6 +22,9 @@ os.environ.setdefault("KP_CPU_MEMORY", str(3 << 29))
 # No batch precompiles torch's header in the background (kp.box.pch, 800 MB and a minute of a core per variant, in a
 # cache a test removes); tests/test_pch.py turns it on where it tests it.
 os.environ.setdefault("KP_PCH", "0")
+# Every record a judgement of the suite makes, in this process or any it starts, is checked against the record's
+# schema (kp/record.schema.json) as it is made: one that breaks it fails its judgement, and so its test.
+os.environ["KP_VALIDATE_RECORDS"] = "1"
 
 
 def gpu(test):

@@ -305,12 +305,18 @@ def test_the_batch_table_leaves_out_empty_columns_and_says_where_a_candidate_rai
     table = format_table(lines)
     assert table.splitlines()[0].split() == ["job", "gpu", "s", "verdict"], table
     assert table.splitlines()[2].endswith("in 0.5 s [at raises.py:4]"), table
-    assert short_verdict(lines[1]["verdict"]) == "rejected: trial 1 (seed 5) in 0.5 s"
-    assert short_verdict(lines[0]["verdict"]) == "accepted in 9.0 s"
+    lines[1]["failure"] = {"kind": "raised", "stage": "parity", "check": "trial 1 (seed 5)", "figures": None}
+    assert short_verdict(lines[1]) == "rejected: trial 1 (seed 5) (raised) in 0.5 s"
+    assert short_verdict(lines[0]) == "accepted in 9.0 s"
     assert table.splitlines()[-1] == "1 accepted, 1 rejected"
     lines[1]["verdict"] = "rejected: shapes: right at 64x1000 only, wrong at 63x999 (odd sizes): trial 1 (seed 5)"
+    lines[1]["failure"]["member"] = {"name": "odd", "shape": "63x999"}
     assert format_table(lines).splitlines()[-1] == "1 accepted, 1 rejected (1 of them right at the benchmark's " \
                                                    "shape only)"
+    lines.append({"job": {"name": "ref: cuda_only.py"}, "gpu": "cpu0", "ok": False, "status": "no_verdict",
+                  "elapsed_s": 1.0, "summary": {}, "verdict": "error: it needs a GPU"})
+    assert format_table(lines).splitlines()[-1].endswith(", 1 no verdict"), format_table(lines)
+    assert short_verdict(lines[2]) == "no verdict: it needs a GPU in 1.0 s"
 
 
 def test_build_jobs_sets_how_many_candidates_a_batch_builds_ahead_at_once(tmp_path, monkeypatch, cli):

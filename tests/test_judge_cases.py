@@ -2,6 +2,7 @@
 in tests/judge_cases judged with its candidates through run.py from outside the repo (on the CPU in CI; on the GPU
 in one batch over warm slots), and every shipped variant of every problem accepted."""
 import json
+import os
 import re
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def test_wrong_case_rejected_on_cpu(path):
     assert not r["accepted"], f"{path.name} was accepted"
     assert re.search(m["EXPECT"], r["reason"]), f"{path.name}: {r['reason']}"
     assert "\n" not in r["reason"]
+    assert_typed(rec, "rejected")
 
 
 @pytest.mark.parametrize("folder,cand", [p for p in PAIRS if "cpu" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]],
@@ -58,13 +60,30 @@ def test_judge_case_on_cpu(tmp_path, cli, folder, cand):
     r = cli("--ref", d / "ref.py", "--candidate", d / cand, "--device", "cpu", "--seed", "11", "--json",
             tmp_path / "r.json", *m["FLAGS"])
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr
+    rec = json.loads((tmp_path / "r.json").read_text())
     if m["EXPECT"] is None:
         assert r.returncode == 0 and last.startswith("accepted") and len(last) <= 200, r.stdout + r.stderr
         assert "accepted (parity only on cpu" in last or "  note: parity only on cpu" in r.stdout, r.stdout
+        assert_typed(rec, "accepted")
     else:  # the reason as the record keeps it: what the verdict line adds (notes, the box) is not the reason
         assert r.returncode == 1 and last.startswith("rejected: ") and len(last) <= 200, r.stdout + r.stderr
-        reason = json.loads((tmp_path / "r.json").read_text())["rows"]["candidate"]["reason"]
+        reason = rec["rows"]["candidate"]["reason"]
         assert re.search(m["EXPECT"], reason), reason
+        assert_typed(rec, "rejected")
+
+
+def assert_typed(rec: dict, status: str) -> None:
+    """The verdict as data: the record's status, and a rejection's failure with a documented kind, the stage it came
+    in and the same failure on the candidate's row; an acceptance has none."""
+    from kp.errors import FAILURE_KINDS
+    from kp.judge.stages import STAGES
+    assert rec["status"] == status and rec["schema_version"] == 1, (rec["status"], rec.get("failure"))
+    f = rec["failure"]
+    if status == "accepted":
+        assert f is None and rec["rows"]["candidate"]["failure"] is None, f
+        return
+    assert f == rec["rows"]["candidate"]["failure"] and f["kind"] in FAILURE_KINDS, f
+    assert f["stage"] in {s.name for s in STAGES}, f
 
 
 # The GPU judge cases and GPU known-wrong cases of this pytest process (its shard), judged in one batch: three warm
@@ -73,7 +92,9 @@ def test_judge_case_on_cpu(tmp_path, cli, folder, cand):
 GPU_BATCHED = batched.GPU_BATCHED
 
 
-SLOTS_PER_GPU = 3
+# Slots on the one GPU a pytest process has: a core or more for each slot's judge and its candidate's worker, four
+# at most (a slot short of GPU memory beside the others is judged again at the end with the GPU to itself)
+SLOTS_PER_GPU = min(4, max(3, (os.cpu_count() or 1) // 4))
 
 
 def _gpu_case_argv(test: str, p: dict, base: Path) -> list | None:
@@ -107,6 +128,8 @@ def test_wrong_case_rejected_on_gpu(path, gpu_batch, request):
     r = line["record"]["rows"]["candidate"]
     assert not r["accepted"], f"{path.name} was accepted"
     assert re.search(m["EXPECT"], r["reason"]), f"{path.name}: {r['reason']}"
+    assert line["status"] == "rejected" and line["failure"] == line["record"]["failure"]
+    assert_typed(line["record"], "rejected")
 
 
 @gpu
@@ -130,11 +153,13 @@ def test_judge_case_on_gpu(folder, cand, gpu_batch, request):
         assert len(timed) >= 1, row["checks"].keys()
         if "--no-bench" not in m["FLAGS"]:  # a case judged as a search loop judges: no table, no baselines
             assert rec["peak_gpu_bytes"] > 0 and "candidate" in rec["timing"]
+        assert_typed(rec, "accepted")
     else:
         assert line is not None and batched.exit_code(line) == 1 and line["verdict"].startswith("rejected: "), \
             batched.said(line)
         reason = line["record"]["rows"]["candidate"]["reason"]
         assert re.search(m["EXPECT"], reason), reason
+        assert_typed(line["record"], "rejected")
 
 
 def test_every_batched_gpu_case_is_a_command_run_py_takes(tmp_path):

@@ -223,15 +223,14 @@ def _reduction_length(ref: Path) -> float:
 
 
 def floors(path: Path) -> str:
-    from kp.lib.numerics import accumulation_floor, over_budget
+    from kp.lib.numerics import accumulation_floor
     from kp.batch.jobfile import read_results
     out, ks = [], {}
     for line in read_results(path):
-        said = over_budget(line.get("verdict", ""))
-        if not said:
+        figs = ((line.get("record") or {}).get("failure") or {}).get("figures") or {}
+        if "rel_l2" not in figs:  # no budget failed (or a record older than the failure's figures)
             continue
-        err, budget = said
-        rel, row, b, b_row = err.rel_l2, err.worst_row, budget.rel_l2, budget.worst_row
+        rel, row, b, b_row = figs["rel_l2"], figs["worst_row"], figs["budget"], figs["row_budget"]
         ref = line["job"]["ref"][1]
         if ref not in ks:
             try:

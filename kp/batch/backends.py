@@ -8,9 +8,10 @@ import time
 from collections import deque
 from pathlib import Path
 
-from kp.errors import UsageError, first_line, stop_signal
+from kp.errors import ACCEPTED, EXIT_CODES, NO_VERDICT, REJECTED, STATUSES, UsageError, first_line, stop_signal
 from kp.batch.ahead import build_ahead_of_slots
 from kp.batch.gpus import slot_list
+from kp.batch import jobfile
 from kp.batch.jobfile import Job, append_result, read_results, summary, with_reference_seeds
 from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, _forks_workers, end_all, isolated_job
 from kp.batch.usage import CpuUse, GpuUse
@@ -45,42 +46,53 @@ class Progress:
         # a bar on a terminal; elsewhere (a log, a pipe) only the one line per finished job
         self.bar = tqdm(total=total, unit="job", disable=None if enabled else True, dynamic_ncols=True,
                         file=sys.stderr)
-        self.ok = self.bad = 0
+        self.counts = dict.fromkeys(STATUSES, 0)
         self.activity: dict[str, str] = {}
 
     def set(self, where: str, what: str) -> None:
         self.activity[where] = what
         self._post()
 
-    def done(self, ok: bool, line: str) -> None:
-        self.ok += ok
-        self.bad += not ok
+    def done(self, status: str, line: str) -> None:
+        self.counts[status] += 1
         self.bar.write(line, file=sys.stderr)
         self.bar.update(1)
         self._post()
 
     def _post(self) -> None:
         act = " ".join(f"[{k}: {v}]" for k, v in self.activity.items())
-        self.bar.set_postfix_str(f"accepted {self.ok} rejected {self.bad} {act}", refresh=False)
+        said = " ".join(f"{k.replace('_', ' ')} {n}" for k, n in self.counts.items() if n or k != NO_VERDICT)
+        self.bar.set_postfix_str(f"{said} {act}", refresh=False)
 
     def close(self) -> None:
         self.bar.close()
 
 
-def short_verdict(verdict: str) -> str:
-    """A verdict as the progress line says it while the batch runs: its head ("accepted", "rejected: trial 1") and the
-    seconds; the whole line is in the table at the end and in the results file."""
-    head = verdict.split(" (")[0] if verdict.startswith("accepted") else ": ".join(verdict.split(": ")[:2])
-    secs = verdict.rsplit(" in ", 1)[1] if " in " in verdict and verdict.endswith(" s") else None
-    return head[:100] + (f" in {secs}" if secs and not head.endswith(" s") else "")
+def short_verdict(line: dict) -> str:
+    """A result as the progress line says it while the batch runs: its status, what failed (the check's label, else
+    its stage, and the failure's kind) and the job's seconds; the whole verdict is in the table at the end and in
+    the results file."""
+    status, failure = jobfile.status_of(line), line.get("failure") or {}
+    secs = f" in {line['elapsed_s']:.1f} s" if isinstance(line.get("elapsed_s"), (int, float)) else ""
+    if status == ACCEPTED:
+        return f"accepted{secs}"
+    if status == NO_VERDICT:
+        return f"no verdict: {line['verdict'].removeprefix('error: ')[:90]}{secs}"
+    where = failure.get("check") or failure.get("stage")
+    kind = failure.get("kind")
+    said = f"{where} ({kind})" if where and kind else where or kind or "rejected"
+    return f"rejected: {said[:100]}{secs}"
 
 
 def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results: list, progress: Progress,
             twins: dict | None = None) -> None:
     """The job's result line, written to `out` at once; then one for each file of the run identical to it (same
     contents and options: `twins`), the same verdict with `same_as` naming the file judged."""
-    line = {"key": key, "job": {"name": job.name, **job.as_dict()}, "gpu": where, "ok": res["ok"],
-            "verdict": res["verdict"], "elapsed_s": res.get("elapsed_s"), "gpu_name": res.get("gpu_name"),
+    status = res.get("status") or (ACCEPTED if res["ok"] else REJECTED)
+    failure = (res.get("record") or {}).get("failure") or res.get("failure")
+    line = {"key": key, "job": {"name": job.name, **job.as_dict()}, "gpu": where, "status": status,
+            "failure": failure, "ok": res["ok"], "verdict": res["verdict"], "elapsed_s": res.get("elapsed_s"),
+            "gpu_name": res.get("gpu_name"),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "summary": summary(res), "log": res.get("log", []), "record": res.get("record")}
     for k in ("traceback", "slot_broken"):  # slot_broken: the job left its slot's GPU context unusable (restarted)
@@ -89,7 +101,7 @@ def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results
     if out is not None:
         append_result(out, line)
     results.append(line)
-    progress.done(res["ok"], f"{where:>4}  {job.name}: {short_verdict(res['verdict'])}")
+    progress.done(status, f"{where:>4}  {job.name}: {short_verdict(line)}")
     for twin in (twins or {}).pop(key, []):
         copy = {**line, "job": {"name": twin.name, **twin.as_dict()}, "same_as": job.name}
         if out is not None:
@@ -246,8 +258,9 @@ def run_ray(jobs: list[Job], address: str, out: Path | None, timeout_s: float = 
                 try:
                     res, where = ray.get(ref)
                 except Exception as e:  # the task's own process died (the job's slot would have said why)
-                    res, where = {"ok": False, "verdict": f"rejected: ray task failed: {type(e).__name__}: "
-                                                          f"{first_line(e)}", "record": None}, "ray"
+                    res, where = {"ok": False, "status": NO_VERDICT,
+                                  "verdict": f"error: ray task failed: {type(e).__name__}: {first_line(e)}",
+                                  "record": None}, "ray"
                 _record(out, job, key, res, where, results, bar, twins)
     finally:
         bar.close()
@@ -317,7 +330,6 @@ def _own_results_file(out: Path):
 def run_batch(args, opts: dict) -> int:
     """`run.py`'s many jobs (its parsed arguments and the judge's options): on the GPUs of this host (--gpus), on a
     Ray cluster (--ray), or one after another here; the table, the throughput line, the exit code."""
-    from kp.batch import jobfile
     if args.jobs:
         jobs = jobfile.read_job_file(args.jobs, opts)
     else:
@@ -356,4 +368,11 @@ def run_batch(args, opts: dict) -> int:
         print(f"interrupted: {len(lines)} of {len(jobs)} jobs have a verdict" +
               ("; the same command again judges only the others" if out is not None else ""), file=sys.stderr)
         return stopped
-    return 0 if lines and all(d["ok"] for d in lines) else 1
+    return batch_exit_code([jobfile.status_of(d) for d in lines])
+
+
+def batch_exit_code(statuses: list[str]) -> int:
+    """A batch's exit code: 1 if a job was rejected, else 2 if one got no verdict (or none ran), else 0."""
+    if REJECTED in statuses:
+        return EXIT_CODES[REJECTED]
+    return EXIT_CODES[NO_VERDICT] if NO_VERDICT in statuses or not statuses else EXIT_CODES[ACCEPTED]

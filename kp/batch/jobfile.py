@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from kp.errors import UsageError
+from kp.errors import ACCEPTED, NO_VERDICT, REJECTED, STATUSES, UsageError
 from kp.lib.registry import KERNELS, MODELS, ROOT, problems
 from kp.lib.sources import local_headers
 
@@ -180,11 +180,18 @@ def format_table(lines: list[dict]) -> str:
         if d.get("record") and len(start + said + where) > VERDICT_WIDTH and "candidate" in d["record"]["rows"]:
             said = verdict_within(d["record"], max(VERDICT_WIDTH - len(start + where), 80))
         out.append(start + said + where)
-    n_ok = sum(d["ok"] for d in lines)
-    only = sum(d["verdict"].startswith(SHAPES_ONLY) for d in lines)  # --shapes: right at the benchmark's shape only
-    out.append(f"{n_ok} accepted, {len(lines) - n_ok} rejected"
-               + (f" ({only} of them right at the benchmark's shape only)" if only else ""))
+    n = {s: sum(status_of(d) == s for d in lines) for s in STATUSES}
+    only = sum(bool(((d.get("failure") or {}).get("member"))) for d in lines)  # --shapes: right at the benchmark's
+    #                                                                            shape only
+    out.append(f"{n[ACCEPTED]} accepted, {n[REJECTED]} rejected"
+               + (f" ({only} of them right at the benchmark's shape only)" if only else "")
+               + (f", {n[NO_VERDICT]} no verdict" if n[NO_VERDICT] else ""))
     return "\n".join(out)
 
 
-SHAPES_ONLY = "rejected: shapes: right at "  # the verdict of a candidate wrong at another shape of the family
+def status_of(line: dict) -> str:
+    """A result line's status (accepted, rejected or no_verdict): its own, or for a line written before lines had
+    one, what its ok and its verdict's first word say."""
+    if line.get("status") in STATUSES:
+        return line["status"]
+    return ACCEPTED if line["ok"] else NO_VERDICT if line["verdict"].startswith("error") else REJECTED

@@ -7,7 +7,7 @@ job.
     from kp.batch.session import JudgeSession
     with JudgeSession("ref.py", gpus="0,0,0", allow_torch=True, bench=False) as judge:
         v = judge("cand.py")                       # or judge(source="class ModelNew(...): ...")
-        v["ok"], v["verdict"], v["record"]["rows"]["candidate"]["checks"]
+        v.status, v.failure, v.speedup, v["verdict"], v.record["rows"]["candidate"]["checks"]
         many = judge.many(["a.py", "b.py"], sources=[src])   # spread over the slots, in the order given
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kp.batch.backends import Progress, _drain, _record
 from kp.batch.gpus import gpu_list
-from kp.batch.jobfile import Job, make_job, with_reference_seeds
+from kp.batch.jobfile import Job, make_job, status_of, with_reference_seeds
 from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, end_all
 from kp.errors import UsageError
 from kp.lib.registry import problems
@@ -76,7 +76,7 @@ class JudgeSession:
             bar.close()
         self.seed_of += results
         order = {key: i for i, (_, key) in enumerate(keyed)}
-        return sorted(results, key=lambda d: order[d["key"]])
+        return [Verdict(d) for d in sorted(results, key=lambda d: order[d["key"]])]
 
     def _file_of(self, source: str, i: int) -> Path:
         """The i-th candidate text of a call as a file alone in its folder, the same file for the i-th text of every
@@ -118,8 +118,31 @@ def _precompile(paths: list[Path]) -> None:
 class _Quiet:
     """A Progress that says nothing: the session's caller has the verdicts."""
 
-    def done(self, ok: bool, line: str) -> None:
+    def done(self, status: str, line: str) -> None:
         pass
 
 
-__all__ = ["JudgeSession", "Job"]
+class Verdict(dict):
+    """One candidate's result, as a `--out` line holds it (a dict: ok, verdict, record, ...), with the fields a
+    loop reads first as attributes: status (accepted, rejected or no_verdict), failure (None, or its kind, stage,
+    check and figures), record (the judge's full record, None without a verdict), speedup (against eager, where
+    timed)."""
+
+    @property
+    def status(self) -> str:
+        return status_of(self)
+
+    @property
+    def failure(self) -> dict | None:
+        return self.get("failure")
+
+    @property
+    def record(self) -> dict | None:
+        return self.get("record")
+
+    @property
+    def speedup(self) -> float | None:
+        return (self.get("summary") or {}).get("vs_eager")
+
+
+__all__ = ["JudgeSession", "Job", "Verdict"]

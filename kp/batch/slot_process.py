@@ -14,7 +14,7 @@ import time
 import traceback
 
 from kp.batch.jobfile import Job
-from kp.errors import GpuMemoryShort, UsageError, cuda_broken, first_line, is_cuda_error
+from kp.errors import NO_VERDICT, GpuMemoryShort, UsageError, cuda_broken, first_line, is_cuda_error
 
 FIRST_JOB_WAIT_S = 5.0  # how long a slot told its first job is on its way looks for it before its own start
 
@@ -40,16 +40,18 @@ def run_job(job: Job) -> dict:
         line = verdict.verdict(rec) if job.candidate else \
             ("ok" if rec["ok"] else "rejected: " + "; ".join(f"{k}: {r['reason']}" for k, r in rec["rows"].items()
                                                                if not r["accepted"] and not r["peer"]))
-        out = {"ok": bool(rec["ok"]), "verdict": line, "record": rec, "table": report.format_record(rec)}
+        out = {"ok": bool(rec["ok"]), "status": rec["status"], "verdict": line, "record": rec,
+               "table": report.format_record(rec)}
     except (UsageError, KernelBuildError) as e:
-        out = {"ok": False, "verdict": f"error: {first_line(e)}", "record": None,
+        out = {"ok": False, "status": NO_VERDICT, "verdict": f"error: {first_line(e)}", "record": None,
                "gpu_memory": isinstance(e, GpuMemoryShort)}  # with the GPU to itself, the job may get a verdict
     except Exception as e:  # a bug of the judge's own, not the candidate's: said as such
         said = f"the judge raised {type(e).__name__}: {first_line(e)}"
         if is_cuda_error(e):  # asynchronous: the GPU work queued in the judge's process, which is the reference's
             said = (f"the reference's GPU work in the judge's process faulted ({type(e).__name__}: {first_line(e)}), "
                     f"seen where the judge next waited for the GPU")
-        out = {"ok": False, "verdict": f"error: {said}", "record": None, "traceback": traceback.format_exc()}
+        out = {"ok": False, "status": NO_VERDICT, "verdict": f"error: {said}", "record": None,
+               "traceback": traceback.format_exc()}
     out.update(log=log, elapsed_s=round(time.perf_counter() - t0, 1))
     return out
 

@@ -11,6 +11,7 @@ import os
 import signal
 import time
 
+from kp.errors import NO_VERDICT, REJECTED
 from kp.judge.runners import exit_status, start_without_main
 from kp.judge.worker import JOB_TIMEOUT_S
 from kp.batch.jobfile import Job
@@ -100,8 +101,10 @@ class Slot:
             pass
         if res is None and not self.proc.is_alive():
             self.proc.join(1)
-            res = {"ok": False, "verdict": f"rejected: the judge's process died ({exit_status(self.proc.exitcode)})",
-                   "record": None}
+            # killed from outside (the host's memory, most likely), or a fault below Python in the judge's own
+            # process: no verdict on the candidate, whose own process is a worker apart
+            res = {"ok": False, "status": NO_VERDICT,
+                   "verdict": f"error: the judge's process died ({exit_status(self.proc.exitcode)})", "record": None}
             self.kill()
             self._start()
         elif res is None and time.monotonic() - self.t0 > timeout_s + KILL_GRACE_S + (0 if self.started else
@@ -109,6 +112,7 @@ class Slot:
             self.kill()
             res = {"ok": False, "verdict": f"rejected: timeout after {timeout_s:.0f} s (the job was killed from "
                                            f"outside: its judge reached no verdict {KILL_GRACE_S} s past the limit)",
+                   "status": REJECTED, "failure": {"kind": "timeout", "stage": None, "check": None, "figures": None},
                    "record": None}
             self._start()
         if res is None:

@@ -175,7 +175,7 @@ class BackwardCheck:
         where = f"{label}{BACKWARD_MARK} {exp.seed}" + ("" if exp.zero else ", .grad accumulated over "
                                                                   "this call and the one before") + ")"
         if got is None:
-            raise Rejected(f"{where}: the worker returned no gradients")
+            raise Rejected(f"{where}: the worker returned no gradients", kind="gradient")
         errs = {}
         names = row.names or {}
         if exp.params and not names:
@@ -187,10 +187,10 @@ class BackwardCheck:
         for key, what, g, (g32, g64, k), trainable in checks:
             if g is None:
                 why = "got no gradient" if trainable else "is not trainable in the model (it does not require grad)"
-                raise Rejected(f"{where}: {what}, which the reference trains, {why}")
+                raise Rejected(f"{where}: {what}, which the reference trains, {why}", kind="gradient")
             if tuple(g.shape) != tuple(g64.shape):
                 raise Rejected(f"{where}: the gradient of {what} has shape {tuple(g.shape)}, the reference's "
-                               f"{tuple(g64.shape)}")
+                               f"{tuple(g64.shape)}", kind="gradient")
             e_ref = rel_error(g32, g64)
             budget = budget_from(e_ref, k, g32.dtype)
             e = rel_error(g.to(g32.device), g64)
@@ -206,10 +206,10 @@ class BackwardCheck:
             figs = error_figures(f"{where}: the gradient of {what}", e, budget, e_ref)
             if e.nonfinite_mismatch:
                 raise Rejected(f"{where}: the gradient of {what} has {e.nonfinite_mismatch} NaN/Inf positions that "
-                               f"differ from the reference's", figures=figs)
+                               f"differ from the reference's", figures=figs, kind="gradient")
             if not e.within(budget):
                 raise Rejected(f"{where}: the gradient of {what}: relL2 {e.rel_l2:.2e} over budget "
                                f"{budget.rel_l2:.2e} (worst row {e.worst_row:.2e}, row budget {budget.worst_row:.2e})",
-                               figures=figs)
+                               figures=figs, kind="gradient")
             errs[what] = e.rel_l2
         return errs

@@ -119,11 +119,11 @@ class CallCheck:
                               f"{reply['nan_fill_short'] / 2**30:.1f} GiB of the worker's headroom had no room on "
                               f"the GPU")
         if self.precision == "fp32" and reply["tf32_after"]:
-            raise Rejected(f"{label}: the model switched TF32 on in fp32 mode")
+            raise Rejected(f"{label}: the model switched TF32 on in fp32 mode", kind="tampering", check=label)
         with self._timed("check: the inputs compared bit for bit"):
             for i, (a, b) in enumerate(zip(cand_inputs, pristine)):
                 if isinstance(b, torch.Tensor) and not same_values(a, b):
-                    raise Rejected(f"{label}: input {i} was modified")
+                    raise Rejected(f"{label}: input {i} was modified", kind="input_modified", check=label)
         with self._timed("check: the output against the float64 reference"):
             res = judge_output(label, reply["out"], reply["type"], exp, widen)
         if grads is not None:  # --backward: the gradients, after the output they come from
@@ -162,16 +162,19 @@ class CallCheck:
                     continue
                 mode = "training" if refs.r32.training else "eval"
                 raise Rejected(f"{label}: the model has no buffer {k!r}, which the reference carries between its "
-                               f"{mode}-mode calls as state, so the candidate's state cannot be checked")
+                               f"{mode}-mode calls as state, so the candidate's state cannot be checked",
+                               kind="wrong_state", check=label)
             c = cand[ck]
             if not v.is_floating_point():
                 if not torch.equal(c.cpu(), v.cpu()):
-                    raise Rejected(f"{label}: buffer {k} is {c.tolist()}, the reference's {v.tolist()}")
+                    raise Rejected(f"{label}: buffer {k} is {c.tolist()}, the reference's {v.tolist()}",
+                                   kind="wrong_state", check=label)
                 continue
             if c.shape != v.shape:
-                raise Rejected(f"{label}: buffer {k} has shape {tuple(c.shape)}, the reference's {tuple(v.shape)}")
+                raise Rejected(f"{label}: buffer {k} has shape {tuple(c.shape)}, the reference's {tuple(v.shape)}",
+                               kind="wrong_state", check=label)
             e_ref, e = rel_error(v, b64[k]), rel_error(c.to(v.device), b64[k])
             budget = budget_from(e_ref, refs.k, v.dtype)
             if not e.within(budget):
                 raise Rejected(f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget "
-                               f"{budget.rel_l2:.2e})")
+                               f"{budget.rel_l2:.2e})", kind="wrong_state", check=label)

@@ -88,7 +88,7 @@ class CeilingStage:
                         continue
                     why = self._contradicted(rec, row) if row.accepted else None
                 if why:
-                    row.reject(why)
+                    row.reject(Rejected(why, kind="timing"))
 
     def _traffic(self, init) -> dict:
         """The fewest bytes and FLOPs of one call at the shape the sizes have now: each row's (its own declared

@@ -34,7 +34,7 @@ class ConstructStage:
             what = "BatchNorm would use running statistics" if any("Norm" in k for k in kinds) else \
                 "Dropout would be off"
             raise Rejected(f"{stage}: ModelNew is in eval mode (self.training is False) but the reference trains: "
-                           f"{what} ({', '.join(kinds)}); --mode eval judges inference semantics")
+                           f"{what} ({', '.join(kinds)}); --mode eval judges inference semantics", kind="construct")
         ref_keys = refs.keys()
         names = state_map(ref_keys, keys) if ref_keys else {}
         if names is None:  # in order again without the counters nothing reads (a rewrite need not keep them)
@@ -208,6 +208,6 @@ class ConstructStage:
                         self.notes.append(f"the candidate's process runs PyTorch's {said(*r['cpu'])}, the judge's "
                                           f"its {said(*mine)}: PyTorch's own operators may round differently there")
                     if not r["has_model_new"]:
-                        row.reject("import: the file defines no class ModelNew")
+                        row.reject(Rejected("import: the file defines no class ModelNew", kind="import"))
                 except Rejected as e:
                     row.reject(e)

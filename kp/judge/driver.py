@@ -50,7 +50,7 @@ import torch
 
 from kp.box import sandbox
 from kp.lib.build import progress
-from kp.errors import NoVerdict, OutOfMemory, Rejected, UsageError
+from kp.errors import NoVerdict, OutOfMemory, Rejected, UsageError, failed_figures
 from kp.judge.expected import Row
 from kp.lib.layers import PRECISIONS
 from kp.judge.reference import Reference
@@ -102,6 +102,26 @@ def default_variants(problem: str, include_records: bool = False, precision: str
     the records with include_records: --variant all), plus "auto" where the model picks a rung per call."""
     vs = runnable_variants(problem, include_records, precision)
     return vs + (["auto"] if picks_per_call(problem) else [])
+
+
+def name_failures(rows: list[Row], stage: str) -> None:
+    """The stage that just ran named in each failure it made (a row's failure knows its kind and check)."""
+    for row in rows:
+        if row.failure is not None and row.failure["stage"] is None:
+            row.failure["stage"] = stage
+
+
+def enough_checks(rows: list[Row], rec: dict, no_room: str | None, name: str, log) -> None:
+    """No acceptance without checks: a row that would be accepted on fewer than MIN_CHECKED checked calls (its
+    shapes did not fit where it ran, and it declares too few cases) gets no verdict, on any device."""
+    short = [r for r in rows if r.accepted and not r.peer and len(r.checks) < MIN_CHECKED]
+    if short:
+        if rec.get("notes"):  # the whole reason, its figures, before the verdict
+            log(f"{name}: {rec['notes']}")
+        why = no_room or rec.get("notes") or "too few calls could be checked here"
+        raise NoVerdict(f"{name}: no verdict: {', '.join(r.label for r in short)} passed "
+                        f"{min(len(r.checks) for r in short)} of the {MIN_CHECKED} checked calls it needs ({why}); "
+                        f"judge it on a GPU or a larger host")
 
 
 @contextlib.contextmanager
@@ -191,6 +211,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         self.gpu_wait_s = 0.0  # waiting for other judges on this GPU (kp.lib.gpu_lock)
         self.gpu_own = False  # the GPU held against every other judge on this host, from the escape stage on
         self.detail: dict[str, float] = {}  # seconds inside the stages, by part (_timed)
+        self.stage_now: str | None = None  # the stage running: a row it rejects has its failure's stage named so
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -257,9 +278,11 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
             try:
                 stage_fn(row)
             except Rejected as e:
-                row.reject(self._out_of_memory(row, e) if isinstance(e, OutOfMemory) else e)
-                where = row.reason.split(":")[0].split(" (")[0]
-                self.log(f"{self.ref.name}: {row.label} rejected {'' if where.startswith('at ') else 'at '}{where}")
+                if isinstance(e, OutOfMemory):  # the row's own doing (else GpuMemoryShort: no verdict)
+                    e = Rejected(self._out_of_memory(row, e), figures=failed_figures(e), kind="out_of_memory")
+                row.reject(e)
+                at = row.failure["check"] or self.stage_now or "a check"
+                self.log(f"{self.ref.name}: {row.label} rejected at {at} ({row.failure['kind']})")
 
     # -- the whole run ------------------------------------------------------------------------------------------
     def run_cases(self) -> list[Row]:
@@ -294,11 +317,15 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         def run_stages(stages) -> None:
             for stage in stages:
                 if stage.applies(self):
+                    self.stage_now = stage.name
                     t0, waited, built = time.perf_counter(), self.gpu_wait_s, self._build_s()
                     shared = stage.shares_gpu(self) and self.device == "cuda" and not self.gpu_own
-                    with gpu_lock.gpu_shared(self.log) if shared else contextlib.nullcontext(), \
-                            still_in(stage.name, lambda said: self.log(f"{self.ref.name}: {said}")):
-                        getattr(self, stage.method)(rec, init)
+                    try:
+                        with gpu_lock.gpu_shared(self.log) if shared else contextlib.nullcontext(), \
+                                still_in(stage.name, lambda said: self.log(f"{self.ref.name}: {said}")):
+                            getattr(self, stage.method)(rec, init)
+                    finally:
+                        name_failures(self.rows, stage.name)
                     waited, built = self.gpu_wait_s - waited, max(self._build_s() - built, 0.0)
                     for name, s in ((stage.name, time.perf_counter() - t0 - waited - built),
                                     (WAIT_STAGE, waited), (BUILD_STAGE, built)):
@@ -316,7 +343,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
                 runner.close()
         run_stages(AFTER_WORKERS)
         self._cuda_builds_on_cpu()
-        self._enough_checks(rec)
+        enough_checks(self.rows, rec, getattr(self, "no_room", None), self.ref.name, self.log)
         rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
         rec["stage_detail"] = {k: round(v, 2) for k, v in sorted(self.detail.items(), key=lambda kv: -kv[1])}
         rec["gpu_wait_s"] = round(self.gpu_wait_s, 2)
@@ -329,18 +356,6 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
     def _build_s(self) -> float:
         """Seconds the candidates' workers have spent in their own load/load_inline calls so far."""
         return sum(getattr(r, "build_s", 0.0) for r in self.runners)
-
-    def _enough_checks(self, rec: dict) -> None:
-        """No acceptance without checks: a row that would be accepted on fewer than MIN_CHECKED checked calls (its
-        shapes did not fit where it ran, and it declares too few cases) gets no verdict, on any device."""
-        short = [r for r in self.rows if r.accepted and not r.peer and len(r.checks) < MIN_CHECKED]
-        if short:
-            if rec.get("notes") and getattr(self, "log", None):  # the whole reason, its figures, before the verdict
-                self.log(f"{self.ref.name}: {rec['notes']}")
-            why = getattr(self, "no_room", None) or rec.get("notes") or "too few calls could be checked here"
-            raise NoVerdict(f"{self.ref.name}: no verdict: {', '.join(r.label for r in short)} passed "
-                            f"{min(len(r.checks) for r in short)} of the {MIN_CHECKED} checked calls it needs ({why}); "
-                            f"judge it on a GPU or a larger host")
 
     @contextlib.contextmanager
     def _timed(self, what: str):

@@ -54,18 +54,18 @@ class EscapeStage:
             info["busy_ms"] = forward_busy_ms(e["events"], e["marker"], window)
         row.escape = info
         if window is None:
-            raise Rejected("escape: the profiler saw no marker kernels (is the profiler working here?)")
+            raise Rejected("escape: the profiler saw no marker kernels (is the profiler working here?)", kind="escape")
         if bad:
             x = bad[0]
             where = "after" if x["ts"] + x["dur"] > window[1] else "before"
             raise Rejected(f"escape: GPU work outside the timed window ({len(bad)} activities, e.g. "
                            f"{kernel_base_name(x['name'])[:60]} on stream {x['stream']} ending {where} the window): "
-                           f"work escaped the timed stream")
+                           f"work escaped the timed stream", kind="escape")
         if excess > escape_threshold_ms(ev_ms):
             cpu = f"; {info['cpu_wait_ms']:.3f} ms waiting for a CPU not counted" if info["cpu_wait_ms"] else ""
             raise Rejected(f"escape: the host clock saw {excess:.3f} ms more than the CUDA events per call "
                            f"(events {ev_ms:.3f} ms{cpu}), beyond what it sees around no call: work escaped the timed "
-                           f"stream")
+                           f"stream", kind="escape")
         row.own_kernels = e["own"]
         row.kernels = sorted({x["name"][:120] for x in e["events"] if x["name"] != e["marker"]})
         if not e["own"]:
@@ -74,5 +74,6 @@ class EscapeStage:
             else:
                 seen = label_foreign([kernel_base_name(k) for k in row.kernels[:4]], e.get("foreign") or {})
                 raise Rejected(f"own kernel: no kernel of the row's own ran (kernels seen: "
-                               f"{', '.join(seen) or 'none'}); --allow-torch judges a pure-PyTorch rewrite")
+                               f"{', '.join(seen) or 'none'}); --allow-torch judges a pure-PyTorch rewrite",
+                               kind="own_kernel")
         return info

@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from kp.errors import failed_figures, first_line
+from kp.errors import Rejected, failed_check, failed_figures, failure_kind, first_line
 from kp.judge.float64 import Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
 from kp.lib.numerics import Err, batch_rows, clone_layout, dtype_floor, rel_error
@@ -39,17 +39,22 @@ class Row:
     kernelbench: dict | None = None  # KernelBench's own correctness check on the same candidate: tolerance -> verdict
     respawn: object = None  # a candidate's: starts a fresh worker for it as its first one was started
     traceback: str | None = None  # where the candidate's own code raised, when a rejection is a raise
+    # A rejection as data (the record's failure): its kind (kp.errors.FAILURE_KINDS), the stage it came in (the
+    # driver names it as the stage ends), the failed check's label and figures
+    failure: dict | None = None
 
-    def reject(self, reason) -> None:
-        """Reject with `reason` (a string, or the Rejected raised: its traceback, if it carries one, is kept)."""
+    def reject(self, reason: Rejected) -> None:
+        """Reject with the Rejected raised: its reason, kind and figures, and its traceback if it carries one."""
         if self.accepted:
             self.accepted, self.reason = False, str(reason)
             self.traceback = getattr(reason, "traceback", None)
-            figs = failed_figures(reason) if isinstance(reason, BaseException) else None
+            figs = failed_figures(reason)
+            check = failed_check(reason)
             if figs:  # the failed check's numbers in the record beside the passed checks', not in the reason alone
                 figs = dict(figs)
                 check = figs.pop("check")
                 self.checks[check] = {**figs, "passed": False}
+            self.failure = {"kind": failure_kind(reason), "stage": None, "check": check, "figures": figs or None}
 
 
 def _same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:

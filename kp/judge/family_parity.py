@@ -129,6 +129,8 @@ class FamilyParity:
             if row.label in live and not row.accepted:
                 why = row.reason.removeprefix(f"at {shape}: ")
                 row.reason = f"shapes: right at {bench} only, wrong at {shape} ({member} sizes): {why}"
+                if row.failure is not None:
+                    row.failure["member"] = {"name": member, "shape": shape}
 
     def _no_room_for(self, bench_fp: dict) -> str | None:
         """Why the member's shape (self.fp) is not judged here, or None: the CPU's host budget as for the benchmark's

@@ -78,7 +78,7 @@ class KernelBenchCheck:
                 row.runner.call("kernelbench check", "release_inputs")
             except Rejected as e:
                 out = _not_run(out, tols, str(e))
-                if "timeout after" in str(e):  # the job's time ran out here: that is the verdict
+                if e.kind == "timeout":  # the job's time ran out here: that is the verdict
                     row.reject(e)
             except torch.OutOfMemoryError as e:  # this check never decides a verdict, so it never voids one either
                 out = _not_run(out, tols, f"the judge's process ran out of GPU memory: {first_line(e)[:120]}")

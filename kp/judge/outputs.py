@@ -128,7 +128,7 @@ def judge_output(label: str, out, out_type: str, exp: Expected, widen=None) -> d
     n = len(exp.specs)
     if exp.is_tuple != isinstance(out, tuple) or (exp.is_tuple and len(out) != n):
         want = f"a tuple of {n}" if exp.is_tuple else "one torch.Tensor"
-        raise Rejected(f"{label}: output is {out_type}, expected {want}")
+        raise Rejected(f"{label}: output is {out_type}, expected {want}", kind="wrong_shape", check=label)
     outs = list(out) if exp.is_tuple else [out]
     worst = {"rel_l2": 0.0, "worst_row": 0.0, "torch_rel_l2": 0.0, "budget": 0.0}
     widened = False
@@ -136,18 +136,19 @@ def judge_output(label: str, out, out_type: str, exp: Expected, widen=None) -> d
         where = label if not exp.is_tuple else f"{label}: output[{i}]"
         if errs is None:
             if o != spec:
-                raise Rejected(f"{where}: {o!r}, the reference gives {spec!r}")
+                raise Rejected(f"{where}: {o!r}, the reference gives {spec!r}", kind="wrong_output", check=where)
             continue
         shape, dtype, device = spec
         if type(o) is not torch.Tensor or tuple(o.shape) != shape or o.dtype != dtype or o.device != device:
             raise Rejected(f"{where}: output is {o if isinstance(o, str) else describe(o)}, expected "
-                           f"torch.Tensor {shape} {dtype} {device}")
+                           f"torch.Tensor {shape} {dtype} {device}", kind="wrong_shape", check=where)
         e = rel_error(o, b)
         e_ref, budget = errs
         if not e.within(budget) and widen is not None and not e.nonfinite_mismatch:
             budget, widened = widen().errs[i][1], True
         if not e.within(budget):
-            raise Rejected(budget_reason(where, e, budget), figures=error_figures(where, e, budget, e_ref))
+            raise Rejected(budget_reason(where, e, budget), figures=error_figures(where, e, budget, e_ref),
+                           kind="non_finite" if e.nonfinite_mismatch else "wrong_output")
         worst = {"rel_l2": max(worst["rel_l2"], e.rel_l2), "worst_row": max(worst["worst_row"], e.worst_row),
                  "torch_rel_l2": max(worst["torch_rel_l2"], e_ref.rel_l2),
                  "budget": max(worst["budget"], budget.rel_l2)}

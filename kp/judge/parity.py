@@ -11,7 +11,6 @@ import torch
 
 from kp.errors import ReferenceRaised, Rejected, failed_figures, first_line, raised_by_judge
 from kp.judge.expected import Row, _Refs
-from kp.judge.backward import BACKWARD_MARK
 from kp.judge.calls import STALE_INPUTS, moved_call
 from kp.judge.outputs import Expected, _release, rms
 from kp.judge.family import said_sizes
@@ -19,7 +18,7 @@ from kp.judge.float64 import FP32_ONLY_BUDGET
 from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
-from kp.lib.numerics import all_finite, over_budget
+from kp.lib.numerics import all_finite
 
 MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
@@ -32,14 +31,14 @@ DERIVED = {"negated": lambda x: -x, "scaled x100": lambda x: x * 100, "shifted -
 SHIFT_GROWTH_MOST = 20.0  # the floor's growth at the shifted input at most (inputs of a tiny RMS)
 
 
-def stale_cache_shaped(reason: str) -> bool:
+def stale_cache_shaped(e: Rejected) -> bool:
     """Whether a rejection after the weights changed, of a row that passed before, has the shape of a value derived
     from the old weights: the whole output over its budget, or a check other than the budget failed. A row alone
     over its budget, the whole output within its own (l2_p86 of KernelBench's leaderboard: worst row 2.75e-06 over
     2.70e-06, relL2 half its budget), is the candidate's rounding near the margin at the new draw, and says so
     without naming a cache."""
-    over = over_budget(reason)
-    return over is None or over[0].rel_l2 > over[1].rel_l2
+    figs = failed_figures(e)
+    return e.kind != "wrong_output" or not figs or figs["rel_l2"] > figs["budget"]
 
 
 def shift_growth(base: list, derived: list) -> float:
@@ -229,27 +228,29 @@ class ParityStage:
                     row.checks[label] = self._check_call(row, label, pristine, exp, widen if derive else None,
                                                          moved=moved, grads=grads)
                 except Rejected as e:
-                    if BACKWARD_MARK in str(e):  # the forward was right: what follows explains a wrong forward
+                    if e.kind == "gradient":  # the forward was right: what follows explains a wrong forward
                         raise
                     stale = moved and passed_before.get(row.label) and self._follows_old_inputs(row, label, pristine,
                                                                                              exp, widen, derive)
                     if stale:  # the cause first, the figures short: the record keeps them whole
                         figs = failed_figures(e) or {}
                         err = f"relL2 {figs['rel_l2']:.2e}" if "rel_l2" in figs else str(e).split(": ", 1)[-1][:60]
-                        raise Rejected(f"{label}: {STALE_INPUTS}: {err} at this call's, {stale}") from e
+                        raise Rejected(f"{label}: {STALE_INPUTS}: {err} at this call's, {stale}",
+                                       kind="stale_inputs", check=label) from e
                     if refs.state_attrs and passed_before.get(row.label):
                         raise Rejected(f"{e}; it passed the call before: the reference carries state from call to "
                                        f"call ({', '.join(refs.state_attrs)}) and the candidate's output does not "
-                                       f"follow it") from None
-                    if changed and passed_before.get(row.label) and stale_cache_shaped(str(e)):
+                                       f"follow it", figures=failed_figures(e), kind=e.kind) from None
+                    if changed and passed_before.get(row.label) and stale_cache_shaped(e):
                         raise Rejected(f"{e}; it passed before the weights changed ({upd}): a value derived from "
-                                       f"the weights is not recomputed (stale weight cache)") from None
+                                       f"the weights is not recomputed (stale weight cache)",
+                                       figures=failed_figures(e), kind=e.kind) from None
                     first = not passed_before.get(row.label) and not upd and not derive and \
-                        ("relL2" in str(e) or "NaN/Inf" in str(e))
+                        e.kind in ("wrong_output", "non_finite")
                     hint = first and row.names and self._own_init(row, init, label, pristine, exp)
                     hint = hint or (first and self._eval_semantics(row, init, label, pristine))
                     if hint:
-                        raise Rejected(f"{e}; {hint}") from None
+                        raise Rejected(f"{e}; {hint}", figures=failed_figures(e), kind=e.kind) from None
                     raise
                 passed_before[row.label] = True
                 self._check_buffers(row, f"buffers after {label}", refs)

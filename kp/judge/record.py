@@ -8,6 +8,20 @@ import time
 
 import torch
 
+from kp.errors import ACCEPTED, REJECTED
+
+# The record's layout, as kp/record.schema.json describes it: raised when a key changes meaning or goes
+SCHEMA_VERSION = 1
+SCHEMA = Path(__file__).resolve().parents[1] / "record.schema.json"
+
+
+def validate_record(rec: dict) -> None:
+    """Raise jsonschema's ValidationError where the record (as JSON writes it) breaks kp/record.schema.json. The
+    tests run every judgement with KP_VALIDATE_RECORDS=1, which calls this on each record made."""
+    import json
+    import jsonschema  # imported here: only a run that validates needs it
+    jsonschema.validate(json.loads(json.dumps(rec, default=str)), json.loads(SCHEMA.read_text()))
+
 
 def process_age_s() -> float | None:
     """Seconds since this process started (Linux: /proc), or None where that cannot be read."""
@@ -27,7 +41,8 @@ class RecordParts:
         self.log(f"{self.ref.name}: every input of the run is drawn from --seed {self.seed} (give it again to "
                  f"replay them)")
         self.skipped = []
-        rec = {"reference": self.ref.name, "ref_spec": list(self.ref.spec), "seed": self.seed, "mode": self.mode,
+        rec = {"schema_version": SCHEMA_VERSION, "reference": self.ref.name, "ref_spec": list(self.ref.spec),
+               "seed": self.seed, "mode": self.mode,
                "notes_list": self.notes, "timeout_s": self.timeout_s,
                "trial_seeds": seeds[:self.trials], "precision": self.precision, "allow_torch": self.allow_torch,
                "device":
@@ -48,7 +63,7 @@ class RecordParts:
                 "pure_torch": row.pure_torch, "own_kernels": row.own_kernels,
                 "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
                 "weights": row.weights, "kernelbench": row.kernelbench, "traceback": row.traceback,
-                "build_failures": getattr(row.runner, "build_failures", [])}
+                "build_failures": getattr(row.runner, "build_failures", []), "failure": row.failure}
         if getattr(self, "refs", None) is not None:
             rec["reference_precision"] = self.refs.how
             if self.refs.chunk_proof:
@@ -57,5 +72,10 @@ class RecordParts:
             self.notes.append(self.ref.host_draw)
         rec["inputs_drawn_on"] = "the host" if self.ref.host_draw or self.device == "cpu" else "the device"
         rec["ok"] = all(r.accepted or r.peer for r in self.rows)
+        rec["status"] = ACCEPTED if rec["ok"] else REJECTED
+        failed = [r for r in self.rows if not r.accepted and not r.peer]
+        rec["failure"] = failed[0].failure if failed else None  # a candidate's, or the first rejected row's
         rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
+        if os.environ.get("KP_VALIDATE_RECORDS"):
+            validate_record(rec)
         return rec

@@ -14,6 +14,35 @@ FAULTED = "its GPU work faulted"  # how a command's error begins when its call l
 ENDED_AFTER_FAULT = "kp worker: the CUDA context is unusable"  # the worker's last words when it ends after one
 
 
+# What a command's kind of work is, by the worker's command: a raise while importing the file is an import's failure,
+# one while making the model a construction's; any other is a call's (kind "raised").
+COMMAND_KINDS = {"load": "import", "build": "construct", "prime_build": "construct", "prebuild": "construct"}
+
+
+def error_kind(e: BaseException, fault: str | None = None) -> str | None:
+    """What a command's exception is, where its type says more than the command it interrupted: a fault of the
+    call's GPU work or an exit from inside it (crash), a kernel that did not compile (build: a Triton compile error,
+    or an extension's compiler run that failed), or GPU memory run out (out_of_memory); None otherwise."""
+    import subprocess
+    from kp.errors import KernelBuildError
+    if fault or isinstance(e, SystemExit):
+        return "crash"
+    if isinstance(e, torch.OutOfMemoryError):
+        return "out_of_memory"
+    chain, x = [], e
+    while x is not None and len(chain) < 20:
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+    if jit_error(e) or any(isinstance(c, (KernelBuildError, subprocess.CalledProcessError)) for c in chain):
+        return "build"
+    return None
+
+
+def raised_kind(cmd: str, kind: str | None) -> str:
+    """The failure kind of a command `cmd` that raised, its exception's kind (error_kind) where it has one."""
+    return kind or COMMAND_KINDS.get(cmd, "raised")
+
+
 def _gpu_memory() -> tuple[int, int] | None:
     return torch.cuda.mem_get_info() if torch.cuda.is_available() else None
 

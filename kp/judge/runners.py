@@ -17,7 +17,8 @@ from kp.box.builds import candidate_build_dir
 from kp.box.start import FORKSERVER_PRELOAD, candidate_paths
 from kp.errors import OutOfMemory, Rejected, oom_request_bytes
 from kp.judge.guards import late_message
-from kp.judge.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_text, raised
+from kp.errors import FAILURE_KINDS
+from kp.judge.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_kind, error_text, raised, raised_kind
 from kp.judge.worker import REPLY_TIMEOUT_S, Worker, cut_middle, worker_main
 from kp.lib import gpu_lock
 from kp.lib.registry import ROOT
@@ -72,7 +73,8 @@ class Reply(dict):
         self.stage = stage
 
     def __missing__(self, key):
-        raise Rejected(f"{self.stage}: {FOREIGN}: its reply has no {key!r}")
+        raise Rejected(f"{self.stage}: {FOREIGN}: its reply has no {key!r}", kind="tampering",
+                       check=self.stage)
 
 
 def candidate_runner(ref_spec, path: str | Path, device: str, precision: str, on_interim, *, boxed: bool,
@@ -135,16 +137,18 @@ class ProcessRunner:
         why = f"{stage}: the candidate's process died ({exit_status(code)})"
         if code == 0 and ENDED_AFTER_FAULT in tail:  # it answered its faulted command, then ended on purpose
             return Rejected(f"{stage}: the candidate's process had ended after its GPU work faulted in an earlier "
-                            f"call (its CUDA context unusable); its stderr ended: {tail}")
+                            f"call (its CUDA context unusable); its stderr ended: {tail}", kind="crash", check=stage)
         if code == 0:  # the worker answers every command, a Python exit included: this ended below Python
             why += (" in the middle of the judge's command, without a Python error: code that exits the process "
                     "directly (os._exit, or exit() from native code or a library)")
-        return Rejected(why + (f"; its stderr ended: {tail}" if tail else "; nothing on its stderr"))
+        return Rejected(why + (f"; its stderr ended: {tail}" if tail else "; nothing on its stderr"), kind="crash",
+                        check=stage)
 
     def _timed_out(self, stage: str) -> Rejected:
         self.proc.kill()
         passed = ", ".join(self.passed) or "nothing yet"
-        return Rejected(f"{stage}: timeout after {self.limit_s:.0f} s, in this stage (passed before it: {passed})")
+        return Rejected(f"{stage}: timeout after {self.limit_s:.0f} s, in this stage (passed before it: {passed})",
+                        kind="timeout", check=stage)
 
     def call(self, stage: str, *msg, timeout: float = REPLY_TIMEOUT_S) -> dict:
         gpu_lock.pulse()  # a judge waiting to time on this GPU goes first (kp.lib.gpu_lock); waits move deadlines
@@ -163,10 +167,10 @@ class ProcessRunner:
                     if time.monotonic() > limit:
                         if self.deadline is not None and limit == self.deadline:
                             raise self._timed_out(stage)
-                        raise Rejected(f"{stage}: no answer within {timeout:.0f} s")
+                        raise Rejected(f"{stage}: no answer within {timeout:.0f} s", kind="timeout", check=stage)
                 reply = self.conn.recv()
                 if not isinstance(reply, dict):
-                    raise Rejected(f"{stage}: {FOREIGN} (a {type(reply).__name__})")
+                    raise Rejected(f"{stage}: {FOREIGN} (a {type(reply).__name__})", kind="tampering", check=stage)
                 if not reply.get("interim"):
                     break
                 self.conn.send(("ack", self.on_interim(reply)))
@@ -174,20 +178,24 @@ class ProcessRunner:
             raise self._died(stage) from None
         self.answered = True
         if reply.get("seq") != self.seq:
-            raise Rejected(f"{stage}: {FOREIGN} (numbered {reply.get('seq')!r}, the command was {self.seq})")
+            raise Rejected(f"{stage}: {FOREIGN} (numbered {reply.get('seq')!r}, the command was {self.seq})",
+                           kind="tampering", check=stage)
         reply = Reply(stage, reply)
         self.build_failures = reply.get("build_failures") or self.build_failures
         if isinstance(reply.get("build_s"), (int, float)):
             self.build_s = self.build_wait_s + float(reply["build_s"])
         if reply.get("patched"):
             raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "
-                           f"(judge, timer and baselines depend on them)")
+                           f"(judge, timer and baselines depend on them)", kind="tampering", check=stage)
         if reply.get("late_threads"):
-            raise Rejected(f"{stage}: {late_message(reply['late_threads'])}")
+            raise Rejected(f"{stage}: {late_message(reply['late_threads'])}", kind="tampering", check=stage)
         if not reply.get("ok"):
             why = raised(stage, str(reply.get("error")))
             held, asked = reply.get("gpu_held"), reply.get("gpu_asked")
-            e = OutOfMemory(why, held, asked) if isinstance(held, int) and isinstance(asked, int) else Rejected(why)
+            kind = reply.get("error_kind") if reply.get("error_kind") in FAILURE_KINDS else raised_kind(msg[0], None)
+            e = OutOfMemory(why, held, asked) if isinstance(held, int) and isinstance(asked, int) else \
+                Rejected(why, kind=kind, check=stage)
+            e.check = e.check or stage
             e.traceback = reply.get("traceback") if isinstance(reply.get("traceback"), str) else None
             raise e
         return reply
@@ -287,7 +295,8 @@ class LocalRunner:
             import torch
             why = raised(stage, error_text(e))
             err = OutOfMemory(why, 0, oom_request_bytes(str(e))) if isinstance(e, torch.OutOfMemoryError) else \
-                Rejected(why)
+                Rejected(why, kind=raised_kind(cmd, error_kind(e)), check=stage)
+            err.check = err.check or stage
             err.traceback = traceback.format_exc(limit=-40)
             raise err from None
 

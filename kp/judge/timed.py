@@ -33,11 +33,11 @@ def reduce_samples(timing: dict, wall_ms: float) -> dict:
     total = sum(sum(v.get("samples") or []) for v in timing.values())
     if total > wall_ms:
         raise Rejected(f"timing: the reported samples add up to {total:.1f} ms, more than the {wall_ms:.1f} ms the "
-                       f"timing command took: they were not measured")
+                       f"timing command took: they were not measured", kind="timing")
     out = {}
     for k, v in timing.items():
         if not v.get("samples"):
-            raise Rejected(f"timing: no samples reported for {k}")
+            raise Rejected(f"timing: no samples reported for {k}", kind="timing")
         t = dataclasses.asdict(summarize([float(x) for x in v["samples"]]))
         t["host_us"] = v.get("host_us", float("nan"))
         out[k] = t
@@ -52,7 +52,8 @@ def check_told(timing: dict, told: dict) -> None:
         mine = told.get(k, [])
         if [float(x) for x in v.get("samples") or []] != mine:
             raise Rejected(f"timing: the {len(v.get('samples') or [])} samples of {k} returned at the end differ from "
-                           f"the {len(mine)} told to the judge after each call: changed in the worker's process")
+                           f"the {len(mine)} told to the judge after each call: changed in the worker's process",
+                           kind="timing")
 
 
 class TimingStage:
@@ -153,7 +154,8 @@ class TimingStage:
             pristine = self.ref.inputs(seed, self.device)
             for i, (a, b) in enumerate(zip(msg["inputs"], pristine)):
                 if isinstance(b, torch.Tensor) and not same_values(a, b):
-                    raise Rejected(f"{label}: input {i} was modified (or is not the draw of the seed it reported)")
+                    raise Rejected(f"{label}: input {i} was modified (or is not the draw of the seed it reported)",
+                                   kind="input_modified")
             with self._timed("timing: the checked timed calls' references"):
                 exp = self._advanced(row.label, seed).expected(pristine, self.precision)
             row.checks[label] = judge_output(label, msg["out"], msg["type"], exp)
@@ -170,7 +172,8 @@ class TimingStage:
             return self.refs
         refs, log = self.row_refs[label], self.call_log[label]
         if not log or log[-1] != seed:
-            raise Rejected(f"timing: the calls the worker reported do not end with the checked call's seed {seed}")
+            raise Rejected(f"timing: the calls the worker reported do not end with the checked call's seed {seed}",
+                           kind="timing")
         for s in log[:-1]:
             refs.advance(self.ref.inputs(s, self.device), self.precision)
         log.clear()
@@ -217,7 +220,7 @@ class TimingStage:
                 result.setdefault("timing_memory", []).append({"rows": [r.label for r in rows], **t["memory"]})
             for r in rows:
                 if r.accepted and not self.timed_checks.get(r.label):
-                    r.reject("timing: no timed call of this row was offered for a check")
+                    r.reject(Rejected("timing: no timed call of this row was offered for a check", kind="timing"))
         return result
 
     def _time_command(self, runner, rows: list, stateful: bool, backward: bool = False) -> tuple[dict, dict]:

@@ -23,8 +23,8 @@ from kp.judge.float64 import _convert, hold_on
 from kp.judge.calling import CallCommands
 from kp.judge.languages import watch_jit_builds
 from kp.judge.measure import MeasureCommands
-from kp.judge.replies import (ENDED_AFTER_FAULT, _settle_before_sending, error_text, fault_text, gpu_fault, send,
-                             without_tensors)
+from kp.judge.replies import (ENDED_AFTER_FAULT, _settle_before_sending, error_kind, error_text, fault_text, gpu_fault,
+                              raised_kind, send, without_tensors)
 from kp.judge.reference import Reference, apply_update
 from kp.lib.layers import set_precision
 from kp.lib.numerics import cpu_kernels
@@ -112,6 +112,7 @@ class Worker(MeasureCommands, CallCommands):
                 #                         exit code 0 and nothing said
                 fault = gpu_fault(self.device)
                 reply = {"ok": False, "error": fault_text(fault, error_text(e)) if fault else error_text(e),
+                         "error_kind": raised_kind(cmd, error_kind(e, fault)),
                          "traceback": traceback.format_exc(limit=-40)}  # the innermost frames: the raise
                 if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_initialized():
                     reply["gpu_held"] = torch.cuda.memory_reserved()  # what this process held: see OutOfMemory

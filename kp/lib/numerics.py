@@ -3,7 +3,6 @@ the error budget, and layout-keeping copies of inputs."""
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import torch
 
@@ -219,7 +218,7 @@ def cast_floats(xs, dtype: torch.dtype | None):
 
 
 def budget_reason(label: str, err: Err, budget: Err) -> str:
-    """Why an output is over its budget, on one line (read back by over_budget)."""
+    """Why an output is over its budget, on one line, for a person (the figures travel beside it: error_figures)."""
     if err.nonfinite_mismatch:
         return (f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference (an overflow, "
                 f"or elements never written: the judge's output memory reads as NaN until written)")
@@ -228,20 +227,6 @@ def budget_reason(label: str, err: Err, budget: Err) -> str:
                 f"{err.rel_l2:.2e}, within its budget {budget.rel_l2:.2e})")
     return (f"{label}: relL2 {err.rel_l2:.2e} over budget {budget.rel_l2:.2e} (worst row {err.worst_row:.2e}, "
             f"row budget {budget.worst_row:.2e})")
-
-
-def over_budget(text: str) -> tuple[Err, Err] | None:
-    """(the error, its budget) a budget_reason in `text` states, or None where it states none (a verdict line, a
-    record's reason: the tables show the failing call's figures from it)."""
-    m = re.search(r"relL2 (\S+) over budget (\S+) \(worst row ([^,]+), row budget ([^)]+)\)", text)
-    if m:
-        rel, b, row, b_row = map(float, m.groups())
-        return Err(rel, row, 0), Err(b, b_row, 0)
-    m = re.search(r"worst row (\S+) over budget (\S+) \(relL2 ([^,]+), within its budget ([^)]+)\)", text)
-    if m:
-        row, b_row, rel, b = map(float, m.groups())
-        return Err(rel, row, 0), Err(b, b_row, 0)
-    return None
 
 
 def budget_from(ref_err: Err, k: float = 1.0, dtype: torch.dtype = torch.float32, grow: float = 1.0) -> Err:

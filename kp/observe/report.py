@@ -1,7 +1,6 @@
 """The report: one table for the playground's variants and for candidates (the verdict line: kp.observe.verdict)."""
 from __future__ import annotations
 
-from kp.lib.numerics import over_budget
 from kp.observe.profile import kernel_base_name
 from kp.observe.verdict import own_frames
 
@@ -127,14 +126,16 @@ def checks_line(r: dict) -> str:
     kinds = {"trial": "on fresh inputs", "inputs": "on derived inputs", "case": "on declared cases",
              "at": f"at {shapes} other shape{'s' * (shapes != 1)} of its family (--shapes)",
              "timed": "timed calls checked"}
-    n = {k: sum(1 for c in r["checks"] if c.split(" ")[0] == k) for k in kinds}
-    changed = sum(1 for c in r["checks"] if c.startswith("trial") and ", after a" in c)
+    passed = {c: v for c, v in r["checks"].items() if v.get("passed") is not False}
+    n = {k: sum(1 for c in passed if c.split(" ")[0] == k) for k in kinds}
+    changed = sum(1 for c in passed if c.startswith("trial") and ", after a" in c)
     parts = [f"{v} {kinds[k]}" + (f" ({changed} after a change of the weights)" if k == "trial" and changed else "")
              for k, v in n.items() if v]
-    n_all = len(r["checks"])
-    grads = sum(1 for c in r["checks"].values() if c.get("grads") is not None)
+    n_all, n_failed = len(passed), len(r["checks"]) - len(passed)
+    grads = sum(1 for c in passed.values() if c.get("grads") is not None)
     return (f"{n_all} checked call{'' if n_all == 1 else 's'} passed" + (f": {', '.join(parts)}" if parts else "")
-            + (f"; gradients checked at {'every one' if grads == n_all else grads}" if grads else ""))
+            + (f"; gradients checked at {'every one' if grads == n_all else grads}" if grads else "")
+            + (f"; {n_failed} failed" if n_failed else ""))
 
 
 def format_record(rec: dict, verdict_follows: bool = False) -> str:
@@ -198,8 +199,8 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
             e = f"{max(c['rel_l2'] for c in errs):8.1e}" if errs else f"{'-':>8}"
             wr = f"{max(c['worst_row'] for c in errs):9.1e}" if errs else f"{'-':>9}"
             if not r["accepted"]:  # a rejected row: the call that failed, where its reason has the figures
-                failed = over_budget(r["reason"])
-                e, wr = (f"{failed[0].rel_l2:8.1e}", f"{failed[0].worst_row:9.1e}") if failed else \
+                failed = (r.get("failure") or {}).get("figures") or {}
+                e, wr = (f"{failed['rel_l2']:8.1e}", f"{failed['worst_row']:9.1e}") if "rel_l2" in failed else \
                     (f"{'-':>8}", f"{'-':>9}")
             v = ("accepted" + (" (pure PyTorch)" if r["pure_torch"] else "")) if r["accepted"] else \
                 (f"rejected{' (peer, not gated)' if r['peer'] else ''}" +

@@ -275,6 +275,11 @@ def main(argv=None) -> int:
     from kp.observe import report, verdict
     from kp.lib.build import prebuild
     opts = judge_opts(args)
+    if args.json:  # its folder made now, before the judging, never a traceback after the verdict
+        try:
+            Path(args.json).resolve().parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return fail_usage(f"--json {args.json}: its folder cannot be made ({e.strerror or e})")
     if batch:
         from kp.batch.backends import run_batch
         return run_batch(args, opts)

@@ -291,3 +291,21 @@ def test_ctrl_c_on_one_judgement_is_one_line_and_leaves_nothing_running(how):
     left = [ps for ps in subprocess.run(["ps", "-o", "stat=,args=", "-s", str(p.pid)], capture_output=True,
                                         text=True).stdout.splitlines() if not ps.strip().startswith("Z")]
     assert not left, left  # its session (the judge, the box, the worker) holds nothing but the dead
+
+
+def test_json_into_a_folder_not_made_yet_is_made_before_the_judging(cli, tmp_path):
+    """--json into folders that do not exist: made before the judging, the record written, exit 0; a path whose
+    folder cannot be made is a usage error before any judging (exit 2), never a traceback after the verdict."""
+    import json
+    d = ROOT / "tests" / "judge_cases" / "relu"
+    out = tmp_path / "new" / "deeper" / "r.json"
+    r = cli("--ref", d / "ref.py", "--candidate", d / "torch_rewrite.py", "--allow-torch", "--device", "cpu",
+            "--seed", "3", "--json", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "accepted" and rec["failure"] is None and rec["schema_version"] == 1
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    r = cli("--ref", d / "ref.py", "--candidate", d / "torch_rewrite.py", "--allow-torch", "--device", "cpu",
+            "--json", blocker / "r.json")
+    assert r.returncode == 2 and "its folder cannot be made" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -17,8 +17,9 @@ from kp.lib.build import (Built, Kernel, arch_flag, build, build_all, build_flag
 from kp.lib.checks import binding_check_many, compile_check, has_experiments
 from kp.lib.sources import Export, binding_source, local_headers, parse_exports, strip_experiments
 from kp.errors import KernelBuildError, UsageError
-from kp.lib.layers import (GEMM_MODES, PRECISIONS, DerivedCache, LinearGemm, check_input, ieee_fp32, mm_fp32,
-                       set_precision, tf32_matmul, trained)
+from kp.lib.layers import (GEMM_MODES, DerivedCache, LinearGemm, check_input, ieee_fp32, mm_fp32, set_precision,
+                           tf32_matmul, trained)
+from kp.lib.registry import PRECISIONS
 from kp.lib.numerics import (ABS_FLOOR, HALF_DTYPES, REF_MULTIPLE, Err, budget_from, clone_layout, rel_error,
                               same_values)
 from kp.judge.reference import problem_inputs as inputs

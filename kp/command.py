@@ -273,7 +273,6 @@ def main(argv=None) -> int:
     from kp.judge import driver as judge
 
     from kp.observe import report, verdict
-    from kp.lib.build import prebuild
     opts = judge_opts(args)
     if args.json:  # its folder made now, before the judging, never a traceback after the verdict
         try:
@@ -290,11 +289,10 @@ def main(argv=None) -> int:
         variants = None
         if ref.problem and not args.candidate and args.device != "cpu":
             variants = expand_variants(ref.problem, args.variant, args.precision)
-            prebuild(ref.problem, variants)
         elif ref.problem and not args.candidate:  # every problem alike on the CPU: its own Model, no kernels
             print(f"{ref.problem}: the playground's kernels run on a GPU; on the CPU the reference's own Model is "
                   f"judged against its float64 copy", file=sys.stderr)
-        rec = judge.evaluate(ref, args.candidate[0] if args.candidate else None, variants, **opts)
+        rec = judge.judge_job(ref, args.candidate[0] if args.candidate else None, opts, variants)
         records.append(rec)
         print(report.format_record(rec, verdict_follows=bool(args.candidate)), flush=True)
         if args.candidate:
@@ -312,17 +310,16 @@ def main(argv=None) -> int:
     return status
 
 
-def judge_opts(args) -> dict:
-    """The judge's options from the command line: what one run, a batch's jobs and the tests' batches of judge
-    cases (tests/batched.py) all judge with."""
-    from kp.judge.family import parse_shapes
-    from kp.judge.worker import JOB_TIMEOUT_S
-    shapes = parse_shapes(args.shapes)
-    return dict(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
-                bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
-                sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
-                timeout_s=args.timeout or JOB_TIMEOUT_S, **({"shapes": shapes} if shapes else {}),
-                **({"backward": True} if args.backward else {}))
+def judge_opts(args):
+    """The judge's options from the command line (kp.judge.options.JudgeOptions, its defaults where a flag is not
+    given): what one run, a batch's jobs and the tests' batches of judge cases (tests/batched.py) all judge with."""
+    from kp.judge.members import parse_shapes
+    from kp.judge.options import JudgeOptions
+    timeout = {} if args.timeout is None else {"timeout_s": args.timeout}
+    return JudgeOptions(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
+                        bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
+                        sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
+                        shapes=parse_shapes(args.shapes), backward=args.backward, **timeout)
 
 
 def compile_check(args) -> int:

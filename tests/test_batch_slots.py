@@ -104,7 +104,7 @@ def test_builds_start_longest_first_and_are_judged_as_they_are_expected_to_end(t
     order, thread = ahead.build_ahead_of_slots(jobs + [pure], [None], timeout_s=60, procs=2)
     thread.join()
     assert [stem(j) for j in started] == ["long", "bare", "s0", "s1", "s2"]
-    assert [(stem(j), dict(j.opts).get("mode")) for j in order] == [("good", None)] + [
+    assert [(stem(j), dict(j.opts).get("mode")) for j in order] == [("good", "train")] + [
         (n, m) for n in ("long", "bare", "s0", "s1", "s2") for m in ("train", "eval")]
 
 

@@ -225,7 +225,7 @@ def test_a_built_in_problem_is_loaded_at_its_files_sizes_whatever_a_judge_before
 
 def test_shapes_takes_a_count_or_members_by_name():
     from kp.errors import UsageError
-    from kp.judge.family import parse_shapes
+    from kp.judge.members import parse_shapes
     assert parse_shapes("4") == 4 and parse_shapes("odd,odd-double") == ("odd", "odd double")
     with pytest.raises(UsageError, match="no member 'triple'; a count, or some of odd, half, one, double"):
         parse_shapes("odd,triple")

@@ -12,6 +12,7 @@ from kp.errors import ACCEPTED, EXIT_CODES, NO_VERDICT, REJECTED, STATUSES, Usag
 from kp.batch.ahead import build_ahead_of_slots
 from kp.batch.gpus import slot_list
 from kp.batch import jobfile
+from kp.judge.options import JudgeOptions
 from kp.batch.jobfile import Job, append_result, read_results, summary, with_reference_seeds
 from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, _forks_workers, end_all, isolated_job
 from kp.batch.usage import CpuUse, GpuUse
@@ -327,7 +328,7 @@ def _own_results_file(out: Path):
     return f
 
 
-def run_batch(args, opts: dict) -> int:
+def run_batch(args, opts: JudgeOptions) -> int:
     """`run.py`'s many jobs (its parsed arguments and the judge's options): on the GPUs of this host (--gpus), on a
     Ray cluster (--ray), or one after another here; the table, the throughput line, the exit code."""
     if args.jobs:
@@ -340,7 +341,7 @@ def run_batch(args, opts: dict) -> int:
         jobs = [jobfile.make_job(r, c, opts) for r in refs for c in (args.candidate or [None])]
     out = Path(args.out) if args.out else None
     held = _own_results_file(out) if out is not None else None  # noqa: F841 (held until this function returns)
-    timeout = args.timeout or DEFAULT_TIMEOUT_S
+    timeout = opts.timeout_s or DEFAULT_TIMEOUT_S
     log_dir = out.with_name(out.name + ".logs") if out else None
     t0, stopped = time.perf_counter(), 0
     if args.ray:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from kp.errors import ACCEPTED, NO_VERDICT, REJECTED, STATUSES, UsageError
+from kp.judge.options import JudgeOptions
 from kp.lib.registry import KERNELS, MODELS, ROOT, problems
 from kp.lib.sources import local_headers
 
@@ -52,16 +53,20 @@ class Job:
         return {"ref": list(self.ref), "candidate": self.candidate, "opts": dict(self.opts)}
 
 
-def make_job(ref: tuple[str, str], candidate: str | Path | None, opts: dict) -> Job:
+def make_job(ref: tuple[str, str], candidate: str | Path | None, opts: JudgeOptions | dict) -> Job:
+    """A job: the reference, the candidate and the options (JudgeOptions, or a mapping of its fields, the others
+    at their defaults)."""
+    opts = opts if isinstance(opts, JudgeOptions) else JudgeOptions.from_mapping(opts)
     ref = (ref[0], str(Path(ref[1]).resolve())) if ref[0] == "file" else ref
-    return Job(ref, str(Path(candidate).resolve()) if candidate else None, tuple(sorted(opts.items())))
+    return Job(ref, str(Path(candidate).resolve()) if candidate else None, opts.pairs())
 
 
-def read_job_file(path: str | Path, opts: dict) -> list[Job]:
+def read_job_file(path: str | Path, opts: JudgeOptions | dict) -> list[Job]:
     """A CSV with a header: `reference,candidate[,mode]`. A reference is a file or a built-in problem id; an empty
     candidate judges the problem's own ladder; `mode` (train or eval, optional) overrides --mode for that row, so
     one run can judge the same pairs under both semantics. Relative paths are relative to the CSV file."""
     path = Path(path)
+    opts = opts if isinstance(opts, JudgeOptions) else JudgeOptions.from_mapping(opts)
     if not path.is_file():
         raise UsageError(f"job file {str(path)!r} does not exist")
     base = path.resolve().parent
@@ -82,7 +87,7 @@ def read_job_file(path: str | Path, opts: dict) -> list[Job]:
         mode = (row.get("mode") or "").strip()
         if mode and mode not in ("train", "eval"):
             raise UsageError(f"{path}:{i}: mode {mode!r} is neither train nor eval")
-        jobs.append(make_job(spec, base / cand if cand else None, {**opts, "mode": mode} if mode else opts))
+        jobs.append(make_job(spec, base / cand if cand else None, opts.replace(mode=mode) if mode else opts))
     return jobs
 
 

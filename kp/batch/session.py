@@ -21,11 +21,9 @@ from kp.batch.gpus import gpu_list
 from kp.batch.jobfile import Job, make_job, status_of, with_reference_seeds
 from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot, end_all
 from kp.errors import UsageError
+from kp.judge.options import JudgeOptions
 from kp.lib.registry import problems
 
-# The judge's options a session takes, with run.py's defaults (kp.judge.driver.Judge's meaning).
-DEFAULTS = dict(seed=None, trials=3, precision="fp32", device=None, bench=True, compile_baseline=True,
-                allow_torch=False, sandbox=True, profile=False, ncu=False, mode="train", shapes=0, backward=False)
 
 
 class JudgeSession:
@@ -34,17 +32,14 @@ class JudgeSession:
     def __init__(self, reference: str | Path, gpus: str | None = None, slots: int = 1,
                  timeout_s: float = DEFAULT_TIMEOUT_S, **opts):
         """gpus: run.py's --gpus ("0,0,0": three slots on GPU 0; "all"); None: `slots` CPU slots (with
-        device="cpu") or slots on GPU 0. opts: the judge's options (DEFAULTS), e.g. allow_torch=True, bench=False,
-        device="cpu"."""
-        unknown = set(opts) - set(DEFAULTS)
-        if unknown:
-            raise UsageError(f"unknown judge options {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-        self.opts = {**DEFAULTS, **opts, "timeout_s": timeout_s}
+        device="cpu") or slots on GPU 0. opts: the judge's options (kp.judge.options.JudgeOptions' fields, its
+        defaults where not given), e.g. allow_torch=True, bench=False, device="cpu"."""
+        self.opts = JudgeOptions.from_mapping({**opts, "timeout_s": timeout_s})
         ref = str(reference)
         self.ref = ("problem", ref) if ref in problems() else ("file", ref)
         if self.ref[0] == "file" and not Path(ref).is_file():
             raise UsageError(f"reference {ref!r} is neither a file nor a built-in problem")
-        cpu = self.opts["device"] == "cpu"
+        cpu = self.opts.device == "cpu"
         where = [None] * slots if cpu else gpu_list(gpus) if gpus else ["0"] * slots
         self.timeout_s = timeout_s
         self.sources = Path(tempfile.mkdtemp(prefix="kp_session_"))  # candidates given as text, one folder each

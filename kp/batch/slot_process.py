@@ -23,20 +23,14 @@ def run_job(job: Job) -> dict:
     """Judge one job in this process; returns its result (verdict line, ok, the judge's full record)."""
     from kp.judge import driver as judge
     from kp.observe import report, verdict
-    from kp.lib.build import prebuild
     from kp.errors import KernelBuildError
+    from kp.judge.options import JudgeOptions
     log: list[str] = []
     t0 = time.perf_counter()
     opts = dict(job.opts)
     opts.pop("seed_from", None)  # said in the job's line of the results file, not the judge's business
     try:
-        ref = judge.Reference.load(job.ref)
-        variants = None
-        if job.candidate is None:
-            variants = judge.default_variants(ref.problem, precision=opts.get("precision") or "fp32")
-            if opts.get("device") != "cpu":
-                prebuild(ref.problem, variants)
-        rec = judge.evaluate(ref, job.candidate, variants, log=log.append, **opts)
+        rec = judge.judge_job(job.ref, job.candidate, JudgeOptions.from_mapping(opts), log=log.append)
         line = verdict.verdict(rec) if job.candidate else \
             ("ok" if rec["ok"] else "rejected: " + "; ".join(f"{k}: {r['reason']}" for k, r in rec["rows"].items()
                                                                if not r["accepted"] and not r["peer"]))

@@ -13,7 +13,7 @@ import time
 
 from kp.errors import NO_VERDICT, REJECTED
 from kp.judge.runners import exit_status, start_without_main
-from kp.judge.worker import JOB_TIMEOUT_S
+from kp.judge.options import JOB_TIMEOUT_S
 from kp.batch.jobfile import Job
 from kp.batch.slot_process import _slot_main
 

@@ -49,10 +49,9 @@ from pathlib import Path
 import torch
 
 from kp.box import sandbox
-from kp.lib.build import progress
+from kp.lib.build import prebuild, progress
 from kp.errors import NoVerdict, OutOfMemory, Rejected, UsageError, failed_figures
 from kp.judge.expected import Row
-from kp.lib.layers import PRECISIONS
 from kp.judge.reference import Reference
 from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
 from kp.judge.escape import EscapeStage
@@ -61,19 +60,18 @@ from kp.judge.kernelbench import KernelBenchCheck
 from kp.judge.construct import ConstructStage
 from kp.judge.memory import OutOfMemoryVerdicts
 from kp.judge.record import RecordParts, process_age_s
-from kp.judge.family import member_names, module_sizes
+from kp.judge.family import module_sizes
 from kp.judge.family_parity import FamilyParity
 from kp.judge.backward import BackwardCheck
 from kp.judge.calls import CallCheck
-from kp.judge.parity import MIN_TRIALS, ParityStage
+from kp.judge.parity import ParityStage
 from kp.judge.stages import AFTER_WORKERS, BUILD_STAGE, STAGES, WAIT_STAGE
 from kp.judge.ceilings import CeilingStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
-from kp.judge.worker import JOB_TIMEOUT_S
+from kp.judge.options import MIN_TRIALS, JudgeOptions
 from kp.lib import gpu_lock
 
-MODES = ("train", "eval")
 STILL_FIRST_S, STILL_EVERY_S = 10.0, 20.0  # a stage still running says so after this long, then this often
 MIN_CHECKED = MIN_TRIALS  # checked calls a row must pass to be accepted, on any device
 
@@ -146,29 +144,21 @@ def still_in(stage: str, say, first_s: float = STILL_FIRST_S, every_s: float = S
 
 class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, BackwardCheck, ParityStage, FamilyParity,
             KernelBenchCheck, EscapeStage, TimingStage, CeilingStage, ObserveStage):
-    def __init__(self, ref: Reference, *, seed: int | None = None, trials: int = MIN_TRIALS,
-                 precision: str = "fp32", device: str | None = None, bench: bool = True,
-                 compile_baseline: bool = True, allow_torch: bool = False, min_reps: int = 10, max_reps: int = 100,
-                 budget_s: float = 20.0, sandbox: bool = True, profile: bool = False, ncu: bool = False,
-                 mode: str = "train", timeout_s: float | None = JOB_TIMEOUT_S, shapes=0, backward: bool = False,
-                 log=progress):
-        """mode: 'train' (KernelBench's contract: a fresh Model trains) or 'eval' (inference: both models in eval
-        mode). timeout_s: the limit on a candidate's whole job (None: none), each worker call bounded by it.
-        shapes: other members of the reference's shape family each row's parity also runs at (kp.judge.family).
-        backward: every parity call's gradients judged too (kp.judge.backward)."""
-        if mode not in MODES:
-            raise UsageError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if precision not in PRECISIONS:
-            raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        if trials < MIN_TRIALS:
-            raise UsageError(f"at least {MIN_TRIALS} trials, got {trials}")
+    def __init__(self, ref: Reference, opts: JudgeOptions | None = None, *, min_reps: int = 10, max_reps: int = 100,
+                 budget_s: float = 20.0, log=progress, **options):
+        """opts: how to judge (kp.judge.options.JudgeOptions; or its fields as keywords, `options`). min_reps,
+        max_reps, budget_s: the timing's bounds (the tests shorten them)."""
+        opts = opts if opts is not None else JudgeOptions.from_mapping(options)
+        self.opts = opts
+        seed, trials, precision, device = opts.seed, opts.trials, opts.precision, opts.device
+        bench, compile_baseline, allow_torch = opts.bench, opts.compile_baseline, opts.allow_torch
+        sandbox = opts.sandbox
+        profile, ncu, mode, timeout_s, shapes = opts.profile, opts.ncu, opts.mode, opts.timeout_s, opts.shapes
         if device is None:
             if not torch.cuda.is_available():
                 raise UsageError("no CUDA device visible: use a GPU machine (or --device cpu for the host-side "
                                  "parity checks of a pure-torch candidate)")
             device = "cuda"
-        if device not in ("cuda", "cpu"):
-            raise UsageError(f"device must be cuda or cpu, got {device!r}")
         if device == "cuda" and not torch.cuda.is_available():
             raise UsageError("no CUDA device visible")
         self.ref, self.precision, self.device, self.trials = ref.use_precision(precision), precision, device, trials
@@ -179,13 +169,10 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self.log = log
         self.mode, self.train = mode, mode == "train"
-        self.backward = backward
+        self.backward = opts.backward
         self.prev_grads = {}  # per row: the gradients its last checked call must have left (accumulation)
         self.timeout_s = timeout_s
-        if isinstance(shapes, int) and shapes < 0:
-            raise UsageError(f"--shapes takes a count of other shapes (0 or more), got {shapes}")
-        self.shapes = shapes if isinstance(shapes, int) else tuple(member_names(shapes))  # a count, or members'
-        #                                                                                  names (kp.judge.family)
+        self.shapes = shapes  # a count, or members' names (kp.judge.family)
         self.deadline = time.monotonic() + timeout_s if timeout_s else None
         self.notes: list[str] = []  # said in the verdict line and the record: what the judge could not do as usual
         self.rows: list[Row] = []
@@ -391,12 +378,13 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
 
 
 def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants: list[str] | None = None,
-             **kw) -> dict:
+             opts: JudgeOptions | None = None, **kw) -> dict:
     """Judge a candidate file and/or the playground's variants against a reference (a Reference, or a built-in
-    problem id). Returns the record; rec['rows'][label]['accepted'] and ['reason'] carry the verdicts."""
+    problem id), with `opts` (or JudgeOptions' fields as keywords, beside Judge's own: log, the timing's bounds).
+    Returns the record: its status and failure, and rec['rows'][label] each row's."""
     if isinstance(ref, str):
         ref = Reference.load(("problem", ref))
-    j = Judge(ref, **kw)
+    j = Judge(ref, opts, **kw)
     if variants:
         if ref.problem is None:
             raise UsageError("variants belong to built-in problems; --ref files are judged with --candidate")
@@ -411,3 +399,15 @@ def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants
     return j.run()
 
 
+def judge_job(ref: Reference | tuple[str, str], candidate: str | Path | None, opts: JudgeOptions,
+              variants: list[str] | None = None, log=progress) -> dict:
+    """One job, judged as every way in judges it (the command line, a batch's slot, JudgeSession, the warm judge):
+    a reference (or its spec: ("file", path) or ("problem", id)) and a candidate file; or, with no candidate, a
+    built-in problem's rows (`variants`, else the ladder this GPU runs in the precision), their kernels built first
+    in parallel on a GPU. Returns the record."""
+    if not isinstance(ref, Reference):
+        ref = Reference.load(ref)
+    if candidate is None and ref.problem and opts.device != "cpu":
+        variants = variants or default_variants(ref.problem, precision=opts.precision)
+        prebuild(ref.problem, variants)
+    return evaluate(ref, candidate, variants if candidate is None else None, opts, log=log)

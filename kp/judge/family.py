@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from kp.errors import UsageError
+from kp.judge.members import MEMBERS, _odd, member_names
 
 
 def _code_names(code) -> set[str]:
@@ -25,30 +26,6 @@ def _code_names(code) -> set[str]:
         if hasattr(c, "co_names"):
             out |= _code_names(c)
     return out
-
-
-def _odd(n: int) -> int:
-    """An odd size just under n (1023 for 1024, 1001 for 1003): no power of two, no multiple of a tile divides it."""
-    return max(1, n - 1 if n % 2 == 0 else n - 2)
-
-
-# The members --shapes N takes, in order (the first N that apply): each maps a size to its value there. Odd sizes
-# first (a width assumed a multiple of the tile), then half (fewer rows than a hard-coded count: slices clip, an
-# index past the end does not), a batch of one, double (rows past a hard-coded count left unwritten), then odd
-# halves and odd doubles.
-MEMBERS = (
-    ("odd", lambda n, batch: _odd(n)),
-    ("half", lambda n, batch: max(1, n // 2)),
-    ("one", lambda n, batch: 1 if batch else n),
-    ("double", lambda n, batch: 2 * n),
-    ("odd half", lambda n, batch: max(1, (n // 2) | 1)),
-    ("odd double", lambda n, batch: 2 * n + 1),
-)
-
-
-def said_sizes(sizes: dict) -> str:
-    """Sizes changed ({name: (now, there)}) as a verdict or note says them: 'batch_size 6 -> 1, height 12 -> 11'."""
-    return ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sizes.items())
 
 
 def module_sizes(module) -> dict:
@@ -83,23 +60,6 @@ def _assigned(targets, value):
         else:
             return None
     return out
-
-
-def member_names(names) -> list[str]:
-    """Members named on a command line ('odd', 'odd-half' or 'odd half'), checked against MEMBERS."""
-    known = [m for m, _ in MEMBERS]
-    out = [str(x).strip().replace("-", " ") for x in names]
-    bad = [x for x in out if x not in known]
-    if bad:
-        raise UsageError(f"--shapes: no member {', '.join(map(repr, bad))}; a count, or some of "
-                         f"{', '.join(m.replace(' ', '-') for m in known)}")
-    return out
-
-
-def parse_shapes(text: str):
-    """--shapes as given: a count ('4') or members' names ('odd,double')."""
-    text = str(text).strip()
-    return int(text) if text.isdigit() else tuple(member_names(text.split(",")))
 
 
 class ShapeFamily:

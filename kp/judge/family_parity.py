@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from kp.errors import GpuMemoryShort, ReferenceRaised, Rejected, UsageError, cuda_broken
-from kp.judge.family import said_sizes
+from kp.judge.members import said_sizes
 from kp.judge.plan import cpu_bench_refusal, float64_peak, free_gpu_bytes, host_budget, memory_need
 
 

@@ -13,14 +13,14 @@ from kp.errors import ReferenceRaised, Rejected, failed_figures, first_line, rai
 from kp.judge.expected import Row, _Refs
 from kp.judge.calls import STALE_INPUTS, moved_call
 from kp.judge.outputs import Expected, _release, rms
-from kp.judge.family import said_sizes
+from kp.judge.members import said_sizes
+from kp.judge.options import MIN_TRIALS
 from kp.judge.float64 import FP32_ONLY_BUDGET
 from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
 from kp.lib.numerics import all_finite
 
-MIN_TRIALS = 3
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
 # [0, 1) fails one of them (e.g. a softmax without the max subtraction overflows at x100).
 # The shift is -10, not a small one, and its budget's floor grows with the inputs' RMS (shift_growth): an honest

@@ -34,7 +34,6 @@ from kp.observe.profile import profiler
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
 BUILD_AHEAD_NICE = 10  # a build ahead of judging yields the cores to the judges beside it (their host clocks, their
 #                        timed calls): it is throughput, they are latency; it still gets every core they leave idle
-JOB_TIMEOUT_S = 600  # a candidate's whole job, single run or batch (--timeout): its builds, parity and timing
 RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")  # commands after which no thread
 #                                                                            the candidate started may be working
 

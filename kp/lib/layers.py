@@ -96,7 +96,6 @@ def mm_fp32(x: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
 
 
 GEMM_MODES = ("auto", "fp64", "fp32", "split", "split_wgmma", "triton")
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # the judged modes (kp.lib.numerics.PRECISION_DTYPES)
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ CI_ARCHS = ("sm_80", "sm_89", "sm_90a")
 _REQUIRES_RE = re.compile(r"^//\s*Requires:\s*sm_(\d)(\d)(a?)\b", re.M)
 _RECORD_RE = re.compile(r"^//\s*Record:\s*(.+)$", re.M)
 _PRECISIONS_RE = re.compile(r"^//\s*Precisions:\s*(.+)$", re.M)
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # the judged modes (kp.lib.numerics.PRECISION_DTYPES)
 FLOAT32_PRECISIONS = ("fp32", "tf32")  # a rung without a Precisions line: float32 tensors (tf32 changes the GEMM only)
 
 

@@ -108,10 +108,9 @@ class _EscapeReplies:
         return {"samples": samples, "control": self.control, "events": events, "marker": "sleep", "own": {}}
 
 
-def _escape_judge():
-    j = object.__new__(judge.Judge)
-    j.seed, j.allow_torch = 1, True
-    return j
+def _escape_check(**kw):
+    from kp.judge.escape import EscapeCheck
+    return EscapeCheck(seed=1, allow_torch=True, backward=False, **kw)
 
 
 def test_escape_host_clock_retried_when_one_try_was_slowed_by_another_process():
@@ -119,7 +118,7 @@ def test_escape_host_clock_retried_when_one_try_was_slowed_by_another_process():
     honest = [(15.6, 15.5, 0.05)] * 5
     runner = _EscapeReplies([slowed, honest])
     row = judge.Row("candidate", runner)
-    info = _escape_judge()._escape(row)
+    info = _escape_check().check(row)
     assert runner.calls == 2 and info["host_excess_ms"] < info["threshold_ms"]
 
 
@@ -127,18 +126,18 @@ def test_escape_check_accepts_a_call_whose_thread_waited_for_a_cpu_and_says_how_
     """The measuring thread's wait for a CPU is discounted from the host clock's excess, and the escape record says
     how much (its median over the calls), so a verdict on a busy host can be read."""
     preempted = [(7.46, 3.49, 0.05, 3.98)] * 5
-    info = _escape_judge()._escape(judge.Row("candidate", _EscapeReplies([preempted])))
+    info = _escape_check().check(judge.Row("candidate", _EscapeReplies([preempted])))
     assert info["host_excess_ms"] < info["threshold_ms"] and info["cpu_wait_ms"] == 3.98
     hidden = [(11.46, 3.49, 0.05, 3.98)] * 5
     with pytest.raises(judge.Rejected, match=r"host clock saw 3\.9\d\d ms .*3\.980 ms waiting for a CPU not counted"):
-        _escape_judge()._escape(judge.Row("candidate", _EscapeReplies([hidden])))
+        _escape_check().check(judge.Row("candidate", _EscapeReplies([hidden])))
 
 
 def test_escape_host_clock_rejects_when_every_try_sees_it():
     hidden = [(3.45, 0.01, 0.05)] * 5
     runner = _EscapeReplies([hidden])
     with pytest.raises(judge.Rejected, match="host clock saw .* work escaped"):
-        _escape_judge()._escape(judge.Row("candidate", runner))
+        _escape_check().check(judge.Row("candidate", runner))
     assert runner.calls == 1 + stage_escape.ESCAPE_RETRIES
 
 
@@ -147,11 +146,11 @@ def test_escape_host_clock_discounts_what_it_sees_around_no_call():
     same steps around no call sees it too, so a 16 us kernel is not taken for escaped work; 3 ms unseen still is."""
     loaded = [(0.45, 0.003, 0.001)] * 5  # 0.45 ms around no call
     honest = [(0.44, 0.016, 0.05)] * 5
-    info = _escape_judge()._escape(judge.Row("candidate", _EscapeReplies([honest], control=loaded)))
+    info = _escape_check().check(judge.Row("candidate", _EscapeReplies([honest], control=loaded)))
     assert info["host_excess_ms"] < info["threshold_ms"]
     hidden = [(3.45, 0.016, 0.05)] * 5
     with pytest.raises(judge.Rejected, match="host clock saw .* work escaped"):
-        _escape_judge()._escape(judge.Row("candidate", _EscapeReplies([hidden], control=loaded)))
+        _escape_check().check(judge.Row("candidate", _EscapeReplies([hidden], control=loaded)))
 
 
 def test_the_escape_check_without_timing_confirms_a_host_clock_objection_with_the_gpu_alone(monkeypatch):
@@ -169,13 +168,13 @@ def test_the_escape_check_without_timing_confirms_a_host_clock_objection_with_th
         yield
     monkeypatch.setattr(escape, "gpu_to_itself", to_itself)
     runner = _EscapeReplies([slowed, slowed, slowed, honest])
-    j = _escape_judge()
-    j.device, j.gpu_own = "cuda", False
-    info = j._escape(judge.Row("candidate", runner))
+    shared = [True]
+    check = _escape_check(beside_other_judges=lambda: shared[0])
+    info = check.check(judge.Row("candidate", runner))
     assert alone == [True] and runner.calls == 4 and info["host_excess_ms"] < info["threshold_ms"]
-    j.gpu_own = True  # with timing the GPU is this judge's already: the objection stands
+    shared[0] = False  # with timing the GPU is this judge's already: the objection stands
     with pytest.raises(judge.Rejected, match="host clock saw"):
-        j._escape(judge.Row("candidate", _EscapeReplies([slowed, slowed, slowed, honest])))
+        check.check(judge.Row("candidate", _EscapeReplies([slowed, slowed, slowed, honest])))
 
 
 def test_timed_call_check_rejects_a_stale_output_and_modified_inputs():

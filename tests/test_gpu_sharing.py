@@ -162,13 +162,13 @@ def test_a_median_under_the_profiled_time_beside_other_judges_is_measured_again_
     for alone_median, accepted in ((0.01, False), (0.9, True)):
         alone = []
         j = object.__new__(judge.Judge)
-        j.device, j.gpu_own, j.bench, j.rows = "cuda", False, False, []
+        j.device, j.bench, j.rows, j.log = "cuda", False, [], lambda said: None
         row = judge.Row("candidate", types.SimpleNamespace(isolated=True, call=lambda *a, **k: {"peak": 0}))
         row.escape = {"busy_ms": 1.0}
         j.rows, j.runners, j._fp = [row], [], {"inputs": 4, "outputs": 4, "weights": 0, "flops": 0}
         j.ref = types.SimpleNamespace(inputs=lambda *a: [], traffic=lambda *a, **k: {"bytes": 8, "flops": 0})
         j.seed, j.precision = 1, "fp32"
-        j._escape = lambda r: None
+        j.escape_check = types.SimpleNamespace(check=lambda r: None, beside_other_judges=lambda: True)
         j._timing = lambda: {"timing": {"candidate": {"median_ms": alone_median}}}
         rec = {"timing": {"candidate": {"median_ms": 0.01}}}
         monkeypatch.setattr(ceilings, "memory_need", lambda *a: 0)

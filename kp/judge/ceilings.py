@@ -78,10 +78,10 @@ class CeilingStage:
         for row in self.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
             if row.runner.isolated and row.label in rec.get("timing", {}):
                 why = self._contradicted(rec, row)
-                if why and self._beside_other_judges():  # without timing, both were measured beside other judges'
-                    try:  #                                    calls: measured again with the GPU alone, which decides
-                        with gpu_to_itself(getattr(self, "log", None)):
-                            self._escape(row)
+                if why and self.escape_check.beside_other_judges():
+                    try:  # without timing, both were measured beside other judges' calls: again with the GPU alone
+                        with gpu_to_itself(self.log):
+                            self.escape_check.check(row)
                             rec.update(self._timing())
                     except Rejected as e:
                         row.reject(e)

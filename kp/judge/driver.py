@@ -54,7 +54,7 @@ from kp.errors import NoVerdict, OutOfMemory, Rejected, UsageError, failed_figur
 from kp.judge.expected import Row
 from kp.judge.reference import Reference
 from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
-from kp.judge.escape import EscapeStage
+from kp.judge.escape import EscapeCheck
 from kp.judge.observe import ObserveStage
 from kp.judge.kernelbench import KernelBenchCheck
 from kp.judge.construct import ConstructStage
@@ -143,7 +143,7 @@ def still_in(stage: str, say, first_s: float = STILL_FIRST_S, every_s: float = S
 
 
 class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, BackwardCheck, ParityStage, FamilyParity,
-            KernelBenchCheck, EscapeStage, TimingStage, CeilingStage, ObserveStage):
+            KernelBenchCheck, TimingStage, CeilingStage, ObserveStage):
     def __init__(self, ref: Reference, opts: JudgeOptions | None = None, *, min_reps: int = 10, max_reps: int = 100,
                  budget_s: float = 20.0, log=progress, **options):
         """opts: how to judge (kp.judge.options.JudgeOptions; or its fields as keywords, `options`). min_reps,
@@ -199,6 +199,8 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         self.gpu_own = False  # the GPU held against every other judge on this host, from the escape stage on
         self.detail: dict[str, float] = {}  # seconds inside the stages, by part (_timed)
         self.stage_now: str | None = None  # the stage running: a row it rejects has its failure's stage named so
+        self.escape_check = EscapeCheck(self.seed, allow_torch, opts.backward,
+                                        lambda: self.device == "cuda" and not self.gpu_own, log, self._tally)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 

@@ -1,7 +1,8 @@
-"""The judge's escape and own-kernel stages: one call inside a profiler window bounded by marker kernels and a
+"""The judge's escape and own-kernel check: one call inside a profiler window bounded by marker kernels and a
 host clock around it, then the kernels that ran, matched against the row's own shared objects."""
 from __future__ import annotations
 
+import time
 from statistics import median_high
 
 from kp.errors import Rejected
@@ -14,43 +15,52 @@ from kp.lib.gpu_lock import gpu_to_itself
 ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
 
 
-class EscapeStage:
-    """Methods of kp.judge.driver.Judge: the stage's state is the judge's."""
+class EscapeCheck:
+    """The escape and own-kernel check of a row, one part of the judge with what it reads given when it is made:
+    the run's seed, whether a pure-PyTorch row is accepted (--allow-torch), whether the profiled call is a training
+    step (--backward), whether its tries share the GPU with other judges now (a question: the judge holds the GPU
+    alone from the timed stages on), where it says it waits, and where its seconds are tallied."""
 
-    def _escape_try(self, row: Row, seed: int) -> tuple:
+    def __init__(self, seed: int, allow_torch: bool, backward: bool, beside_other_judges=lambda: False,
+                 log=None, tally=lambda what, seconds: None):
+        self.seed, self.allow_torch, self.backward = seed, allow_torch, backward
+        self.beside_other_judges, self.log, self.tally = beside_other_judges, log, tally
+
+    def _try(self, row: Row, seed: int) -> tuple:
         """One escape measurement: (reply, median event ms, host-clock excess ms, activities outside the window,
         the window)."""
-        with self._timed("escape: profiled calls (each try)"):
-            e = row.runner.call("escape", "escape", row.label, seed % 2**32,
-                                *([True] if getattr(self, "backward", False) else []))
+        t0 = time.perf_counter()
+        try:
+            e = row.runner.call("escape", "escape", row.label, seed % 2**32, *([True] if self.backward else []))
+        finally:
+            self.tally("escape: profiled calls (each try)", time.perf_counter() - t0)
         ev_ms = median_high(s[1] for s in e["samples"])
         control = max(host_clock_excess_ms(e["control"]), 0.0)  # what the same steps cost around no call, now
         return (e, ev_ms, host_clock_excess_ms(e["samples"]) - control, *window_violations(e["events"], e["marker"]))
 
-    def _beside_other_judges(self) -> bool:
-        """Whether this judge's escape tries ran on a GPU other judges may be using (no timing: kp.lib.gpu_lock)."""
-        return getattr(self, "device", "cpu") == "cuda" and not getattr(self, "gpu_own", True)
-
-    def _escape(self, row: Row) -> dict:
-        e, ev_ms, excess, bad, window = self._escape_try(row, self.seed + 2000)
+    def check(self, row: Row) -> dict:
+        """The row's escape record (row.escape, and its kernels); a Rejected where work escaped the timed window or
+        no kernel of its own ran."""
+        e, ev_ms, excess, bad, window = self._try(row, self.seed + 2000)
         for attempt in range(ESCAPE_RETRIES):  # only the host clock objects: work that escapes the events does so
             if bad or excess <= escape_threshold_ms(ev_ms):  # on every try, while another process's kernels on a
                 break  #                                       shared GPU lengthen one try and not the next
-            again = self._escape_try(row, self.seed + 2001 + attempt)
+            again = self._try(row, self.seed + 2001 + attempt)
             if again[3] or again[2] < excess:
                 e, ev_ms, excess, bad, window = again
-        if not bad and excess > escape_threshold_ms(ev_ms) and self._beside_other_judges():
-            with gpu_to_itself(getattr(self, "log", None)):  # the host clock still objects, on a GPU other judges'
-                #                                              calls share: a last try with it alone decides
-                e, ev_ms, excess, bad, window = self._escape_try(row, self.seed + 2001 + ESCAPE_RETRIES)
+        if not bad and excess > escape_threshold_ms(ev_ms) and self.beside_other_judges():
+            # the host clock still objects, on a GPU other judges' calls share: a last try with it alone decides
+            with gpu_to_itself(self.log):
+                e, ev_ms, excess, bad, window = self._try(row, self.seed + 2001 + ESCAPE_RETRIES)
         waits = [s[3] for s in e["samples"] if len(s) > 3]  # discounted from the excess (guards)
         info = {"host_excess_ms": excess, "threshold_ms": escape_threshold_ms(ev_ms), "event_ms": ev_ms,
                 "cpu_wait_ms": median_high(waits) if waits else None,
                 "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
                 "outside_window": [(x["name"][:80], x["stream"]) for x in bad],
                 "busy_ms": busy_ms(e["events"], e["marker"], window)}
-        if getattr(self, "backward", False):  # the profiled call was a training step: the forward's own work and
-            info["busy_step_ms"] = info["busy_ms"]  # the step's, for the forward's median and the step's
+        if self.backward:  # the profiled call was a training step: the forward's own work and the step's, for the
+            #                 forward's median and the step's
+            info["busy_step_ms"] = info["busy_ms"]
             info["busy_ms"] = forward_busy_ms(e["events"], e["marker"], window)
         row.escape = info
         if window is None:

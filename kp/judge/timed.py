@@ -68,7 +68,7 @@ class TimingStage:
         if self.bench:
             self.held.enter_context(gpu_to_itself(self.log))
             self.gpu_own = True
-        self._each(self._escape)
+        self._each(self.escape_check.check)
 
     def stage_timing(self, rec: dict, init) -> None:
         if self.refs is not None and self.refs.state_attrs:  # a reference whose calls carry state: it and the rows

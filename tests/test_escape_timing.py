@@ -351,13 +351,12 @@ def test_a_training_steps_forward_and_step_are_each_held_to_their_own_profiled_t
     assert marks.forward_busy_ms(events, "mark", window) == pytest.approx(0.006)
     assert marks.busy_ms(events, "mark", window) == pytest.approx(1.006)
     assert marks.forward_busy_ms(events[:1] + events[3:], "mark", window) is None  # no middle marker
-    j = object.__new__(judge.Judge)
-    j._fp = {"inputs": 4}
+    from kp.judge.ceilings import contradicted
     row = types.SimpleNamespace(label="candidate", escape={"busy_ms": 0.006, "busy_step_ms": 1.006})
     rec = {"timing": {"candidate": {"median_ms": 0.0065}}, "timing_backward": {"candidate": {"median_ms": 15.0}}}
-    assert j._contradicted(rec, row) is None
+    assert contradicted(rec, row, 4) is None
     rec["timing_backward"]["candidate"]["median_ms"] = 0.2  # the step's events re-recorded from inside its backward
-    why = j._contradicted(rec, row)
+    why = contradicted(rec, row, 4)
     assert why.startswith("training step timing: median 200.0 us is under 0.5 x the 1006.0 us") and \
         "did not bound the training step" in why, why
 
@@ -420,25 +419,22 @@ def test_one_precision_path_for_ceilings(monkeypatch):
     monkeypatch.setattr(ceilings, "free_gpu_bytes", lambda: 70 << 30)
     monkeypatch.setattr(ceilings, "_CEILINGS", {})  # measured here, not taken from an earlier test's process
     ref = judge.Reference.load(("problem", "matmul_gelu_softmax"))
-    j = judge.Judge.__new__(judge.Judge)
-    j.ref, j.precision, j.log = ref, "tf32", said.append
-    c = j.ceilings({"bytes": 1e9, "flops": 1e14})
+    relu = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))  # no BOUND: from intensity
+    c = ceilings.ceilings(ref, "tf32", {"bytes": 1e9, "flops": 1e14}, said.append)
     assert seen == ["tf32"] and c["flops_rate"] == 700e12 and c["bound"] == "compute"
     assert sizes == [4 << 30, 8192] and not said
     monkeypatch.setattr(ceilings, "free_gpu_bytes", lambda: 3 << 30)  # a GPU other processes fill: smaller probes
     sizes.clear()
-    j.ceilings({"bytes": 1e9, "flops": 1e14})
+    ceilings.ceilings(ref, "tf32", {"bytes": 1e9, "flops": 1e14}, said.append)
     assert sizes == [1 << 30, 4096] and "3.0 GiB of GPU memory free" in said[-1]
-    j.precision = "fp32"
-    assert j.ceilings({"bytes": 1e9, "flops": 1e14})["flops_rate"] == 50e12 and seen[-1] == "fp32"
-    j.ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))  # no BOUND: from intensity
-    assert j.ceilings({"bytes": 1e9, "flops": 0})["bound"] == "memory"
+    assert ceilings.ceilings(ref, "fp32", {"bytes": 1e9, "flops": 1e14}, said.append)["flops_rate"] == 50e12
+    assert seen[-1] == "fp32"
+    assert ceilings.ceilings(relu, "fp32", {"bytes": 1e9, "flops": 0}, said.append)["bound"] == "memory"
     n = len(seen)  # a process measures a GPU's ceilings once per probe size and precision (a batch's slot)
     monkeypatch.setattr(ceilings, "free_gpu_bytes", lambda: 3 << 30)
-    j.ceilings({"bytes": 1e9, "flops": 1e14})
-    j.precision = "tf32"
+    ceilings.ceilings(relu, "fp32", {"bytes": 1e9, "flops": 1e14}, said.append)
     monkeypatch.setattr(ceilings, "free_gpu_bytes", lambda: 70 << 30)
-    assert j.ceilings({"bytes": 1e9, "flops": 1e14})["flops_rate"] == 700e12
+    assert ceilings.ceilings(relu, "tf32", {"bytes": 1e9, "flops": 1e14}, said.append)["flops_rate"] == 700e12
     assert len(seen) == n
 
 

@@ -203,16 +203,13 @@ def test_a_member_larger_than_the_benchmark_is_judged_only_where_the_gpu_has_roo
     forward's peak) in what is free now; a smaller one always fits, as the benchmark's did."""
     from kp.judge import family_parity
     fp = lambda n: {"inputs": n, "outputs": n, "weights": 0, "peak": 2 * n, "flops": 0, "rows": 64}
-    j = object.__new__(judge.Judge)
-    j.device, j.f64_device, j.rows = "cuda", "cuda", [None]
+    no_room = lambda member: family_parity.no_room_for(member, fp(2 << 30), "cuda", "cuda", 1)  # noqa: E731
     monkeypatch.setattr(family_parity, "free_gpu_bytes", lambda: 10 << 30)
-    j._fp = fp(4 << 30)  # double the benchmark's 2 GiB inputs: about 17 GiB more
-    assert "GiB of GPU memory more than the benchmark's shape, 10.0 GiB are free" in j._no_room_for(fp(2 << 30))
-    j._fp = fp(1 << 30)
-    assert j._no_room_for(fp(2 << 30)) is None
+    # double the benchmark's 2 GiB inputs: about 17 GiB more
+    assert "GiB of GPU memory more than the benchmark's shape, 10.0 GiB are free" in no_room(fp(4 << 30))
+    assert no_room(fp(1 << 30)) is None
     monkeypatch.setattr(family_parity, "free_gpu_bytes", lambda: 40 << 30)
-    j._fp = fp(4 << 30)
-    assert j._no_room_for(fp(2 << 30)) is None
+    assert no_room(fp(4 << 30)) is None
 
 
 def test_a_built_in_problem_is_loaded_at_its_files_sizes_whatever_a_judge_before_left():

@@ -74,10 +74,10 @@ class CeilingStage:
         rec["memory_need"] = memory_need(self.fp, len(self.rows))
         if self.bench and rec.get("timing"):
             with self._timed("ceilings: copy bandwidth and GEMM rates measured"):
-                rec.update(self.ceilings(rec["traffic"]["eager"]))
+                rec.update(ceilings(self.ref, self.precision, rec["traffic"]["eager"], self.log))
         for row in self.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
             if row.runner.isolated and row.label in rec.get("timing", {}):
-                why = self._contradicted(rec, row)
+                why = contradicted(rec, row, self.fp["inputs"])
                 if why and self.escape_check.beside_other_judges():
                     try:  # without timing, both were measured beside other judges' calls: again with the GPU alone
                         with gpu_to_itself(self.log):
@@ -86,7 +86,7 @@ class CeilingStage:
                     except Rejected as e:
                         row.reject(e)
                         continue
-                    why = self._contradicted(rec, row) if row.accepted else None
+                    why = contradicted(rec, row, self.fp["inputs"]) if row.accepted else None
                 if why:
                     row.reject(Rejected(why, kind="timing"))
 
@@ -98,36 +98,39 @@ class CeilingStage:
         out["eager"] = out["torch.compile"] = self.ref.traffic(x, init, self.fp)
         return out
 
-    def _contradicted(self, rec: dict, row) -> str | None:
-        """Why the row's median cannot be its call's time, or None; under --backward, also why its training step's
-        median cannot be the step's (the forward's busy time measured apart, kp.judge.window.forward_busy_ms)."""
-        med = rec["timing"][row.label]["median_ms"]
-        step = (rec.get("timing_backward") or {}).get(row.label)
-        return below_busy(med, (row.escape or {}).get("busy_ms")) or \
-            ("bandwidth" in rec and below_floor(med, self.fp["inputs"], rec["bandwidth"])) or \
-            (step and below_busy(step["median_ms"], (row.escape or {}).get("busy_step_ms"), "training step")) or None
 
-    def ceilings(self, traffic: dict) -> dict:
-        """The ceilings measured now: device copy bandwidth for bytes, and the GEMM rates of the chosen precision
-        for FLOPs when the reference does any; the bound from arithmetic intensity unless the file declares it."""
-        _release()
-        free = free_gpu_bytes()
-        copy_bytes = max(min(4 << 30, int(0.4 * free)) >> 28 << 28, 256 << 20)  # far above L2 either way
-        gemm_n = 8192 if 38 * 8192 ** 2 < 0.5 * free else 4096  # 38 n^2 bytes: fp32, fp16, fp64 operands + results
-        if copy_bytes < 4 << 30 or gemm_n < 8192:
-            self.log(f"{self.ref.name}: ceilings measured on a {copy_bytes >> 20} MiB copy and {gemm_n}^3 GEMMs: "
-                     f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)")
-        gpu = torch.cuda.current_device() if torch.cuda.is_available() else None
-        bw = _measured(("copy", gpu, copy_bytes), lambda: copy_bandwidth(copy_bytes))
-        out = {"bandwidth": bw, "flops_rate": None, "rates": {}}
-        if traffic.get("flops"):
-            out["rates"] = dict(_measured(("gemm", gpu, gemm_n, self.precision),
-                                          lambda: gemm_rates(n=gemm_n, precision=self.precision)))
-            out["flops_rate"] = max(out["rates"].values())
-        bound = self.ref.bound
-        if bound is None:
-            t_bytes = traffic["bytes"] / bw
-            t_flops = traffic["flops"] / out["flops_rate"] if out["flops_rate"] else 0.0
-            bound = "compute" if t_flops > t_bytes else "memory"
-        out["bound"] = bound
-        return out
+def contradicted(rec: dict, row, input_bytes: int) -> str | None:
+    """Why the row's median cannot be its call's time, or None; under --backward, also why its training step's
+    median cannot be the step's (the forward's busy time measured apart, kp.judge.window.forward_busy_ms)."""
+    med = rec["timing"][row.label]["median_ms"]
+    step = (rec.get("timing_backward") or {}).get(row.label)
+    return below_busy(med, (row.escape or {}).get("busy_ms")) or \
+        ("bandwidth" in rec and below_floor(med, input_bytes, rec["bandwidth"])) or \
+        (step and below_busy(step["median_ms"], (row.escape or {}).get("busy_step_ms"), "training step")) or None
+
+
+def ceilings(ref, precision: str, traffic: dict, log) -> dict:
+    """The ceilings measured now for a reference's call of `traffic` (bytes and FLOPs): device copy bandwidth for
+    bytes, and the GEMM rates of the precision for FLOPs when the reference does any; the bound from arithmetic
+    intensity unless the file declares it. A GPU short of free memory gets smaller probes, said to `log`."""
+    _release()
+    free = free_gpu_bytes()
+    copy_bytes = max(min(4 << 30, int(0.4 * free)) >> 28 << 28, 256 << 20)  # far above L2 either way
+    gemm_n = 8192 if 38 * 8192 ** 2 < 0.5 * free else 4096  # 38 n^2 bytes: fp32, fp16, fp64 operands + results
+    if copy_bytes < 4 << 30 or gemm_n < 8192:
+        log(f"{ref.name}: ceilings measured on a {copy_bytes >> 20} MiB copy and {gemm_n}^3 GEMMs: "
+                 f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)")
+    gpu = torch.cuda.current_device() if torch.cuda.is_available() else None
+    bw = _measured(("copy", gpu, copy_bytes), lambda: copy_bandwidth(copy_bytes))
+    out = {"bandwidth": bw, "flops_rate": None, "rates": {}}
+    if traffic.get("flops"):
+        out["rates"] = dict(_measured(("gemm", gpu, gemm_n, precision),
+                                      lambda: gemm_rates(n=gemm_n, precision=precision)))
+        out["flops_rate"] = max(out["rates"].values())
+    bound = ref.bound
+    if bound is None:
+        t_bytes = traffic["bytes"] / bw
+        t_flops = traffic["flops"] / out["flops_rate"] if out["flops_rate"] else 0.0
+        bound = "compute" if t_flops > t_bytes else "memory"
+    out["bound"] = bound
+    return out

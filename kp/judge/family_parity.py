@@ -52,7 +52,7 @@ class FamilyParity:
                     entry["skipped"] = "no room: the reference's forward there ran out of GPU memory"
                     self._skip(f"at {member} sizes ({said_sizes(sizes)}): {entry['skipped']}")
                     continue
-                no_room = self._no_room_for(bench_fp)
+                no_room = no_room_for(self.fp, bench_fp, self.device, self.f64_device, len(self.rows))
                 if no_room and self.device != "cuda":  # the host's room: a smaller member of the same kind, as
                     fitted = self.ref.scale_to_fit(  #     the benchmark's own shape is (its row length kept)
                         lambda fp: cpu_bench_refusal(fp, host_budget()) is None)
@@ -132,20 +132,25 @@ class FamilyParity:
                 if row.failure is not None:
                     row.failure["member"] = {"name": member, "shape": shape}
 
-    def _no_room_for(self, bench_fp: dict) -> str | None:
-        """Why the member's shape (self.fp) is not judged here, or None: the CPU's host budget as for the benchmark's
-        shape; on a GPU, a member larger than the benchmark's must fit in what is free now."""
-        if self.device != "cuda" or self.f64_device == "cpu":  # the float64 reference on the host: its room there
-            why = cpu_bench_refusal(self.fp, host_budget(), "it")
-            if why or self.device != "cuda":
-                return why
-        def need(fp: dict) -> int:  # the plan's, with the float64 forward's peak where it runs on the GPU
-            return memory_need(fp, len(self.rows)) + (float64_peak(fp) if self.f64_device == "cuda" else 0)
-        grow, free = need(self.fp) - need(bench_fp), free_gpu_bytes()
-        if grow > 0.8 * free:
-            return (f"it needs {grow / 2**30:.1f} GiB of GPU memory more than the benchmark's shape, "
-                    f"{free / 2**30:.1f} GiB are free")
-        return None
+
+
+def no_room_for(fp: dict, bench_fp: dict, device: str, f64_device: str, rows: int) -> str | None:
+    """Why a member's shape (footprint fp) is not judged here, or None: the CPU's host budget as for the benchmark's
+    shape (bench_fp); on a GPU, a member larger than the benchmark's must fit in what is free now, beside the plan's
+    need for `rows` judged rows and the float64 forward's peak where it runs on the GPU (f64_device)."""
+    if device != "cuda" or f64_device == "cpu":  # the float64 reference on the host: its room there
+        why = cpu_bench_refusal(fp, host_budget(), "it")
+        if why or device != "cuda":
+            return why
+
+    def need(at: dict) -> int:  # the plan's, with the float64 forward's peak where it runs on the GPU
+        return memory_need(at, rows) + (float64_peak(at) if f64_device == "cuda" else 0)
+
+    grow, free = need(fp) - need(bench_fp), free_gpu_bytes()
+    if grow > 0.8 * free:
+        return (f"it needs {grow / 2**30:.1f} GiB of GPU memory more than the benchmark's shape, "
+                f"{free / 2**30:.1f} GiB are free")
+    return None
 
 
 def _short(why: str) -> str:

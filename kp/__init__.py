@@ -27,11 +27,11 @@ LAYER_ORDER = (
     # its box and paths, what a source exports and includes, the compile cache, the CPU-side compile checks, the
     # layers models/ are made of
     "box.builds", "lib.bytecode", "box.pch", "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",
-    # one judged call: the shape family's members, the reference's shape family, the judge's options, the
+    # one judged call: the shape family's members, the reference's shape family, the judge's options and clock, the
     # reference, judges sharing a GPU, the timer, profiles, the kernel languages a candidate compiles at run time,
     # what is watched in a candidate's process, a call's backward, the worker's measuring and calling commands, the
     # worker that runs a model, the runners that talk to it, the boxed worker's entry
-    "judge.members", "judge.family", "judge.options", "judge.reference", "lib.gpu_lock", "lib.timing",
+    "judge.members", "judge.family", "judge.options", "judge.clock", "judge.reference", "lib.gpu_lock", "lib.timing",
     "observe.profile", "judge.languages", "judge.guards", "judge.window", "judge.gradients", "judge.measure",
     "judge.calling", "judge.replies", "judge.worker", "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables

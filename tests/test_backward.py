@@ -102,10 +102,10 @@ def test_the_training_steps_have_rows_of_their_own_under_the_forwards_table():
 def test_a_calls_gradients_and_their_widener_are_freed_without_waiting_for_the_garbage_collector():
     """A call's expected gradients hold the function that widens them; that function must not hold them back (a
     reference cycle): at the largest shapes the gradients of each call are tens of GiB of GPU memory."""
-    import contextlib
     import gc
     import weakref
     from kp.judge import driver
+    from kp.judge.clock import StageClock
     from kp.judge.expected import _Refs
 
     ref = driver.Reference.load(("file", str(BACKWARD / "ref.py")))
@@ -113,7 +113,7 @@ def test_a_calls_gradients_and_their_widener_are_freed_without_waiting_for_the_g
     pristine = ref.inputs(3, "cpu")
     judge = object.__new__(driver.Judge)
     judge.notes, judge.log, judge.ref = [], lambda msg: None, ref
-    judge._timed = lambda what: contextlib.nullcontext()
+    judge.clock = StageClock()
     grads = judge._backward_expected(refs, pristine, 3, "fp32")
     grads.widen = judge._gradient_widener(refs, pristine, grads, None)
     assert grads.widen() and all(e.rel_l2 >= 0 for e in grads.widen().values())  # it runs, and gives its spreads
@@ -133,13 +133,14 @@ def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_
     only where it is short again are the call's gradients left unchecked, said in a note."""
     import torch
     from kp.judge import backward, driver
+    from kp.judge.clock import StageClock
     from kp.judge.expected import _Refs
 
     ref = driver.Reference.load(("file", str(BACKWARD / "ref.py")))
     refs = _Refs(ref, ref.init(), 3, "cpu", "cpu")
     pristine = ref.inputs(3, "cpu")
     judge = object.__new__(driver.Judge)
-    judge.notes, judge.log, judge.ref = [], lambda msg: None, ref
+    judge.notes, judge.log, judge.ref, judge.clock = [], lambda msg: None, ref, StageClock()
     real, runs, released = backward._float64_grads, [], []
 
     def short(times):

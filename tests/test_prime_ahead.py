@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT
 from kp.box import builds
 from kp.box import sandbox
+from kp.judge.clock import StageClock
 
 REF = ROOT / "tests" / "judge_cases" / "relu" / "ref.py"
 needs_box = pytest.mark.skipif(sandbox.status()[0] is None, reason=f"no sandbox here: {sandbox.status()[1]}")
@@ -170,9 +171,7 @@ def test_the_judge_uses_the_run_ahead_only_where_it_ran_with_its_arguments():
         def call(self, stage, cmd, *args):
             self.calls.append((cmd, args[-1]))
             return {"primed": True}
-    j = types.SimpleNamespace(baseline_args=None, prime_args=([4], 7, 7), notes=[], detail={})
-    j._timed = lambda what: contextlib.nullcontext()
-    j._tally = lambda what, s: j.detail.setdefault(what, s)
+    j = types.SimpleNamespace(baseline_args=None, prime_args=([4], 7, 7), notes=[], clock=StageClock())
     done, fresh, made = Runner({"primed": True, "ok": True}), Runner(None), Runner(None, made=True)
     for r in (done, fresh, made):
         ConstructStage._ready_worker(j, r)

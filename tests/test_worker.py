@@ -44,7 +44,8 @@ class _Runner:
 def _judge(bench: bool):
     from kp.judge.driver import Judge
     j = Judge.__new__(Judge)
-    j.notes, j.detail = [], {}
+    from kp.judge.clock import StageClock
+    j.notes, j.clock = [], StageClock()
     j.baseline_args = ("init", 1, {}, False, 1) if bench else None
     j.prime_args = None if bench else ("init", 1, 1)
     return j

@@ -142,7 +142,7 @@ class BackwardCheck:
         def widen() -> dict:
             out: dict = {}
             try:
-                with self._timed("parity: how far honest roundings move the float64 gradients"):
+                with self.clock.timed("parity: how far honest roundings move the float64 gradients"):
                     for seed in range(3):
                         saved = refs.save_buffers()
                         try:

@@ -100,7 +100,7 @@ class CallCheck:
         """One checked call. widen: at a derived input, a function giving the budgets widened to how far honest
         fp32 roundings move the reference there, asked only where the output is over its budget. moved: the inputs
         at new addresses (_candidate_inputs); buffers: the inputs as given (the diagnosis of a moved call)."""
-        with self._timed("check: the candidate's copy of the inputs"):
+        with self.clock.timed("check: the candidate's copy of the inputs"):
             cand_inputs = buffers if buffers is not None else self._candidate_inputs(pristine, moved)
         hint = _out_bytes_hint(pristine)
         if row.runner.isolated and torch.cuda.is_initialized():  # the worker's NaN-filled headroom beside the
@@ -111,8 +111,8 @@ class CallCheck:
         inside = reply.get("seconds") if isinstance(reply.get("seconds"), dict) else {}
         inside = {k: s for k, s in inside.items() if isinstance(s, (int, float))}  # the worker's own account
         for part, s in inside.items():
-            self._tally(f"check: worker: {part}", s)
-        self._tally("check: the call's round trip, outside the worker's parts",
+            self.clock.tally(f"check: worker: {part}", s)
+        self.clock.tally("check: the call's round trip, outside the worker's parts",
                     time.perf_counter() - t0 - sum(inside.values()))
         if reply.get("nan_fill_short") and not any(n.startswith("unwritten memory") for n in self.notes):
             self.notes.append(f"unwritten memory NaN-filled only in part at {label}: "
@@ -120,22 +120,22 @@ class CallCheck:
                               f"the GPU")
         if self.precision == "fp32" and reply["tf32_after"]:
             raise Rejected(f"{label}: the model switched TF32 on in fp32 mode", kind="tampering", check=label)
-        with self._timed("check: the inputs compared bit for bit"):
+        with self.clock.timed("check: the inputs compared bit for bit"):
             for i, (a, b) in enumerate(zip(cand_inputs, pristine)):
                 if isinstance(b, torch.Tensor) and not same_values(a, b):
                     raise Rejected(f"{label}: input {i} was modified", kind="input_modified", check=label)
-        with self._timed("check: the output against the float64 reference"):
+        with self.clock.timed("check: the output against the float64 reference"):
             res = judge_output(label, reply["out"], reply["type"], exp, widen)
         if grads is not None:  # --backward: the gradients, after the output they come from
-            with self._timed("check: the gradients against the float64 reference's"):
+            with self.clock.timed("check: the gradients against the float64 reference's"):
                 res["grads"] = self._check_grads(row, label, reply.get("grads"), grads)
         if res.get("widened"):
             self.notes.append(f"{row.label} at {label}: over its budget, within how far honest fp32 "
                               f"roundings move the reference there (relL2 {res['rel_l2']:.2e}, budget "
                               f"{res['budget']:.2e})")
-        with self._timed("check: the output and the inputs' copies dropped"):  # the output mapped from the worker
+        with self.clock.timed("check: the output and the inputs' copies dropped"):  # the output mapped from the worker
             del reply, cand_inputs
-        with self._timed("check: the GPU's cached memory handed back"):
+        with self.clock.timed("check: the GPU's cached memory handed back"):
             self._release_if_short()
         return res
 

@@ -73,7 +73,7 @@ class CeilingStage:
         rec["peak_gpu_bytes"] = sum(peaks)
         rec["memory_need"] = memory_need(self.fp, len(self.rows))
         if self.bench and rec.get("timing"):
-            with self._timed("ceilings: copy bandwidth and GEMM rates measured"):
+            with self.clock.timed("ceilings: copy bandwidth and GEMM rates measured"):
                 rec.update(ceilings(self.ref, self.precision, rec["traffic"]["eager"], self.log))
         for row in self.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
             if row.runner.isolated and row.label in rec.get("timing", {}):

@@ -166,17 +166,17 @@ class ConstructStage:
         candidate's process first, as in a user's."""
         try:
             if getattr(self, "baseline_args", None):
-                with self._timed("setup: the baselines built and run once"):
+                with self.clock.timed("setup: the baselines built and run once"):
                     runner.call("baselines", "baselines", *self.baseline_args)
             elif getattr(self, "prime_args", None) and runner.isolated:
                 ahead = getattr(runner, "ran_ahead", None)  # run in its box while the slot's job before it judged
                 r = ahead(self.prime_args) if ahead else None
                 if r is None:
                     made = getattr(runner, "made_ahead", lambda _: False)(self.prime_args)  # on the host, in its box
-                    with self._timed("setup: the reference run once in the candidate's process"):
+                    with self.clock.timed("setup: the reference run once in the candidate's process"):
                         r = runner.call("prime", "prime", *self.prime_args, made)
                 else:
-                    self._tally("setup: the reference run once in the candidate's process, ahead of the job", 0.0)
+                    self.clock.tally("setup: the reference run once in the candidate's process, ahead of the job", 0.0)
                 note = (f"the reference could not run in the candidate's process before it ({r.get('why')}): a "
                         f"library the candidate's first call uses may be set up inside that call")
                 if not r.get("primed") and note not in self.notes:
@@ -192,7 +192,7 @@ class ConstructStage:
         for row in self.rows:
             if row.runner.isolated:
                 try:
-                    with self._timed("import: the candidate's worker ready and its file imported"):
+                    with self.clock.timed("import: the candidate's worker ready and its file imported"):
                         r = row.runner.call("import", "load", str(Path(row.path).resolve()))
                     mine = cpu_kernels()
                     if r.get("cpu") and r["cpu"][0] != mine[0] and row.respawn is not None:

@@ -69,6 +69,7 @@ from kp.judge.stages import AFTER_WORKERS, BUILD_STAGE, STAGES, WAIT_STAGE
 from kp.judge.ceilings import CeilingStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
+from kp.judge.clock import StageClock
 from kp.judge.options import MIN_TRIALS, JudgeOptions
 from kp.lib import gpu_lock
 
@@ -197,10 +198,10 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         self.others_at_plan = 0  # GPU bytes other processes held then (kp.judge.plan.held_by_others)
         self.gpu_wait_s = 0.0  # waiting for other judges on this GPU (kp.lib.gpu_lock)
         self.gpu_own = False  # the GPU held against every other judge on this host, from the escape stage on
-        self.detail: dict[str, float] = {}  # seconds inside the stages, by part (_timed)
+        self.clock = StageClock()  # seconds inside the stages, by part
         self.stage_now: str | None = None  # the stage running: a row it rejects has its failure's stage named so
         self.escape_check = EscapeCheck(self.seed, allow_torch, opts.backward,
-                                        lambda: self.device == "cuda" and not self.gpu_own, log, self._tally)
+                                        lambda: self.device == "cuda" and not self.gpu_own, log, self.clock.tally)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -334,7 +335,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         self._cuda_builds_on_cpu()
         enough_checks(self.rows, rec, getattr(self, "no_room", None), self.ref.name, self.log)
         rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
-        rec["stage_detail"] = {k: round(v, 2) for k, v in sorted(self.detail.items(), key=lambda kv: -kv[1])}
+        rec["stage_detail"] = self.clock.largest_first()
         rec["gpu_wait_s"] = round(self.gpu_wait_s, 2)
         rec["boxes_started_ahead"] = [r.box_ahead for r in self.runners if hasattr(r, "box_ahead")]
         missed = [m for r in self.runners for m in getattr(r, "box_missed", [])]
@@ -345,22 +346,6 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
     def _build_s(self) -> float:
         """Seconds the candidates' workers have spent in their own load/load_inline calls so far."""
         return sum(getattr(r, "build_s", 0.0) for r in self.runners)
-
-    @contextlib.contextmanager
-    def _timed(self, what: str):
-        """Seconds spent in `what` inside a stage, added up over the run (the record's stage_detail): where a
-        stage's time goes, e.g. the float64 reference against the candidate's own calls."""
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._tally(what, time.perf_counter() - t0)
-
-    def _tally(self, what: str, seconds: float) -> None:
-        """Add seconds to a part of the stage detail (a stage method called alone, on a test's Judge made without
-        __init__, keeps its own tally)."""
-        detail = self.__dict__.setdefault("detail", {})
-        detail[what] = detail.get(what, 0.0) + seconds
 
     def _waited_for_gpu(self, seconds: float) -> None:
         """Time spent waiting for other judges on this GPU is not the job's: its deadline, and its workers', move."""

@@ -137,14 +137,14 @@ class ParityStage:
     def _parity_bench(self, init, at: str | None = None) -> None:
         """The stateful sequence of checked calls on the shape the reference's sizes have now: the benchmark's, or a
         member of its family (`at`: its shape, which every check's label starts with)."""
-        with self._timed("parity: the references (fp32 and its float64 copy) built"):
+        with self.clock.timed("parity: the references (fp32 and its float64 copy) built"):
             refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train,
                                      chunks=max(self.f64_chunks, 1))
         if at:  # a member's outputs of a few elements: their floor against the benchmark's magnitude (few_scale)
             refs.bench_rms = getattr(self, "bench_rms", None)
         else:
             self.bench_rms = None
-        with self._timed("construct: the rows built with the reference's weights"):
+        with self.clock.timed("construct: the rows built with the reference's weights"):
             self._each(lambda row: self._build(row, refs, init, self.seed))
         premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
         prev_grads = None  # --backward: the call before's expected gradients (accumulation at the second call)
@@ -154,11 +154,11 @@ class ParityStage:
             if not self.live():
                 break
             label = f"at {at}: {label}" if at else label
-            with self._timed("parity: the weights changed alike on every side"):
+            with self.clock.timed("parity: the weights changed alike on every side"):
                 changed = upd and self._each_update(refs, upd, s)
             if upd and not changed:  # nothing to change: the call is a plain one and says so
                 label = label.replace(f", after an {upd}", "")
-            with self._timed("parity: the inputs drawn"):
+            with self.clock.timed("parity: the inputs drawn"):
                 pristine = self.ref.inputs(s, self.device)
             grow = 1.0  # the budget's floor grows at the shifted input (shift_growth)
             if not derive:
@@ -181,9 +181,9 @@ class ParityStage:
                 del base
             saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
             try:
-                with self._timed("parity: the references' backward (fp32 and float64)"):
+                with self.clock.timed("parity: the references' backward (fp32 and float64)"):
                     grads = self._backward_expected(refs, pristine, s, self.precision) if self.backward else None
-                with self._timed("parity: the references (fp32 and float64) on benchmark-shape calls"):
+                with self.clock.timed("parity: the references (fp32 and float64) on benchmark-shape calls"):
                     exp = refs.expected(pristine, self.precision, grow=grow)
             except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
                 raise
@@ -211,7 +211,7 @@ class ParityStage:
                 self._skip(f"{label}: {why}")
                 continue
 
-            widen = widener(self._timed, refs, pristine, exp, "a derived input", saved)
+            widen = widener(self.clock.timed, refs, pristine, exp, "a derived input", saved)
             moved = moved_call(index) and self._room_to_move(pristine)
             if moved_call(index) and not moved:
                 self._skip(f"{label}: its inputs at new addresses: no room for a second copy of them beside the "
@@ -255,10 +255,10 @@ class ParityStage:
                 passed_before[row.label] = True
                 self._check_buffers(row, f"buffers after {label}", refs)
 
-            with self._timed("parity: the rows' benchmark-shape calls and their checks"):
+            with self.clock.timed("parity: the rows' benchmark-shape calls and their checks"):
                 self._each(one)
             del pristine, exp
-            with self._timed("parity: the GPU's cached memory handed back"):
+            with self.clock.timed("parity: the GPU's cached memory handed back"):
                 self._release_if_short()
         premises.forget()
         notes = []
@@ -309,7 +309,7 @@ class ParityStage:
                 if not self.live():
                     return
                 c_init, c_inputs = self.ref.case(name, s, self.device)
-                with self._timed("cases: the references built and run"):
+                with self.clock.timed("cases: the references built and run"):
                     c_refs = _Refs(self.ref, c_init, s, self.device, self.device, self.train)
                     label = f"case {name} (seed {s})"
                     state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
@@ -317,17 +317,17 @@ class ParityStage:
                     grads = self._backward_expected(c_refs, c_inputs, s, self.precision) if self.backward else None
                     exp = c_refs.expected(c_inputs, self.precision)
                 # a case's inputs may sit far from the benchmark's (a row that cancels): widened as a derived input
-                widen = widener(self._timed, c_refs, c_inputs, exp, "a declared case", before)
+                widen = widener(self.clock.timed, c_refs, c_inputs, exp, "a declared case", before)
                 if grads is not None:
                     grads.widen = self._gradient_widener(c_refs, c_inputs, grads, before)
 
                 def one(row):
-                    with self._timed("cases: the row's model built and loaded"):
+                    with self.clock.timed("cases: the row's model built and loaded"):
                         self._build(row, c_refs, c_init, s, stage=label, state=state0)
                     row.checks[label] = self._check_call(row, label, c_inputs, exp, widen, grads=grads)
                     self._check_buffers(row, f"buffers after {label}", c_refs)
                     row.runner.call(label, "drop", row.label)
 
-                with self._timed("cases: the rows built, called and checked"):
+                with self.clock.timed("cases: the rows built, called and checked"):
                     self._each(one)
                 del c_refs, c_inputs, exp

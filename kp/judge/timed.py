@@ -156,7 +156,7 @@ class TimingStage:
                 if isinstance(b, torch.Tensor) and not same_values(a, b):
                     raise Rejected(f"{label}: input {i} was modified (or is not the draw of the seed it reported)",
                                    kind="input_modified")
-            with self._timed("timing: the checked timed calls' references"):
+            with self.clock.timed("timing: the checked timed calls' references"):
                 exp = self._advanced(row.label, seed).expected(pristine, self.precision)
             row.checks[label] = judge_output(label, msg["out"], msg["type"], exp)
         except Rejected as e:
@@ -228,7 +228,7 @@ class TimingStage:
         against those told call by call and against the wall time this process saw the command take."""
         t0 = time.perf_counter()
         self.timed_samples = {}
-        with self._timed("timing: forward and backward, interleaved" if backward else
+        with self.clock.timed("timing: forward and backward, interleaved" if backward else
                          "timing: the interleaved timing command (its checked calls included)"):
             t = runner.call("timing", "time", [r.label for r in rows], 2, *self.reps, stateful, backward)
         check_told(t["timing"], self.timed_samples)

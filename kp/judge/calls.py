@@ -61,7 +61,7 @@ class CallCheck:
     def _in_retired_buffers(self, pristine: list) -> list | None:
         """This call's inputs written into the buffers the call before a moved one used (their old addresses), or
         None where those buffers are gone or of another layout."""
-        old = getattr(self, "retired_buffers", None) or {}
+        old = self.retired_buffers
         out = []
         for i, x in enumerate(pristine):
             if not isinstance(x, torch.Tensor):

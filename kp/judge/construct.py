@@ -165,10 +165,10 @@ class ConstructStage:
         batch's box started ahead, before the job came (kp.batch.prime): either way the reference has run in the
         candidate's process first, as in a user's."""
         try:
-            if getattr(self, "baseline_args", None):
+            if self.baseline_args:
                 with self.clock.timed("setup: the baselines built and run once"):
                     runner.call("baselines", "baselines", *self.baseline_args)
-            elif getattr(self, "prime_args", None) and runner.isolated:
+            elif self.prime_args and runner.isolated:
                 ahead = getattr(runner, "ran_ahead", None)  # run in its box while the slot's job before it judged
                 r = ahead(self.prime_args) if ahead else None
                 if r is None:

@@ -199,6 +199,18 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         self.gpu_wait_s = 0.0  # waiting for other judges on this GPU (kp.lib.gpu_lock)
         self.gpu_own = False  # the GPU held against every other judge on this host, from the escape stage on
         self.clock = StageClock()  # seconds inside the stages, by part
+        # What the stages learn as they run, each set by the one stage that owns it (None until then): the references
+        # (fp32 and float64, kp.judge.expected._Refs; parity), the benchmark-shape output's RMS per output (parity),
+        # the input buffers a call before left for the next (the checked calls), whether parity ran at the
+        # benchmark's shape and why not (parity), when parity and the GPU stages began (for their log lines), the
+        # checks skipped with why (the record's head)
+        self.refs = None
+        self.bench_rms: list | None = None
+        self.retired_buffers: dict = {}
+        self.bench_parity = False
+        self.no_room: str | None = None
+        self.t_parity = self.t_gpu_stages = None
+        self.skipped: list = []
         self.stage_now: str | None = None  # the stage running: a row it rejects has its failure's stage named so
         self.escape_check = EscapeCheck(self.seed, allow_torch, opts.backward,
                                         lambda: self.device == "cuda" and not self.gpu_own, log, self.clock.tally)
@@ -333,7 +345,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
                 runner.close()
         run_stages(AFTER_WORKERS)
         self._cuda_builds_on_cpu()
-        enough_checks(self.rows, rec, getattr(self, "no_room", None), self.ref.name, self.log)
+        enough_checks(self.rows, rec, self.no_room, self.ref.name, self.log)
         rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
         rec["stage_detail"] = self.clock.largest_first()
         rec["gpu_wait_s"] = round(self.gpu_wait_s, 2)

@@ -111,7 +111,7 @@ class ParityStage:
         if self.bench_parity:
             self._parity_bench(init)
             self._drop_input_buffers()
-            if getattr(self, "shapes", 0):
+            if self.shapes:
                 self._parity_shapes(rec, init)
         else:
             rec["notes"] = f"{why_not}; no smaller shape of its family: {self.ref.no_smaller_shape}"
@@ -141,7 +141,7 @@ class ParityStage:
             refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train,
                                      chunks=max(self.f64_chunks, 1))
         if at:  # a member's outputs of a few elements: their floor against the benchmark's magnitude (few_scale)
-            refs.bench_rms = getattr(self, "bench_rms", None)
+            refs.bench_rms = self.bench_rms
         else:
             self.bench_rms = None
         with self.clock.timed("construct: the rows built with the reference's weights"):

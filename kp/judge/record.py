@@ -64,7 +64,7 @@ class RecordParts:
                 "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
                 "weights": row.weights, "kernelbench": row.kernelbench, "traceback": row.traceback,
                 "build_failures": getattr(row.runner, "build_failures", []), "failure": row.failure}
-        if getattr(self, "refs", None) is not None:
+        if self.refs is not None:
             rec["reference_precision"] = self.refs.how
             if self.refs.chunk_proof:
                 rec["float64_reference"] += f"; run {self.refs.chunk_proof}" if not self.refs.moved else ""

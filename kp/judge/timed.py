@@ -81,7 +81,7 @@ class TimingStage:
             self.notes.append(note)
             rec["float64_reference"] = f"{self.f64_where}; {note}"
         rec.update(timed)
-        if getattr(self, "backward", False) and rec.get("timing"):
+        if self.backward and rec.get("timing"):
             rec["timing_backward"] = self._timing_backward()
         if self.bench and rec.get("family"):
             self._time_family(rec, init)
@@ -105,7 +105,7 @@ class TimingStage:
                 self._fp = self.ref.footprint(self.device, self.train)
                 self._scale_workers(sizes)  # each worker draws its timing's inputs: at the member's sizes
                 if self.refs is not None:  # the timed calls' checks: a member's few outputs as parity judged them
-                    self.refs.bench_rms = getattr(self, "bench_rms", None)
+                    self.refs.bench_rms = self.bench_rms
                 self._rebuild(init)
                 live = {r.label for r in self.live()}
                 try:

@@ -195,9 +195,10 @@ def is_cuda_error(e: BaseException) -> bool:
     return type(e).__name__ == "AcceleratorError" or (isinstance(e, RuntimeError) and "CUDA error" in str(e))
 
 
-SAME_STOP_S = 1.0  # the same signal again this soon is the same stop: `timeout` sends its signal to the command and
-#                   then to the command's process group, so a run under `timeout -s INT` got it twice, and the second,
-#                   while the run wrote its table, killed it without one
+# the same signal again this soon is the same stop: `timeout` sends its signal to the command and then to the command's
+# process group, so a run under `timeout -s INT` got it twice, and the second, while the run wrote its table, killed it
+# without one
+SAME_STOP_S = 1.0
 
 
 class Stopped(KeyboardInterrupt):

@@ -26,8 +26,8 @@ def meta(path: Path) -> dict:
 # Every (reference folder, candidate file) pair of tests/judge_cases: the kinds of problem at the top, and under
 # contract/ what real machine-written candidates showed about KernelBench's contract.
 PAIRS = [(str(r.parent.relative_to(CASES_DIR)), c.name) for r in sorted(CASES_DIR.glob("**/ref.py"))
-         for c in sorted(r.parent.glob("*.py")) if c.name != "ref.py" and not c.name.startswith("_")]  # _x.py: a
-#                                                                                          helper candidates import
+         # _x.py: a helper candidates import
+         for c in sorted(r.parent.glob("*.py")) if c.name != "ref.py" and not c.name.startswith("_")]
 
 
 def missing(needs) -> list[str]:

@@ -1,11 +1,15 @@
 """The house's layout rules that a reader relies on, checked where they can drift: every tracked Python file's lines
 within 120 characters (the width the code, its comments and its docstrings are wrapped to), and the product's
 classes within the size past which one is split by its concerns (the tests' own files are left out: a test module
-grows with what it tests). A module's length is no rule: a module is split where its concern splits, never
-squeezed under a count."""
+grows with what it tests), and no comment continued in the right margin of the line below it (a comment too long
+for its line goes above the code it explains). A module's length is no rule: a module is split where its concern
+splits, never squeezed under a count."""
 import ast
+import io
+import re
 import shutil
 import subprocess
+import tokenize
 
 import pytest
 
@@ -38,3 +42,25 @@ def test_no_product_class_past_its_size():
         big += [f"{name}: class {n.name}: {n.end_lineno - n.lineno + 1} lines" for n in ast.walk(ast.parse(text))
                 if isinstance(n, ast.ClassDef) and n.end_lineno - n.lineno + 1 > CLASS_LINES]
     assert not big, "\n".join(big)
+
+
+MARGIN = re.compile(r"#\s{3,}\S")  # a comment whose words start far right of its '#': a margin's continuation
+
+
+def margin_continuations(text: str) -> list[int]:
+    """The lines of `text` whose comment continues the comment of the line above it in the right margin."""
+    comments = {t.start[0]: t.string for t in tokenize.generate_tokens(io.StringIO(text).readline)
+                if t.type == tokenize.COMMENT}
+    return [r for r, c in sorted(comments.items()) if r - 1 in comments and MARGIN.match(c)]
+
+
+def test_no_comment_is_continued_in_the_right_margin():
+    cases = ("tests/judge_cases/", "tests/wrong/", "tests/box/", "tests/batch/")  # candidates as their authors wrote
+    found = [f"{name}:{r}" for name in _tracked_python() if not name.startswith(cases)
+             for r in margin_continuations((ROOT / name).read_text())]
+    assert not found, "\n".join(found)
+
+
+def test_the_margin_check_sees_a_continued_comment():
+    text = "x = 1  # the first words\n#      and the rest\ny = 2  # one comment\n# a comment of its own\n"
+    assert margin_continuations(text) == [2]

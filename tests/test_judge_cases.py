@@ -229,9 +229,9 @@ def test_cli_candidate_outside_repo_accepted(tmp_path):
     f = shipped_candidate(tmp_path, "softmax", "auto", {})
     r = run("--problem", "softmax", "--candidate", f, "--no-compile", "--json", tmp_path / "r.json")
     assert r.returncode == 0, r.stdout + r.stderr
-    last = r.stdout.strip().splitlines()[-1]  # the kernel of its own is named; on a host without bubblewrap the
-    #                                           verdict also says it ran unboxed; KernelBench's own check on the
-    #                                           same candidate is always said
+    # the kernel of its own is named; on a host without bubblewrap the verdict also says it ran unboxed; KernelBench's
+    # own check on the same candidate is always said
+    last = r.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"accepted \(own kernel: softmax_regcluster \(CUDA C\+\+\); (unboxed: [^;]*; )?"
                         r"KernelBench 1e-4 \w+, 1e-2 \w+\) in \d+\.\d s", last), last
     assert "peak GPU memory" in r.stdout and "own kernels" in r.stdout

@@ -190,8 +190,9 @@ class Interrupted(Exception):
         self.results, self.signum = results, signum
 
 
-AHEAD_MOST = 3  # jobs a slot holds beyond the one it runs, their boxes started (torch imported, CUDA's context
-#                 made): a box takes about 5-7 s to be ready on a busy host and a small job 1-2 s, so one is not enough
+# jobs a slot holds beyond the one it runs, their boxes started (torch imported, CUDA's context made): a box takes about
+# 5-7 s to be ready on a busy host and a small job 1-2 s, so one is not enough
+AHEAD_MOST = 3
 
 
 def ahead(slots: int) -> int:

@@ -28,8 +28,9 @@ def gpu_list(spec: str) -> list[str]:
     return ids
 
 
-SLOTS_PER_GPU = 3  # measured on H200 hosts of 16 cores a GPU: three slots a GPU judged 83-94% of the time, none
-#                   waiting for a GPU, each GPU 19-22% busy (docs/batch.md); more shared the cores, not the GPU
+# measured on H200 hosts of 16 cores a GPU: three slots a GPU judged 83-94% of the time, none waiting for a GPU, each
+# GPU 19-22% busy (docs/batch.md); more shared the cores, not the GPU
+SLOTS_PER_GPU = 3
 CORES_PER_SLOT = 5  # a slot's judge, its candidate's worker and the builds ahead beside them
 
 

@@ -186,8 +186,8 @@ def format_table(lines: list[dict]) -> str:
             said = verdict_within(d["record"], max(VERDICT_WIDTH - len(start + where), 80))
         out.append(start + said + where)
     n = {s: sum(status_of(d) == s for d in lines) for s in STATUSES}
-    only = sum(bool(((d.get("failure") or {}).get("member"))) for d in lines)  # --shapes: right at the benchmark's
-    #                                                                            shape only
+    # --shapes: right at the benchmark's shape only
+    only = sum(bool(((d.get("failure") or {}).get("member"))) for d in lines)
     out.append(f"{n[ACCEPTED]} accepted, {n[REJECTED]} rejected"
                + (f" ({only} of them right at the benchmark's shape only)" if only else "")
                + (f", {n[NO_VERDICT]} no verdict" if n[NO_VERDICT] else ""))

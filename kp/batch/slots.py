@@ -94,8 +94,8 @@ class Slot:
                 elif "say" in res:  # a warm judge's command's stderr, as it is written (kp.batch.server)
                     self.said.append(res["say"])
                     res = None
-                elif "waited" in res:  # for other judges on its GPU, for its build ahead: the limit moves with it,
-                    #                    as the judge's does
+                # for other judges on its GPU, for its build ahead: the limit moves with it, as the judge's does
+                elif "waited" in res:
                     self.t0, self.waited, res = self.t0 + res["waited"], self.waited + res["waited"], None
         except (EOFError, OSError):
             pass

@@ -121,9 +121,10 @@ def alive(pid: int) -> bool:
 
 
 BUILDING = "kp_building"  # in a candidate's cache folder while its build runs ahead of its job: the builder's pid
-BUILT = "kp_built"  # in a candidate's cache folder once a build ahead imported it cleanly and its builds were put back:
-#                     a later batch's builds ahead pass it by (its judging's import still loads it through torch's
-#                     own up-to-date check, which rebuilds whatever is missing or stale)
+# in a candidate's cache folder once a build ahead imported it cleanly and its builds were put back: a later batch's
+# builds ahead pass it by (its judging's import still loads it through torch's own up-to-date check, which rebuilds
+# whatever is missing or stale)
+BUILT = "kp_built"
 
 
 def building_elsewhere(home: Path) -> bool:

@@ -21,8 +21,9 @@ from kp.box.builds import JIT_CACHE, alive, cache_root, copy_builds, seal_jit_ca
 
 ROOT = Path(__file__).resolve().parents[2]
 BOX_CWD = "/tmp/work"  # the candidate's working directory in the box: on its private /tmp, gone with the box
-BOX_BUILDS = "/tmp/kp_builds"  # the candidate's own extension builds in the box (its TORCH_EXTENSIONS_DIR): a folder
-#                                of the box's own, lent the candidate's cached builds when its job takes the box
+# the candidate's own extension builds in the box (its TORCH_EXTENSIONS_DIR): a folder of the box's own, lent the
+# candidate's cached builds when its job takes the box
+BOX_BUILDS = "/tmp/kp_builds"
 
 
 class BoxProcess:

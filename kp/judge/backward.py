@@ -39,9 +39,9 @@ class Grads:
     inputs: dict  # index -> (g32, g64, k)
     params: dict  # reference name -> (g32, g64, k)
     zero: bool = True  # the parameters' .grad cleared before this call's backward
-    widen: object = None  # at a derived input or a declared case: a function giving how far honest fp32 roundings
-    #                       move each float64 gradient ({("input", i) or ("param", name): Err}), asked where one is
-    #                       over its budget (BackwardCheck._gradient_widener)
+    # at a derived input or a declared case: a function giving how far honest fp32 roundings move each float64 gradient
+    # ({("input", i) or ("param", name): Err}), asked where one is over its budget (BackwardCheck._gradient_widener)
+    widen: object = None
 
     def request(self) -> dict:
         return {"upstream": self.upstream, "zero": self.zero}

@@ -103,8 +103,9 @@ class CallCheck:
         with self.clock.timed("check: the candidate's copy of the inputs"):
             cand_inputs = buffers if buffers is not None else self._candidate_inputs(pristine, moved)
         hint = _out_bytes_hint(pristine)
-        if row.runner.isolated and torch.cuda.is_initialized():  # the worker's NaN-filled headroom beside the
-            _release(hint + (256 << 20))  #                          judge's cache (its float64 forward's blocks)
+        # the worker's NaN-filled headroom beside the judge's cache (its float64 forward's blocks)
+        if row.runner.isolated and torch.cuda.is_initialized():
+            _release(hint + (256 << 20))
         t0 = time.perf_counter()
         reply = row.runner.call(label, "forward", row.label, cand_inputs, hint,
                                 *([grads.request()] if grads is not None else []))

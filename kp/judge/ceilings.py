@@ -15,8 +15,9 @@ from kp.lib.timing import copy_bandwidth, gemm_rates
 # since part of an input may rightly go unread (a triangular operand's zero half, an index that selects little).
 INPUT_FLOOR_FRACTION = 0.25
 FLOOR_MIN_MS = 0.005  # floors shorter than this are within the events' own resolution: not judged
-BUSY_FRACTION = 0.5  # a median under this fraction of the GPU busy time the profiler saw for the same call is not
-#                     the call's time (clocks and noise move one call's time by percents between two runs, not 2x)
+# a median under this fraction of the GPU busy time the profiler saw for the same call is not the call's time (clocks
+# and noise move one call's time by percents between two runs, not 2x)
+BUSY_FRACTION = 0.5
 
 
 def below_floor(median_ms: float, input_bytes: int, bandwidth: float) -> str | None:

@@ -183,8 +183,9 @@ class ConstructStage:
                     self.notes.append(note)
         except OutOfMemory:
             raise
-        except Rejected as e:  # only the reference's code has run there yet (its device-side assert, say): no row
-            #                    is to blame, and no verdict can follow
+        # only the reference's code has run there yet (its device-side assert, say): no row is to blame, and no verdict
+        # can follow
+        except Rejected as e:
             raise UsageError(f"the reference, run once in the candidate's process before the candidate's file was "
                              f"imported, failed there: {e}") from None
 

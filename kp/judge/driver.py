@@ -390,8 +390,8 @@ def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants
         j.add_variants(row_specs(ref, variants, j.precision))
     if candidate is not None:
         j.add_candidate(candidate)
-    if not j.rows and (j.device == "cpu" or not j.bench):  # the reference alone, nothing timed: its own Model's
-        #                                                    parity against float64
+    # the reference alone, nothing timed: its own Model's parity against float64
+    if not j.rows and (j.device == "cpu" or not j.bench):
         j.add_reference_row()
     elif not j.rows:  # the reference alone: eager vs torch.compile vs the ceilings
         j.runners.append(LocalRunner(ref.spec, j.device, j.precision, j._interim, {}, j.train))

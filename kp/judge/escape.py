@@ -43,8 +43,9 @@ class EscapeCheck:
         no kernel of its own ran."""
         e, ev_ms, excess, bad, window = self._try(row, self.seed + 2000)
         for attempt in range(ESCAPE_RETRIES):  # only the host clock objects: work that escapes the events does so
-            if bad or excess <= escape_threshold_ms(ev_ms):  # on every try, while another process's kernels on a
-                break  #                                       shared GPU lengthen one try and not the next
+            # on every try, while another process's kernels on a shared GPU lengthen one try and not the next
+            if bad or excess <= escape_threshold_ms(ev_ms):
+                break
             again = self._try(row, self.seed + 2001 + attempt)
             if again[3] or again[2] < excess:
                 e, ev_ms, excess, bad, window = again
@@ -58,8 +59,9 @@ class EscapeCheck:
                 "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
                 "outside_window": [(x["name"][:80], x["stream"]) for x in bad],
                 "busy_ms": busy_ms(e["events"], e["marker"], window)}
-        if self.backward:  # the profiled call was a training step: the forward's own work and the step's, for the
-            #                 forward's median and the step's
+        # the profiled call was a training step: the forward's own work and the step's, for the forward's median and the
+        # step's
+        if self.backward:
             info["busy_step_ms"] = info["busy_ms"]
             info["busy_ms"] = forward_busy_ms(e["events"], e["marker"], window)
         row.escape = info

@@ -53,8 +53,10 @@ class FamilyParity:
                     self._skip(f"at {member} sizes ({said_sizes(sizes)}): {entry['skipped']}")
                     continue
                 no_room = no_room_for(self.fp, bench_fp, self.device, self.f64_device, len(self.rows))
-                if no_room and self.device != "cuda":  # the host's room: a smaller member of the same kind, as
-                    fitted = self.ref.scale_to_fit(  #     the benchmark's own shape is (its row length kept)
+                # the host's room: a smaller member of the same kind, as the benchmark's own shape is (its row length
+                # kept)
+                if no_room and self.device != "cuda":
+                    fitted = self.ref.scale_to_fit(
                         lambda fp: cpu_bench_refusal(fp, host_budget()) is None)
                     if fitted:
                         sizes = {**sizes, **{k: (sizes[k][0] if k in sizes else a, b) for k, (a, b) in fitted.items()}}
@@ -76,8 +78,10 @@ class FamilyParity:
                 live = {r.label for r in self.live()}
                 try:
                     self._parity_bench(init, at=shape)
-                except GpuMemoryShort:  # other processes' memory, not the member's: no verdict, as at the benchmark's
-                    raise  #             shape (a batch judges the job again with the GPU to itself)
+                # other processes' memory, not the member's: no verdict, as at the benchmark's shape (a batch judges the
+                # job again with the GPU to itself)
+                except GpuMemoryShort:
+                    raise
                 except UsageError as e:  # the reference raised on its own inputs there: not a shape it takes
                     refused += self._refused(entry, e, f"{shape} ({member} sizes)")
                     continue

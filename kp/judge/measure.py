@@ -100,8 +100,9 @@ class MeasureCommands:
                 label, rep, seed, out, slot, ms = st["kept"]
                 st["kept"] = None
                 if dev == "cuda":
-                    torch.cuda.synchronize()  # device-wide, as for parity: work a row left elsewhere is the
-                    #                           escape check's to catch, with its own reason
+                    # device-wide, as for parity: work a row left elsewhere is the escape check's to catch, with its own
+                    # reason
+                    torch.cuda.synchronize()
                 if self.interim({"label": label, "rep": rep, "seed": seed, "ms": ms, "ask": label in labels_asked}):
                     self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
                                   "type": describe(out), "inputs": pool[slot]})
@@ -178,8 +179,9 @@ class MeasureCommands:
             f()
             torch.cuda.synchronize()
             for _ in range(5):
-                for g, out in ((nothing, control), (f, samples)):  # the control: the same steps around no call,
-                    flush()  #                                        so a loaded host or a shared GPU shows there too
+                # the control: the same steps around no call, so a loaded host or a shared GPU shows there too
+                for g, out in ((nothing, control), (f, samples)):
+                    flush()
                     torch.cuda.synchronize()
                     h0 = time.perf_counter()
                     start.record()

@@ -194,8 +194,9 @@ def _allclose(got: list, want: list, tols: list[float]) -> list[str]:
             same, finite = gc == wc, torch.isfinite(d)  # a NaN or infinite difference is close only between equals
             for i, tol in enumerate(tols):
                 close[i] = close[i] and bool((same | (finite & (d <= tol + tol * a))).all())
-            if d.numel():  # as the whole tensor's nan_to_num said it: NaN as inf, inf as the largest float64 (the
-                #            slice's max is NaN where it holds one: no float64 copy of the slice is needed for it)
+            # as the whole tensor's nan_to_num said it: NaN as inf, inf as the largest float64 (the slice's max is NaN
+            # where it holds one: no float64 copy of the slice is needed for it)
+            if d.numel():
                 worst = max(worst or 0.0, float(d.max().double().nan_to_num(float("inf"))))
             del d, a, same, finite
         for i in range(len(tols)):
@@ -226,5 +227,7 @@ def _release(room: int = 0, collect: bool = False):
                 gc.collect()
             torch.cuda.empty_cache()
     except Exception as e:  # a context a sticky fault left unusable (the reference's device-side assert): nothing
-        if not is_cuda_error(e):  # to hand back, and the fault is said where it was met; raised here, it took the
-            raise  #                place of that message on its way out through a `finally`'s tidying
+        # to hand back, and the fault is said where it was met; raised here, it took the place of that message on its
+        # way out through a `finally`'s tidying
+        if not is_cuda_error(e):
+            raise

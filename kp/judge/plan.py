@@ -8,9 +8,9 @@ from pathlib import Path
 from kp.errors import GpuMemoryShort
 
 MEMORY_FACTOR = 3  # the judge's peak GPU memory target: this many times the problem's inputs + outputs + weights
-FLOAT64_PEAK_FACTOR = 2.3  # GPU bytes the float64 reference needs: its forward's fp32 peak (LivePeak: inputs, weights,
-#                            intermediates) twice over in float64, and 15% for the allocator's rounding and the
-#                            comparison's chunks
+# GPU bytes the float64 reference needs: its forward's fp32 peak (LivePeak: inputs, weights, intermediates) twice over
+# in float64, and 15% for the allocator's rounding and the comparison's chunks
+FLOAT64_PEAK_FACTOR = 2.3
 CPU_SHARE = 0.75  # on --device cpu, the part of the host's available memory a judge plans its calls in
 
 

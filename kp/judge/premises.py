@@ -41,8 +41,8 @@ class Premises:
     """Fed each trial's inputs (`see`); then `broken(transform)` names the premises a derived input would break."""
 
     def __init__(self):
-        self.zeros: dict[int, torch.Tensor | None] = {}  # input index -> flat positions that were exactly zero in
-        #                                                  every draw so far (None: no such position)
+        # input index -> flat positions that were exactly zero in every draw so far (None: no such position)
+        self.zeros: dict[int, torch.Tensor | None] = {}
         self.shapes: dict[int, tuple] = {}
         self.symmetric: dict[int, bool] = {}
         self.draws = 0

@@ -112,8 +112,8 @@ class ProcessRunner:
             self.scratch = None  # the box's private /tmp holds its working directory
             box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir, deadline)
             self.conn, self.proc, self.stderr = box.conn, box.proc, box.stderr
-            self.build_s = self.build_wait_s = box.build_wait_s  # waiting for its build ahead: the build's time, not
-            #                                                       the job's (its judge moves the deadlines by it)
+            # waiting for its build ahead: the build's time, not the job's (its judge moves the deadlines by it)
+            self.build_s = self.build_wait_s = box.build_wait_s
             self.box_ahead = box.ahead
             self.box_missed = box.missed
             self.seq, self.primed = box.seq, box.primed  # what its worker answered before the job (kp.batch.prime)

@@ -21,8 +21,8 @@ class Stage:
     name: str
     method: str
     applies: Callable[[Any], bool] = lambda judge: True
-    shares_gpu: Callable[[Any], bool] = lambda judge: False  # runs GPU work beside other judges' (their checks,
-    #                                                               never their timing): kp.lib.gpu_lock
+    # runs GPU work beside other judges' (their checks, never their timing): kp.lib.gpu_lock
+    shares_gpu: Callable[[Any], bool] = lambda judge: False
 
 
 def _on_gpu(judge) -> bool:
@@ -41,11 +41,11 @@ def _unless_timing(judge) -> bool:
 # The stages in order. Adding a check is a method in the stage module it belongs to, or a new stage: a method of a
 # mixin of Judge and one entry here.
 STAGES = (
-    Stage("setup and baselines", "stage_setup", shares_gpu=_always),  # kp.judge.parity: memory plan, float64
-    #                                                                    placement, baselines
+    # kp.judge.parity: memory plan, float64 placement, baselines
+    Stage("setup and baselines", "stage_setup", shares_gpu=_always),
     Stage("import", "stage_import"),  # the candidate's file imported in its worker (its build: the host's work)
-    Stage("parity", "stage_parity", shares_gpu=_always),  # construct, the stateful checked calls, derived inputs,
-    #                                                    declared cases
+    # construct, the stateful checked calls, derived inputs, declared cases
+    Stage("parity", "stage_parity", shares_gpu=_always),
     Stage("kernelbench check", "stage_kernelbench", shares_gpu=_always),  # kp.judge.kernelbench: KernelBench's own
     Stage("escape", "stage_escape", _on_gpu, _unless_timing),  # kp.judge.escape: work outside the timer, own kernel
     Stage("timing", "stage_timing", _on_gpu, _unless_timing),  # kp.judge.timed (without timing: its checked calls)

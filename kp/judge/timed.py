@@ -72,8 +72,9 @@ class TimingStage:
 
     def stage_timing(self, rec: dict, init) -> None:
         if self.refs is not None and self.refs.state_attrs:  # a reference whose calls carry state: it and the rows
-            self.refs = self._fresh_refs(init)  # start again from the seed with the current weights, and each row's
-            self._rebuild(init)  #                 calls are followed (_advanced)
+            # start again from the seed with the current weights, and each row's calls are followed (_advanced)
+            self.refs = self._fresh_refs(init)
+            self._rebuild(init)
         moved = self.refs.moved
         timed = self._timing()
         if self.refs.moved and self.refs.moved != moved:  # a checked timed call's forward did not fit beside

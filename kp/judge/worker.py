@@ -32,10 +32,11 @@ from kp.lib.timing import L2Flusher
 from kp.observe.profile import profiler
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
-BUILD_AHEAD_NICE = 10  # a build ahead of judging yields the cores to the judges beside it (their host clocks, their
-#                        timed calls): it is throughput, they are latency; it still gets every core they leave idle
-RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")  # commands after which no thread
-#                                                                            the candidate started may be working
+# a build ahead of judging yields the cores to the judges beside it (their host clocks, their timed calls): it is
+# throughput, they are latency; it still gets every core they leave idle
+BUILD_AHEAD_NICE = 10
+# commands after which no thread the candidate started may be working
+RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")
 
 # ---------------------------------------------------------------------------------------------------------------
 # Worker: holds the judged models; runs in a process of its own for a candidate file, in this process for variants.
@@ -48,8 +49,8 @@ def warm_up(device: str, dynamo: bool = True) -> None:
     profiler's first use; torch._dynamo and torch.compile's first-use patches only where the candidate may compile
     (`dynamo`, kp.box.start.needs_dynamo). Once per process: a box started ahead of its job does it while it waits."""
     if dynamo and "dynamo" not in _WARM:
-        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch wraps SGD.step on first use (and its
-        #                                                                 __init__ imports torch._dynamo)
+        # torch wraps SGD.step on first use (and its __init__ imports torch._dynamo)
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
         importlib.import_module("torch._dynamo")
         _WARM.add("dynamo")
     if device == "cuda" and device not in _WARM:
@@ -106,9 +107,9 @@ class Worker(MeasureCommands, CallCommands):
             try:
                 reply = getattr(self, "cmd_" + cmd)(*args)
                 reply["ok"] = True
-            except BaseException as e:  # the candidate's failure is data for the judge, not a crash of the worker:
-                #                         sys.exit() inside a forward too, which would end this process with
-                #                         exit code 0 and nothing said
+            # the candidate's failure is data for the judge, not a crash of the worker: sys.exit() inside a forward too,
+            # which would end this process with exit code 0 and nothing said
+            except BaseException as e:
                 fault = gpu_fault(self.device)
                 reply = {"ok": False, "error": fault_text(fault, error_text(e)) if fault else error_text(e),
                          "error_kind": raised_kind(cmd, error_kind(e, fault)),
@@ -152,10 +153,10 @@ class Worker(MeasureCommands, CallCommands):
         eager = self.ref.model(init, seed, self.device, self.train)
         eager.load_state_dict(state)
         self.baselines = {"eager": eager}
-        if compile_baseline:  # shares eager's weights: one copy of them on the device. Static at every shape it is
-            #                   timed at (--shapes times several), as a user compiling for that shape gets it; by
-            #                   default dynamo would go dynamic at the second shape and, past its recompile limit,
-            #                   fall back to eager without a word
+        # shares eager's weights: one copy of them on the device. Static at every shape it is timed at (--shapes times
+        # several), as a user compiling for that shape gets it; by default dynamo would go dynamic at the second shape
+        # and, past its recompile limit, fall back to eager without a word
+        if compile_baseline:
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILED_SHAPES)
             self.baselines["torch.compile"] = torch.compile(eager, dynamic=False)
         x = self.ref.inputs(example_seed, self.device)
@@ -379,8 +380,8 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
         os.dup2(fd, 2)
         os.close(fd)
     import faulthandler
-    faulthandler.enable(cap_output())  # a crash in native code (a signal) leaves its Python stack in the file, for
-    #                                    the verdict
+    # a crash in native code (a signal) leaves its Python stack in the file, for the verdict
+    faulthandler.enable(cap_output())
     warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
     # A forkserver child has the environment and directory of the server's start; the judge's are the ones that
     # count (CUDA_VISIBLE_DEVICES, KP_CAPABILITY, the candidate's relative paths). CUDA reads them at its first

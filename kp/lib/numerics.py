@@ -20,12 +20,13 @@ class Err:
                 and self.worst_row <= budget.worst_row)
 
 
-CHUNK_ELEMS = 1 << 25  # elements per step of the error measure (256 MiB in float64): large outputs never need a
-#                         full float64 copy on the device
-CPU_CHUNK_ELEMS = 1 << 22  # on the host: steps of 32 MiB in float64. Much smaller steps are as fast alone, but
-#                            each operator is a parallel region and judges sharing the cores wait at every one (the
-#                            suite's CPU known-wrong cases on 2 cores: 78 s before, 200 s in steps of 2^18, 52 s in
-#                            these)
+# elements per step of the error measure (256 MiB in float64): large outputs never need a full float64 copy on the
+# device
+CHUNK_ELEMS = 1 << 25
+# on the host: steps of 32 MiB in float64. Much smaller steps are as fast alone, but each operator is a parallel region
+# and judges sharing the cores wait at every one (the suite's CPU known-wrong cases on 2 cores: 78 s before, 200 s in
+# steps of 2^18, 52 s in these)
+CPU_CHUNK_ELEMS = 1 << 22
 
 
 def chunk_for(device: torch.device) -> int:
@@ -96,8 +97,9 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
             # copy, the difference and both squares as temporaries, 1.4-1.6 s now
             dn = torch.linalg.vector_norm(r - o, dim=1).square()
             dd = torch.linalg.vector_norm(r, dim=1).square()
-            if bool(torch.isfinite(dn.sum() + dd.sum())):  # no NaN or Inf on either side (one would carry into
-                rn += dn  #                                     the sums): the three masks below change nothing
+            # no NaN or Inf on either side (one would carry into the sums): the three masks below change nothing
+            if bool(torch.isfinite(dn.sum() + dd.sum())):
+                rn += dn
                 rd += dd
                 continue
             o = o.to(torch.float64)
@@ -161,8 +163,9 @@ def same_values(a: torch.Tensor, b: torch.Tensor, chunk: int | None = None) -> b
     return True
 
 
-ABS_FLOOR = 1e-6  # measured on an H200: PyTorch-fp32's own relL2 can be ~1e-9 on fresh modules, so a pure multiple is
-#                   meaningless there; 1e-6 is ~1/10 of a single-ulp-everywhere error in fp32 (1.2e-7 * ~8).
+# measured on an H200: PyTorch-fp32's own relL2 can be ~1e-9 on fresh modules, so a pure multiple is meaningless there;
+# 1e-6 is ~1/10 of a single-ulp-everywhere error in fp32 (1.2e-7 * ~8).
+ABS_FLOOR = 1e-6
 REF_MULTIPLE = 4.0  # candidates may be up to 4x PyTorch-fp32's own error on the same inputs
 # A straightforward fp32 implementation sums each output's K terms one after another: its rounding errors add up
 # like a random walk, to about u * sqrt(K) relative (u = 2^-24), where PyTorch's blocked GEMM/conv and pairwise

@@ -30,8 +30,8 @@ def own_frames(traceback: str | None, path: str | None, most: int = 3) -> list[s
     lines = traceback.splitlines()
     for i, ln in enumerate(lines):
         m = re.match(r'\s*File "([^"]+)", line (\d+), in (.+)', ln)
-        if m and not m[1].startswith("<") and os.path.dirname(os.path.realpath(m[1])) == folder:  # "<frozen ...>":
-            #                                                                              Python's own, not a file
+        # "<frozen ...>": Python's own, not a file
+        if m and not m[1].startswith("<") and os.path.dirname(os.path.realpath(m[1])) == folder:
             code = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") \
                 else ""
             out.append(f"{os.path.basename(m[1])}:{m[2]} in {m[3]}" + (f": {code}" if code else ""))

@@ -7,7 +7,7 @@
     kp/lib/layers.py     helpers ModelNew classes share (weight-derived caches, IEEE fp32 GEMMs, input checks)
     kp/lib/numerics.py   relative L2 error against float64, bitwise equality through views, the error budget
     kp/lib/timing.py     CUDA-event timing behind an L2 flush, interleaved; the copy and GEMM ceilings
-    kp/judge/reference.py, kp/judge/worker.py, kp/judge/driver.py, kp/observe/report.py, kp/observe/verdict.py
+    kp/judge/reference.py, kp/worker/loop.py, kp/judge/driver.py, kp/observe/report.py, kp/observe/verdict.py
                          the judge (run.py), its table and its verdict line
 
 Nothing under kp/ imports this file.

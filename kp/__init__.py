@@ -32,8 +32,8 @@ LAYER_ORDER = (
     # what is watched in a candidate's process, a call's backward, the worker's measuring and calling commands, the
     # worker that runs a model, the runners that talk to it, the boxed worker's entry
     "judge.members", "judge.family", "judge.options", "judge.clock", "judge.reference", "lib.gpu_lock", "lib.timing",
-    "observe.profile", "judge.languages", "judge.guards", "judge.window", "judge.gradients", "judge.measure",
-    "judge.calling", "judge.replies", "judge.worker", "judge.runners", "box.entry",
+    "observe.profile", "worker.languages", "worker.guards", "judge.window", "worker.backward_pass", "worker.measuring",
+    "worker.parity_calls", "worker.replies", "worker.loop", "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables
     "observe.ncu", "observe.verdict", "observe.report",
     # the judge: its memory plan, an output against what it must be, what a call must return, its stages (construct,

@@ -46,7 +46,7 @@ def test_training_steps_are_timed_side_by_side_with_every_sample_told():
     forward and a backward pass from an upstream gradient drawn with the inputs, the parameters' .grad cleared before
     each call; every sample is told as taken and none is offered for a check (parity judged the gradients)."""
     import torch
-    from kp.judge.measure import MeasureCommands
+    from kp.worker.measuring import MeasureCommands
 
     class Counted(torch.nn.Linear):
         backwards = 0

@@ -11,7 +11,8 @@ import torch
 
 import harness
 from kp.judge import driver as judge
-from kp.judge import guards, runners
+from kp.judge import runners
+from kp.worker import guards
 from kp.judge.stages import Stage
 from conftest import HAS_GPU
 from cases import CASES_DIR
@@ -291,7 +292,7 @@ def test_a_candidate_whose_extension_compiles_cuda_code_gets_no_verdict_on_the_c
 
 
 def test_a_build_that_compiles_cuda_code_is_told_from_one_that_does_not():
-    from kp.judge.guards import builds_cuda
+    from kp.worker.guards import builds_cuda
     assert builds_cuda("load_inline", ("x", "int f();", "__global__ void k() {}"), {})
     assert builds_cuda("load_inline", ("x",), {"cpp_sources": "", "cuda_sources": ["__global__ void k() {}"]})
     assert not builds_cuda("load_inline", ("x", "int f();"), {"functions": ["f"]})

@@ -1,4 +1,4 @@
-"""Kernels in the languages a candidate compiles at run time (kp.judge.languages), and inputs moved to new addresses
+"""Kernels in the languages a candidate compiles at run time (kp.worker.languages), and inputs moved to new addresses
 at parity (kp.judge.calls): what needs no GPU. The GPU judge cases (tests/judge_cases/contract/triton, cupy,
 stale_graph) judge them end to end."""
 import os
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from kp.judge import languages
+from kp.worker import languages
 from kp.judge.calls import CallCheck, moved_call
 
 TRITON_CASES = ROOT / "tests" / "judge_cases" / "contract" / "triton"

@@ -54,8 +54,8 @@ def test_imports_follow_the_layer_order():
 def test_the_check_sees_an_import_inside_a_function(tmp_path):
     f = tmp_path / "timing.py"
     f.write_text("def f():\n    from kp.judge.driver import Judge\n    import kp.batch.slots\n"
-                 "    from kp.judge import worker, plan\n")
-    assert _imports(f, set(_modules())) == {"judge.driver", "batch.slots", "judge.worker", "judge.plan"}
+                 "    from kp.judge import runners, plan\n")
+    assert _imports(f, set(_modules())) == {"judge.driver", "batch.slots", "judge.runners", "judge.plan"}
 
 
 def test_the_library_never_imports_its_command_line():

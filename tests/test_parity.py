@@ -9,7 +9,8 @@ import torch
 import harness
 from kp.errors import Rejected
 from kp.judge import driver as judge
-from kp.judge import calling, expected, outputs, plan, reference, runners
+from kp.judge import expected, outputs, plan, reference, runners
+from kp.worker import parity_calls
 from kp.lib import numerics
 from conftest import gpu, run_script as run
 from cases import CASES_DIR, outside_repo
@@ -263,7 +264,7 @@ def test_kernelbench_check_out_of_memory_leaves_the_verdict(monkeypatch):
 def test_nan_fill_makes_unwritten_memory_nan():
     a = torch.randn(1 << 22, device="cuda")
     del a
-    calling.nan_fill_cached_free(0)
+    parity_calls.nan_fill_cached_free(0)
     b = torch.empty(1 << 22, device="cuda")
     assert bool(torch.isnan(b).all())
 
@@ -279,15 +280,15 @@ def test_nan_fill_headroom_without_room_is_filled_in_part_never_raised(monkeypat
         if size > 1 << 24:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return torch.zeros(size, dtype=dtype)  # on the host: the fill is what is tested, not the device
-    monkeypatch.setattr(calling.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(calling.torch.cuda, "memory_snapshot", lambda: [])
-    monkeypatch.setattr(calling.torch, "empty", empty)
-    assert calling.nan_fill_cached_free(1 << 26) == (1 << 26) - (1 << 24)
+    monkeypatch.setattr(parity_calls.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(parity_calls.torch.cuda, "memory_snapshot", lambda: [])
+    monkeypatch.setattr(parity_calls.torch, "empty", empty)
+    assert parity_calls.nan_fill_cached_free(1 << 26) == (1 << 26) - (1 << 24)
     assert asked == [1 << 26, 1 << 25, 1 << 24]  # halved until it fits
     asked.clear()
-    assert calling.nan_fill_cached_free(1 << 30) == 1 << 30  # not even a sixteenth fits: nothing, and no raise
+    assert parity_calls.nan_fill_cached_free(1 << 30) == 1 << 30  # not even a sixteenth fits: nothing, and no raise
     assert asked == [1 << 30, 1 << 29, 1 << 28, 1 << 27, 1 << 26]
-    assert calling.nan_fill_cached_free(1 << 20) == 0
+    assert parity_calls.nan_fill_cached_free(1 << 20) == 0
 
 
 @gpu

@@ -181,7 +181,7 @@ def test_the_judge_uses_the_run_ahead_only_where_it_ran_with_its_arguments():
 
 def test_a_prime_made_on_the_host_is_moved_and_run_and_one_that_could_not_be_made_is_made_on_the_device():
     from kp.judge.reference import Reference
-    from kp.judge.worker import Worker
+    from kp.worker.loop import Worker
     ref = Reference.load(("file", str(REF)))
     w = Worker(ref.spec, "cpu", "fp32")
     assert w.cmd_prime_build(ref.init(), 7, 7)["built"] and w.prime_built is not None

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from kp.judge.replies import FAULTED, fault_text, raised
+from kp.worker.replies import FAULTED, fault_text, raised
 
 
 def test_out_of_gpu_memory_says_what_the_gpu_has_free():
     """A candidate's call that runs out of GPU memory is rejected, and the reason says what the GPU has free, since
     on a shared GPU the memory of other processes counts against it; any other error is said as it was."""
-    from kp.judge.replies import raised
+    from kp.worker.replies import raised
     oom = raised("trial 2 (seed 7)", "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.06 GiB",
                  gpu_memory=lambda: (1 << 30, 80 << 30))
     assert oom.startswith("trial 2 (seed 7): raised OutOfMemoryError") and "1.0 of 80.0 GiB free now" in oom
@@ -70,7 +70,7 @@ def test_the_reference_runs_in_the_candidates_worker_before_its_import():
 def test_prime_runs_the_reference_alone_and_says_when_it_cannot(tmp_path):
     """cmd_prime builds the reference's Model, calls it once and keeps nothing; a reference that raises there is
     answered with why, not raised (the judge's own run of it reports a broken reference)."""
-    from kp.judge.worker import Worker
+    from kp.worker.loop import Worker
     ref = Path(__file__).parent / "judge_cases" / "contract" / "graphs" / "ref.py"
     w = Worker(("file", str(ref)), "cpu", "fp32")
     assert w.cmd_prime([512, 384], 1, 2) == {"primed": True} and not w.models and not w.baselines
@@ -82,7 +82,7 @@ def test_timing_the_candidates_builds_changes_nothing_the_fingerprint_guards(mon
     """The seconds a candidate spends in load/load_inline are counted where the namespace fingerprint does not
     look (a list the worker owns), so a candidate that builds is not taken for one that patches the judge."""
     from torch.utils import cpp_extension as ext
-    from kp.judge.guards import fingerprint_changes, namespace_fingerprint, record_build_failures
+    from kp.worker.guards import fingerprint_changes, namespace_fingerprint, record_build_failures
     monkeypatch.setattr(ext, "load_inline", lambda *a, **k: "built")
     monkeypatch.setattr(ext, "load", lambda *a, **k: "built")
     sink, seconds = [], [0.0]
@@ -98,7 +98,7 @@ def test_a_build_that_failed_in_another_process_is_said_with_its_compiler_error(
     its folder, is what the slot says (as a build error), not the missing library."""
     import pytest
     from torch.utils import cpp_extension as ext
-    from kp.judge.guards import BUILD_FAILED, record_build_failures
+    from kp.worker.guards import BUILD_FAILED, record_build_failures
 
     def failing(*a, **k):
         raise RuntimeError("Error building extension 'x':\nkernel.cu(59): error: no suitable conversion function")
@@ -122,7 +122,7 @@ def test_a_call_after_the_worker_ended_for_a_gpu_fault_says_so(tmp_path):
     """A worker whose call faulted answers it, says why on its stderr and ends (exit code 0); a later command of the
     judge's (the KernelBench column) names that, not an unexplained exit."""
     import types
-    from kp.judge.replies import ENDED_AFTER_FAULT
+    from kp.worker.replies import ENDED_AFTER_FAULT
     from kp.judge.runners import ProcessRunner
     err = tmp_path / "stderr"
     err.write_text(f"{ENDED_AFTER_FAULT} after 'forward' (CUDA error: misaligned address); this process ends here\n")
@@ -139,7 +139,7 @@ def test_a_verbose_build_that_fails_is_said_with_the_compilers_error(tmp_path, m
     `Error building extension`: the judge builds them quietly, so the error carries the compiler's line."""
     import pytest
     from torch.utils import cpp_extension as ext
-    from kp.judge.guards import record_build_failures
+    from kp.worker.guards import record_build_failures
     monkeypatch.setattr(ext, "load", ext.load)  # put back after: the wrapper below replaces it
     monkeypatch.setattr(ext, "load_inline", ext.load_inline)
     src = tmp_path / "broken.cpp"
@@ -154,9 +154,9 @@ def test_a_verbose_build_that_fails_is_said_with_the_compilers_error(tmp_path, m
 @pytest.mark.parametrize("boxed", [True, False], ids=["boxed", "unboxed"])
 def test_a_candidates_output_is_capped_with_its_cut_said(cli, boxed):
     """5 MiB to each stream at every call, over a dozen calls: what reaches the judge's output is its start and its
-    end (kp.judge.worker.cap_output), the cut said; the verdict is unchanged."""
+    end (kp.worker.loop.cap_output), the cut said; the verdict is unchanged."""
     from kp.box import sandbox
-    from kp.judge.worker import OUTPUT_HEAD, OUTPUT_TAIL
+    from kp.worker.loop import OUTPUT_HEAD, OUTPUT_TAIL
     if boxed and sandbox.status()[0] is None:
         pytest.skip(f"no sandbox here: {sandbox.status()[1]}")
     root = Path(__file__).resolve().parent

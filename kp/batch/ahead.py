@@ -187,7 +187,7 @@ def builders() -> int:
     """How many candidates build at once: one per core this process may use. A build runs two compilers only for
     its first quarter (g++ on main.cpp beside nvcc on cuda.cu, whose steps run one after another), so half the cores'
     worth left cores idle: on two cores, two leaderboard candidates built one at a time took 116 s, both at once 85 s.
-    The builds run at a lower priority than the slots' judging (kp.judge.worker.BUILD_AHEAD_NICE)."""
+    The builds run at a lower priority than the slots' judging (kp.worker.loop.BUILD_AHEAD_NICE)."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from kp.batch.jobfile import Job
-from kp.judge.worker import REPLY_TIMEOUT_S
+from kp.worker.loop import REPLY_TIMEOUT_S
 
 
 class RunAhead:

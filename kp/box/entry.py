@@ -73,12 +73,12 @@ def main() -> None:
         early = cuda_early.start()
     import importlib
     from kp.box.start import DYNAMO_PRELOAD, WORKER_PRELOAD
-    from kp.judge.worker import worker_main
+    from kp.worker.loop import worker_main
     # what its job needs, imported while the judge gets ready (the box may start early)
     for name in WORKER_PRELOAD + DYNAMO_PRELOAD * dynamo:
         importlib.import_module(name)
     if warm_cuda:  # a box started ahead of its job: CUDA's context and the judge's GPU tools too (the job's own
-        from kp.judge.worker import warm_up  # environment is the box's: CUDA reads the same one now)
+        from kp.worker.loop import warm_up  # environment is the box's: CUDA reads the same one now)
         cuda_early.wait(early)
         try:
             warm_up("cuda", dynamo)

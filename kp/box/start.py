@@ -3,7 +3,7 @@ about two seconds) is most of a small job's time to verdict, so the command line
 torch itself (`start_early`), and the judge adopts it when it adds the candidate (`take`); a box that does not
 match the job the judge then sets up is killed and a new one started here. What the box reads and writes and the
 environment it gets are decided here once, early or not (kp.box.sandbox says how the box is made; kp.box.entry is its
-entry point; kp.judge.worker talks to it)."""
+entry point; kp.worker.loop talks to it)."""
 from __future__ import annotations
 
 import json
@@ -169,7 +169,7 @@ def _plan(ref_spec, read_only: list[str], builds: bool) -> tuple:
 def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     """Start a box made to `plan` (_plan): bwrap runs kp.box.entry, which confines itself, takes the judge's key,
     imports what every job needs (and with warm_cuda starts CUDA and the judge's GPU tools; gpu=False: a job on the
-    CPU's, CPU_PRELOAD) and waits for its job (kp.judge.worker sends it)."""
+    CPU's, CPU_PRELOAD) and waits for its job (kp.worker.loop sends it)."""
     import multiprocessing
     from multiprocessing.connection import Connection
     from kp.box import sandbox
@@ -223,7 +223,7 @@ def candidate_paths(candidate: str | Path) -> list[str]:
 # build, importing torch.utils.cpp_extension marks the process as having started CUDA, and every worker forked from
 # it then fails at its first CUDA call ("Cannot re-initialize CUDA in forked subprocess"); a box imports it in the
 # worker's own process, which forks nothing.
-FORKSERVER_PRELOAD = ["kp.judge.worker"]
+FORKSERVER_PRELOAD = ["kp.worker.loop"]
 WORKER_PRELOAD = [*FORKSERVER_PRELOAD, "torch.utils.cpp_extension"]
 DYNAMO_PRELOAD = ["torch._dynamo"]
 DYNAMO_MARKERS = (b"compile", b"dynamo", b"inductor")  # what a file that may start torch.compile mentions
@@ -231,9 +231,9 @@ DYNAMO_MARKERS = (b"compile", b"dynamo", b"inductor")  # what a file that may st
 
 def needs_dynamo(path: str | Path | None) -> bool:
     """Whether a candidate needs torch._dynamo imported and torch.compile's first-use patches made before its import
-    (kp.judge.worker.settle_torch): a file that mentions compiling (an unreadable one: assumed to). Elsewhere torch's
+    (kp.worker.loop.settle_torch): a file that mentions compiling (an unreadable one: assumed to). Elsewhere torch's
     own rebinding of torch.manual_seed at dynamo's import is told apart from a candidate's
-    (kp.judge.guards.torchs_own_rebinding)."""
+    (kp.worker.guards.torchs_own_rebinding)."""
     try:
         src = Path(path).read_bytes()
     except (OSError, TypeError):
@@ -338,7 +338,7 @@ def plan_for(ref_spec, candidate: str | Path) -> tuple:
 
 
 def worker_args(ref_spec, device: str, precision: str, env: dict, train: bool) -> tuple:
-    """What a boxed worker is told of its job before its first command (kp.judge.worker.worker_main)."""
+    """What a boxed worker is told of its job before its first command (kp.worker.loop.worker_main)."""
     return ref_spec, device, precision, str(ROOT), env, BOX_CWD, train
 
 

@@ -9,7 +9,7 @@ sums the whole batch): the floor's K is the larger of the forward's and the outp
 
 Gradients accumulate as PyTorch's do: at the second call of the sequence the parameters' .grad is not cleared, and
 what it must hold is the sum of both calls' gradients (a backward that assigns .grad instead of adding fails there).
-The candidate's worker side is kp.judge.gradients; these are methods of kp.judge.driver.Judge."""
+The candidate's worker side is kp.worker.backward_pass; these are methods of kp.judge.driver.Judge."""
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +21,7 @@ import torch
 from kp.errors import Rejected
 from kp.judge.outputs import _release, error_figures
 from kp.judge.float64 import as_float64, float64_default
-from kp.judge.gradients import leaves
+from kp.worker.backward_pass import leaves
 from kp.lib.layers import set_precision
 from kp.lib.numerics import Err, budget_from, clone_layout, rel_error
 from kp.lib.op_modes import ReductionLength, RoundingNoise

@@ -11,7 +11,7 @@ from kp.errors import NoVerdict, OutOfMemory, Rejected, UsageError
 from kp.judge.expected import Row, _Refs, _unread_counter
 from kp.judge.outputs import Expected
 from kp.judge.float64 import float64_copy
-from kp.judge.languages import gpu_languages
+from kp.worker.languages import gpu_languages
 from kp.judge.plan import check_memory, float64_chunks, float64_on_gpu, gpu_snapshot, held_by_others
 from kp.judge.reference import partial_map, state_map, unmapped
 from kp.lib.numerics import cpu_kernels

@@ -7,7 +7,7 @@ from statistics import median_high
 
 from kp.errors import Rejected
 from kp.judge.expected import Row
-from kp.judge.languages import label_foreign
+from kp.worker.languages import label_foreign
 from kp.observe.profile import kernel_base_name
 from kp.judge.window import busy_ms, escape_threshold_ms, forward_busy_ms, host_clock_excess_ms, window_violations
 from kp.lib.gpu_lock import gpu_to_itself

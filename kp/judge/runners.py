@@ -16,10 +16,10 @@ from kp.box import pch
 from kp.box.builds import candidate_build_dir
 from kp.box.start import FORKSERVER_PRELOAD, candidate_paths
 from kp.errors import OutOfMemory, Rejected, oom_request_bytes
-from kp.judge.guards import late_message
+from kp.worker.guards import late_message
 from kp.errors import FAILURE_KINDS
-from kp.judge.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_kind, error_text, raised, raised_kind
-from kp.judge.worker import REPLY_TIMEOUT_S, Worker, cut_middle, worker_main
+from kp.worker.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_kind, error_text, raised, raised_kind
+from kp.worker.loop import REPLY_TIMEOUT_S, Worker, cut_middle, worker_main
 from kp.lib import gpu_lock
 from kp.lib.registry import ROOT
 
@@ -123,7 +123,7 @@ class ProcessRunner:
         ctx = _context()
         self.conn, child = ctx.Pipe()
         env = pch.env({**os.environ, **({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else {})})
-        # the last: this judge's pid, which the worker ends with (kp.judge.worker.end_with_judge)
+        # the last: this judge's pid, which the worker ends with (kp.worker.loop.end_with_judge)
         self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT),
                                                           env, self.scratch, train, self.stderr.name, os.getpid()),
                                 daemon=True)

@@ -203,7 +203,7 @@ def main(spec_file: str) -> None:
     """The profiled process: build the rows as the judge did, warm them, then one marked call of each."""
     import torch
     from kp.lib.registry import variant_factory
-    from kp.judge.worker import Worker
+    from kp.worker.loop import Worker
     with open(spec_file) as f:
         spec = json.load(f)
     ref_spec, precision, init, seed = tuple(spec["ref_spec"]), spec["precision"], spec["init"], spec["seed"]

@@ -16,14 +16,14 @@ import torch
 from kp.box.builds import alive
 from kp.box.start import needs_dynamo
 from kp.errors import oom_request_bytes
-from kp.judge.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
+from kp.worker.guards import (fingerprint_changes, late_threads, loaded_objects, namespace_fingerprint,
                              record_build_failures, settle_torch, train_sensitive, watch_thread_starts)
 from kp.judge.family import same_value
 from kp.judge.float64 import _convert, hold_on
-from kp.judge.calling import CallCommands
-from kp.judge.languages import watch_jit_builds
-from kp.judge.measure import MeasureCommands
-from kp.judge.replies import (ENDED_AFTER_FAULT, _settle_before_sending, error_kind, error_text, fault_text, gpu_fault,
+from kp.worker.parity_calls import CallCommands
+from kp.worker.languages import watch_jit_builds
+from kp.worker.measuring import MeasureCommands
+from kp.worker.replies import (ENDED_AFTER_FAULT, _settle_before_sending, error_kind, error_text, fault_text, gpu_fault,
                               raised_kind, send, without_tensors)
 from kp.judge.reference import Reference, apply_update
 from kp.lib.layers import set_precision

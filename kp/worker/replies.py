@@ -8,7 +8,7 @@ import pickle
 import torch
 
 from kp.errors import first_line
-from kp.judge.languages import jit_error
+from kp.worker.languages import jit_error
 
 FAULTED = "its GPU work faulted"  # how a command's error begins when its call left the CUDA context unusable
 ENDED_AFTER_FAULT = "kp worker: the CUDA context is unusable"  # the worker's last words when it ends after one

@@ -1,6 +1,6 @@
 """The worker's measuring commands: timing (baselines and rows interleaved, each call on inputs drawn just before it,
 every sample told to the judge as it is taken), the escape check's paired host-clock and event runs with a profile,
-the profile tables and the memory peak. A mixin of kp.judge.worker.Worker, whose state (models, baselines, the
+the profile tables and the memory peak. A mixin of kp.worker.loop.Worker, whose state (models, baselines, the
 reference, the channel to the judge) they use."""
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from kp.judge.guards import late_message, late_threads, loaded_objects, system_prefixes
+from kp.worker.guards import late_message, late_threads, loaded_objects, system_prefixes
 from kp.judge.window import run_queue_ms
-from kp.judge.gradients import backward_pass, upstream_like
-from kp.judge.languages import jit_kernels, match
+from kp.worker.backward_pass import backward_pass, upstream_like
+from kp.worker.languages import jit_kernels, match
 from kp.judge.reference import describe
 from kp.lib.build import cache_root, shared_cache
 from kp.lib.layers import set_precision
@@ -61,7 +61,7 @@ class MeasureCommands:
         state): the untimed calls of judged rows are told too, seed only, before each runs, so the judge can advance
         its reference through the same calls.
         backward (--backward, after the forward's timing): each call is a training step, the forward and its backward
-        pass from an upstream gradient drawn with the inputs (kp.judge.gradients.backward_pass), each parameter's
+        pass from an upstream gradient drawn with the inputs (kp.worker.backward_pass.backward_pass), each parameter's
         .grad cleared before it, outside the timed region (zero_grad(set_to_none=True)); samples only are told: the
         gradients were judged at parity, call by call."""
         dev = self.device

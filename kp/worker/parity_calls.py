@@ -1,5 +1,5 @@
 """The worker's parity commands: one call on the judge's inputs (with its backward pass under --backward), the
-inputs let go, the buffers a call changed. A mixin of kp.judge.worker.Worker, whose state (models, the inputs it
+inputs let go, the buffers a call changed. A mixin of kp.worker.loop.Worker, whose state (models, the inputs it
 holds, the device and precision) they use."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import torch
 
-from kp.judge.gradients import call_with_backward
-from kp.judge.measure import export_output
+from kp.worker.backward_pass import call_with_backward
+from kp.worker.measuring import export_output
 from kp.judge.reference import describe
 from kp.lib.layers import set_precision
 

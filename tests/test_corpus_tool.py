@@ -21,11 +21,16 @@ def get_init_inputs():
 '''
 
 
-def _results(tmp_path, verdicts):
+def _results(tmp_path, verdicts, figures=None):
+    """A results file of these verdicts; figures (one per verdict, or None): a rejection's failed check's figures,
+    as the record's failure carries them."""
     ref = tmp_path / "l1_p23.py"
     ref.write_text(REF)
+    figures = figures or [None] * len(verdicts)
     lines = [{"key": str(i), "job": {"name": f"l1_p23: c{i}.py", "ref": ["file", str(ref)], "opts": {"mode": "train"}},
-              "ok": v.startswith("accepted"), "verdict": v} for i, v in enumerate(verdicts)]
+              "ok": v.startswith("accepted"), "verdict": v,
+              "record": {"failure": {"kind": "wrong_output", "figures": fig}} if fig else None}
+             for i, (v, fig) in enumerate(zip(verdicts, figures))]
     f = tmp_path / "results.jsonl"
     f.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return f
@@ -37,7 +42,9 @@ def test_floors_reads_a_softmax_rejection_against_its_row_length(tmp_path):
     f = _results(tmp_path, [
         "rejected: trial 1 (seed 1): relL2 1.98e-06 over budget 1.00e-06 (worst row 4.28e-06, row budget 1.00e-06)",
         "rejected: trial 1 (seed 1): relL2 1.98e-04 over budget 1.00e-06 (worst row 2.04e-04, row budget 1.00e-06)",
-        "accepted (kernelbench: pass (1e-4), pass (1e-2))"])
+        "accepted (kernelbench: pass (1e-4), pass (1e-2))"],
+        [{"rel_l2": 1.98e-06, "worst_row": 4.28e-06, "budget": 1e-06, "row_budget": 1e-06},
+         {"rel_l2": 1.98e-04, "worst_row": 2.04e-04, "budget": 1e-06, "row_budget": 1e-06}, None])
     lines = judge_corpus.floors(f).splitlines()
     assert len(lines) == 2 and "K 16384, floor 1.53e-05" in lines[0]
     assert lines[0].endswith("within the budget now") and lines[1].endswith("still over")

@@ -15,14 +15,14 @@ KP_CAPABILITY=8.0), into the cache the tests use; otherwise the first GPU test t
 holding its GPU's one-at-a-time group (on a fresh 4 x H100 host: the softmax sweep of 6_regcluster 97 s, the
 non-Hopper paths 130-173 s each, with the builds inside).
 
-Each GPU's pytest runs its tests one at a time (one xdist worker), with its share of the cores as threads; its
-judge cases and known-wrong cases (94 of the 183 GPU tests) are judged together first, in one batch over three warm
+Each GPU's pytest runs its tests one at a time (one xdist worker), with its share of the cores as threads; its judge
+cases and known-wrong cases (141 of the 243 GPU tests) are judged together first, in one batch over three or four warm
 slots of its GPU (tests/batched.py: 1-6 s a case instead of the 15-25 s of a judge process started for each). The tests
-that need no GPU are not run beside them: they are CI's, and on a GPU host several of them judge on the GPU when
-one is there, beside a GPU test's 36-64 GiB softmax judge. --cpu-tests runs them after, with the GPUs hidden, one
-xdist worker per two cores (a CPU test is a judge process and its candidate's worker), each process with two threads
-(OMP_NUM_THREADS / MKL_NUM_THREADS, unless set: left to torch's default, each of 64 processes ran a thread per core
-of the host and judge cases of 40-60 s took 100-240 s).
+that need no GPU are not run beside them: they are CI's, and on a GPU host several of them judge on the GPU when one is
+there, beside a GPU test's 36-64 GiB softmax judge. --cpu-tests runs them after, with the GPUs hidden, one xdist worker
+per two cores (a CPU test is a judge process and its candidate's worker), each process with two threads (OMP_NUM_THREADS
+/ MKL_NUM_THREADS, unless set: left to torch's default, each of 64 processes ran a thread per core of the host and judge
+cases of 40-60 s took 100-240 s).
 
 Ctrl-C, or a time limit's SIGTERM, is passed on to each pytest as Ctrl-C (each runs in a session of its own): each
 ends with its summary line, and with -v every test it ran is named; the runner exits with 128 + the signal.

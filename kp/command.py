@@ -59,8 +59,9 @@ def parse_args(argv):
     ap.add_argument("--gpus", metavar="SPEC", help="judge jobs on these GPUs of this host: all, 0,1 or a count "
                                                    "(default with many jobs: 1, the first GPU); a GPU named more "
                                                    "than once (0,0,1,1) gets that many slots")
-    ap.add_argument("--slots", metavar="N", help="slots (jobs at a time) on each GPU of --gpus: a number, or auto "
-                                                 "(the default: 3 a GPU where the host has 5 cores for each)")
+    ap.add_argument("--slots", metavar="N", help="slots (jobs at a time) on each GPU of --gpus, or with --device cpu "
+                                                 "on the CPU: a number, or auto (the default: 3 a GPU where the host "
+                                                 "has 5 cores for each; 1 on the CPU)")
     ap.add_argument("--ray", metavar="ADDRESS", help="judge jobs as Ray tasks of one GPU each: auto (a running "
                                                      "cluster), an address, or local (start one here)")
     ap.add_argument("--out", metavar="JSONL", help="append each finished job's record here; a re-run skips the "
@@ -240,8 +241,9 @@ def main(argv=None) -> int:
                           "or --json: each job's full record goes to --out")
     if args.gpus and args.ray:
         return fail_usage("--gpus (this host) or --ray (a cluster), not both")
-    if args.slots and (args.ray or args.device == "cpu" or not batch):
-        return fail_usage("--slots: the slots a GPU of --gpus has in a batch on this host's GPUs")
+    if args.slots and (args.ray or not batch):
+        return fail_usage("--slots: the slots (jobs at a time) of a batch on this host: on each GPU of --gpus, or "
+                          "with --device cpu on the CPU; several candidates, --jobs or --out make a batch")
     if args.plot and batch:
         return fail_usage("--plot draws one run's table; many jobs write their records to --out")
     if args.plot:

@@ -1,5 +1,6 @@
 """run.py's usage errors and exit codes (no GPU needed): `python run.py --list` as a script, the rest through the
 same command-line entry in this process."""
+import json
 import shutil
 import subprocess
 import sys
@@ -47,10 +48,16 @@ def test_no_problem_exit_2(cli):
     assert r.returncode == 2 and "--problem" in r.stderr
 
 
-def test_slots_outside_a_batch_on_gpus_is_a_usage_error(cli):
-    for args in (("--problem", "softmax", "--slots", "2"), ("--jobs", "j.csv", "--device", "cpu", "--slots", "2")):
+def test_slots_outside_a_batch_is_a_usage_error_and_on_the_cpu_a_batch_takes_them(cli, tmp_path):
+    for args in (("--problem", "softmax", "--slots", "2"), ("--ref", "r.py", "--candidate", "c.py", "--device", "cpu",
+                                                            "--slots", "2")):
         r = cli(*args)
         assert r.returncode == 2 and "--slots" in r.stderr and "Traceback" not in r.stderr
+    d = ROOT / "tests" / "judge_cases" / "relu"
+    r = cli("--ref", d / "ref.py", "--candidate", d / "torch_rewrite.py", d / "wrong_identity.py", "--device", "cpu",
+            "--allow-torch", "--slots", "2", "--seed", "4", "--out", tmp_path / "o.jsonl")
+    assert r.returncode == 1 and "1 accepted, 1 rejected" in r.stdout, r.stdout + r.stderr
+    assert {d["gpu"] for d in map(json.loads, (tmp_path / "o.jsonl").read_text().splitlines())} <= {"cpu0", "cpu1"}
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
@@ -296,7 +303,6 @@ def test_ctrl_c_on_one_judgement_is_one_line_and_leaves_nothing_running(how):
 def test_json_into_a_folder_not_made_yet_is_made_before_the_judging(cli, tmp_path):
     """--json into folders that do not exist: made before the judging, the record written, exit 0; a path whose
     folder cannot be made is a usage error before any judging (exit 2), never a traceback after the verdict."""
-    import json
     d = ROOT / "tests" / "judge_cases" / "relu"
     out = tmp_path / "new" / "deeper" / "r.json"
     r = cli("--ref", d / "ref.py", "--candidate", d / "torch_rewrite.py", "--allow-torch", "--device", "cpu",

@@ -65,6 +65,7 @@ def test_judge_case_on_cpu(tmp_path, cli, folder, cand):
         assert r.returncode == 0 and last.startswith("accepted") and len(last) <= 200, r.stdout + r.stderr
         assert "accepted (parity only on cpu" in last or "  note: parity only on cpu" in r.stdout, r.stdout
         assert_typed(rec, "accepted")
+        assert rec["rows"]["candidate"]["pure_torch"] is None  # which kernels ran is not seen on the CPU
     else:  # the reason as the record keeps it: what the verdict line adds (notes, the box) is not the reason
         assert r.returncode == 1 and last.startswith("rejected: ") and len(last) <= 200, r.stdout + r.stderr
         reason = rec["rows"]["candidate"]["reason"]

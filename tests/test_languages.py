@@ -119,6 +119,24 @@ def test_a_triton_candidate_on_the_cpu_gets_no_verdict(cli, tmp_path):
     assert "Triton" in last and "judge it on a GPU" in last, last
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a host with CUDA runs what the candidate asks for")
+def test_a_candidate_that_asks_for_cuda_on_a_cpu_host_gets_no_verdict(cli, tmp_path):
+    """A KernelBench candidate that moves its work to "cuda" by hand has no defect the CPU can name: torch here has
+    no CUDA. No verdict (exit 2), said so, as a Triton candidate's; one that raises of its own is still rejected."""
+    relu = ROOT / "tests" / "judge_cases" / "relu"
+    cand = tmp_path / "cuda_by_hand.py"
+    cand.write_text("import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
+                    "    def forward(self, x):\n        return torch.relu(x.to(\"cuda\")).cpu()\n")
+    r = cli("--ref", relu / "ref.py", "--candidate", cand, "--device", "cpu", "--allow-torch")
+    assert r.returncode == 2, r.stdout + r.stderr
+    last = (r.stdout + r.stderr).strip().splitlines()[-1]
+    assert "asks for CUDA, which this host does not have" in last and "judge it on a GPU" in last, last
+    cand.write_text("import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
+                    "    def forward(self, x):\n        raise AssertionError(\"not compiled with CUDA\")\n")
+    r = cli("--ref", relu / "ref.py", "--candidate", cand, "--device", "cpu", "--allow-torch")
+    assert r.returncode == 1 and "raised AssertionError" in r.stdout.strip().splitlines()[-1], r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("name", [p.name for p in TRITON_CASES.glob("*.py") if p.name != "ref.py"])
 def test_every_triton_case_declares_it_needs_triton(name):
     from cases import meta

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kp.errors import ACCEPTED, EXIT_CODES, NO_VERDICT, REJECTED, STATUSES, UsageError, first_line, stop_signal
 from kp.batch.ahead import build_ahead_of_slots
-from kp.batch.gpus import slot_list
+from kp.batch.gpus import cpu_slot_list, slot_list
 from kp.batch import jobfile
 from kp.judge.options import JudgeOptions
 from kp.batch.jobfile import Job, append_result, read_results, summary, with_reference_seeds
@@ -349,7 +349,7 @@ def run_batch(args, opts: JudgeOptions) -> int:
         results = run_ray(jobs, args.ray, out, timeout)
         use, slots = None, None
     else:
-        gpus = [None] if args.device == "cpu" else slot_list(args.gpus or "1", args.slots)
+        gpus = cpu_slot_list(args.slots) if args.device == "cpu" else slot_list(args.gpus or "1", args.slots)
         use, cpu, slots = GpuUse(gpus), CpuUse(), len(gpus)
         try:  # SIGINT and SIGTERM come as a KeyboardInterrupt (run.py: kp.errors.stopped_by_signals)
             results = run_local(jobs, gpus, out, timeout, log_dir=log_dir, build_jobs=args.build_jobs)

@@ -50,3 +50,13 @@ def slot_list(spec: str, slots: str | None = None) -> list[str]:
     else:
         raise UsageError(f"--slots: a number of slots a GPU, or auto, not {slots!r}")
     return [i for i in ids for _ in range(per)]
+
+
+def cpu_slot_list(slots: str | None = None) -> list[None]:
+    """--slots on the CPU (--device cpu): that many CPU slots (None: a slot without a GPU); auto (the default) one,
+    since each CPU judgement spreads its own work over the host's cores."""
+    if slots in (None, "auto"):
+        return [None]
+    if slots.isdigit() and int(slots) > 0:
+        return [None] * int(slots)
+    raise UsageError(f"--slots: a number of CPU slots, or auto, not {slots!r}")

@@ -122,6 +122,9 @@ class ConstructStage:
                 raise NoVerdict(f"{self.ref.name}: no verdict on the CPU: {row.label} writes its kernels in "
                                 f"{' and '.join(langs)}, a GPU kernel language, which this host cannot run "
                                 f"({row.reason[:120] if row.reason else 'rejected'}); judge it on a GPU")
+            if not row.accepted and not row.peer and (row.failure or {}).get("needs") == "cuda":
+                raise NoVerdict(f"{self.ref.name}: no verdict on the CPU: {row.label} asks for CUDA, which this host "
+                                f"does not have ({row.reason[:160]}); judge it on a GPU")
             failed = [f for f in getattr(row.runner, "build_failures", None) or [] if f.get("cuda")]
             if failed and not row.accepted and not row.peer:
                 raise NoVerdict(f"{self.ref.name}: no verdict on the CPU: {row.label}'s extension "

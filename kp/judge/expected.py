@@ -55,6 +55,8 @@ class Row:
                 check = figs.pop("check")
                 self.checks[check] = {**figs, "passed": False}
             self.failure = {"kind": failure_kind(reason), "stage": None, "check": check, "figures": figs or None}
+            if getattr(reason, "asks_for_cuda", False):  # the host's lack (no CUDA here), said as such by the driver
+                self.failure["needs"] = "cuda"
 
 
 def _same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:

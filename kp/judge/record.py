@@ -60,7 +60,8 @@ class RecordParts:
         for row in self.rows:
             rec["rows"][row.label] = {
                 "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
-                "pure_torch": row.pure_torch, "own_kernels": row.own_kernels,
+                # which kernels ran is seen on the GPU alone (the escape stage's profile): None where it was not
+                "pure_torch": row.pure_torch if gpu else None, "own_kernels": row.own_kernels,
                 "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
                 "weights": row.weights, "kernelbench": row.kernelbench, "traceback": row.traceback,
                 "build_failures": getattr(row.runner, "build_failures", []), "failure": row.failure}

@@ -18,7 +18,8 @@ from kp.box.start import FORKSERVER_PRELOAD, candidate_paths
 from kp.errors import OutOfMemory, Rejected, oom_request_bytes
 from kp.worker.guards import late_message
 from kp.errors import FAILURE_KINDS
-from kp.worker.replies import ENDED_AFTER_FAULT, _settle_before_sending, error_kind, error_text, raised, raised_kind
+from kp.worker.replies import (ENDED_AFTER_FAULT, _settle_before_sending, asks_for_cuda, error_kind, error_text,
+                               raised, raised_kind)
 from kp.worker.loop import REPLY_TIMEOUT_S, Worker, cut_middle, worker_main
 from kp.lib import gpu_lock
 from kp.lib.registry import ROOT
@@ -196,6 +197,7 @@ class ProcessRunner:
             e = OutOfMemory(why, held, asked) if isinstance(held, int) and isinstance(asked, int) else \
                 Rejected(why, kind=kind, check=stage)
             e.check = e.check or stage
+            e.asks_for_cuda = bool(reply.get("asks_for_cuda"))
             e.traceback = reply.get("traceback") if isinstance(reply.get("traceback"), str) else None
             raise e
         return reply
@@ -297,6 +299,7 @@ class LocalRunner:
             err = OutOfMemory(why, 0, oom_request_bytes(str(e))) if isinstance(e, torch.OutOfMemoryError) else \
                 Rejected(why, kind=raised_kind(cmd, error_kind(e)), check=stage)
             err.check = err.check or stage
+            err.asks_for_cuda = asks_for_cuda(e)
             err.traceback = traceback.format_exc(limit=-40)
             raise err from None
 

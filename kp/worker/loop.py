@@ -23,8 +23,8 @@ from kp.judge.float64 import _convert, hold_on
 from kp.worker.parity_calls import CallCommands
 from kp.worker.languages import watch_jit_builds
 from kp.worker.measuring import MeasureCommands
-from kp.worker.replies import (ENDED_AFTER_FAULT, _settle_before_sending, error_kind, error_text, fault_text, gpu_fault,
-                              raised_kind, send, without_tensors)
+from kp.worker.replies import (ENDED_AFTER_FAULT, _settle_before_sending, asks_for_cuda, error_kind, error_text,
+                               fault_text, gpu_fault, raised_kind, send, without_tensors)
 from kp.judge.reference import Reference, apply_update
 from kp.lib.layers import set_precision
 from kp.lib.numerics import cpu_kernels
@@ -112,7 +112,7 @@ class Worker(MeasureCommands, CallCommands):
             except BaseException as e:
                 fault = gpu_fault(self.device)
                 reply = {"ok": False, "error": fault_text(fault, error_text(e)) if fault else error_text(e),
-                         "error_kind": raised_kind(cmd, error_kind(e, fault)),
+                         "error_kind": raised_kind(cmd, error_kind(e, fault)), "asks_for_cuda": asks_for_cuda(e),
                          "traceback": traceback.format_exc(limit=-40)}  # the innermost frames: the raise
                 if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_initialized():
                     reply["gpu_held"] = torch.cuda.memory_reserved()  # what this process held: see OutOfMemory

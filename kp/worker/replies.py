@@ -38,6 +38,24 @@ def error_kind(e: BaseException, fault: str | None = None) -> str | None:
     return None
 
 
+def asks_for_cuda(e: BaseException) -> bool:
+    """Whether `e` was raised by torch's start of CUDA (torch.cuda's lazy initialisation) in a process that has none:
+    code that asks for the GPU (a tensor made or moved to "cuda") on a CPU-only host. That is the host's lack, not a
+    defect of the code."""
+    if torch.cuda.is_available():
+        return False
+    x = e
+    while x is not None:
+        tb = x.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_name == "_lazy_init" and code.co_filename.replace("\\", "/").endswith("torch/cuda/__init__.py"):
+                return True
+            tb = tb.tb_next
+        x = x.__cause__ or x.__context__
+    return False
+
+
 def raised_kind(cmd: str, kind: str | None) -> str:
     """The failure kind of a command `cmd` that raised, its exception's kind (error_kind) where it has one."""
     return kind or COMMAND_KINDS.get(cmd, "raised")

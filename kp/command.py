@@ -40,7 +40,8 @@ or too few calls checkable here for an acceptance.
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="run.py", description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    prog = "kp" if Path(sys.argv[0]).name == "kp" else "run.py"  # the installed command, or the file
+    ap = argparse.ArgumentParser(prog=prog, description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--problem", action="append", help="built-in problem id (repeatable), or all")
     src.add_argument("--ref", metavar="FILE", help="a KernelBench-format reference file (Model, get_inputs, "
@@ -380,3 +381,31 @@ def warm_slot_main(*args) -> None:
     them."""
     from kp.batch.slot_process import _slot_main
     _slot_main(*args, command=warm_command)
+
+
+def entry(argv=None) -> None:
+    """The command line as `python run.py` and the installed `kp` command run it: --help before torch's import, the
+    warm judge's own process and its stop, a command handed to a warm judge, or the candidate's box started before
+    the judge imports torch (in cli()); then the exit, without the interpreter's teardown of torch."""
+    import sys
+    from kp.lib import bytecode
+    argv = sys.argv[1:] if argv is None else list(argv)
+    bytecode.enable()  # before torch's import: where the host writes no bytecode, the cache keeps it
+    if {"-h", "--help"} & set(argv):  # the usage, without torch's import (seconds) first
+        parse_args(argv)
+    from kp.batch import server
+    if "--warm-serve" in argv:  # the warm judge itself (kp.batch.server), started by a --warm command
+        sys.exit(server.serve(*argv[argv.index("--warm-serve") + 1:][:2], slot_main=warm_slot_main))
+    if "--warm-stop" in argv:
+        sys.exit(server.stop())
+    if server.wanted(argv) and warm_fits(argv):
+        code = server.run_warm(argv)
+        if code is not None:
+            sys.stdout.flush()
+            os._exit(code)
+    start_box_early(argv)  # the candidate's box starts before the judge imports torch (in cli())
+    try:
+        exit_now(cli(argv))
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        sys.stderr.close()
+        os._exit(0)

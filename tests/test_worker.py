@@ -165,3 +165,16 @@ def test_a_candidates_output_is_capped_with_its_cut_said(cli, boxed):
     assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith("accepted"), r.stdout[-2000:]
     assert len(r.stdout) + len(r.stderr) < 2 * (OUTPUT_HEAD + OUTPUT_TAIL), (len(r.stdout), len(r.stderr))
     assert re.search(r"\[\.\.\. at least [\d,]+ bytes of the candidate's output cut \.\.\.\]", r.stderr)
+    assert "[kp] the candidate's output (its process's stdout and stderr):\n" in r.stderr
+    assert r.stderr.count("[kp] end of the candidate's output") == 1
+
+
+def test_the_judge_cuts_a_candidates_output_at_line_ends():
+    from kp.worker.loop import cut_middle
+    data = b"".join(b"line %05d of the candidate\n" % i for i in range(5000))
+    shown = cut_middle(data, head=1000, tail=1000).split(b"\n")
+    cut = next(i for i, ln in enumerate(shown) if ln.startswith(b"[... at least"))
+    assert all(ln.startswith(b"line ") and ln.endswith(b"of the candidate") for ln in shown[:cut] + shown[cut + 1:-1])
+    assert shown[0] == b"line 00000 of the candidate" and shown[-2] == b"line 04999 of the candidate"
+    one = b"x" * 10000  # a line longer than the head and the tail: cut where it must be
+    assert len(cut_middle(one, head=1000, tail=1000)) < 2100

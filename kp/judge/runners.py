@@ -247,8 +247,9 @@ class ProcessRunner:
         self.stderr.close()
         try:
             text = cut_middle(Path(self.stderr.name).read_bytes()).decode(errors="replace")
-            if text:
-                sys.stderr.write(text)
+            if text.strip():  # said as the candidate's, apart from the judge's own lines around it
+                sys.stderr.write("[kp] the candidate's output (its process's stdout and stderr):\n"
+                                 f"{text.rstrip(chr(10))}\n[kp] end of the candidate's output\n")
             os.unlink(self.stderr.name)
         except OSError:
             pass

@@ -315,11 +315,14 @@ def cut_line(n: int) -> bytes:
 
 
 def cut_middle(data: bytes, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> bytes:
-    """`data` as shown: its first `head` and last `tail` bytes, the cut said between them (the judge's side of
-    cap_output: what it shows of a worker's output, whatever the worker's own cap left in the file)."""
+    """`data` as shown: about its first `head` and last `tail` bytes, cut at line ends (a line longer than either is
+    cut where it must be), the cut said between them (the judge's side of cap_output: what it shows of a worker's
+    output, whatever the worker's own cap left in the file)."""
     if len(data) <= head + 2 * tail + len(cut_line(len(data))):  # what the worker's own cap leaves, whole
         return data
-    return data[:head] + cut_line(len(data) - head - tail) + data[-tail:]
+    end = data.rfind(b"\n", 0, head) + 1 or head  # after the last whole line of the head
+    start = data.find(b"\n", len(data) - tail) + 1 or len(data) - tail  # at the first whole line of the tail
+    return data[:end] + cut_line(start - end).lstrip(b"\n") + data[start:]
 
 
 def cap_output(head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL, every_s: float = OUTPUT_CHECK_S):

@@ -33,9 +33,12 @@ Many at once (one job = one reference and one candidate, or a problem's ladder; 
   python run.py --jobs jobs.csv --ray auto --out results.jsonl     the same jobs as Ray tasks (pip install ray)
   Each finished job is one line of --out at once; re-running skips the jobs already there (same file contents).
 
-Exit codes: 0 ok, 1 a row or the candidate rejected (or a kernel that does not compile), 2 no verdict: a usage error
-(unknown problem/variant, no CUDA device, a reference file without the KernelBench contract), too little GPU memory,
-or too few calls checkable here for an acceptance.
+Exit codes: 0 accepted, 1 a row or the candidate rejected (or a kernel that does not compile), 2 no verdict: a usage
+error (unknown problem/variant, no CUDA device, a reference file without the KernelBench contract), too little GPU
+memory, too few calls checkable here for an acceptance, or a GPU kernel (or a request for CUDA) on a CPU host;
+130 / 143 stopped by Ctrl-C / SIGTERM. Many jobs: 1 if one was rejected, else 2 if one got no verdict, else 0. The
+record (--json, each --out line) says the same as data: status accepted / rejected / no_verdict, and a rejection's
+failure (kind, stage, check, figures); kp/record.schema.json describes it.
 """
 
 

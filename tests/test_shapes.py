@@ -235,6 +235,7 @@ def test_shapes_by_name_on_the_command_line(tmp_path, cli):
             "--allow-torch", "--seed", "11", "--shapes", "double", "--no-sandbox")
     assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith(
         "rejected: shapes: right at 64x1000 only, wrong at 128x2000 (double sizes)"), r.stdout[-400:]
+    assert "  shapes judged: 64x1000 (the benchmark's), 128x2000 (double) wrong" in r.stdout, r.stdout[-800:]
     r = cli("--ref", FOLDER / "ref.py", "--candidate", FOLDER / "torch_rewrite.py", "--device", "cpu", "--shapes",
             "triple")
     assert r.returncode == 2 and "--shapes: no member 'triple'" in r.stdout + r.stderr

@@ -120,6 +120,21 @@ def family_lines(rec: dict) -> list[str]:
     return lines
 
 
+def shapes_judged(rec: dict) -> str:
+    """--shapes: every shape judged and how it went ('64x512 (the benchmark's), 63x511 (odd) right, 128x512
+    (double) wrong'), a member not judged with why in a few words."""
+    out = [f"{rec.get('judged_shape') or rec['shape']} (the benchmark's)"]
+    for e in rec.get("family") or []:
+        where = f"{e.get('shape') or 'not made'} ({e['member']})"
+        if e.get("skipped"):
+            out.append(f"{where} not judged: {e['skipped'].split(';')[0][:60]}")
+        elif "passed" in e:
+            out.append(f"{where} {'right' if e['passed'] else 'wrong'}")
+        else:
+            out.append(f"{where} not judged")
+    return ", ".join(out)
+
+
 def checks_line(r: dict) -> str:
     """How many checked calls a row passed, by kind, in words, and at how many its gradients were checked too."""
     shapes = len({c.split(":")[0] for c in r["checks"] if c.startswith("at ")})
@@ -227,6 +242,8 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
     if rec.get("ncu"):
         from kp.observe.ncu import format_ncu
         lines += format_ncu(rec["ncu"])
+    if rec.get("family"):
+        lines.append(f"  shapes judged: {shapes_judged(rec)}")
     said = {checks_line(r) for r in rec["rows"].values()}
     if len(said) == 1:
         lines.append(f"  {said.pop()}" + (" (each row)" if len(rec["rows"]) > 1 else ""))

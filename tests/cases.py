@@ -13,12 +13,13 @@ CASES_DIR = harness.ROOT / "tests" / "judge_cases"
 
 
 def meta(path: Path) -> dict:
-    """PROBLEM / EXPECT / DEVICES / FLAGS / NEEDS (modules it imports beyond the requirements) of a candidate file,
-    read without importing it into the test process."""
-    out = {"FLAGS": (), "NEEDS": ()}
+    """PROBLEM / EXPECT / KIND / DEVICES / FLAGS / NEEDS (modules it imports beyond the requirements) of a candidate
+    file, read without importing it into the test process. EXPECT: a rejection's reason must match it (None: the
+    candidate must be accepted); KIND: the failure kind the rejection must carry (kp.errors.FAILURE_KINDS)."""
+    out = {"FLAGS": (), "NEEDS": (), "KIND": None}
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("PROBLEM", "EXPECT", "DEVICES", "FLAGS", "NEEDS"):
+            if node.targets[0].id in ("PROBLEM", "EXPECT", "KIND", "DEVICES", "FLAGS", "NEEDS"):
                 out[node.targets[0].id] = ast.literal_eval(node.value)
     return out
 

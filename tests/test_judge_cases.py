@@ -16,21 +16,25 @@ from cases import CASES_DIR, PAIRS, WRONG, meta, missing, outside_repo, shipped_
 
 
 def test_every_wrong_case_declares_problem_reason_and_devices():
+    from kp.errors import FAILURE_KINDS
     assert len(WRONG) >= 8
     for p in WRONG:
         m = meta(p)
         assert m.get("PROBLEM") in harness.problems(), p.name
         re.compile(m["EXPECT"])
+        assert m["KIND"] in FAILURE_KINDS, p.name
         assert set(m["DEVICES"]) <= {"cuda", "cpu"} and m["DEVICES"], p.name
 
 
 def test_judge_cases_cover_the_kinds_and_declare_verdicts():
+    from kp.errors import FAILURE_KINDS
     folders = {d for d, _ in PAIRS if "/" not in d}
     assert len(folders) >= 7
     for d, c in PAIRS:
         m = meta(CASES_DIR / d / c)
         assert "EXPECT" in m and m["DEVICES"], (d, c)
         assert m["EXPECT"] is None or re.compile(m["EXPECT"])
+        assert (m["KIND"] is None) == (m["EXPECT"] is None) and m["KIND"] in (None, *FAILURE_KINDS), (d, c)
     # each reference has a correct own-kernel candidate and a correct pure-PyTorch one
     for d in folders:
         kinds = {c for dd, c in PAIRS if dd == d and meta(CASES_DIR / dd / c)["EXPECT"] is None}
@@ -48,7 +52,7 @@ def test_wrong_case_rejected_on_cpu(path):
     assert not r["accepted"], f"{path.name} was accepted"
     assert re.search(m["EXPECT"], r["reason"]), f"{path.name}: {r['reason']}"
     assert "\n" not in r["reason"]
-    assert_typed(rec, "rejected")
+    assert_typed(rec, "rejected", m["KIND"])
 
 
 @pytest.mark.parametrize("folder,cand", [p for p in PAIRS if "cpu" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]],
@@ -70,12 +74,12 @@ def test_judge_case_on_cpu(tmp_path, cli, folder, cand):
         assert r.returncode == 1 and last.startswith("rejected: ") and len(last) <= 200, r.stdout + r.stderr
         reason = rec["rows"]["candidate"]["reason"]
         assert re.search(m["EXPECT"], reason), reason
-        assert_typed(rec, "rejected")
+        assert_typed(rec, "rejected", m["KIND"])
 
 
-def assert_typed(rec: dict, status: str) -> None:
-    """The verdict as data: the record's status, and a rejection's failure with a documented kind, the stage it came
-    in and the same failure on the candidate's row; an acceptance has none."""
+def assert_typed(rec: dict, status: str, kind: str | None = None) -> None:
+    """The verdict as data: the record's status, and a rejection's failure of the case's declared kind (KIND), the
+    stage it came in and the same failure on the candidate's row; an acceptance has none."""
     from kp.errors import FAILURE_KINDS
     from kp.judge.stages import STAGES
     assert rec["status"] == status and rec["schema_version"] == 1, (rec["status"], rec.get("failure"))
@@ -84,6 +88,7 @@ def assert_typed(rec: dict, status: str) -> None:
         assert f is None and rec["rows"]["candidate"]["failure"] is None, f
         return
     assert f == rec["rows"]["candidate"]["failure"] and f["kind"] in FAILURE_KINDS, f
+    assert kind is None or f["kind"] == kind, (f, kind)
     assert f["stage"] in {s.name for s in STAGES}, f
 
 
@@ -130,7 +135,7 @@ def test_wrong_case_rejected_on_gpu(path, gpu_batch, request):
     assert not r["accepted"], f"{path.name} was accepted"
     assert re.search(m["EXPECT"], r["reason"]), f"{path.name}: {r['reason']}"
     assert line["status"] == "rejected" and line["failure"] == line["record"]["failure"]
-    assert_typed(line["record"], "rejected")
+    assert_typed(line["record"], "rejected", m["KIND"])
 
 
 @gpu
@@ -160,7 +165,7 @@ def test_judge_case_on_gpu(folder, cand, gpu_batch, request):
             batched.said(line)
         reason = line["record"]["rows"]["candidate"]["reason"]
         assert re.search(m["EXPECT"], reason), reason
-        assert_typed(line["record"], "rejected")
+        assert_typed(line["record"], "rejected", m["KIND"])
 
 
 def test_every_batched_gpu_case_is_a_command_run_py_takes(tmp_path):

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 PROBLEM = "gemm_bn_scale_softmax"
 EXPECT = r"buffer bn\.(running_mean|running_var|num_batches_tracked)"
+KIND = "wrong_state"
 DEVICES = ("cuda", "cpu")
 
 

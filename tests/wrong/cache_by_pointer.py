@@ -6,6 +6,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"over budget"
+KIND = "wrong_output"
 DEVICES = ("cuda",)
 
 

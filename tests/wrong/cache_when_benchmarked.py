@@ -12,6 +12,7 @@ from harness import Kernel
 
 PROBLEM = "softmax"
 EXPECT = r"timed call .*over budget|own kernel: no kernel .*\(kernels seen: none\)"
+KIND = "own_kernel"
 DEVICES = ("cuda",)
 
 

@@ -4,6 +4,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"over budget"
+KIND = "wrong_output"
 DEVICES = ("cuda", "cpu")
 
 

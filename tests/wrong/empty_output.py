@@ -5,6 +5,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"NaN/Inf positions differ"
+KIND = "non_finite"
 DEVICES = ("cuda",)
 
 

@@ -11,6 +11,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"forged reply"
+KIND = "tampering"
 DEVICES = ("cuda", "cpu")
 
 

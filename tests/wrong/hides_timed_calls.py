@@ -7,6 +7,7 @@ from models.matmul_sum_max_mean_lse import ModelNew as _Shipped
 
 PROBLEM = "matmul_sum_max_mean_lse"
 EXPECT = r"timing: the \d+ samples of candidate returned at the end differ from the 0 told to the judge"
+KIND = "timing"
 DEVICES = ("cuda",)
 
 

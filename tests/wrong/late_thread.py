@@ -7,6 +7,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"thread the candidate started is still working after the call returned"
+KIND = "tampering"
 DEVICES = ("cuda", "cpu")
 
 

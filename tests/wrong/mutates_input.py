@@ -5,6 +5,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"input 0 was modified"
+KIND = "input_modified"
 DEVICES = ("cuda", "cpu")
 
 

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"replaced torch\.softmax"
+KIND = "tampering"
 DEVICES = ("cuda", "cpu")
 
 _orig = torch.softmax

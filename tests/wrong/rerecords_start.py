@@ -10,6 +10,7 @@ from models.matmul_sum_max_mean_lse import ModelNew as _Shipped
 
 PROBLEM = "matmul_sum_max_mean_lse"
 EXPECT = r"timing: median .* is under 0\.5 x the .* the profiler saw the call's own GPU work take"
+KIND = "timing"
 DEVICES = ("cuda",)
 
 

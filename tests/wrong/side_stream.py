@@ -8,6 +8,7 @@ from harness import Kernel
 
 PROBLEM = "softmax"
 EXPECT = r"escaped the timed stream"
+KIND = "escape"
 DEVICES = ("cuda",)
 
 

@@ -6,6 +6,7 @@ from harness import Kernel
 
 PROBLEM = "softmax"
 EXPECT = r"NaN/Inf positions differ"
+KIND = "non_finite"
 DEVICES = ("cuda",)
 
 

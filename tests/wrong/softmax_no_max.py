@@ -6,6 +6,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"(inputs scaled x100|case special_values).*(NaN/Inf positions differ|over budget)"
+KIND = "non_finite"
 DEVICES = ("cuda", "cpu")
 
 

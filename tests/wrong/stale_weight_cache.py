@@ -9,6 +9,7 @@ from harness import Kernel
 
 PROBLEM = "matmul_sum_max_mean_lse"
 EXPECT = r"after an optimizer step.*stale weight cache"
+KIND = "wrong_output"
 DEVICES = ("cuda",)
 
 

@@ -7,6 +7,7 @@ import kp.lib.timing
 
 PROBLEM = "softmax"
 EXPECT = r"replaced .*kp\.lib\.timing\.summarize \(in place"
+KIND = "tampering"
 DEVICES = ("cuda", "cpu")
 
 

@@ -5,6 +5,7 @@ import torch.nn.functional as F
 
 PROBLEM = "matmul_gelu_softmax"
 EXPECT = r"switched TF32 on in fp32 mode"
+KIND = "tampering"
 DEVICES = ("cuda", "cpu")
 
 

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 PROBLEM = "matmul_gelu_softmax"
 EXPECT = r"over budget"
+KIND = "wrong_output"
 DEVICES = ("cuda",)
 
 

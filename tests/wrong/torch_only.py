@@ -6,6 +6,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"no kernel of the row's own ran"
+KIND = "own_kernel"
 DEVICES = ("cuda",)
 
 

@@ -4,6 +4,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"output is Tensor .*float64"
+KIND = "wrong_shape"
 DEVICES = ("cuda", "cpu")
 
 

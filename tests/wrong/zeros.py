@@ -4,6 +4,7 @@ import torch.nn as nn
 
 PROBLEM = "softmax"
 EXPECT = r"relL2 1\.00e\+00 .*over budget"
+KIND = "wrong_output"
 DEVICES = ("cuda", "cpu")
 
 

@@ -4,6 +4,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 EXPECT = r"has no buffer 'bn\.running_mean', which the reference carries between its training-mode calls"
+KIND = "wrong_state"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -3,6 +3,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 EXPECT = r"buffers after trial 1 .*running_mean"
+KIND = "wrong_state"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

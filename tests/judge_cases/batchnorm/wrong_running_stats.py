@@ -4,6 +4,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 EXPECT = r"trial 1 .*relL2 .*it matches the reference in eval mode: it normalises with BatchNorm's running statistics"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -3,6 +3,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 EXPECT = r"after an optimizer step.*stale weight cache"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -2,6 +2,7 @@
 import torch.nn as nn
 
 EXPECT = r"trial 1 .*output\[0\]"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

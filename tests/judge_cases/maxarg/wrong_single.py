@@ -2,6 +2,7 @@
 import torch.nn as nn
 
 EXPECT = r"trial 1 .*expected a tuple of 2"
+KIND = "wrong_shape"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"raised OutOfMemoryError.*more than the [0-9.]+ GiB the GPU had free when the judge started"
+KIND = "out_of_memory"
 DEVICES = ("cuda",)
 FLAGS = ("--allow-torch",)
 

@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"^trial 2 \(seed \d+\): relL2 \S+ over budget \S+ \(worst row \S+, row budget \S+\)$"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

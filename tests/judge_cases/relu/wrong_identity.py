@@ -3,6 +3,7 @@ can tell."""
 import torch.nn as nn
 
 EXPECT = r"inputs (negated|shifted -10)"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -3,6 +3,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"own kernel: no kernel of the row's own ran"
+KIND = "own_kernel"
 DEVICES = ("cuda",)
 FLAGS = ()
 

@@ -7,6 +7,7 @@ import torch.nn as nn
 import harness
 
 EXPECT = r"trial 1 .*over budget"
+KIND = "wrong_output"
 DEVICES = ("cuda",)
 FLAGS = ()
 

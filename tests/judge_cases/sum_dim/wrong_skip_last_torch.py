@@ -2,6 +2,7 @@
 import torch.nn as nn
 
 EXPECT = r"trial 1 .*over budget"
+KIND = "wrong_output"
 DEVICES = ("cpu",)
 FLAGS = ("--allow-torch",)
 

@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"^inputs scaled x100 .*relL2"
+KIND = "wrong_output"
 DEVICES = ("cuda", "cpu")
 FLAGS = ("--allow-torch",)
 

@@ -7,6 +7,7 @@ import torch.nn as nn
 from _fn import linear_tanh_backward
 
 EXPECT = r"trial 2 .*accumulated.*parameter 'fc.weight'"
+KIND = "gradient"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--backward")
 

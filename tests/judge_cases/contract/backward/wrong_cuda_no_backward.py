@@ -7,6 +7,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 EXPECT = r"no grad_fn"
+KIND = "raised"
 DEVICES = ("cuda",)
 FLAGS = ("--backward",)
 

@@ -6,6 +6,7 @@ import torch.nn as nn
 from _fn import linear_tanh_backward
 
 EXPECT = r"trial 1 .*backward .*the gradient of input 0: relL2 .* over budget"
+KIND = "gradient"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--backward")
 

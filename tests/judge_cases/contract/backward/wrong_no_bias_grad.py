@@ -6,6 +6,7 @@ import torch.nn as nn
 from _fn import linear_tanh_backward
 
 EXPECT = r"parameter 'fc.bias', which the reference trains, got no gradient"
+KIND = "gradient"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--backward")
 

@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"no grad_fn"
+KIND = "raised"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--backward")
 

@@ -9,6 +9,7 @@ import torch.nn as nn
 from _fn import LinearTanh
 
 EXPECT = r"^escape: .*(outside the timed window|work escaped the timed stream)"
+KIND = "escape"
 DEVICES = ("cuda",)
 FLAGS = ("--allow-torch", "--backward")
 _SIDE = []

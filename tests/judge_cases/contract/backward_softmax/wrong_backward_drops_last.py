@@ -5,6 +5,7 @@ import torch.nn as nn
 from _fn import SoftmaxForward
 
 EXPECT = r"trial 1 .*backward .*over budget"
+KIND = "gradient"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--backward")
 

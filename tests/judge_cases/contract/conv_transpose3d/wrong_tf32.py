@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"relL2|TF32"
+KIND = "wrong_output"
 DEVICES = ("cuda",)
 FLAGS = ("--allow-torch",)
 

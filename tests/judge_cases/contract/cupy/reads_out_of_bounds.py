@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"(illegal (memory access|address)|fault)"
+KIND = "crash"
 DEVICES = ("cuda",)
 FLAGS = ("--allow-torch",)
 NEEDS = ("cupy",)

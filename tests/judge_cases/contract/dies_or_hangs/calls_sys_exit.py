@@ -5,6 +5,7 @@ import sys
 import torch.nn as nn
 
 EXPECT = r"trial 1.*raised SystemExit: the candidate's code asked its process to exit"
+KIND = "crash"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 EXPECT = (r"trial 1.*the candidate's process died \(exit code 3\); its stderr ended: "
           r".*kernel launch failed: out of resources")
+KIND = "crash"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

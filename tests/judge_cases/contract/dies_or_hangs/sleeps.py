@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"trial \d.*timeout after 20 s, in this stage \(passed before it: "
+KIND = "timeout"
 DEVICES = ("cpu",)
 FLAGS = ("--allow-torch", "--timeout", "20")
 

@@ -4,6 +4,7 @@ import torch.nn as nn
 
 EXPECT = (r"construct: ModelNew is in eval mode \(self.training is False\) but the reference trains: "
           r"BatchNorm would use running statistics")
+KIND = "construct"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -5,6 +5,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 EXPECT = r"stale weight cache"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--mode", "eval")
 

@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"escape|relL2|NaN/Inf"
+KIND = "escape"
 DEVICES = ("cuda",)
 FLAGS = ("--allow-torch",)
 

@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"input 0 was modified"
+KIND = "input_modified"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

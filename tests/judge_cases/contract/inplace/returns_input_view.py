@@ -3,6 +3,7 @@ their ReLU): here it is not, so it is rejected on the values, not by a crash of 
 import torch.nn as nn
 
 EXPECT = r"trial 1.*relL2"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"^escape: .*(outside the timed window|work escaped the timed stream)"
+KIND = "escape"
 DEVICES = ("cuda",)
 FLAGS = ("--allow-torch",)
 

@@ -3,6 +3,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"trial 1.*relL2"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

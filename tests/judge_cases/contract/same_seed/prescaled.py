@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"trial 1.*relL2.*right at its own same-seed initialisation, wrong with the reference's weights loaded by name"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

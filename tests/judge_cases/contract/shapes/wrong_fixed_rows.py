@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"^shapes: right at 64x1000 only, wrong at 128x2000 \(double sizes\): .*relL2"
+KIND = "wrong_output"
 DEVICES = ("cuda", "cpu")
 FLAGS = ("--allow-torch", "--shapes", "4")
 

@@ -3,6 +3,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"^shapes: right at 64x1000 only, wrong at 63x999 \(odd sizes\): .*raised RuntimeError"
+KIND = "raised"
 DEVICES = ("cuda", "cpu")
 FLAGS = ("--allow-torch", "--shapes", "4")
 

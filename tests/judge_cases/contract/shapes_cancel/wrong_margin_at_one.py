@@ -4,6 +4,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 EXPECT = r"^shapes: right at 128x4096, 128x4096, 128x4096 only, wrong at 1x4096, 1x4096, 1x4096 \(one sizes\): .*relL2"
+KIND = "wrong_output"
 DEVICES = ("cuda", "cpu")
 FLAGS = ("--allow-torch", "--shapes", "one")
 

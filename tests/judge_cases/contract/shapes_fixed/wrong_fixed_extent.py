@@ -3,6 +3,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 EXPECT = r"^shapes: right at 6x3x12x12 only, wrong at 5x3x11x11 \(odd sizes\): .*relL2"
+KIND = "wrong_output"
 DEVICES = ("cuda", "cpu")
 FLAGS = ("--allow-torch", "--shapes", "4")
 

@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"^shapes: right at 512x10, 512 only, wrong at 511x9, 511 \(odd sizes\): .*raised RuntimeError"
+KIND = "raised"
 DEVICES = ("cuda", "cpu")
 FLAGS = ("--allow-torch", "--shapes", "4")
 

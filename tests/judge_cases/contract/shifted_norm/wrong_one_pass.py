@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"^inputs shifted -10 .*relL2"
+KIND = "wrong_output"
 DEVICES = ("cuda", "cpu")
 FLAGS = ("--allow-torch",)
 

@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"trial 1 .*over budget"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"trial 3 .*follows an earlier call's inputs .*right with its values at the previous call's addresses"
+KIND = "stale_inputs"
 DEVICES = ("cuda",)
 FLAGS = ("--allow-torch",)
 

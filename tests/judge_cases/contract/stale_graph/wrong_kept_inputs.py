@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"trial 3 .*follows an earlier call's inputs .*right with its values at the previous call's addresses"
+KIND = "stale_inputs"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

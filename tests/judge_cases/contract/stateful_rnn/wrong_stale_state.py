@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"trial 2"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch",)
 

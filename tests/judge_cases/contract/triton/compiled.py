@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"own kernel: no kernel of the row's own ran \(kernels seen: .*torch.compile's"
+KIND = "own_kernel"
 DEVICES = ("cuda",)
 NEEDS = ("triton",)
 

@@ -6,6 +6,7 @@ import triton
 import triton.language as tl
 
 EXPECT = r"own kernel: no kernel of the row's own ran"
+KIND = "own_kernel"
 DEVICES = ("cuda",)
 NEEDS = ("triton",)
 

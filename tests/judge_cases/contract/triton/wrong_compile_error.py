@@ -6,6 +6,7 @@ import triton
 import triton.language as tl
 
 EXPECT = r"Triton compile error in _softmax_rows_break \(wrong_compile_error.py:23\): .*Break"
+KIND = "build"
 DEVICES = ("cuda",)
 NEEDS = ("triton",)
 

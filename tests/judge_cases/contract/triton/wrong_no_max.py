@@ -6,6 +6,7 @@ import triton
 import triton.language as tl
 
 EXPECT = r"inputs scaled x100"
+KIND = "non_finite"
 DEVICES = ("cuda",)
 NEEDS = ("triton",)
 

@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 EXPECT = r"escape"
+KIND = "escape"
 DEVICES = ("cuda",)
 NEEDS = ("triton",)
 

@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"^trial 1 \(seed \d+\): relL2 \S+ over budget"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--precision", "bf16")
 

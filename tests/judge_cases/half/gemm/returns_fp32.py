@@ -5,6 +5,7 @@ import torch.nn as nn
 
 EXPECT = (r"^trial 1 \(seed \d+\): output is Tensor \(128, 128\) torch.float32 \S+, "
           r"expected torch.Tensor \(128, 128\) torch.bfloat16")
+KIND = "wrong_shape"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--precision", "bf16")
 

@@ -5,6 +5,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 EXPECT = r"^trial 2 \(seed \d+, after an? .*\): .*stale weight cache"
+KIND = "wrong_output"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--precision", "bf16")
 

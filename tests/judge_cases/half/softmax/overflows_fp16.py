@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"^inputs scaled x100 \(seed \d+\): \d+ NaN/Inf positions differ"
+KIND = "non_finite"
 DEVICES = ("cpu", "cuda")
 FLAGS = ("--allow-torch", "--precision", "fp16")
 

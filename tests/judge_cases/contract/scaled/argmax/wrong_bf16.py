@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"relL2|differ"
+KIND = "wrong_output"
 DEVICES = ("cpu",)
 FLAGS = ("--allow-torch",)
 

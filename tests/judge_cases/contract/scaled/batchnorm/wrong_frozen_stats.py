@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 EXPECT = r"buffer"
+KIND = "wrong_state"
 DEVICES = ("cpu",)
 FLAGS = ("--allow-torch",)
 

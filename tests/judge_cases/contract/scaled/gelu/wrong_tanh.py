@@ -3,6 +3,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 EXPECT = r"relL2"
+KIND = "wrong_output"
 DEVICES = ("cpu",)
 FLAGS = ("--allow-torch",)
 

@@ -82,44 +82,47 @@ class Rejected(Exception):
         self.kind = kind
         self.check = check or (figures or {}).get("check")  # the label of the check or call that failed
 
-    def __reduce__(self):  # across processes as it was made
-        return _rejected, (type(self), str(self), self.figures, self.kind, dict(self.__dict__))
+    def __reduce__(self):  # across processes as it was made: its reason and every attribute (kind, figures, ...)
+        return _rejected, (type(self), str(self), dict(self.__dict__))
 
 
-def failed_check(e: BaseException | None) -> str | None:
-    """The label of the check a rejection names (its own, or that of the rejection it was raised while handling)."""
-    while e is not None:
-        if getattr(e, "check", None):
-            return e.check
-        e = e.__cause__ or e.__context__
-    return None
-
-
-def _rejected(cls, reason, figures, kind, state):
+def _rejected(cls, reason, state):
     e = Exception.__new__(cls)
     Exception.__init__(e, reason)
     e.__dict__.update(state)
-    e.figures, e.kind = figures, kind
     return e
+
+
+def exception_chain(e: BaseException | None, most: int = 20) -> list[BaseException]:
+    """`e` and the exceptions it was raised from or while handling, innermost last (at most `most`): a reason
+    extended with a hint is raised anew, from None, and Python keeps the first as its context."""
+    out = []
+    while e is not None and len(out) < most:
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def failure_record(kind: str, stage: str | None = None, check: str | None = None, figures: dict | None = None) -> dict:
+    """A rejection as the record keeps it (a row's, a result line's failure): its kind, the stage it came in, the
+    check that failed and that check's figures (kp/record.schema.json, $defs.failure)."""
+    return {"kind": kind, "stage": stage, "check": check, "figures": figures}
 
 
 def failure_kind(e: BaseException | None) -> str | None:
     """The kind of the rejection `e` is, or the kind of the one it was raised while handling."""
-    while e is not None:
-        if isinstance(e, Rejected):
-            return e.kind
-        e = e.__cause__ or e.__context__
-    return None
+    return next((x.kind for x in exception_chain(e) if isinstance(x, Rejected)), None)
+
+
+def failed_check(e: BaseException | None) -> str | None:
+    """The label of the check a rejection names (its own, or that of the rejection it was raised while handling)."""
+    return next((x.check for x in exception_chain(e) if getattr(x, "check", None)), None)
 
 
 def failed_figures(e: BaseException | None) -> dict | None:
     """The figures of the check a rejection comes from: its own, or those of the rejection it was raised while
-    handling (a reason extended with a hint is raised anew, from None: Python keeps the first as its context)."""
-    while e is not None:
-        if getattr(e, "figures", None):
-            return e.figures
-        e = e.__cause__ or e.__context__
-    return None
+    handling."""
+    return next((x.figures for x in exception_chain(e) if getattr(x, "figures", None)), None)
 
 
 class OutOfMemory(Rejected):

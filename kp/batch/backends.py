@@ -89,7 +89,7 @@ def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results
             twins: dict | None = None) -> None:
     """The job's result line, written to `out` at once; then one for each file of the run identical to it (same
     contents and options: `twins`), the same verdict with `same_as` naming the file judged."""
-    status = res.get("status") or (ACCEPTED if res["ok"] else REJECTED)
+    status = jobfile.status_of(res)
     failure = (res.get("record") or {}).get("failure") or res.get("failure")
     line = {"key": key, "job": {"name": job.name, **job.as_dict()}, "gpu": where, "status": status,
             "failure": failure, "ok": res["ok"], "verdict": res["verdict"], "elapsed_s": res.get("elapsed_s"),

@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from kp.errors import NO_VERDICT, REJECTED
+from kp.errors import NO_VERDICT, REJECTED, failure_record
 from kp.judge.runners import exit_status, start_without_main
 from kp.judge.options import JOB_TIMEOUT_S
 from kp.batch.jobfile import Job
@@ -112,7 +112,7 @@ class Slot:
             self.kill()
             res = {"ok": False, "verdict": f"rejected: timeout after {timeout_s:.0f} s (the job was killed from "
                                            f"outside: its judge reached no verdict {KILL_GRACE_S} s past the limit)",
-                   "status": REJECTED, "failure": {"kind": "timeout", "stage": None, "check": None, "figures": None},
+                   "status": REJECTED, "failure": failure_record("timeout"),
                    "record": None}
             self._start()
         if res is None:

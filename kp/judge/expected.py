@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from kp.errors import Rejected, failed_check, failed_figures, failure_kind, first_line
+from kp.errors import Rejected, failed_check, failed_figures, failure_kind, failure_record, first_line
 from kp.judge.float64 import Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
 from kp.lib.numerics import Err, batch_rows, clone_layout, dtype_floor, rel_error
@@ -54,7 +54,7 @@ class Row:
                 figs = dict(figs)
                 check = figs.pop("check")
                 self.checks[check] = {**figs, "passed": False}
-            self.failure = {"kind": failure_kind(reason), "stage": None, "check": check, "figures": figs or None}
+            self.failure = failure_record(failure_kind(reason), check=check, figures=figs or None)
             if getattr(reason, "asks_for_cuda", False):  # the host's lack (no CUDA here), said as such by the driver
                 self.failure["needs"] = "cuda"
 

@@ -15,9 +15,8 @@ from pathlib import Path
 from kp.box import pch
 from kp.box.builds import candidate_build_dir
 from kp.box.start import FORKSERVER_PRELOAD, candidate_paths
-from kp.errors import OutOfMemory, Rejected, oom_request_bytes
+from kp.errors import FAILURE_KINDS, OutOfMemory, Rejected, oom_request_bytes
 from kp.worker.guards import late_message
-from kp.errors import FAILURE_KINDS
 from kp.worker.replies import (ENDED_AFTER_FAULT, _settle_before_sending, asks_for_cuda, error_kind, error_text,
                                raised, raised_kind)
 from kp.worker.loop import REPLY_TIMEOUT_S, Worker, cut_middle, worker_main

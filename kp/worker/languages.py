@@ -23,6 +23,8 @@ import time
 import types
 from weakref import ProxyTypes, ReferenceType
 
+from kp.errors import exception_chain
+
 TRITON, CUPY, NUMBA = "Triton", "CuPy", "Numba CUDA"
 GPU_JIT_MARKERS = {b"triton": TRITON, b"cupy": CUPY, b"numba": NUMBA, b"tilelang": "TileLang",
                    b"cutlass.cute": "CuTe DSL", b"cutlass import cute": "CuTe DSL"}
@@ -291,11 +293,8 @@ def watch_jit_builds(path, seconds: list) -> None:
 def jit_error(e: BaseException) -> str | None:
     """A Triton compile error in one line: the kernel, its file:line, and the compiler's own message (its first
     meaningful line), never the excerpt or an IR dump; None for any other error."""
-    chain, x = [], e
-    while x is not None and len(chain) < 20:
-        chain.append(x)
-        x = x.__cause__ or x.__context__
-    errs = [c for c in chain if type(c).__module__.startswith("triton") and hasattr(c, "node") and hasattr(c, "src")]
+    errs = [c for c in exception_chain(e)
+            if type(c).__module__.startswith("triton") and hasattr(c, "node") and hasattr(c, "src")]
     if not errs:
         return None
     inner = errs[-1]  # the innermost: the kernel and the line where the compiler stopped

@@ -4,10 +4,11 @@ copies of tensors that cannot cross as they are."""
 from __future__ import annotations
 
 import pickle
+import subprocess
 
 import torch
 
-from kp.errors import first_line
+from kp.errors import KernelBuildError, exception_chain, first_line
 from kp.worker.languages import jit_error
 
 FAULTED = "its GPU work faulted"  # how a command's error begins when its call left the CUDA context unusable
@@ -23,17 +24,12 @@ def error_kind(e: BaseException, fault: str | None = None) -> str | None:
     """What a command's exception is, where its type says more than the command it interrupted: a fault of the
     call's GPU work or an exit from inside it (crash), a kernel that did not compile (build: a Triton compile error,
     or an extension's compiler run that failed), or GPU memory run out (out_of_memory); None otherwise."""
-    import subprocess
-    from kp.errors import KernelBuildError
     if fault or isinstance(e, SystemExit):
         return "crash"
     if isinstance(e, torch.OutOfMemoryError):
         return "out_of_memory"
-    chain, x = [], e
-    while x is not None and len(chain) < 20:
-        chain.append(x)
-        x = x.__cause__ or x.__context__
-    if jit_error(e) or any(isinstance(c, (KernelBuildError, subprocess.CalledProcessError)) for c in chain):
+    compiler_failed = (KernelBuildError, subprocess.CalledProcessError)
+    if jit_error(e) or any(isinstance(c, compiler_failed) for c in exception_chain(e)):
         return "build"
     return None
 
@@ -44,15 +40,13 @@ def asks_for_cuda(e: BaseException) -> bool:
     defect of the code."""
     if torch.cuda.is_available():
         return False
-    x = e
-    while x is not None:
+    for x in exception_chain(e):
         tb = x.__traceback__
         while tb is not None:
             code = tb.tb_frame.f_code
             if code.co_name == "_lazy_init" and code.co_filename.replace("\\", "/").endswith("torch/cuda/__init__.py"):
                 return True
             tb = tb.tb_next
-        x = x.__cause__ or x.__context__
     return False
 
 

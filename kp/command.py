@@ -89,6 +89,11 @@ def parse_args(argv):
                          "members named ('odd,double'); a candidate right at the benchmark's shape only is rejected; "
                          "with timing, each shape is timed too (a table row per shape; --plot draws the curve) "
                          "(default 0: KernelBench's contract, one shape)")
+    ap.add_argument("--at", default=None, metavar="SIZES|MEMBER",
+                    help="judge at this shape in place of the benchmark's: sizes of the reference's family by name "
+                         "('batch_size=64,dim=8192'), the sizes the file declares for quick checks (test: its "
+                         "TEST_SIZES) or a member (half, odd, ...); every stage runs there, timing included, and the "
+                         "verdict and the record say so (default: the benchmark's shape, KernelBench's contract)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
     ap.add_argument("--warm", action="store_true",
@@ -325,7 +330,7 @@ def judge_opts(args):
     return JudgeOptions(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
                         bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
                         sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
-                        shapes=parse_shapes(args.shapes), backward=args.backward, **timeout)
+                        shapes=parse_shapes(args.shapes), backward=args.backward, at=args.at, **timeout)
 
 
 def compile_check(args) -> int:

@@ -42,6 +42,11 @@ SHAPE_FAMILY = [{"batch_size": batch_size * dim // cols, "dim": cols}
                 for cols in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)]
 
 
+# run.py --at test judges here, in place of the benchmark's shape (quick checks, the GPU tests): 64 of the benchmark's
+# rows, each as long (every rung's regime is set by the row's length)
+TEST_SIZES = {"batch_size": 64}
+
+
 def get_inputs():
     return [torch.rand(batch_size, dim)]
 

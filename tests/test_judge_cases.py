@@ -24,6 +24,7 @@ def test_every_wrong_case_declares_problem_reason_and_devices():
         re.compile(m["EXPECT"])
         assert m["KIND"] in FAILURE_KINDS, p.name
         assert set(m["DEVICES"]) <= {"cuda", "cpu"} and m["DEVICES"], p.name
+        assert m["BENCH_SHAPE"] is None or isinstance(m["BENCH_SHAPE"], str) and m["BENCH_SHAPE"], p.name
 
 
 def test_judge_cases_cover_the_kinds_and_declare_verdicts():
@@ -106,8 +107,10 @@ SLOTS_PER_GPU = min(4, max(3, (os.cpu_count() or 1) // 4))
 def _gpu_case_argv(test: str, p: dict, base: Path) -> list | None:
     """The single command a batched GPU test (its function's name, its parameters) stands for; None for a judge case
     whose modules are missing (the test skips). Judge cases are copied outside the repo first, once per folder."""
-    if test == "test_wrong_case_rejected_on_gpu":
-        return ["--problem", meta(p["path"])["PROBLEM"], "--candidate", p["path"], "--no-bench"]
+    if test == "test_wrong_case_rejected_on_gpu":  # at the problem's small test shape, unless the case says why not
+        m = meta(p["path"])
+        return ["--problem", m["PROBLEM"], "--candidate", p["path"], "--no-bench",
+                *(() if m["BENCH_SHAPE"] else ("--at", "test"))]
     d = base / p["folder"] if (base / p["folder"]).exists() else outside_repo(base, p["folder"])
     m = meta(d / p["cand"])
     if missing(m["NEEDS"]):
@@ -184,6 +187,8 @@ def test_every_batched_gpu_case_is_a_command_run_py_takes(tmp_path):
         assert opts["device"] is None and Path(job.candidate).is_file() and job.key(), (test, params)
         assert opts["allow_torch"] == ("--allow-torch" in argv), (test, params)
         assert opts["bench"] == (test == "test_judge_case_on_gpu" and "--no-bench" not in argv)
+        wrong = test == "test_wrong_case_rejected_on_gpu"
+        assert opts.get("at") == ("test" if wrong and not meta(params["path"])["BENCH_SHAPE"] else None), params
         assert not (test == "test_judge_case_on_gpu" and opts["bench"] and opts["compile_baseline"])
 
 

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+import harness
 import run
 from kp.batch import jobfile
 from kp.errors import UsageError
@@ -56,3 +57,36 @@ def test_a_session_takes_the_same_options_and_refuses_an_unknown_one(tmp_path):
     ref.write_text("")
     with pytest.raises(UsageError, match="unknown judge options \\['benchh'\\]"):
         JudgeSession(ref, device="cpu", benchh=False)
+
+
+def test_at_is_spelled_one_way_and_refused_in_one_line():
+    from kp.judge.members import at_values, parse_at
+    assert parse_at(None) is None and parse_at("test") == "test" and parse_at("odd-half") == "odd half"
+    assert parse_at(" dim=8192, batch_size=64") == "batch_size=64,dim=8192"
+    assert at_values("batch_size=64,dim=8192") == {"batch_size": 64, "dim": 8192}
+    for bad in ("", "foo", "dim=0", "dim=x", "a=1,a=2", "1a=3"):
+        with pytest.raises(UsageError, match="--at"):
+            parse_at(bad)
+    assert JudgeOptions(at="dim=3").pairs() == JudgeOptions(at="dim=3").pairs() != JudgeOptions().pairs()
+    assert "at" not in dict(JudgeOptions().pairs())  # a results file written before --at resumes
+
+
+def test_at_judges_the_shape_asked_and_the_record_says_so(tmp_path, cli):
+    """--at on the CPU: a right candidate judged at the sizes asked, said in a note and the record's `at`; sizes the
+    family has not, and a file without TEST_SIZES, are usage errors before anything runs."""
+    import json
+    cand = tmp_path / "softmax_torch.py"
+    cand.write_text("import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return torch.softmax(x, dim=1)\n")
+    r = cli("--problem", "softmax", "--candidate", cand, "--allow-torch", "--device", "cpu", "--seed", "3",
+            "--at", "batch_size=8,dim=4096", "--json", tmp_path / "r.json")
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert r.returncode == 0 and rec["status"] == "accepted", r.stdout + r.stderr
+    assert rec["shape"] == "8x4096" and rec["at"]["benchmark_shape"] == "4096x393216", rec["at"]
+    assert rec["at"]["sizes"] == {"batch_size": [4096, 8], "dim": [393216, 4096]}
+    assert "judged at 8x4096 (--at batch_size=8,dim=4096), not the benchmark's 4096x393216" in r.stdout
+    r = cli("--problem", "softmax", "--candidate", cand, "--device", "cpu", "--at", "rows=3")
+    assert r.returncode == 2 and "rows is not a positive size get_inputs() alone reads" in r.stderr, r.stderr
+    relu = harness.ROOT / "tests" / "judge_cases" / "relu"
+    r = cli("--ref", relu / "ref.py", "--candidate", relu / "torch_rewrite.py", "--device", "cpu", "--at", "test")
+    assert r.returncode == 2 and "declares no TEST_SIZES" in r.stderr, r.stderr

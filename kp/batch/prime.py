@@ -96,11 +96,11 @@ class RunAhead:
 
 def wanted(job: Job) -> bool:
     """Whether this job's judge runs the reference once in its worker (no timing, on the GPU, a seed given) and its
-    box (there is one only where the job is boxed) may run it ahead."""
+    box (there is one only where the job is boxed) may run it ahead: at the benchmark's shape, so not with --at."""
     import torch
     opts = dict(job.opts)
     return (job.candidate is not None and opts.get("bench") is False and opts.get("seed") is not None
-            and opts.get("device") in (None, "cuda") and torch.cuda.is_available())
+            and opts.get("device") in (None, "cuda") and not opts.get("at") and torch.cuda.is_available())
 
 
 def run_ahead(job: Job, box) -> None:

@@ -168,14 +168,17 @@ class ConstructStage:
         batch's box started ahead, before the job came (kp.batch.prime): either way the reference has run in the
         candidate's process first, as in a user's."""
         try:
+            if self.at_sizes:  # --at: the worker's reference draws at the shape judged from its first call
+                runner.call("scale", "scale", self.at_sizes)
             if self.baseline_args:
                 with self.clock.timed("setup: the baselines built and run once"):
                     runner.call("baselines", "baselines", *self.baseline_args)
             elif self.prime_args and runner.isolated:
-                ahead = getattr(runner, "ran_ahead", None)  # run in its box while the slot's job before it judged
+                # run in its box while the slot's job before it judged (at the benchmark's shape: not with --at)
+                ahead = None if self.at_sizes else getattr(runner, "ran_ahead", None)
                 r = ahead(self.prime_args) if ahead else None
-                if r is None:
-                    made = getattr(runner, "made_ahead", lambda _: False)(self.prime_args)  # on the host, in its box
+                if r is None:  # made on the host, in its box
+                    made = not self.at_sizes and getattr(runner, "made_ahead", lambda _: False)(self.prime_args)
                     with self.clock.timed("setup: the reference run once in the candidate's process"):
                         r = runner.call("prime", "prime", *self.prime_args, made)
                 else:
@@ -213,5 +216,7 @@ class ConstructStage:
                                           f"its {said(*mine)}: PyTorch's own operators may round differently there")
                     if not r["has_model_new"]:
                         row.reject(Rejected("import: the file defines no class ModelNew", kind="import"))
+                    elif self.at_sizes:  # --at: the candidate's own copies of the sizes, as at any member
+                        row.runner.call("scale", "scale", self.at_sizes)
                 except Rejected as e:
                     row.reject(e)

@@ -60,7 +60,7 @@ from kp.judge.kernelbench import KernelBenchCheck
 from kp.judge.construct import ConstructStage
 from kp.judge.memory import OutOfMemoryVerdicts
 from kp.judge.record import RecordParts, process_age_s
-from kp.judge.family import module_sizes
+from kp.judge.family import apply_at, module_sizes
 from kp.judge.family_parity import FamilyParity
 from kp.judge.backward import BackwardCheck
 from kp.judge.calls import CallCheck
@@ -212,6 +212,10 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         self.t_parity = self.t_gpu_stages = None
         self.skipped: list = []
         self.stage_now: str | None = None  # the stage running: a row it rejects has its failure's stage named so
+        # --at: the sizes ({name: (benchmark's, judged)}) of the shape judged in place of the benchmark's, set when the
+        # run starts (kp.judge.family.apply_at), and the benchmark's shape
+        self.at_sizes: dict = {}
+        self.at_bench: str | None = None
         self.escape_check = EscapeCheck(self.seed, allow_torch, opts.backward,
                                         lambda: self.device == "cuda" and not self.gpu_own, log, self.clock.tally)
         if device == "cuda":
@@ -302,6 +306,12 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         AFTER_WORKERS once the workers are closed. The seconds each took go into the record."""
         sizes = module_sizes(self.ref.module)  # put back at the end: a smaller shape judged here is this run's
         try:
+            # --at: the shape judged from the first measurement on; the workers take it as they are made ready
+            if self.opts.at:
+                bench, self.at_sizes, self._fp = self.fp["shapes"], apply_at(self.ref, self.opts.at), None
+                self.at_bench = bench if self.at_sizes else None
+                self.notes.append(f"judged at {self.fp['shapes']} (--at {self.opts.at}), not the benchmark's {bench}"
+                                  if self.at_sizes else f"--at {self.opts.at}: the benchmark's own sizes")
             return self._run()
         finally:
             vars(self.ref.module).update(sizes)

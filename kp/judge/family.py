@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from kp.errors import UsageError
-from kp.judge.members import MEMBERS, _odd, member_names
+from kp.judge.members import MEMBERS, _odd, at_values, member_names
 
 
 def _code_names(code) -> set[str]:
@@ -304,6 +304,40 @@ class ShapeFamily:
             yield True
         finally:
             g.update({k: v for k, (v, _) in full.items()})
+
+
+def apply_at(ref, at: str) -> dict[str, tuple]:
+    """--at (kp.judge.members.parse_at's spelling) for a reference (kp.judge.reference.Reference): the sizes of the
+    shape judged in place of the benchmark's, {name: (now, there)} with the globals that follow them ({} where they
+    are the benchmark's own): a member of the family by name, the file's TEST_SIZES ("test"), or sizes by name, each
+    one of the family's (family_sizes: the model and its weights stay as they are), set in the reference's module.
+    A usage error, said before anything runs, where a size is not one of them, or where get_inputs() draws inputs of
+    another number or rank there."""
+    g = vars(ref.module)
+    if at != "test" and "=" not in at:
+        members, why = ref.family((at,))
+        if not members:
+            raise UsageError(f"--at {at}: {why or 'that member draws the benchmark shape itself'}")
+        sizes = members[0][1]
+        g.update({k: v for k, (_, v) in sizes.items()})
+        return sizes
+    wanted = getattr(ref.module, "TEST_SIZES", None) if at == "test" else at_values(at)
+    if at == "test" and not (isinstance(wanted, dict) and wanted):
+        raise UsageError(f"--at test: {ref.name} declares no TEST_SIZES (a dict of its sizes, e.g. "
+                         f"{{'batch_size': 64}}); name the sizes (--at batch_size=64) or a member (--at half)")
+    names = ref.family_sizes()
+    bad = sorted(k for k, v in wanted.items() if k not in names or type(v) is not int or v < 1)
+    if bad:
+        raise UsageError(f"--at {at}: {', '.join(bad)} is not a positive size get_inputs() alone reads (the "
+                         f"family's: {', '.join(names) or 'none'})")
+    sizes = ref._with_following({k: v for k, v in wanted.items() if g[k] != v})
+    if sizes is None:
+        raise UsageError(f"--at {at}: the file's globals computed from these sizes raise: they do not go together")
+    base = meta_shapes(ref.module)
+    if sizes and base is not None and ref._shapes_at({k: v for k, (_, v) in sizes.items()}, base) is None:
+        raise UsageError(f"--at {at}: get_inputs() draws inputs of another number or rank there")
+    g.update({k: v for k, (_, v) in sizes.items()})
+    return sizes
 
 
 def meta_shapes(module) -> list[tuple] | None:

@@ -45,3 +45,35 @@ def parse_shapes(text: str):
     """--shapes as given: a count ('4') or members' names ('odd,double')."""
     text = str(text).strip()
     return int(text) if text.isdigit() else tuple(member_names(text.split(",")))
+
+
+def parse_at(text) -> str | None:
+    """--at as given, in one spelling: None (the benchmark's shape), "test" (the sizes the file declares for quick
+    checks, TEST_SIZES), a member's name ("half", "odd half") or sizes ("batch_size=64,dim=8192": each a positive
+    integer, sorted by name). The names of sizes are checked against the reference's family when it is loaded
+    (kp.judge.family.ShapeFamily.at_sizes)."""
+    if text is None:
+        return None
+    text = str(text).strip()
+    if not text:
+        raise UsageError("--at: a member's name (test, odd, half, ...) or sizes (batch_size=64,dim=8192)")
+    if "=" not in text:
+        name = text.replace("-", " ")
+        known = [m for m, _ in MEMBERS]
+        if name != "test" and name not in known:
+            raise UsageError(f"--at: no member {text!r}; sizes (batch_size=64,dim=8192), test (the file's TEST_SIZES) "
+                             f"or one of {', '.join(m.replace(' ', '-') for m in known)}")
+        return name
+    sizes = {}
+    for part in text.split(","):
+        name, _, value = (x.strip() for x in part.partition("="))
+        if not name.isidentifier() or not value.isdigit() or int(value) < 1 or name in sizes:
+            raise UsageError(f"--at: {part.strip()!r} is not a size: NAME=VALUE, a module-level size of the reference "
+                             f"and a positive integer, each named once (batch_size=64,dim=8192)")
+        sizes[name] = int(value)
+    return ",".join(f"{k}={v}" for k, v in sorted(sizes.items()))
+
+
+def at_values(at: str) -> dict[str, int]:
+    """The sizes of an --at given as sizes (parse_at's spelling): {name: value}."""
+    return {k: int(v) for k, v in (part.split("=") for part in at.split(","))}

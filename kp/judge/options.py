@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from kp.errors import UsageError
-from kp.judge.members import member_names
+from kp.judge.members import member_names, parse_at
 from kp.lib.registry import PRECISIONS
 
 MODES = ("train", "eval")
@@ -19,7 +19,9 @@ JOB_TIMEOUT_S = 600  # a candidate's whole job, single run or batch (--timeout):
 class JudgeOptions:
     """How a judgement is made (run.py's flags, in the judge's words). seed None: drawn from the OS. device None:
     the GPU (cuda), where one is visible. shapes: a count of other members of the reference's shape family, or
-    members' names (kp.judge.family). timeout_s: the limit on a candidate's whole job (None: none)."""
+    members' names (kp.judge.family). at: the shape judged in place of the benchmark's (a
+    member of the family, the file's TEST_SIZES or sizes by name, kp.judge.members.parse_at; None: the benchmark's).
+    timeout_s: the limit on a candidate's whole job (None: none)."""
 
     seed: int | None = None
     trials: int = MIN_TRIALS
@@ -35,6 +37,7 @@ class JudgeOptions:
     timeout_s: float | None = JOB_TIMEOUT_S
     shapes: int | tuple[str, ...] = 0
     backward: bool = False
+    at: str | None = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -54,6 +57,7 @@ class JudgeOptions:
                 raise UsageError(f"--shapes takes a count of other shapes (0 or more), got {self.shapes}")
         else:  # members' names, as the family calls them
             object.__setattr__(self, "shapes", tuple(member_names(self.shapes)))
+        object.__setattr__(self, "at", parse_at(self.at))
 
     @classmethod
     def from_mapping(cls, opts: dict) -> "JudgeOptions":
@@ -66,14 +70,15 @@ class JudgeOptions:
         return cls(**opts)
 
     def pairs(self) -> tuple:
-        """The options as a job keeps them: sorted (name, value) pairs, a default --shapes and --backward left out
+        """The options as a job keeps them: sorted (name, value) pairs, a default --shapes, --backward and --at left out
         (a job's key, kp.batch.jobfile.Job.key, is made from them, and a results file written before those options
         existed resumes)."""
         d = dataclasses.asdict(self)
         if not d["shapes"]:
             del d["shapes"]
-        if not d["backward"]:
-            del d["backward"]
+        for name in ("backward", "at"):
+            if not d[name]:
+                del d[name]
         return tuple(sorted(d.items()))
 
     def replace(self, **changes) -> "JudgeOptions":

@@ -51,6 +51,9 @@ class RecordParts:
                "rows": {}, "skipped": self.skipped}
         if self.box_note:
             rec["sandbox"] = self.box_note
+        if self.at_sizes:  # --at: judged at this shape, not the benchmark's
+            rec["at"] = {"asked": self.opts.at, "benchmark_shape": self.at_bench,
+                         "sizes": {k: list(v) for k, v in self.at_sizes.items()}}
         return rec
 
     def _record_tail(self, rec: dict, gpu: bool) -> dict:

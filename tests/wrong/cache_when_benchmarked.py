@@ -14,6 +14,8 @@ PROBLEM = "softmax"
 EXPECT = r"timed call .*over budget|own kernel: no kernel .*\(kernels seen: none\)"
 KIND = "own_kernel"
 DEVICES = ("cuda",)
+# at a small shape the parity calls too follow each other within 0.1 s, and parity catches the cache first
+BENCH_SHAPE = "its benchmark detector keys on calls under 0.1 s apart, which parity calls at a small shape are too"
 
 
 class ModelNew(nn.Module):

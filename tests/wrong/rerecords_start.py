@@ -12,6 +12,9 @@ PROBLEM = "matmul_sum_max_mean_lse"
 EXPECT = r"timing: median .* is under 0\.5 x the .* the profiler saw the call's own GPU work take"
 KIND = "timing"
 DEVICES = ("cuda",)
+# the defect is a third of each call's GPU work missed by the events: at the benchmark's batch that work is long
+# enough for the profiler's figure to stand clear of launch overheads
+BENCH_SHAPE = "the timed work must dwarf launch overheads for the profiler's comparison"
 
 
 class ModelNew(_Shipped):

@@ -5,7 +5,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-EXPECT = r"Triton compile error in _softmax_rows_break \(wrong_compile_error.py:23\): .*Break"
+EXPECT = r"Triton compile error in _softmax_rows_break \(wrong_compile_error.py:24\): .*Break"
 KIND = "build"
 DEVICES = ("cuda",)
 NEEDS = ("triton",)

@@ -35,6 +35,17 @@ def gpu(test):
     return pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")(pytest.mark.xdist_group("gpu")(test))
 
 
+@pytest.fixture
+def gpu_alone():
+    """The GPU held against every judge on this host for the test (kp.lib.gpu_lock.gpu_to_itself, as a judge holds it
+    to time): a test that times in its own process while another pytest process on the same GPU judges
+    (tools/gpu_tests.py's lanes) has the GPU to itself as the judge's timing has. Only for a test that starts no
+    judge of its own that would wait for the same hold."""
+    from kp.lib import gpu_lock
+    with gpu_lock.gpu_to_itself():
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _gpu_memory_back(request):
     """After a GPU test, this worker's cached GPU memory goes back to the device: a test that judged in this process
@@ -53,6 +64,10 @@ def pytest_addoption(parser):
                           "the suite once together: GPU tests dealt by their recorded seconds "
                           "(tests/gpu_test_seconds.json) so the shares end together, else round-robin; the others "
                           "round-robin")
+    parser.addoption("--lanes", type=int, default=1, metavar="L",
+                     help="with --shard: the shares are L lanes a GPU (several pytest processes on one GPU, "
+                          "tools/gpu_tests.py), share K on GPU K // L; the batched judge cases go to each GPU's first "
+                          "lane only (one batch a GPU), every other test to the lane with the least time so far")
     parser.addoption("--only", choices=("gpu", "cpu"), default=None,
                      help="gpu: only the tests marked as needing a GPU; cpu: only the others (tools/gpu_tests.py runs "
                           "the GPU tests over the GPUs, then the others with the GPUs hidden, as CI runs them)")
@@ -78,27 +93,38 @@ def _batched(name: str) -> bool:
 
 
 def shard_of(names: list[str], gpu_names: set[str], k: int, n: int,
-             seconds: dict[str, float] | None = None) -> list[str]:
+             seconds: dict[str, float] | None = None, lanes: int = 1) -> list[str]:
     """The K-th of N shares. Without `seconds`: the GPU tests dealt round-robin among themselves (so each GPU gets its
     turn of the heavy ones, which sit together in the order). With them (a recorded run's, by node id): each GPU test,
     longest first, to the share with the least time so far (a longest-first greedy deal), so that the shares end
     together. The batched judge cases each count as an even part of the record's time for all of them (their
     batch's time falls on whichever case sets it up, but grows with every case a share has). The other tests are
     dealt round-robin either way, each share starting where the last left off. Every process of the N computes the
-    same deal."""
+    same deal. With `lanes` (L pytest processes a GPU), the batched cases go only to the shares that are a GPU's
+    first lane (K % L == 0): each GPU judges its cases in one batch."""
     gpu_tests = [x for x in names if x in gpu_names]
     cpu_tests = [x for x in names if x not in gpu_names]
     mine_cpu = set(cpu_tests[(k + len(gpu_tests)) % n::n])
-    if not seconds:
-        return [x for x in names if x in set(gpu_tests[k::n]) | mine_cpu]
     clean = [x.split("@")[0] for x in gpu_tests]
+    first_lanes = [s for s in range(n) if s % lanes == 0]
+    allowed = [first_lanes if _batched(c) else list(range(n)) for c in clean]
+    if not seconds:
+        turn, mine = {}, set()
+        for x, shares in zip(gpu_tests, allowed):
+            key = len(shares)
+            share = shares[turn.get(key, 0) % len(shares)]
+            turn[key] = turn.get(key, 0) + 1
+            if share == k:
+                mine.add(x)
+        return [x for x in names if x in mine | mine_cpu]
     batched = [c for c in clean if _batched(c)]
     batch_total = sum(seconds.get(c, 0.0) for c in batched)  # the batches' setups, and each case's look-up
     batch_s = batch_total / len(batched) if batch_total > 0 else UNRECORDED_S
     cost = [batch_s if _batched(c) else seconds.get(c, UNRECORDED_S) for c in clean]
     load, mine = [0.0] * n, set()
-    for i in sorted(range(len(gpu_tests)), key=lambda i: (-cost[i], i)):
-        share = min(range(n), key=lambda s: (load[s], s))
+    # the batched cases first (they have the fewest shares to go to), then every test longest first
+    for i in sorted(range(len(gpu_tests)), key=lambda i: (len(allowed[i]), -cost[i], i)):
+        share = min(allowed[i], key=lambda s: (load[s], s))
         load[share] += cost[i]
         if share == k:
             mine.add(gpu_tests[i])
@@ -125,7 +151,10 @@ def pytest_collection_modifyitems(config, items):
     except (ValueError, AssertionError):
         raise pytest.UsageError(f"--shard {spec!r}: K/N with 0 <= K < N, e.g. --shard 0/4") from None
     gpu_names = {it.nodeid for it in items if _is_gpu_test(it)}
-    keep = set(shard_of([it.nodeid for it in items], gpu_names, k, n, gpu_test_seconds()))
+    lanes = config.getoption("--lanes")
+    if lanes < 1 or n % lanes:
+        raise pytest.UsageError(f"--lanes {lanes}: a count that divides the shares of --shard ({n})")
+    keep = set(shard_of([it.nodeid for it in items], gpu_names, k, n, gpu_test_seconds(), lanes))
     config.hook.pytest_deselected(items=[it for it in items if it.nodeid not in keep])
     items[:] = [it for it in items if it.nodeid in keep]
 

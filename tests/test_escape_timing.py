@@ -232,7 +232,7 @@ def test_flusher_refuses_a_host_buffer():
 
 
 @gpu
-def test_harness_timer_agrees_with_plain_event_loop():
+def test_harness_timer_agrees_with_plain_event_loop(gpu_alone):
     """bench_interleaved (sleep-held stream) vs the plainest honest timer: flush, events around the call, sync."""
     x = torch.rand(4096, 393216, device="cuda")
     f = lambda: torch.softmax(x, dim=1)

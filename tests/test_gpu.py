@@ -182,7 +182,7 @@ def test_stale_torch_lock_does_not_hang_and_warm_load_is_fast(tmp_path):
 
 
 @gpu
-def test_bench_times_each_call_after_a_call_of_itself():
+def test_bench_times_each_call_after_a_call_of_itself(gpu_alone):
     """bench_interleaved(precede=True): every timed call directly follows an untimed call of the same entry (whose
     `before` gets rep -1), so no entry's time includes the write-back of a neighbour's dirty L2 lines (README,
     "Order sensitivity")."""
@@ -204,7 +204,7 @@ def test_bench_times_each_call_after_a_call_of_itself():
 
 
 @gpu
-def test_flush_empties_the_gpu_l2():
+def test_flush_empties_the_gpu_l2(gpu_alone):
     """A read of 16 MiB (inside the L2) timed after the flush must come from DRAM, not from the L2 where the call
     before left it: the flush has to act on the GPU (an earlier version put its buffer in host memory). H200: 12.5
     us flushed, 10.7 L2-hot (torch.sum's fixed cost is most of both)."""
@@ -219,7 +219,7 @@ def test_flush_empties_the_gpu_l2():
 
 
 @gpu
-def test_inputs_rewritten_before_the_flush_cost_the_timed_call_nothing():
+def test_inputs_rewritten_before_the_flush_cost_the_timed_call_nothing(gpu_alone):
     """The judge refills every timed call's inputs just before the flush; the dirty lines that leaves must be
     written back by the flush, not by the timed call."""
     big = torch.rand(64 << 20, device="cuda")  # 256 MiB, read by the timed call

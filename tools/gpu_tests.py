@@ -78,6 +78,11 @@ def main(argv=None) -> int:
     ap.add_argument("--store-durations", action="store_true",
                     help="record every GPU test's seconds (setup, call and teardown) in tests/gpu_test_seconds.json, "
                          "which deals the shares of later runs so that they end together (tests/conftest.py)")
+    ap.add_argument("--lanes", type=int, default=None, metavar="L",
+                    help="pytest processes a GPU, started together, each with its share of that GPU's tests: the "
+                         "first judges the GPU's judge cases in its batch, the others run the rest meanwhile (a "
+                         "test that times holds the GPU against them, as a judge's timing does; default: 2 where "
+                         "the host has 12 cores a GPU or more, else 1)")
     ap.add_argument("--cpu-tests", action="store_true",
                     help="then the tests that need no GPU, over every core with the GPUs hidden (as CI runs them)")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -106,16 +111,22 @@ def main(argv=None) -> int:
         pytest += ["--durations=0", "--durations-min=0"]
     elif not any(a.startswith("--durations") for a in extra):  # each GPU's line names its slowest tests
         pytest.append("--durations=3")
-    for k, g in enumerate(gpus):
-        env = {**os.environ, **threads(cpus // len(gpus)), "CUDA_VISIBLE_DEVICES": g}
-        log = open(logs / f"gpu{g}.log", "w")
-        cmd = [*pytest, "-n", "1", "--only", "gpu", "--shard", f"{k}/{len(gpus)}", *extra]
-        procs.append((f"GPU {g}", f"gpu{g}.log", stop.started(subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)), log))
+    lanes = args.lanes or (2 if cpus // len(gpus) >= 12 else 1)
+    shares = len(gpus) * lanes
+    for k in range(shares):
+        g, lane = gpus[k // lanes], k % lanes
+        env = {**os.environ, **threads(cpus // shares), "CUDA_VISIBLE_DEVICES": g}
+        name = f"gpu{g}" + (f"-{lane}" if lanes > 1 else "")
+        log = open(logs / f"{name}.log", "w")
+        cmd = [*pytest, "-n", "1", "--only", "gpu", "--shard", f"{k}/{shares}", "--lanes", str(lanes), *extra]
+        procs.append((f"GPU {g}" + (f" lane {lane}" if lanes > 1 else ""), f"{name}.log", stop.started(
+            subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)),
+            log))
     worst = _finish(procs, logs, stop)
-    print(f"{len(gpus)} GPUs, {time.perf_counter() - t0:.0f} s in all; each GPU's output: {logs}/", flush=True)
+    print(f"{len(gpus)} GPUs, {lanes} lane{'s' * (lanes > 1)} each, {time.perf_counter() - t0:.0f} s in all; each "
+          f"lane's output: {logs}/", flush=True)
     if args.store_durations:
-        n = store_durations([logs / f"gpu{g}.log" for g in gpus], GPU_SECONDS, _gpu_name())
+        n = store_durations([logs / name for _, name, _, _ in procs], GPU_SECONDS, _gpu_name())
         print(f"{n} GPU tests' seconds recorded in {GPU_SECONDS.relative_to(ROOT)}", flush=True)
     if stop.signum:
         return 128 + stop.signum

@@ -19,10 +19,11 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
 LAYER_ORDER = (
-    # foundations: errors, numerics, the dispatch modes a reference is counted under, the float64 copy,
-    # derived-input premises, the sandbox, the kernel registry, CUDA's driver started beside torch's import
-    "errors", "lib.numerics", "lib.op_modes", "judge.float64", "judge.premises", "box.sandbox", "lib.registry",
-    "lib.cuda_early",
+    # foundations: errors, numerics, a speedup's paired interval, the dispatch modes a reference is counted under, the
+    # float64 copy, derived-input premises, the sandbox, the kernel registry, CUDA's driver started beside torch's
+    # import
+    "errors", "lib.numerics", "lib.speedup", "lib.op_modes", "judge.float64", "judge.premises", "box.sandbox",
+    "lib.registry", "lib.cuda_early",
     # building: a candidate's cached builds, the bytecode kept in the cache, torch's header precompiled for them,
     # its box and paths, what a source exports and includes, the compile cache, the CPU-side compile checks, the
     # layers models/ are made of

@@ -149,10 +149,22 @@ def summary(res: dict) -> dict:
         key=lambda k: timing[k]["median_ms"])
     t = timing.get(label) if label else None
     out = {"row": None if label == "candidate" else label, "ms": t["median_ms"] if t else None}
+    paired = ((rec.get("speedups") or {}).get(label) or {}) if label else {}
     for base in ("eager", "torch.compile"):
         b = timing.get(base)
         out[f"vs_{base}"] = b["median_ms"] / t["median_ms"] if b and t else None
+        # its paired interval (kp.lib.speedup): whether the samples tell the row from the baseline at all
+        out[f"vs_{base}_significant"] = paired[base]["significant"] if base in paired else None
     return out
+
+
+def _vs(s: dict, base: str) -> str:
+    """A summary's speedup over a baseline as the table says it: '1.93x', or '1.01x n.s.' where its paired interval
+    covers 1.0 (kp.lib.speedup)."""
+    x = s.get(f"vs_{base}")
+    if not x:
+        return "-"
+    return f"{x:.2f}x" + (" n.s." if s.get(f"vs_{base}_significant") is False else "")
 
 
 def format_table(lines: list[dict]) -> str:
@@ -169,9 +181,8 @@ def format_table(lines: list[dict]) -> str:
     g = max([4] + [len(str(d.get("gpu", "-"))) for d in rows])
     cols = [("row", 16, lambda s: str(s.get("row") or "-")[-16:], "row"),
             ("ms", 8, lambda s: f"{s['ms']:.3f}" if s.get("ms") else "-", "ms"),
-            ("vs eager", 8, lambda s: f"{s['vs_eager']:.2f}x" if s.get("vs_eager") else "-", "vs_eager"),
-            ("vs comp", 7, lambda s: f"{s['vs_torch.compile']:.2f}x" if s.get("vs_torch.compile") else "-",
-             "vs_torch.compile")]
+            ("vs eager", 12, lambda s: _vs(s, "eager"), "vs_eager"),
+            ("vs comp", 12, lambda s: _vs(s, "torch.compile"), "vs_torch.compile")]
     cols = [c for c in cols if any((d.get("summary") or {}).get(c[3]) for d in rows)]
     out = [f"{'job':{w}} {'gpu':>{g}} " + "".join(f"{name:>{cw}} " for name, cw, _, _ in cols) + f"{'s':>5}  verdict"]
     for d in rows:

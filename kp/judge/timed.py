@@ -16,6 +16,7 @@ from kp.errors import GpuMemoryShort, OutOfMemory, Rejected
 from kp.judge.outputs import _release, judge_output
 from kp.lib.numerics import same_values
 from kp.lib.gpu_lock import gpu_to_itself
+from kp.lib.speedup import paired_speedups
 
 # Timed calls checked per row: one at a secret rep below the least reps, and at random at most this many more (each
 # check of a large problem computes a float64 reference: two in all is what the judge paid before the draw moved here)
@@ -215,6 +216,8 @@ class TimingStage:
                     r.reject(e)
                 continue
             result.setdefault("timing", {}).update(times)
+            # each row against the baselines of its own command, round by round (kp.lib.speedup)
+            result.setdefault("speedups", {}).update(paired_speedups(times, [r.label for r in rows]))
             result.setdefault("rungs", {}).update(t["rungs"])
             result.setdefault("calls", {}).update(t["calls"])
             if "memory" in t:  # the timing's own GPU memory in that process: its pool, outputs and baselines

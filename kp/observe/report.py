@@ -1,6 +1,7 @@
 """The report: one table for the playground's variants and for candidates (the verdict line: kp.observe.verdict)."""
 from __future__ import annotations
 
+from kp.lib import speedup
 from kp.observe.profile import kernel_base_name
 from kp.observe.verdict import own_frames
 
@@ -225,6 +226,9 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
             cols += f" {torch_err:8.1e} {'':9}  (PyTorch fp32's own error, worst call)"
         lines.append(cols)
     lines += backward_lines(rec, w)
+    for k, got in (rec.get("speedups") or {}).items():  # each row's speedups, paired round by round (kp.lib.speedup)
+        lines.append(f"  {label_of(k)}: speedup with its {100 * speedup.LEVEL:.0f}% paired interval: "
+                     + ", ".join(f"{speedup.said(v)} vs {base}" for base, v in got.items()))
     over = [label_of(k) for k in names if timing.get(k) and "bandwidth" in rec
             and row_floor_s(rec, k) > 1.02 * timing[k]["median_ms"] * 1e-3]
     if over:

@@ -24,7 +24,10 @@ the kernels timed side by side against the ceilings measured in the same run.
 
 Without a GPU (parity only: nothing is timed, and whether a kernel of its own runs is not checked):
   python run.py --ref path/to/19_ReLU.py --candidate my_relu.py --device cpu --allow-torch
-  python run.py --problem softmax --device cpu          the reference's own Model against its float64 copy
+  python run.py --problem softmax --device cpu --at test
+                                                       the reference's own Model against its float64 copy, at
+                                                       the problem's small test shape (at its benchmark shape:
+                                                       minutes and many GB of host memory)
 
 Many at once (one job = one reference and one candidate, or a problem's ladder; --slots jobs a GPU at a time):
   python run.py --ref ref.py --candidate cands/*.py --gpus all --out results.jsonl

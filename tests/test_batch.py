@@ -393,3 +393,43 @@ def test_a_batch_tables_row_is_at_most_200_characters_the_record_keeping_the_who
     assert rows[0].endswith("accepted in 2.1 s (notes in the record)")
     assert rows[1].endswith("rejected: trial 1 (seed 203155838): relL2 1.00e+00 over budget 1.00e-06 (worst row "
                             "1.13e+00, row budget 1.00e-06) in 2.1 s")
+
+
+# A candidate that, the first time it is imported, kills the slot's judge: the nearest ancestor of its worker that
+# multiprocessing spawned (the worker's own parent is the slot's forkserver).
+KILLED_ONCE = """import os
+import signal
+from pathlib import Path
+
+import torch.nn as nn
+
+_mark = Path(__file__).with_suffix(".killed")
+if not _mark.exists():
+    _mark.write_text("once")
+    pid = os.getppid()
+    while pid > 1 and b"spawn_main" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(pid, signal.SIGKILL)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.clamp_min(0)
+"""
+
+
+def test_a_judge_killed_from_outside_is_no_verdict_and_judged_again_alone(tmp_path):
+    """A job whose judge's process is killed (here by the candidate itself, unboxed, the first time it is imported:
+    as the host's memory killer would) gets no verdict, not a rejection, and is judged again at the end on its own;
+    judged again, it gets its verdict."""
+    killer = tmp_path / "killed_once.py"
+    killer.write_text(KILLED_ONCE)
+    out = tmp_path / "results.jsonl"
+    r = run_script("--ref", CASES / "ref.py", "--candidate", killer, CASES / "good.py", "--device", "cpu",
+                   "--slots", "2", "--allow-torch", "--no-sandbox", "--seed", "5", "--out", out)
+    assert "killed_once.py: no verdict: the judge's process died (signal 9, SIGKILL); judged again at the end, " \
+           "alone" in r.stderr, r.stderr[-3000:]
+    recs = {Path(d["job"]["candidate"]).name: d for d in lines(out)}
+    assert set(recs) == {"killed_once.py", "good.py"}, r.stdout[-2000:]
+    assert recs["killed_once.py"]["status"] == "accepted", recs["killed_once.py"]["verdict"]
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -129,7 +129,8 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     of this run (jobs already in `out` are skipped). build_jobs: candidates built ahead at once (None: one per core,
     kp.batch.ahead.builders). A job that got no verdict for want of GPU memory (beside the
     GPU's other slots, the boxes its slot started ahead, or other processes) is judged once more at the end, with its
-    GPU to itself, and recorded then."""
+    GPU to itself, and recorded then; so is one whose judge's process died (killed from outside: the host's memory,
+    most likely), with its GPU (or the host's CPU) to itself."""
     todo, results, twins = _todo(jobs, out)
     keyed = {id(job): (job, key) for job, key in todo}
     # the candidates' own builds, beside the slots from the start
@@ -155,6 +156,10 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
             bar.bar.write(f"{name:>4}  {job.name}: no verdict for want of GPU memory beside other "
                           f"{'slots' if slot.gpu in shared else 'processes'}; judged again at the end with the GPU to "
                           f"itself", file=sys.stderr)
+        elif res.get("died") and len(slots) > 1:  # killed from outside (the host's memory, most likely): no verdict
+            again.append((job, key))
+            bar.bar.write(f"{name:>4}  {job.name}: no verdict: the judge's process died ({res['died']}); judged "
+                          f"again at the end, alone", file=sys.stderr)
         else:
             record(slot, name, job, key, res)
     try:

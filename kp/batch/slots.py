@@ -103,7 +103,7 @@ class Slot:
             self.proc.join(1)
             # killed from outside (the host's memory, most likely), or a fault below Python in the judge's own
             # process: no verdict on the candidate, whose own process is a worker apart
-            res = {"ok": False, "status": NO_VERDICT,
+            res = {"ok": False, "status": NO_VERDICT, "died": exit_status(self.proc.exitcode),
                    "verdict": f"error: the judge's process died ({exit_status(self.proc.exitcode)})", "record": None}
             self.kill()
             self._start()

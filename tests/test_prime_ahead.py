@@ -171,7 +171,7 @@ def test_the_judge_uses_the_run_ahead_only_where_it_ran_with_its_arguments():
         def call(self, stage, cmd, *args):
             self.calls.append((cmd, args[-1]))
             return {"primed": True}
-    j = types.SimpleNamespace(baseline_args=None, prime_args=([4], 7, 7), notes=[], clock=StageClock())
+    j = types.SimpleNamespace(baseline_args=None, prime_args=([4], 7, 7), notes=[], clock=StageClock(), at_sizes={})
     done, fresh, made = Runner({"primed": True, "ok": True}), Runner(None), Runner(None, made=True)
     for r in (done, fresh, made):
         ConstructStage._ready_worker(j, r)

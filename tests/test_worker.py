@@ -45,7 +45,7 @@ def _judge(bench: bool):
     from kp.judge.driver import Judge
     j = Judge.__new__(Judge)
     from kp.judge.clock import StageClock
-    j.notes, j.clock = [], StageClock()
+    j.notes, j.clock, j.at_sizes = [], StageClock(), {}
     j.baseline_args = ("init", 1, {}, False, 1) if bench else None
     j.prime_args = None if bench else ("init", 1, 1)
     return j

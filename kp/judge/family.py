@@ -318,9 +318,7 @@ def apply_at(ref, at: str) -> dict[str, tuple]:
         members, why = ref.family((at,))
         if not members:
             raise UsageError(f"--at {at}: {why or 'that member draws the benchmark shape itself'}")
-        sizes = members[0][1]
-        g.update({k: v for k, (_, v) in sizes.items()})
-        return sizes
+        return _set_at(g, members[0][1])
     wanted = getattr(ref.module, "TEST_SIZES", None) if at == "test" else at_values(at)
     if at == "test" and not (isinstance(wanted, dict) and wanted):
         raise UsageError(f"--at test: {ref.name} declares no TEST_SIZES (a dict of its sizes, e.g. "
@@ -336,6 +334,11 @@ def apply_at(ref, at: str) -> dict[str, tuple]:
     base = meta_shapes(ref.module)
     if sizes and base is not None and ref._shapes_at({k: v for k, (_, v) in sizes.items()}, base) is None:
         raise UsageError(f"--at {at}: get_inputs() draws inputs of another number or rank there")
+    return _set_at(g, sizes)
+
+
+def _set_at(g: dict, sizes: dict[str, tuple]) -> dict[str, tuple]:
+    """The judged values of `sizes` ({name: (now, there)}) set in a module's globals; returns `sizes`."""
     g.update({k: v for k, (_, v) in sizes.items()})
     return sizes
 

@@ -19,6 +19,12 @@ from kp.errors import EXIT_CODES
 # time is theirs together, whichever of them sets it up.
 GPU_BATCHED = ("test_judge_case_on_gpu", "test_wrong_case_rejected_on_gpu")
 
+# GPU tests that run on the batch's lane after the batch (tools.gpu_tests --lanes): judges in the test's own process at
+# the benchmark shape whose checked calls are many (every shipped variant, each with its declared cases and weight
+# changes). Each call waits while a batch judge times with the GPU to itself, so beside the batch they took several
+# times their time alone (one H200: the logsumexp problem's six variants 13 s alone, 90 s beside the batch).
+AFTER_BATCH = ("test_every_shipped_variant_accepted",)
+
 
 def exit_code(line: dict) -> int:
     """What `run.py` would have exited with for this job: 0 accepted, 1 rejected, 2 no verdict (its status)."""

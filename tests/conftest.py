@@ -92,6 +92,13 @@ def _batched(name: str) -> bool:
     return name.split("::")[-1].split("[")[0] in GPU_BATCHED
 
 
+def _on_batch_lane(name: str) -> bool:
+    """A GPU test that goes to a GPU's first lane: a batched judge case, or one of the tests that run after the batch
+    there (tests/batched.py's AFTER_BATCH)."""
+    from batched import AFTER_BATCH
+    return _batched(name) or name.split("::")[-1].split("[")[0] in AFTER_BATCH
+
+
 def shard_of(names: list[str], gpu_names: set[str], k: int, n: int,
              seconds: dict[str, float] | None = None, lanes: int = 1) -> list[str]:
     """The K-th of N shares. Without `seconds`: the GPU tests dealt round-robin among themselves (so each GPU gets its
@@ -101,13 +108,14 @@ def shard_of(names: list[str], gpu_names: set[str], k: int, n: int,
     batch's time falls on whichever case sets it up, but grows with every case a share has). The other tests are
     dealt round-robin either way, each share starting where the last left off. Every process of the N computes the
     same deal. With `lanes` (L pytest processes a GPU), the batched cases go only to the shares that are a GPU's
-    first lane (K % L == 0): each GPU judges its cases in one batch."""
+    first lane (K % L == 0): each GPU judges its cases in one batch; so do the tests that run after the batch
+    (AFTER_BATCH), which that lane runs once its batch is done (pytest_collection_modifyitems)."""
     gpu_tests = [x for x in names if x in gpu_names]
     cpu_tests = [x for x in names if x not in gpu_names]
     mine_cpu = set(cpu_tests[(k + len(gpu_tests)) % n::n])
     clean = [x.split("@")[0] for x in gpu_tests]
     first_lanes = [s for s in range(n) if s % lanes == 0]
-    allowed = [first_lanes if _batched(c) else list(range(n)) for c in clean]
+    allowed = [first_lanes if _on_batch_lane(c) else list(range(n)) for c in clean]
     if not seconds:
         turn, mine = {}, set()
         for x, shares in zip(gpu_tests, allowed):
@@ -156,7 +164,14 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"--lanes {lanes}: a count that divides the shares of --shard ({n})")
     keep = set(shard_of([it.nodeid for it in items], gpu_names, k, n, gpu_test_seconds(), lanes))
     config.hook.pytest_deselected(items=[it for it in items if it.nodeid not in keep])
-    items[:] = [it for it in items if it.nodeid in keep]
+    order = {x: i for i, x in enumerate(batch_first([it.nodeid for it in items if it.nodeid in keep]))}
+    items[:] = sorted((it for it in items if it.nodeid in keep), key=lambda it: order[it.nodeid])
+
+
+def batch_first(names: list[str]) -> list[str]:
+    """A share's tests in the order its pytest runs them: the batched judge cases first (the batch starts at once, and
+    the tests that run after it, AFTER_BATCH, do), then the rest in the order they were collected."""
+    return sorted(names, key=lambda x: not _batched(x))
 
 
 def run_script(*args, env=None, timeout=1200):

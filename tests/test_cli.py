@@ -174,6 +174,28 @@ def test_shards_dealt_by_recorded_seconds_end_together(tmp_path):
     assert gpu_test_seconds(tmp_path / "bad.json") == {}
 
 
+def test_lanes_put_the_batch_and_what_follows_it_on_each_gpus_first_lane():
+    """Two lanes a GPU on two GPUs (four shares): the batched judge cases and the tests that run after the batch
+    (AFTER_BATCH) go only to shares 0 and 2, each GPU's first lane, which runs its batched cases before anything
+    else; the other tests fill all four shares by their seconds. Every test runs exactly once."""
+    from conftest import batch_first, shard_of
+    cases = [f"tests/test_judge_cases.py::test_judge_case_on_gpu[c{i}]" for i in range(8)]
+    after = [f"tests/test_judge_cases.py::test_every_shipped_variant_accepted[p{i}]" for i in range(2)]
+    other = [f"tests/test_a.py::t{i}" for i in range(12)]
+    names = other[:6] + after + cases + other[6:]
+    seconds = {cases[0]: 80.0, **{x: 20.0 for x in after}, **{x: 10.0 for x in other}}
+    shares = [shard_of(names, set(names), k, 4, seconds, lanes=2) for k in range(4)]
+    assert sorted(x for s in shares for x in s) == sorted(names)
+    for k in (1, 3):
+        assert not set(shares[k]) & set(cases + after), shares[k]
+    assert all(shares[k] for k in range(4))
+    for k in (0, 2):
+        ran = batch_first(shares[k])
+        mine = [x for x in ran if x in cases]
+        assert mine and ran[:len(mine)] == mine, ran
+        assert [x for x in ran if x not in cases] == [x for x in shares[k] if x not in cases]
+
+
 def test_gpu_tests_store_durations_merges_the_record(tmp_path):
     """tools/gpu_tests.py --store-durations: each GPU test's setup, call and teardown added from pytest's durations
     list, xdist's group suffix dropped, tests this run did not include keep their earlier figures."""

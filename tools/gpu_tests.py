@@ -10,14 +10,16 @@ follow in one pytest over every core with the GPUs hidden, exactly as CI runs th
     python -m tools.gpu_tests --no-prebuild        without building every kernel first
     python -m tools.gpu_tests --store-durations    and record each GPU test's seconds for the next runs' deal
 
-Every kernel is built first, all cores at once (`run.py --build`, and again as the non-Hopper path builds them,
+Every kernel is built first, all cores at once (`run.py --build`, and beside it as the non-Hopper path builds them,
 KP_CAPABILITY=8.0), into the cache the tests use; otherwise the first GPU test to need a kernel builds it while
 holding its GPU's one-at-a-time group (on a fresh 4 x H100 host: the softmax sweep of 6_regcluster 97 s, the
 non-Hopper paths 130-173 s each, with the builds inside).
 
 Each GPU's pytest runs its tests one at a time (one xdist worker), with its share of the cores as threads; its judge
 cases and known-wrong cases (141 of the 243 GPU tests) are judged together first, in one batch over three or four warm
-slots of its GPU (tests/batched.py: 1-6 s a case instead of the 15-25 s of a judge process started for each). The tests
+slots of its GPU (tests/batched.py: 1-6 s a case instead of the 15-25 s of a judge process started for each). With
+lanes, a GPU's first lane runs the batch and then the tests that are slow beside it (tests/batched.py's AFTER_BATCH),
+while its other lanes run the rest. The tests
 that need no GPU are not run beside them: they are CI's, and on a GPU host several of them judge on the GPU when one is
 there, beside a GPU test's 36-64 GiB softmax judge. --cpu-tests runs them after, with the GPUs hidden, one xdist worker
 per two cores (a CPU test is a judge process and its candidate's worker), each process with two threads (OMP_NUM_THREADS
@@ -55,17 +57,25 @@ def host_gpus() -> list[str]:
 
 
 def prebuild(gpu: str, logs: Path) -> None:
-    """`run.py --build` on one GPU: every rung of every problem for this GPU, then for the non-Hopper path; a build
-    that fails is said here and again by the tests that need it."""
+    """`run.py --build` on one GPU: every rung of every problem for this GPU and, at the same time, for the non-Hopper
+    path (the first's last rung, softmax/6_regcluster, takes most of its time on one core, 68 s of 72 on an H200's
+    host, while the other builds in 17 s); a build that fails is said here and again by the tests that need it."""
+    started = []
     for cap in (None, "8.0"):
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, **({"KP_CAPABILITY": cap} if cap else {})}
-        t = time.perf_counter()
         name = "prebuild" + (f"_sm{cap.replace('.', '')}" if cap else "")
-        with open(logs / f"{name}.log", "w") as log:
-            rc = subprocess.run([sys.executable, str(ROOT / "run.py"), "--build"], cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT).returncode
-        tail = [ln for ln in (logs / f"{name}.log").read_text(errors="replace").splitlines() if ln.strip()]
-        print(f"{name}: exit {rc} in {time.perf_counter() - t:.0f} s: {tail[-1] if tail else 'no output'}", flush=True)
+        log = open(logs / f"{name}.log", "w")
+        proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "--build"], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        started.append((name, proc, log, time.perf_counter()))
+    while started:
+        time.sleep(0.2)
+        for name, proc, log, t in [s for s in started if s[1].poll() is not None]:
+            started.remove((name, proc, log, t))
+            log.close()
+            tail = [ln for ln in (logs / f"{name}.log").read_text(errors="replace").splitlines() if ln.strip()]
+            print(f"{name}: exit {proc.returncode} in {time.perf_counter() - t:.0f} s: "
+                  f"{tail[-1] if tail else 'no output'}", flush=True)
 
 
 def main(argv=None) -> int:

@@ -42,11 +42,12 @@ def test_accumulated_expectations_add_the_call_befores_parameter_gradients():
 
 
 def test_training_steps_are_timed_side_by_side_with_every_sample_told():
-    """--backward's timing (Worker.cmd_time with backward): each baseline and row is timed as a training step, its
-    forward and a backward pass from an upstream gradient drawn with the inputs, the parameters' .grad cleared before
-    each call; every sample is told as taken and none is offered for a check (parity judged the gradients)."""
+    """--backward's timing (the worker's time command with backward): each baseline and row is timed as a training step,
+    its forward and a backward pass from an upstream gradient drawn with the inputs, the parameters' .grad cleared
+    before each call; every sample is told as taken and none is offered for a check (parity judged the gradients)."""
     import torch
     from kp.worker.measuring import MeasureCommands
+    from kp.worker.state import WorkerState
 
     class Counted(torch.nn.Linear):
         backwards = 0
@@ -61,30 +62,23 @@ def test_training_steps_are_timed_side_by_side_with_every_sample_told():
         def inputs(self, seed, device):
             return [torch.randn(4, 3, generator=torch.Generator().manual_seed(seed))]
 
-    class W(MeasureCommands):
-        device, precision, candidate_dir, threads_before = "cpu", "fp32", None, None
+    told = []
 
-        def __init__(self):
-            self.ref, self.told = Ref(), []
-            self.baselines = {"eager": Counted(3, 2)}
-            self.models = {"candidate": Counted(3, 2)}
+    def interim(msg):
+        told.append(msg)
+        return False
 
-        def _with_baselines(self, labels):
-            return {**self.baselines, **{k: self.models[k] for k in labels}}
-
-        def interim(self, msg):
-            self.told.append(msg)
-            return False
-
-    w = W()
-    reply = w.cmd_time(["candidate"], 2, 3, 3, 5.0, False, True)
+    st = WorkerState(Ref(), "cpu", "fp32", interim=interim)
+    st.baselines = {"eager": Counted(3, 2)}
+    st.models = {"candidate": Counted(3, 2)}
+    reply = MeasureCommands(st).cmd_time(["candidate"], 2, 3, 3, 5.0, False, True)
     assert set(reply["timing"]) == {"eager", "candidate"}
     for k, t in reply["timing"].items():
-        told = [m["ms"] for m in w.told if m["label"] == k]
-        assert told == t["samples"] and len(told) == 3
-    assert not any(m["ask"] for m in w.told)
+        samples = [m["ms"] for m in told if m["label"] == k]
+        assert samples == t["samples"] and len(samples) == 3
+    assert not any(m["ask"] for m in told)
     assert Counted.backwards >= 2 * (3 + 3 + 3)  # warm-up, the calls before each timed call, the timed calls
-    assert all(p.grad is not None for m in (w.baselines["eager"], w.models["candidate"]) for p in m.parameters())
+    assert all(p.grad is not None for m in (st.baselines["eager"], st.models["candidate"]) for p in m.parameters())
 
 
 def test_the_training_steps_have_rows_of_their_own_under_the_forwards_table():

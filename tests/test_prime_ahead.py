@@ -181,13 +181,15 @@ def test_the_judge_uses_the_run_ahead_only_where_it_ran_with_its_arguments():
 
 def test_a_prime_made_on_the_host_is_moved_and_run_and_one_that_could_not_be_made_is_made_on_the_device():
     from kp.judge.reference import Reference
-    from kp.worker.loop import Worker
+    from kp.worker.setup import SetupCommands
+    from kp.worker.state import WorkerState
     ref = Reference.load(("file", str(REF)))
-    w = Worker(ref.spec, "cpu", "fp32")
-    assert w.cmd_prime_build(ref.init(), 7, 7)["built"] and w.prime_built is not None
-    assert w.cmd_prime(ref.init(), 7, 7, True)["primed"] and w.prime_built is None
-    assert not w.cmd_prime_build([object()] * 5, 7, 7)["built"]  # Model(*init) raises: nothing kept
-    assert w.cmd_prime(ref.init(), 7, 7, True)["primed"]
+    st = WorkerState(ref, "cpu", "fp32")
+    setup = SetupCommands(st)
+    assert setup.cmd_prime_build(ref.init(), 7, 7)["built"] and st.prime_built is not None
+    assert setup.cmd_prime(ref.init(), 7, 7, True)["primed"] and st.prime_built is None
+    assert not setup.cmd_prime_build([object()] * 5, 7, 7)["built"]  # Model(*init) raises: nothing kept
+    assert setup.cmd_prime(ref.init(), 7, 7, True)["primed"]
 
 
 @needs_box

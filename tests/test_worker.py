@@ -70,11 +70,14 @@ def test_the_reference_runs_in_the_candidates_worker_before_its_import():
 def test_prime_runs_the_reference_alone_and_says_when_it_cannot(tmp_path):
     """cmd_prime builds the reference's Model, calls it once and keeps nothing; a reference that raises there is
     answered with why, not raised (the judge's own run of it reports a broken reference)."""
-    from kp.worker.loop import Worker
+    from kp.judge.reference import Reference
+    from kp.worker.setup import SetupCommands
+    from kp.worker.state import WorkerState
     ref = Path(__file__).parent / "judge_cases" / "contract" / "graphs" / "ref.py"
-    w = Worker(("file", str(ref)), "cpu", "fp32")
-    assert w.cmd_prime([512, 384], 1, 2) == {"primed": True} and not w.models and not w.baselines
-    bad = w.cmd_prime([7, 384], 1, 2)  # a layer 7 wide: the inputs are 512 wide
+    st = WorkerState(Reference.load(("file", str(ref))), "cpu", "fp32")
+    setup = SetupCommands(st)
+    assert setup.cmd_prime([512, 384], 1, 2) == {"primed": True} and not st.models and not st.baselines
+    bad = setup.cmd_prime([7, 384], 1, 2)  # a layer 7 wide: the inputs are 512 wide
     assert bad["primed"] is False and bad["why"].startswith("RuntimeError"), bad
 
 

@@ -113,11 +113,11 @@ def enough(todo: list[Job], slots: int, procs: int) -> list[Job]:
 
 
 def build_one(job: Job, timeout_s: float) -> str | None:
-    """One candidate's builds, wherever it starts them (Worker.cmd_prebuild: its import, then its ModelNew built and
-    called on the meta device), in the box its judging uses, with the GPUs visible (torch reads them for its
+    """One candidate's builds, wherever it starts them (the worker's prebuild command: its import, then its ModelNew
+    built and called on the meta device), in the box its judging uses, with the GPUs visible (torch reads them for its
     architecture flags) but no CUDA context made, so a hundred builds beside the slots take none of a GPU's memory.
-    None, or why it did not import. Where it imported and its builds were put back, its cache folder is marked
-    (BUILT) for later batches."""
+    None, or why it did not import. Where it imported and its builds were put back, its cache folder is marked (BUILT)
+    for later batches."""
     from kp.box import sandbox
     from kp.box.builds import BUILDING, BUILT, candidate_build_dir
     from kp.judge.runners import candidate_runner
@@ -187,7 +187,7 @@ def builders() -> int:
     """How many candidates build at once: one per core this process may use. A build runs two compilers only for
     its first quarter (g++ on main.cpp beside nvcc on cuda.cu, whose steps run one after another), so half the cores'
     worth left cores idle: on two cores, two leaderboard candidates built one at a time took 116 s, both at once 85 s.
-    The builds run at a lower priority than the slots' judging (kp.worker.loop.BUILD_AHEAD_NICE)."""
+    The builds run at a lower priority than the slots' judging (kp.worker.setup.BUILD_AHEAD_NICE)."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:

@@ -1,18 +1,18 @@
 """The reference run once in a slot's next box, ahead of its job.
 
 Without timing, a candidate's worker runs the reference once before the candidate's file is imported
-(Worker.cmd_prime: its process is then as a user's is after the reference, cuBLAS's handles made and the kernels'
-modules loaded). That run was about a second a job, 22% of a warm corpus's job-seconds. A slot starts its next jobs'
-boxes while it judges (kp.batch.slots); here the next job's box is also told its job and runs the reference then,
-beside the job being judged: first its worker says it is up (Worker.cmd_ready) and makes the reference's model and
-inputs on the host (Worker.cmd_prime_build), no lock held; then, to move them to the GPU and call the model, the run
-holds the GPU's gate as a shared stretch does (kp.lib.gpu_lock.shared_unless: never while another judge on the GPU
-times, and only for that move and call: a judge waiting to time waits for it), and it is called off if its job comes
-before it could start. The job takes the box with what it answered (kp.box.start.take, Box.primed), and the judge
-uses that run where it ran with the judge's own arguments (kp.judge.runners.ProcessRunner.ran_ahead); otherwise the
-judge runs the reference itself, as it does without a slot, moving the model and inputs the box made on the host
-where it made them with those arguments (made_ahead) rather than making them again. A reference file that mentions
-CUDA may put its model or inputs on the GPU as it makes them: its run ahead does all of it under the gate.
+(the worker's prime command: its process is then as a user's is after the reference, cuBLAS's handles made and the
+kernels' modules loaded). That run was about a second a job, 22% of a warm corpus's job-seconds. A slot starts its next
+jobs' boxes while it judges (kp.batch.slots); here the next job's box is also told its job and runs the reference then,
+beside the job being judged: first its worker says it is up (the worker's ready command) and makes the reference's model
+and inputs on the host (the worker's prime_build command), no lock held; then, to move them to the GPU and call the
+model, the run holds the GPU's gate as a shared stretch does (kp.lib.gpu_lock.shared_unless: never while another judge
+on the GPU times, and only for that move and call: a judge waiting to time waits for it), and it is called off if its
+job comes before it could start. The job takes the box with what it answered (kp.box.start.take, Box.primed), and the
+judge uses that run where it ran with the judge's own arguments (kp.judge.runners.ProcessRunner.ran_ahead); otherwise
+the judge runs the reference itself, as it does without a slot, moving the model and inputs the box made on the host
+where it made them with those arguments (made_ahead) rather than making them again. A reference file that mentions CUDA
+may put its model or inputs on the GPU as it makes them: its run ahead does all of it under the gate.
 """
 from __future__ import annotations
 

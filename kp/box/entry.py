@@ -78,7 +78,7 @@ def main() -> None:
     for name in WORKER_PRELOAD + DYNAMO_PRELOAD * dynamo:
         importlib.import_module(name)
     if warm_cuda:  # a box started ahead of its job: CUDA's context and the judge's GPU tools too (the job's own
-        from kp.worker.loop import warm_up  # environment is the box's: CUDA reads the same one now)
+        from kp.worker.setup import warm_up  # environment is the box's: CUDA reads the same one now)
         cuda_early.wait(early)
         try:
             warm_up("cuda", dynamo)

@@ -164,7 +164,7 @@ class ConstructStage:
 
     def _ready_worker(self, runner) -> None:
         """A worker made ready for the candidate before its file is imported: the timing stage's baselines built and
-        run once in it, or without timing the reference run once and dropped (Worker.cmd_prime), now or, in a
+        run once in it, or without timing the reference run once and dropped (the worker's prime command), now or, in a
         batch's box started ahead, before the job came (kp.batch.prime): either way the reference has run in the
         candidate's process first, as in a user's."""
         try:

@@ -17,11 +17,11 @@ class FamilyParity:
     def _parity_shapes(self, rec: dict, init) -> None:
         """--shapes N: the same stateful sequence of checked calls (fresh inputs, weight changes, derived inputs) at
         N other members of the reference's shape family (kp.judge.family), each with the rows built again and the
-        candidate's own copies of the sizes set alike (Worker.cmd_scale). A row right at the benchmark's shape and
-        wrong at a member is rejected naming both. A member the host or GPU has no room for, or where the reference
-        itself raises, is skipped and said; with a count, the family's next member is taken in its place. A call
-        that runs out of GPU memory because other processes took it is no verdict for the whole job, never a skip:
-        a candidate wrong only at the largest member would otherwise be accepted whenever the GPU was shared."""
+        candidate's own copies of the sizes set alike (the worker's scale command). A row right at the benchmark's shape
+        and wrong at a member is rejected naming both. A member the host or GPU has no room for, or where the reference
+        itself raises, is skipped and said; with a count, the family's next member is taken in its place. A call that
+        runs out of GPU memory because other processes took it is no verdict for the whole job, never a skip: a
+        candidate wrong only at the largest member would otherwise be accepted whenever the GPU was shared."""
         members, none = self.ref.family(self.shapes, spares=True, train=self.train)
         wanted = self.shapes if isinstance(self.shapes, int) else len(members)
         bench, bench_fp, bench_refs = self.fp["shapes"], self._fp, self.refs
@@ -115,8 +115,8 @@ class FamilyParity:
 
     def _scale_workers(self, sizes: dict) -> None:
         """The family's sizes ({name: (now, there)}) set in every worker that still judges a row or times the
-        baselines alone (Worker.cmd_scale: the candidate's own copies of them, and the worker's reference, which
-        draws the timing's inputs); a worker that cannot take them rejects its rows."""
+        baselines alone (the worker's scale command: the candidate's own copies of them, and the worker's reference,
+        which draws the timing's inputs); a worker that cannot take them rejects its rows."""
         for runner in self.runners:
             rows = [r for r in self.rows if r.runner is runner]
             if rows and not any(r.accepted for r in rows):

@@ -221,7 +221,8 @@ class ProcessRunner:
 
     def made_ahead(self, prime_args: tuple) -> bool:
         """Whether the run ahead made the reference's model and inputs on the host with these arguments (the
-        judge's own run then moves them to the device instead of making them there: Worker.cmd_prime's built)."""
+        judge's own run then moves them to the device instead of making them there: kp.worker.setup's cmd_prime,
+        built)."""
         built = self._ahead(prime_args)[0]
         return isinstance(built, dict) and bool(built.get("ok")) and bool(built.get("built"))
 
@@ -284,13 +285,12 @@ class LocalRunner:
     isolated = False
 
     def __init__(self, ref_spec, device: str, precision: str, on_interim, factories: dict, train: bool = True):
-        self.worker = Worker(ref_spec, device, precision, factories=factories, train=train)
-        self.worker.interim = on_interim
+        self.worker = Worker(ref_spec, device, precision, factories=factories, train=train, interim=on_interim)
 
     def call(self, stage: str, cmd: str, *args, **_) -> dict:
         gpu_lock.pulse()  # a judge waiting to time on this GPU goes first (kp.lib.gpu_lock)
         try:
-            return getattr(self.worker, "cmd_" + cmd)(*args)
+            return self.worker.run(cmd, *args)
         except Rejected:
             raise
         except Exception as e:
@@ -304,7 +304,7 @@ class LocalRunner:
             raise err from None
 
     def close(self):
-        self.worker.models.clear()
-        self.worker.baselines.clear()
+        self.worker.state.models.clear()
+        self.worker.state.baselines.clear()
 
 

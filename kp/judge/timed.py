@@ -186,9 +186,9 @@ class TimingStage:
         self._each(lambda row: self._build(row, self.refs, init, self.seed, stage="escape"))
 
     def _timing(self) -> dict:
-        """Every runner's rows and baselines timed side by side (Worker.cmd_time). Its samples are reduced here, and
-        must fit in the wall time this process saw the command take: samples that add up to more were not measured
-        (a forged reply, or samples rewritten in the worker)."""
+        """Every runner's rows and baselines timed side by side (the worker's time command). Its samples are reduced
+        here, and must fit in the wall time this process saw the command take: samples that add up to more were not
+        measured (a forged reply, or samples rewritten in the worker)."""
         refs = self.refs
         self._each_update(refs, "in-place edit", (self.seed + 999) % 2**32)
         self.check_at, self.timed_checks = {}, {}
@@ -228,8 +228,8 @@ class TimingStage:
         return result
 
     def _time_command(self, runner, rows: list, stateful: bool, backward: bool = False) -> tuple[dict, dict]:
-        """One runner's timing command (Worker.cmd_time): (its reply, its samples reduced here), the samples checked
-        against those told call by call and against the wall time this process saw the command take."""
+        """One runner's timing command (the worker's time command): (its reply, its samples reduced here), the samples
+        checked against those told call by call and against the wall time this process saw the command take."""
         t0 = time.perf_counter()
         self.timed_samples = {}
         with self.clock.timed("timing: forward and backward, interleaved" if backward else
@@ -240,10 +240,10 @@ class TimingStage:
 
     def _timing_backward(self) -> dict:
         """--backward: each runner's rows and baselines timed again as training steps, forward and backward
-        (Worker.cmd_time with backward), interleaved and flushed as the forward was; the samples told and reduced as
-        there. Nothing is checked here (parity judged each call's gradients). Running out of GPU memory here is said
-        and skipped (the training step holds the graph and the gradients beside the timing's pool): the forward's
-        verdict stands."""
+        (the worker's time command with backward), interleaved and flushed as the forward was; the samples told and
+        reduced as there. Nothing is checked here (parity judged each call's gradients). Running out of GPU memory here
+        is said and skipped (the training step holds the graph and the gradients beside the timing's pool): the
+        forward's verdict stands."""
         result = {}
         for runner in self.runners:
             rows = [r for r in self.live() if r.runner is runner]

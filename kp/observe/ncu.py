@@ -208,28 +208,29 @@ def main(spec_file: str) -> None:
         spec = json.load(f)
     ref_spec, precision, init, seed = tuple(spec["ref_spec"]), spec["precision"], spec["init"], spec["seed"]
     w = Worker(ref_spec, "cuda", precision)
-    mod = w.ref.module
+    st = w.state
+    mod = st.ref.module
     for r in spec["rows"]:
         if r.get("candidate"):
-            if not w.cmd_load(r["candidate"])["has_model_new"]:
+            if not w.run("load", r["candidate"])["has_model_new"]:
                 continue
-            w.factories[r["label"]] = w.factories.pop("candidate")
+            st.factories[r["label"]] = st.factories.pop("candidate")
         else:
-            w.factories[r["label"]] = variant_factory(mod, r["variant"], r["opts"], precision)
-    state = w.ref.model(init, seed, "cuda").state_dict()
-    w.cmd_baselines(init, seed, state, spec["compile"], seed)
+            st.factories[r["label"]] = variant_factory(mod, r["variant"], r["opts"], precision)
+    state = st.ref.model(init, seed, "cuda").state_dict()
+    w.run("baselines", init, seed, state, spec["compile"], seed)
     labels = []
-    for label in w.factories:
-        w.cmd_build(label, init, seed)
-        m = w.models[label]
+    for label in st.factories:
+        w.run("build", label, init, seed)
+        m = st.models[label]
         if isinstance(m, torch.nn.Module):
             try:
                 m.load_state_dict(state)  # the reference's weights, as the judge gives them
             except RuntimeError:
                 pass
         labels.append(label)
-    x = w.ref.inputs(seed, "cuda")
-    rows = w._with_baselines(labels)
+    x = st.ref.inputs(seed, "cuda")
+    rows = st.with_baselines(labels)
     with torch.no_grad():
         for m in rows.values():
             m(*x)

@@ -1,7 +1,7 @@
 """The worker's measuring commands: timing (baselines and rows interleaved, each call on inputs drawn just before it,
 every sample told to the judge as it is taken), the escape check's paired host-clock and event runs with a profile,
-the profile tables and the memory peak. A mixin of kp.worker.loop.Worker, whose state (models, baselines, the
-reference, the channel to the judge) they use."""
+the profile tables and the memory peak. A part of kp.worker.loop.Worker over the worker's one state
+(kp.worker.state.WorkerState: the models, the baselines, the reference, the channel to the judge)."""
 from __future__ import annotations
 
 import contextlib
@@ -49,6 +49,9 @@ def fresh_seed() -> int:
 class MeasureCommands:
     """Worker commands that measure; see the module doc."""
 
+    def __init__(self, state):
+        self.state = state
+
     # -- timing -------------------------------------------------------------------------------------------------
     def cmd_time(self, labels: list[str], pool_size: int, min_reps: int, max_reps: int, budget_s: float,
                  every_call: bool = False, backward: bool = False):
@@ -64,31 +67,32 @@ class MeasureCommands:
         pass from an upstream gradient drawn with the inputs (kp.worker.backward_pass.backward_pass), each parameter's
         .grad cleared before it, outside the timed region (zero_grad(set_to_none=True)); samples only are told: the
         gradients were judged at parity, call by call."""
-        dev = self.device
-        self.held_inputs = None  # parity's last inputs: the timing pool replaces them
+        st = self.state
+        dev = st.device
+        st.held_inputs = None  # parity's last inputs: the timing pool replaces them
         if dev == "cuda":
             torch.cuda.ipc_collect()
             torch.cuda.reset_peak_memory_stats()
             mem = {"start_allocated": torch.cuda.memory_allocated()}
-        fns_models = self._with_baselines(labels)
-        pool = [self.ref.inputs(fresh_seed(), dev) for _ in range(pool_size)]
+        fns_models = st.with_baselines(labels)
+        pool = [st.ref.inputs(fresh_seed(), dev) for _ in range(pool_size)]
         ups = []
         if backward:
-            set_precision(self.precision)
+            set_precision(st.precision)
             with torch.no_grad():
                 first = next(iter(fns_models.values()))  # eager: every timing has it
                 ups = [upstream_like(first(*x)) for x in pool]
             every_call, labels_asked = False, []
         else:
             labels_asked = labels
-        st = {"n": {k: 0 for k in fns_models}, "slot": 0, "calls": 0, "kept": None, "timed": None}
+        tally = {"n": {k: 0 for k in fns_models}, "slot": 0, "calls": 0, "kept": None, "timed": None}
         rungs = {k: m.rung(*pool[0]) for k, m in fns_models.items() if hasattr(m, "rung")}
 
         def no_late_threads():
             """A thread of the candidate's still working: the call escaped the timer. Said before any output of the
             call crosses: a CPU tensor crosses by moving its storage to shared memory, under a thread still
             writing the old one (which kills the process: a crash where the verdict is this reason)."""
-            late = late_threads(self.threads_before, self.candidate_dir) if self.candidate_dir else []
+            late = late_threads(st.threads_before, st.candidate_dir) if st.candidate_dir else []
             if late:
                 raise RuntimeError(late_message(late))
 
@@ -96,15 +100,15 @@ class MeasureCommands:
             """The last timed call, told to the judge before any other code of the models runs: its sample, and for
             a judged row its seed; the output crosses only if the judge asks for it."""
             no_late_threads()
-            if st["kept"] is not None:
-                label, rep, seed, out, slot, ms = st["kept"]
-                st["kept"] = None
+            if tally["kept"] is not None:
+                label, rep, seed, out, slot, ms = tally["kept"]
+                tally["kept"] = None
                 if dev == "cuda":
                     # device-wide, as for parity: work a row left elsewhere is the escape check's to catch, with its own
                     # reason
                     torch.cuda.synchronize()
-                if self.interim({"label": label, "rep": rep, "seed": seed, "ms": ms, "ask": label in labels_asked}):
-                    self.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
+                if st.interim({"label": label, "rep": rep, "seed": seed, "ms": ms, "ask": label in labels_asked}):
+                    st.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
                                   "type": describe(out), "inputs": pool[slot]})
                     del out
                     if dev == "cuda":  # the judge has let go of the output it checked: its memory comes back now,
@@ -112,9 +116,9 @@ class MeasureCommands:
 
         def before(name, rep):
             hand_over()
-            slot = st["calls"] % pool_size
+            slot = tally["calls"] % pool_size
             s = fresh_seed()
-            fresh = self.ref.inputs(s, dev)
+            fresh = st.ref.inputs(s, dev)
             for dst, src in zip(pool[slot], fresh):
                 if isinstance(dst, torch.Tensor):
                     dst.copy_(src)
@@ -125,33 +129,35 @@ class MeasureCommands:
                         u.normal_()
                 for p in fns_models[name].parameters() if isinstance(fns_models[name], torch.nn.Module) else ():
                     p.grad = None
-            st["n"][name] += 1
-            st["calls"] += 1
-            st["slot"] = slot
-            st["timed"] = (name, rep, s, slot) if rep >= 0 else None
+            tally["n"][name] += 1
+            tally["calls"] += 1
+            tally["slot"] = slot
+            tally["timed"] = (name, rep, s, slot) if rep >= 0 else None
             if every_call and rep < 0 and name in labels:
-                self.interim({"label": name, "rep": rep, "seed": s, "advance": True})
+                st.interim({"label": name, "rep": rep, "seed": s, "advance": True})
 
         def call(name, m):
             def f():
-                out = backward_pass(m, pool[st["slot"]], ups[st["slot"]])[0] if backward else m(*pool[st["slot"]])
-                if st["timed"] is not None:  # a baseline's output is not kept: only its sample is told
-                    st["kept"] = [*st["timed"][:3], out if name in labels_asked else None, st["timed"][3], None]
-                    st["timed"] = None
+                slot = tally["slot"]
+                out = backward_pass(m, pool[slot], ups[slot])[0] if backward else m(*pool[slot])
+                timed = tally["timed"]
+                if timed is not None:  # a baseline's output is not kept: only its sample is told
+                    tally["kept"] = [*timed[:3], out if name in labels_asked else None, timed[3], None]
+                    tally["timed"] = None
             return f
 
         def after(name, rep, ms):
-            if st["kept"] is not None and st["kept"][0] == name and st["kept"][1] == rep:
-                st["kept"][5] = ms
+            if tally["kept"] is not None and tally["kept"][0] == name and tally["kept"][1] == rep:
+                tally["kept"][5] = ms
 
         fns = {k: call(k, m) for k, m in fns_models.items()}
-        set_precision(self.precision)
+        set_precision(st.precision)
         with contextlib.nullcontext() if backward else torch.no_grad():
             times = bench_interleaved(fns, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
                                       warmup=WARMUP, before=before, clock="cuda" if dev == "cuda" else "host",
                                       after=after)
             hand_over()
-        reply = {"timing": {k: dataclasses.asdict(t) for k, t in times.items()}, "calls": dict(st["n"]),
+        reply = {"timing": {k: dataclasses.asdict(t) for k, t in times.items()}, "calls": dict(tally["n"]),
                  "rungs": rungs}
         if dev == "cuda":
             torch.cuda.synchronize()
@@ -162,8 +168,9 @@ class MeasureCommands:
     def cmd_escape(self, label: str, seed: int, backward: bool = False):
         """backward (--backward): the call checked is the forward and its backward pass, from one upstream
         gradient drawn here."""
-        x = self.ref.inputs(seed, self.device)
-        model = self.models[label]
+        st = self.state
+        x = st.ref.inputs(seed, st.device)
+        model = st.models[label]
         f = profiled = lambda: model(*x)
         if backward:  # profiled: a marker kernel between the passes, so the forward's own GPU work is known apart
             with torch.no_grad():
@@ -171,7 +178,7 @@ class MeasureCommands:
             f = lambda: backward_pass(model, x, ups)
             profiled = lambda: backward_pass(model, x, ups, between=lambda: torch.cuda._sleep(1000))
         flush = L2Flusher()
-        set_precision(self.precision)
+        set_precision(st.precision)
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         samples, control = [], []
         nothing = lambda: None
@@ -213,7 +220,7 @@ class MeasureCommands:
         events = gpu_events(prof)
         caches = tuple(str(c) for c in (cache_root(), shared_cache()) if c)
         libs = sorted(p for p in loaded_objects()
-                      if p.startswith(caches) or (p not in self.objects_before
+                      if p.startswith(caches) or (p not in st.objects_before
                                                  and not any(p.startswith(pre) for pre in system_prefixes())))
         own, blobs = {}, {}
         for p in libs:
@@ -222,10 +229,10 @@ class MeasureCommands:
             except OSError:
                 pass
         jit = {"own": {}, "foreign": {}}
-        if self.candidate_dir:
+        if st.candidate_dir:
             try:
-                jit = jit_kernels(self.candidate_dir, [vars(m) for n, m in sys.modules.items() if n == "kp_candidate"]
-                                  + list(self.models.values()))
+                jit = jit_kernels(st.candidate_dir, [vars(m) for n, m in sys.modules.items() if n == "kp_candidate"]
+                                  + list(st.models.values()))
             except Exception as e:  # the judge's own look failed: said in the record, no kernel counted by it
                 jit["error"] = f"{type(e).__name__}: {e}"[:200]
         for e in events:
@@ -245,13 +252,14 @@ class MeasureCommands:
     def cmd_profile(self, labels: list[str], seed: int):
         """One call of each baseline and row under PyTorch's profiler, after a warm call (and on the GPU an L2
         flush): its kernels (on the CPU: operators) grouped by name."""
-        x = self.ref.inputs(seed, self.device)
-        gpu = self.device == "cuda"
+        st = self.state
+        x = st.ref.inputs(seed, st.device)
+        gpu = st.device == "cuda"
         flush = L2Flusher() if gpu else None
-        set_precision(self.precision)
+        set_precision(st.precision)
         out = {}
         with torch.no_grad():
-            for label, model in self._with_baselines(labels).items():
+            for label, model in st.with_baselines(labels).items():
                 model(*x)
                 if gpu:
                     flush()

@@ -1,6 +1,6 @@
 """The worker's parity commands: one call on the judge's inputs (with its backward pass under --backward), the
-inputs let go, the buffers a call changed. A mixin of kp.worker.loop.Worker, whose state (models, the inputs it
-holds, the device and precision) they use."""
+inputs let go, the buffers a call changed. A part of kp.worker.loop.Worker over the worker's one state
+(kp.worker.state.WorkerState: the models, the inputs it holds, the device and the precision)."""
 from __future__ import annotations
 
 import time
@@ -52,26 +52,30 @@ def nan_fill_cached_free(reserve_bytes: int) -> int:
 class CallCommands:
     """Worker commands of the parity stage; see the module doc."""
 
+    def __init__(self, state):
+        self.state = state
+
     def cmd_forward(self, label: str, inputs, reserve_bytes: int, grad: dict | None = None):
         """One parity call; with `grad` ({"upstream": [...], "zero": bool}, --backward) its backward pass too, and
         the gradients in the reply."""
+        st = self.state
         # Held until the next two calls' inputs have arrived: a buffer the judge refills then maps to the same
         # address, and one it moved from stays mapped (kp.judge.calls: a graph replaying it reads it, not a fault)
-        self.held_inputs = ((self.held_inputs or (None,))[-1], inputs)
+        st.held_inputs = ((st.held_inputs or (None,))[-1], inputs)
         t0 = time.perf_counter()
         short = 0
-        if self.device == "cuda":
+        if st.device == "cuda":
             torch.cuda.ipc_collect()
             short = nan_fill_cached_free(reserve_bytes)
         t1 = time.perf_counter()
-        set_precision(self.precision)
+        set_precision(st.precision)
         grads = None
         if grad is not None:
-            out, grads = call_with_backward(self.models[label], inputs, grad["upstream"], grad["zero"])
+            out, grads = call_with_backward(st.models[label], inputs, grad["upstream"], grad["zero"])
         else:
             with torch.no_grad():
-                out = self.models[label](*inputs)
-        if self.device == "cuda":
+                out = st.models[label](*inputs)
+        if st.device == "cuda":
             torch.cuda.synchronize()  # device-wide: side-stream work finishes before the output leaves
         t2 = time.perf_counter()
         sent = export_output(out, inputs)
@@ -81,11 +85,11 @@ class CallCommands:
                             "the output made ready to send": time.perf_counter() - t2}}
 
     def cmd_release_inputs(self):
-        self.held_inputs = None
+        self.state.held_inputs = None
         return {}
 
     def cmd_buffers(self, label: str):
-        m = self.models[label]
+        m = self.state.models[label]
         if not isinstance(m, torch.nn.Module):
             return {"buffers": {}}
         return {"buffers": {k: v.detach().clone() for k, v in m.state_dict().items()}}

@@ -99,17 +99,16 @@ def test_a_calls_gradients_and_their_widener_are_freed_without_waiting_for_the_g
     import gc
     import weakref
     from kp.judge import driver
+    from kp.judge.backward import GradientCheck
     from kp.judge.clock import StageClock
     from kp.judge.expected import _Refs
 
     ref = driver.Reference.load(("file", str(BACKWARD / "ref.py")))
     refs = _Refs(ref, ref.init(), 3, "cpu", "cpu")
     pristine = ref.inputs(3, "cpu")
-    judge = object.__new__(driver.Judge)
-    judge.notes, judge.log, judge.ref = [], lambda msg: None, ref
-    judge.clock = StageClock()
-    grads = judge._backward_expected(refs, pristine, 3, "fp32")
-    grads.widen = judge._gradient_widener(refs, pristine, grads, None)
+    check = GradientCheck([], lambda msg: None, ref.name, StageClock())
+    grads = check.expected(refs, pristine, 3, "fp32")
+    grads.widen = check.widener(refs, pristine, grads, None)
     assert grads.widen() and all(e.rel_l2 >= 0 for e in grads.widen().values())  # it runs, and gives its spreads
     gone, upstream = weakref.ref(grads), weakref.ref(grads.upstream[0])
     gc.disable()
@@ -127,14 +126,14 @@ def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_
     only where it is short again are the call's gradients left unchecked, said in a note."""
     import torch
     from kp.judge import backward, driver
+    from kp.judge.backward import GradientCheck
     from kp.judge.clock import StageClock
     from kp.judge.expected import _Refs
 
     ref = driver.Reference.load(("file", str(BACKWARD / "ref.py")))
     refs = _Refs(ref, ref.init(), 3, "cpu", "cpu")
     pristine = ref.inputs(3, "cpu")
-    judge = object.__new__(driver.Judge)
-    judge.notes, judge.log, judge.ref, judge.clock = [], lambda msg: None, ref, StageClock()
+    check = GradientCheck([], lambda msg: None, ref.name, StageClock())
     real, runs, released = backward._float64_grads, [], []
 
     def short(times):
@@ -146,11 +145,11 @@ def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_
         return run
     monkeypatch.setattr(backward, "_float64_grads", short(1))
     monkeypatch.setattr(backward, "_release", lambda *a, **k: released.append(k))
-    g = judge._backward_expected(refs, pristine, 3, "fp32")
-    assert len(runs) == 2 and released == [{"collect": True}] and not judge.notes  # garbage cycles freed too
+    g = check.expected(refs, pristine, 3, "fp32")
+    assert len(runs) == 2 and released == [{"collect": True}] and not check.notes  # garbage cycles freed too
     assert set(g.params) == {"fc.weight", "fc.bias"} and g.params["fc.weight"][1].dtype == torch.float64
 
     runs.clear()
     monkeypatch.setattr(backward, "_float64_grads", short(2))
-    assert judge._backward_expected(refs, pristine, 3, "fp32") is None and len(runs) == 2
-    assert judge.notes == ["gradients not checked: the float64 backward does not fit the GPU's memory"]
+    assert check.expected(refs, pristine, 3, "fp32") is None and len(runs) == 2
+    assert check.notes == ["gradients not checked: the float64 backward does not fit the GPU's memory"]

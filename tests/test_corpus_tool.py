@@ -58,7 +58,7 @@ def test_classify_names_each_cause_once_per_mode(tmp_path):
 
 
 def test_out_of_memory_is_no_verdict_or_the_rows_own_doing():
-    """The two ends of a row's out-of-memory error (kp.judge.memory.OutOfMemoryVerdicts._out_of_memory) are classed
+    """The two ends of a row's out-of-memory error (kp.judge.memory.out_of_memory) are classed
     apart."""
     assert judge_corpus.cause("error: l1_p2: candidate ran out of GPU memory after other processes took 54.3 GiB of "
                               "the GPU during the run (...): no verdict").startswith("no verdict: the GPU's memory")

@@ -172,5 +172,5 @@ def test_a_median_under_the_profiled_time_beside_other_judges_is_measured_again_
         j._timing = lambda: {"timing": {"candidate": {"median_ms": alone_median}}}
         rec = {"timing": {"candidate": {"median_ms": 0.01}}}
         monkeypatch.setattr(ceilings, "memory_need", lambda *a: 0)
-        j.stage_ceilings(rec, [])
+        ceilings.stage_ceilings(j, rec, [])
         assert alone == [True] and row.accepted is accepted, row.reason

@@ -81,11 +81,16 @@ def _float64_grads(refs, pristine: list, upstream: list, rounding=None) -> tuple
             return _grads(refs.r64, xs64, _outs(refs.r64(*xs64)), ups)
 
 
-class BackwardCheck:
-    """Methods of kp.judge.driver.Judge: the references' backward (_backward_expected) and a row's gradients
-    against it (_check_grads)."""
+class GradientCheck:
+    """The gradients' part of the judge (--backward): the references' backward on a call's inputs (expected), how
+    far honest roundings move it (widener), and a row's gradients against it (check). What it reads is given once,
+    by the judge's construction: the judge's notes (where a gradient not checked is said, once), its log, the
+    reference's name and the stage clock."""
 
-    def _backward_expected(self, refs, pristine: list, seed: int, precision: str) -> Grads | None:
+    def __init__(self, notes: list, log, name: str, clock):
+        self.notes, self.log, self.name, self.clock = notes, log, name, clock
+
+    def expected(self, refs, pristine: list, seed: int, precision: str) -> Grads | None:
         """Both references' gradients on this call's inputs, from an upstream gradient drawn from `seed` (printed
         seeds replay it), before the call itself: the references' state (BatchNorm's running statistics) is put back
         after, so the call that follows moves it once. None, said once, where no float64 gradient can be made."""
@@ -102,14 +107,14 @@ class BackwardCheck:
                    if isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad else None
                    for y in ys32]
             if not any(u is not None for u in ups):
-                return self._no_backward("the reference's output does not require grad: nothing to train")
+                return self.no_backward("the reference's output does not require grad: nothing to train")
             with reductions:
                 gi32, gp32 = _grads(refs.r32, xs32, ys32, ups)
             out_n = max(sum(y.numel() for y in ys32 if isinstance(y, torch.Tensor)), 1)
             del xs32, ys32  # the fp32 forward's inputs and outputs: room for the float64 backward
             refs.restore_buffers(saved)
             if refs.fp32_only():
-                return self._no_backward(f"no float64 reference ({refs.how})")
+                return self.no_backward(f"no float64 reference ({refs.how})")
             for attempt in range(2):
                 try:
                     gi64, gp64 = _float64_grads(refs, pristine, ups)
@@ -118,7 +123,7 @@ class BackwardCheck:
                 else:
                     break
                 if attempt:  # (outside the except: its traceback no longer holds the run's tensors)
-                    return self._no_backward("the float64 backward does not fit the GPU's memory")
+                    return self.no_backward("the float64 backward does not fit the GPU's memory")
                 _release(collect=True)  # once: garbage collected, the judge's cached blocks handed back
         finally:
             refs.restore_buffers(saved)
@@ -128,7 +133,7 @@ class BackwardCheck:
                      inputs={i: (g, gi64[i], k(g)) for i, g in gi32.items() if i in gi64},
                      params={n: (g, gp64[n], k(g)) for n, g in gp32.items() if n in gp64})
 
-    def _gradient_widener(self, refs, pristine: list, exp: Grads, state: dict | None):
+    def widener(self, refs, pristine: list, exp: Grads, state: dict | None):
         """A function giving, once computed, the most each float64 gradient of this call moves over three runs of
         the float64 forward and backward with every operator's result rounded at random as an honest fp32 kernel may
         round it (kp.lib.op_modes.RoundingNoise): {("input", i) or ("param", name): Err against the float64
@@ -162,14 +167,14 @@ class BackwardCheck:
             return out
         return widen
 
-    def _no_backward(self, why: str) -> None:
+    def no_backward(self, why: str) -> None:
         note = f"gradients not checked: {why}"
         if note not in self.notes:
             self.notes.append(note)
-            self.log(f"{self.ref.name}: {note}")
+            self.log(f"{self.name}: {note}")
         return None
 
-    def _check_grads(self, row, label: str, got: dict | None, exp: Grads) -> dict:
+    def check(self, row, label: str, got: dict | None, exp: Grads) -> dict:
         """A row's gradients against the references': every one the reference has must be there, of its shape and
         within its budget. Returns each gradient's relL2."""
         where = f"{label}{BACKWARD_MARK} {exp.seed}" + ("" if exp.zero else ", .grad accumulated over "
@@ -179,7 +184,7 @@ class BackwardCheck:
         errs = {}
         names = row.names or {}
         if exp.params and not names:
-            self._no_backward("the candidate's parameters do not map to the reference's by name or in order")
+            self.no_backward("the candidate's parameters do not map to the reference's by name or in order")
         checks = [(("input", i), f"input {i}", got["inputs"][i] if i < len(got["inputs"]) else None, e, True)
                   for i, e in exp.inputs.items()]
         checks += [(("param", n), f"parameter {names[n]!r}", got["params"].get(names[n]), e, names[n] in got["params"])

@@ -129,7 +129,7 @@ class CallCheck:
             res = judge_output(label, reply["out"], reply["type"], exp, widen)
         if grads is not None:  # --backward: the gradients, after the output they come from
             with self.clock.timed("check: the gradients against the float64 reference's"):
-                res["grads"] = self._check_grads(row, label, reply.get("grads"), grads)
+                res["grads"] = self.gradients.check(row, label, reply.get("grads"), grads)
         if res.get("widened"):
             self.notes.append(f"{row.label} at {label}: over its budget, within how far honest fp32 "
                               f"roundings move the reference there (relL2 {res['rel_l2']:.2e}, budget "

@@ -55,49 +55,48 @@ def _measured(key: tuple, measure):
     return _CEILINGS[key]
 
 
-class CeilingStage:
-    """Methods of kp.judge.driver.Judge: the stage's state is the judge's (its escape and timing stages measure again
-    where a median is contradicted beside other judges' calls)."""
+# The stage takes the judge's run (kp.judge.driver.Judge): its escape and timing stages measure again where a
+# median is contradicted beside other judges' calls.
+def stage_ceilings(run, rec: dict, init) -> None:
+    """The traffic, memory and ceilings of the record; a median the call's own profiled work, or the hardware,
+    contradicts is rejected."""
+    rec["traffic"] = _traffic(run, init)
+    _release()
+    peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
+    for runner in run.runners:
+        if runner.isolated:
+            try:
+                peaks.append(runner.call("memory", "memory")["peak"])
+            except Rejected:
+                pass
+    rec["peak_gpu_bytes"] = sum(peaks)
+    rec["memory_need"] = memory_need(run.fp, len(run.rows))
+    if run.bench and rec.get("timing"):
+        with run.clock.timed("ceilings: copy bandwidth and GEMM rates measured"):
+            rec.update(ceilings(run.ref, run.precision, rec["traffic"]["eager"], run.log))
+    for row in run.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
+        if row.runner.isolated and row.label in rec.get("timing", {}):
+            why = contradicted(rec, row, run.fp["inputs"])
+            if why and run.escape_check.beside_other_judges():
+                try:  # without timing, both were measured beside other judges' calls: again with the GPU alone
+                    with gpu_to_itself(run.log):
+                        run.escape_check.check(row)
+                        rec.update(run._timing())
+                except Rejected as e:
+                    row.reject(e)
+                    continue
+                why = contradicted(rec, row, run.fp["inputs"]) if row.accepted else None
+            if why:
+                row.reject(Rejected(why, kind="timing"))
 
-    def stage_ceilings(self, rec: dict, init) -> None:
-        """The traffic, memory and ceilings of the record; a median the call's own profiled work, or the hardware,
-        contradicts is rejected."""
-        rec["traffic"] = self._traffic(init)
-        _release()
-        peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
-        for runner in self.runners:
-            if runner.isolated:
-                try:
-                    peaks.append(runner.call("memory", "memory")["peak"])
-                except Rejected:
-                    pass
-        rec["peak_gpu_bytes"] = sum(peaks)
-        rec["memory_need"] = memory_need(self.fp, len(self.rows))
-        if self.bench and rec.get("timing"):
-            with self.clock.timed("ceilings: copy bandwidth and GEMM rates measured"):
-                rec.update(ceilings(self.ref, self.precision, rec["traffic"]["eager"], self.log))
-        for row in self.live():  # a time the call's own profiled work, or the hardware, contradicts: not measured
-            if row.runner.isolated and row.label in rec.get("timing", {}):
-                why = contradicted(rec, row, self.fp["inputs"])
-                if why and self.escape_check.beside_other_judges():
-                    try:  # without timing, both were measured beside other judges' calls: again with the GPU alone
-                        with gpu_to_itself(self.log):
-                            self.escape_check.check(row)
-                            rec.update(self._timing())
-                    except Rejected as e:
-                        row.reject(e)
-                        continue
-                    why = contradicted(rec, row, self.fp["inputs"]) if row.accepted else None
-                if why:
-                    row.reject(Rejected(why, kind="timing"))
 
-    def _traffic(self, init) -> dict:
-        """The fewest bytes and FLOPs of one call at the shape the sizes have now: each row's (its own declared
-        traffic, or the reference's) and the baselines'."""
-        x = self.ref.inputs(self.seed, self.device)
-        out = {r.label: self.ref.traffic(x, init, self.fp, r.opts) for r in self.rows}
-        out["eager"] = out["torch.compile"] = self.ref.traffic(x, init, self.fp)
-        return out
+def _traffic(run, init) -> dict:
+    """The fewest bytes and FLOPs of one call at the shape the sizes have now: each row's (its own declared
+    traffic, or the reference's) and the baselines'."""
+    x = run.ref.inputs(run.seed, run.device)
+    out = {r.label: run.ref.traffic(x, init, run.fp, r.opts) for r in run.rows}
+    out["eager"] = out["torch.compile"] = run.ref.traffic(x, init, run.fp)
+    return out
 
 
 def contradicted(rec: dict, row, input_bytes: int) -> str | None:
@@ -120,7 +119,7 @@ def ceilings(ref, precision: str, traffic: dict, log) -> dict:
     gemm_n = 8192 if 38 * 8192 ** 2 < 0.5 * free else 4096  # 38 n^2 bytes: fp32, fp16, fp64 operands + results
     if copy_bytes < 4 << 30 or gemm_n < 8192:
         log(f"{ref.name}: ceilings measured on a {copy_bytes >> 20} MiB copy and {gemm_n}^3 GEMMs: "
-                 f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)")
+            f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)")
     gpu = torch.cuda.current_device() if torch.cuda.is_available() else None
     bw = _measured(("copy", gpu, copy_bytes), lambda: copy_bandwidth(copy_bytes))
     out = {"bandwidth": bw, "flops_rate": None, "rates": {}}

@@ -55,18 +55,15 @@ from kp.judge.expected import Row
 from kp.judge.reference import Reference
 from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
 from kp.judge.escape import EscapeCheck
-from kp.judge.observe import ObserveStage
-from kp.judge.kernelbench import KernelBenchCheck
 from kp.judge.construct import ConstructStage
-from kp.judge.memory import OutOfMemoryVerdicts
+from kp.judge.memory import out_of_memory, own_oom
 from kp.judge.record import RecordParts, process_age_s
 from kp.judge.family import apply_at, module_sizes
 from kp.judge.family_parity import FamilyParity
-from kp.judge.backward import BackwardCheck
+from kp.judge.backward import GradientCheck
 from kp.judge.calls import CallCheck
 from kp.judge.parity import ParityStage
 from kp.judge.stages import AFTER_WORKERS, BUILD_STAGE, STAGES, WAIT_STAGE
-from kp.judge.ceilings import CeilingStage
 from kp.judge.timed import TimingStage
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
 from kp.judge.clock import StageClock
@@ -143,8 +140,7 @@ def still_in(stage: str, say, first_s: float = STILL_FIRST_S, every_s: float = S
         done.set()
 
 
-class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, BackwardCheck, ParityStage, FamilyParity,
-            KernelBenchCheck, TimingStage, CeilingStage, ObserveStage):
+class Judge(RecordParts, ConstructStage, CallCheck, ParityStage, FamilyParity, TimingStage):
     def __init__(self, ref: Reference, opts: JudgeOptions | None = None, *, min_reps: int = 10, max_reps: int = 100,
                  budget_s: float = 20.0, log=progress, **options):
         """opts: how to judge (kp.judge.options.JudgeOptions; or its fields as keywords, `options`). min_reps,
@@ -216,6 +212,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
         # run starts (kp.judge.family.apply_at), and the benchmark's shape
         self.at_sizes: dict = {}
         self.at_bench: str | None = None
+        self.gradients = GradientCheck(self.notes, log, ref.name, self.clock)
         self.escape_check = EscapeCheck(self.seed, allow_torch, opts.backward,
                                         lambda: self.device == "cuda" and not self.gpu_own, log, self.clock.tally)
         if device == "cuda":
@@ -285,7 +282,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
                 stage_fn(row)
             except Rejected as e:
                 if isinstance(e, OutOfMemory):  # the row's own doing (else GpuMemoryShort: no verdict)
-                    e = Rejected(self._out_of_memory(row, e), figures=failed_figures(e), kind="out_of_memory")
+                    e = Rejected(out_of_memory(self, row, e), figures=failed_figures(e), kind="out_of_memory")
                 row.reject(e)
                 at = row.failure["check"] or self.stage_now or "a check"
                 self.log(f"{self.ref.name}: {row.label} rejected at {at} ({row.failure['kind']})")
@@ -335,7 +332,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
                     try:
                         with gpu_lock.gpu_shared(self.log) if shared else contextlib.nullcontext(), \
                                 still_in(stage.name, lambda said: self.log(f"{self.ref.name}: {said}")):
-                            getattr(self, stage.method)(rec, init)
+                            stage.run(self, rec, init)
                     finally:
                         name_failures(self.rows, stage.name)
                     waited, built = self.gpu_wait_s - waited, max(self._build_s() - built, 0.0)
@@ -348,7 +345,7 @@ class Judge(RecordParts, OutOfMemoryVerdicts, ConstructStage, CallCheck, Backwar
             with contextlib.ExitStack() as self.held:  # what a stage holds until the stages end (the GPU to itself)
                 run_stages(STAGES)
         except torch.OutOfMemoryError as e:  # the plan checked the free memory at the start; it can shrink since
-            raise self._own_oom(e, list(seconds)) from None
+            raise own_oom(self, e, list(seconds)) from None
         finally:
             gpu_lock.GPU_WAITS.remove(self._waited_for_gpu)
             for runner in self.runners:

@@ -8,49 +8,50 @@ from kp.errors import Rejected
 from kp.judge.outputs import _release
 
 
-class ObserveStage:
-    """Methods of kp.judge.driver.Judge: the stage's state is the judge's."""
+# The stages take the judge's run (kp.judge.driver.Judge): its rows and runners, its seed and log.
+def stage_profile(run, rec: dict, init) -> None:
+    rec["profile"] = _profile(run)
 
-    def stage_profile(self, rec: dict, init) -> None:
-        rec["profile"] = self._profile()
 
-    def stage_ncu(self, rec: dict, init) -> None:
-        rec["ncu"] = self._ncu(init, rec)
+def stage_ncu(run, rec: dict, init) -> None:
+    rec["ncu"] = _ncu(run, init, rec)
 
-    def _profile(self) -> dict:
-        """One call of each baseline and live row under the profiler, in the process that holds it (a candidate's
-        own worker); a failure here is logged, never a verdict."""
-        out = {}
-        for runner in self.runners:
-            rows = [r for r in self.live() if r.runner is runner]
-            if self.rows and not rows:
+
+def _profile(run) -> dict:
+    """One call of each baseline and live row under the profiler, in the process that holds it (a candidate's
+    own worker); a failure here is logged, never a verdict."""
+    out = {}
+    for runner in run.runners:
+        rows = [r for r in run.live() if r.runner is runner]
+        if run.rows and not rows:
+            continue
+        try:
+            out.update(runner.call("profile", "profile", [r.label for r in rows],
+                                   (run.seed + 3000) % 2**32)["profile"])
+        except Rejected as e:
+            run.log(f"{run.ref.name}: no profile: {e}")
+    return out
+
+
+def _ncu(run, init, rec: dict) -> dict:
+    """One call of each baseline and live row under Nsight Compute (kp.observe.ncu), in a process of its own started
+    after the judge's rows are released; a boxed candidate is left out (kp.observe.ncu says why)."""
+    from kp.observe import ncu
+    from kp.observe.report import row_traffic
+    rows, notes = [], []
+    for r in run.live():
+        if r.runner.isolated:
+            if r.runner.sandboxed:
+                notes.append(f"{r.label} not profiled: it runs in the sandbox, which ncu cannot reach into "
+                             f"(--no-sandbox includes it)")
                 continue
-            try:
-                out.update(runner.call("profile", "profile", [r.label for r in rows],
-                                       (self.seed + 3000) % 2**32)["profile"])
-            except Rejected as e:
-                self.log(f"{self.ref.name}: no profile: {e}")
-        return out
-
-    def _ncu(self, init, rec: dict) -> dict:
-        """One call of each baseline and live row under Nsight Compute (kp.observe.ncu), in a process of its own started
-        after the judge's rows are released; a boxed candidate is left out (kp.observe.ncu says why)."""
-        from kp.observe import ncu
-        from kp.observe.report import row_traffic
-        rows, notes = [], []
-        for r in self.live():
-            if r.runner.isolated:
-                if r.runner.sandboxed:
-                    notes.append(f"{r.label} not profiled: it runs in the sandbox, which ncu cannot reach into "
-                                 f"(--no-sandbox includes it)")
-                    continue
-                rows.append({"label": r.label, "candidate": str(Path(r.path).resolve())})
-            else:
-                rows.append({"label": r.label, "variant": r.variant, "opts": r.opts})
-        min_bytes = {k: row_traffic(rec, k)["bytes"] for k in ["eager", "torch.compile"] + [r["label"] for r in rows]
-                     } if rec.get("traffic") else {}
-        spec = {"ref_spec": list(self.ref.spec), "precision": self.precision, "init": init, "seed": self.seed,
-                "compile": self.compile_baseline, "rows": rows, "notes": notes}
-        self.log(f"{self.ref.name}: one call of each row under Nsight Compute")
-        _release()
-        return ncu.run(spec, min_bytes, rec.get("bandwidth"))
+            rows.append({"label": r.label, "candidate": str(Path(r.path).resolve())})
+        else:
+            rows.append({"label": r.label, "variant": r.variant, "opts": r.opts})
+    min_bytes = {k: row_traffic(rec, k)["bytes"] for k in ["eager", "torch.compile"] + [r["label"] for r in rows]
+                 } if rec.get("traffic") else {}
+    spec = {"ref_spec": list(run.ref.spec), "precision": run.precision, "init": init, "seed": run.seed,
+            "compile": run.compile_baseline, "rows": rows, "notes": notes}
+    run.log(f"{run.ref.name}: one call of each row under Nsight Compute")
+    _release()
+    return ncu.run(spec, min_bytes, rec.get("bandwidth"))

@@ -182,7 +182,7 @@ class ParityStage:
             saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
             try:
                 with self.clock.timed("parity: the references' backward (fp32 and float64)"):
-                    grads = self._backward_expected(refs, pristine, s, self.precision) if self.backward else None
+                    grads = self.gradients.expected(refs, pristine, s, self.precision) if self.backward else None
                 with self.clock.timed("parity: the references (fp32 and float64) on benchmark-shape calls"):
                     exp = refs.expected(pristine, self.precision, grow=grow)
             except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
@@ -221,7 +221,7 @@ class ParityStage:
                 grads = grads.plus(prev_grads)
             prev_grads = grads
             if grads is not None and derive:  # a gradient over its budget there: widened as the output's is
-                grads.widen = self._gradient_widener(refs, pristine, grads, saved)
+                grads.widen = self.gradients.widener(refs, pristine, grads, saved)
 
             def one(row):
                 try:
@@ -314,12 +314,12 @@ class ParityStage:
                     label = f"case {name} (seed {s})"
                     state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
                     before = c_refs.save_buffers()  # the same, as the honest-rounding runs start from it
-                    grads = self._backward_expected(c_refs, c_inputs, s, self.precision) if self.backward else None
+                    grads = self.gradients.expected(c_refs, c_inputs, s, self.precision) if self.backward else None
                     exp = c_refs.expected(c_inputs, self.precision)
                 # a case's inputs may sit far from the benchmark's (a row that cancels): widened as a derived input
                 widen = widener(self.clock.timed, c_refs, c_inputs, exp, "a declared case", before)
                 if grads is not None:
-                    grads.widen = self._gradient_widener(c_refs, c_inputs, grads, before)
+                    grads.widen = self.gradients.widener(c_refs, c_inputs, grads, before)
 
                 def one(row):
                     with self.clock.timed("cases: the row's model built and loaded"):

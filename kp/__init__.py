@@ -47,8 +47,8 @@ LAYER_ORDER = (
     # box; what runs in a slot's process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks
     # run which jobs)
     "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.backward", "judge.calls",
-    "judge.parity", "judge.family_parity", "judge.kernelbench", "judge.escape", "judge.timed", "judge.ceilings",
-    "judge.observe", "judge.memory", "judge.record", "judge.stages", "judge.driver",
+    "judge.parity", "judge.family_parity", "judge.parity_stage", "judge.kernelbench", "judge.escape", "judge.timed",
+    "judge.ceilings", "judge.observe", "judge.memory", "judge.record", "judge.stages", "judge.driver",
     "observe.plot", "batch.jobfile", "batch.usage", "batch.ahead", "batch.prime", "batch.slot_process", "batch.slots",
     "batch.gpus", "batch.backends", "batch.session", "batch.server",
     # the command line's machinery (run.py is its shell)

@@ -14,7 +14,7 @@ import torch
 
 import harness
 from kp.judge import ceilings, driver as judge, escape as stage_escape, timed as stage_timing
-from kp.judge import expected, window as marks
+from kp.judge import calls, construct, expected, parity, parity_stage, record, window as marks
 from kp.observe import profile
 from conftest import ROOT, gpu, run_script as run
 from cases import CASES_DIR, outside_repo, shipped_candidate
@@ -192,7 +192,7 @@ def test_timed_call_check_rejects_a_stale_output_and_modified_inputs():
     mutated[0][0, 0] += 1
     for label, out, inputs in (("good", torch.relu(pristine[0]), pristine), ("stale", stale, pristine),
                                ("mutated", torch.relu(pristine[0]), mutated)):
-        j._interim({"label": label, "rep": 3, "seed": s, "out": out, "type": "Tensor", "inputs": inputs})
+        stage_timing.interim(j, {"label": label, "rep": 3, "seed": s, "out": out, "type": "Tensor", "inputs": inputs})
     assert rows["good"].accepted and "timed call (rep 3, inputs seed 4242)" in rows["good"].checks
     assert not rows["stale"].accepted and re.match(r"timed call \(rep 3.*over budget", rows["stale"].reason)
     assert not rows["mutated"].accepted and "input 0 was modified" in rows["mutated"].reason
@@ -204,7 +204,7 @@ def test_timed_calls_to_check_are_chosen_in_the_judge_after_each_call():
     ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
     j = judge.Judge(ref, seed=1, device="cpu", bench=False)
     j.rows = [judge.Row("cand", runner=None)]
-    picks = [j._interim({"label": "cand", "rep": r, "seed": 0, "ask": True}) for r in range(40)]
+    picks = [stage_timing.interim(j, {"label": "cand", "rep": r, "seed": 0, "ask": True}) for r in range(40)]
     assert 0 <= j.check_at["cand"] < j.reps[0] and picks[j.check_at["cand"]]
     assert 1 <= sum(picks) <= stage_timing.MAX_TIMED_CHECKS + 1 and j.timed_checks["cand"] == sum(picks)
 
@@ -260,10 +260,10 @@ def _timed_on_cpu(cand: Path):
     row = j.add_candidate(cand)
     try:
         assert row.runner.call("import", "load", str(cand))["has_model_new"]
-        j._parity_bench(ref.init())
-        j._drop_input_buffers()
+        parity.parity_bench(j, ref.init())
+        calls.drop_input_buffers(j)
         assert row.accepted, row.reason
-        res = j._timing()
+        res = stage_timing.time_rows(j)
     finally:
         row.runner.close()
     return row, res
@@ -296,7 +296,7 @@ def test_timing_protocol_checks_a_secret_timed_call_on_cpu(tmp_path):
     assert not row.accepted and re.match(r"timed call \(rep \d+, inputs seed \d+\): relL2 1\.00e\+00", row.reason)
     # one that walks up to the worker's timing loop and drops its timed output before the hand-over, so that no
     # timed call is ever offered for a check: the judge holds the samples it was told of, call by call
-    _frame_walker(tmp_path / "hides_timed_calls.py", "st", "f.f_locals['st']['timed'] = None",
+    _frame_walker(tmp_path / "hides_timed_calls.py", "tally", "f.f_locals['tally']['timed'] = None",
                   "torch.zeros_like(x) if f is not None else x.clamp_min(0)")
     row, _ = _timed_on_cpu(tmp_path / "hides_timed_calls.py")
     assert not row.accepted and re.match(r"timing: the 3 samples of candidate returned at the end differ from the 0 "
@@ -372,10 +372,10 @@ def test_a_stateful_reference_is_followed_through_every_timed_call():
     for name in ("two_matmuls.py", "wrong_stale_state.py"):
         j = judge.Judge(ref, seed=5, device="cpu", sandbox=False, min_reps=4, max_reps=6, budget_s=5.0)
         row = j.add_candidate(folder / name)
-        rec, init = j._record_head(False), ref.init()
+        rec, init = record.record_head(j, False), ref.init()
         try:
-            for stage in ("stage_setup", "stage_import", "stage_parity"):
-                getattr(j, stage)(rec, init)
+            for stage in (construct.stage_setup, construct.stage_import, parity_stage.stage_parity):
+                stage(j, rec, init)
             assert j.refs.state_attrs == ["hidden"]
             assert any("carries state from call to call (hidden)" in n for n in j.notes)
             if name.startswith("wrong"):
@@ -383,7 +383,7 @@ def test_a_stateful_reference_is_followed_through_every_timed_call():
                 continue
             assert row.accepted, row.reason
             j.t_gpu_stages = time.perf_counter()  # what the escape stage, GPU-only, starts
-            j.stage_timing(rec, init)
+            stage_timing.stage_timing(j, rec, init)
         finally:
             for runner in j.runners:
                 runner.close()

@@ -175,15 +175,17 @@ def test_reference_file_without_the_contract_is_a_usage_error(tmp_path, cli):
 
 
 def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
-    """The judge is its stage table: each entry a Judge method with one signature, run in order where it applies,
-    its seconds in the record under its name; a stage added to the table runs with no other edit."""
+    """The judge is its stage table: each entry a function of the judge's run with one signature, run in order
+    where it applies, its seconds in the record under its name; a stage added to the table runs with no other edit."""
     stages = judge.STAGES + judge.AFTER_WORKERS
     assert len({s.name for s in stages}) == len(stages)
     for s in stages:
-        assert list(inspect.signature(getattr(judge.Judge, s.method)).parameters) == ["self", "rec", "init"], s
+        assert list(inspect.signature(s.run).parameters) == ["run", "rec", "init"], s
     seen = []
-    monkeypatch.setattr(judge.Judge, "stage_seen", lambda self, rec, init: seen.append(list(rec)), raising=False)
-    monkeypatch.setattr(judge, "STAGES", judge.STAGES[:3] + (Stage("seen", "stage_seen"),) + judge.STAGES[3:])
+
+    def stage_seen(run, rec, init):
+        seen.append(list(rec))
+    monkeypatch.setattr(judge, "STAGES", judge.STAGES[:3] + (Stage("seen", stage_seen),) + judge.STAGES[3:])
     ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
     rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
     assert rec["rows"]["candidate"]["accepted"] and len(seen) == 1
@@ -195,12 +197,11 @@ def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
 def test_the_stage_table_books_waits_and_builds_apart(monkeypatch):
     """A stage's wait for other judges on its GPU and the candidate's own extension builds inside it (the worker
     counts its load/load_inline seconds) are rows of their own in the record's stage table, taken out of the stage."""
-    def stage_waits_and_builds(self, rec, init):
+    def stage_waits_and_builds(run, rec, init):
         time.sleep(0.3)
-        self._waited_for_gpu(0.1)  # as timing.gpu_shared tells it
-        self.runners[0].build_s += 0.15  # as a worker's reply tells it
-    monkeypatch.setattr(judge.Judge, "stage_wb", stage_waits_and_builds, raising=False)
-    monkeypatch.setattr(judge, "STAGES", judge.STAGES + (Stage("wb", "stage_wb"),))
+        run._waited_for_gpu(0.1)  # as timing.gpu_shared tells it
+        run.runners[0].build_s += 0.15  # as a worker's reply tells it
+    monkeypatch.setattr(judge, "STAGES", judge.STAGES + (Stage("wb", stage_waits_and_builds),))
     ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
     rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
     st = rec["stage_seconds"]

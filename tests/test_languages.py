@@ -10,7 +10,7 @@ import torch
 
 from conftest import ROOT
 from kp.worker import languages
-from kp.judge.calls import CallCheck, moved_call
+from kp.judge.calls import candidate_inputs, in_retired_buffers, moved_call
 
 TRITON_CASES = ROOT / "tests" / "judge_cases" / "contract" / "triton"
 
@@ -91,24 +91,26 @@ def test_triton_compile_time_is_not_wrapped_where_the_file_does_not_use_triton(t
     assert "triton" not in sys.modules or seconds == [0.0]
 
 
-class _Calls(CallCheck):
+class _Calls:
+    """The part of a judge's run the candidate's input buffers live in."""
+
     def __init__(self):
-        self.input_buffers = {}
+        self.input_buffers, self.retired_buffers = {}, {}
 
 
 def test_every_other_call_from_the_third_gets_inputs_at_new_addresses():
     assert [moved_call(i) for i in range(7)] == [False, False, True, False, True, False, True]
     c = _Calls()
     x1, x2, x3 = (torch.full((4, 3), v) for v in (1.0, 2.0, 3.0))
-    a = c._candidate_inputs([x1, 7])
-    b = c._candidate_inputs([x2, 7])  # refilled: the address it has seen, new values
+    a = candidate_inputs(c, [x1, 7])
+    b = candidate_inputs(c, [x2, 7])  # refilled: the address it has seen, new values
     assert b[0].data_ptr() == a[0].data_ptr() and torch.equal(b[0], x2) and b[1] == 7
-    m = c._candidate_inputs([x3, 7], moved=True)  # moved: a new address, the old buffer alive and unchanged
+    m = candidate_inputs(c, [x3, 7], moved=True)  # moved: a new address, the old buffer alive and unchanged
     assert m[0].data_ptr() != a[0].data_ptr() and torch.equal(m[0], x3)
-    old = c._in_retired_buffers([x3, 7])  # the diagnosis: this call's values where the call before had its inputs
+    old = in_retired_buffers(c, [x3, 7])  # the diagnosis: this call's values where the call before had its inputs
     assert old[0].data_ptr() == a[0].data_ptr() and torch.equal(old[0], x3)
-    c._candidate_inputs([x1, 7])  # the next refill lets the old buffer go
-    assert c._in_retired_buffers([x1, 7]) is None
+    candidate_inputs(c, [x1, 7])  # the next refill lets the old buffer go
+    assert in_retired_buffers(c, [x1, 7]) is None
 
 
 def test_a_triton_candidate_on_the_cpu_gets_no_verdict(cli, tmp_path):

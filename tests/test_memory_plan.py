@@ -8,7 +8,7 @@ import pytest
 
 import harness
 from kp.judge import driver as judge
-from kp.judge import expected, memory, plan
+from kp.judge import expected, memory, plan, timed
 from cases import CASES_DIR
 
 
@@ -139,7 +139,7 @@ def test_a_call_out_of_gpu_memory_is_judged_by_whose_memory_filled_the_gpu(monke
     assert j.rows[0].reason == "trial 1: wrong"
 
 
-def test_running_out_of_gpu_memory_while_timing_is_no_verdict():
+def test_running_out_of_gpu_memory_while_timing_is_no_verdict(monkeypatch):
     """A row that passed parity and runs out of GPU memory in the timing harness gets no verdict: one line that
     says so (the judge's pool and baselines did not fit), not a rejection of the candidate."""
     from kp.errors import OutOfMemory as Raised
@@ -158,9 +158,9 @@ def test_running_out_of_gpu_memory_while_timing_is_no_verdict():
     j.refs = None
     j.runners = [OutOfMemory()]
     j.rows = [expected.Row("candidate", j.runners[0])]
-    j._each_update = lambda *a: None
+    monkeypatch.setattr(timed, "each_update", lambda *a: None)
     with pytest.raises(harness.UsageError) as ei:
-        j._timing()
+        timed.time_rows(j)
     msg = str(ei.value)
     assert "ran out of memory while timing, after parity passed" in msg and "no verdict" in msg and "\n" not in msg
     assert j.rows[0].accepted
@@ -171,7 +171,7 @@ def test_running_out_of_gpu_memory_while_timing_is_no_verdict():
     j.runners = [OutOfMemory(long)]
     j.rows = [expected.Row("candidate", j.runners[0])]
     with pytest.raises(harness.UsageError) as ei:
-        j._timing()
+        timed.time_rows(j)
     assert str(ei.value).endswith(f"... {held})") and len(str(ei.value)) < 700
 
 

@@ -154,7 +154,7 @@ def test_the_judge_uses_the_run_ahead_only_where_it_ran_with_its_arguments():
     """_ready_worker: a worker whose box ran the reference with the judge's arguments is not asked again; one whose
     run ahead did not match (or never ran) is, told whether its box made the model on the host with them."""
     import types
-    from kp.judge.construct import ConstructStage
+    from kp.judge.construct import ready_worker
 
     class Runner:
         isolated = True
@@ -174,7 +174,7 @@ def test_the_judge_uses_the_run_ahead_only_where_it_ran_with_its_arguments():
     j = types.SimpleNamespace(baseline_args=None, prime_args=([4], 7, 7), notes=[], clock=StageClock(), at_sizes={})
     done, fresh, made = Runner({"primed": True, "ok": True}), Runner(None), Runner(None, made=True)
     for r in (done, fresh, made):
-        ConstructStage._ready_worker(j, r)
+        ready_worker(j, r)
     assert done.calls == [] and fresh.calls == [("prime", False)] and made.calls == [("prime", True)]
     assert not j.notes
 

@@ -4,7 +4,7 @@ import pytest
 
 from cases import CASES_DIR
 from conftest import gpu
-from kp.judge import driver as judge
+from kp.judge import driver as judge, family_parity
 from kp.observe import verdict
 
 FOLDER = CASES_DIR / "contract" / "shapes"
@@ -60,7 +60,7 @@ def test_with_shapes_the_record_lists_each_member_and_the_sizes_are_put_back():
 def test_a_member_too_large_for_the_host_is_judged_scaled_to_fit_with_its_row_length_kept(monkeypatch):
     """On the CPU a member the host has no room for is made smaller as the benchmark's own shape would be (the batch
     halved, the row kept), judged there and said, not skipped."""
-    from kp.judge import family_parity, parity, plan
+    from kp.judge import family_parity, parity_stage, plan
     ref = _ref()
     g = vars(ref.module)
 
@@ -72,7 +72,7 @@ def test_a_member_too_large_for_the_host_is_judged_scaled_to_fit_with_its_row_le
         finally:
             g.update(batch_size=old[0], dim=old[1])
     budget = (need_at(64, 2000) + need_at(128, 2000)) // 2
-    for module in (parity, family_parity):  # the benchmark's shape's room, and each member's
+    for module in (parity_stage, family_parity):  # the benchmark's shape's room, and each member's
         monkeypatch.setattr(module, "host_budget", lambda: budget)
     rec = judge.evaluate(ref, FOLDER / "torch_rewrite.py", seed=11, device="cpu", allow_torch=True, sandbox=False,
                          shapes=("double",))
@@ -302,14 +302,14 @@ def test_a_member_where_other_processes_took_the_gpus_memory_is_no_verdict_not_a
     said as the reference raising), a candidate wrong only at the largest member was accepted on a shared GPU."""
     from kp.errors import GpuMemoryShort
     ref = judge.Reference.load(("file", str(FIXED / "ref.py")))
-    real = judge.Judge._parity_bench
+    real = family_parity.parity_bench
 
-    def parity_bench(self, init, at=None):
+    def parity_bench(run, init, at=None):
         if at and ref.module.batch_size == 1:
             raise GpuMemoryShort(f"{ref.name}: candidate ran out of GPU memory after other processes took 7.0 GiB "
                                  f"of the GPU during the run: no verdict; judge again with the GPU to itself")
-        return real(self, init, at)
-    monkeypatch.setattr(judge.Judge, "_parity_bench", parity_bench)
+        return real(run, init, at)
+    monkeypatch.setattr(family_parity, "parity_bench", parity_bench)
     with pytest.raises(GpuMemoryShort, match="other processes took"):
         judge.evaluate(ref, FIXED / "torch_rewrite.py", seed=11, device="cpu", allow_torch=True, sandbox=False,
                        shapes=("odd", "one"), mode="eval")

@@ -42,13 +42,13 @@ class _Runner:
 
 
 def _judge(bench: bool):
-    from kp.judge.driver import Judge
-    j = Judge.__new__(Judge)
+    """The part of a judge's run that readies a worker reads: what builds the baselines (timed) or runs the
+    reference once (untimed), the notes, the clock and the --at sizes."""
+    import types
     from kp.judge.clock import StageClock
-    j.notes, j.clock, j.at_sizes = [], StageClock(), {}
-    j.baseline_args = ("init", 1, {}, False, 1) if bench else None
-    j.prime_args = None if bench else ("init", 1, 1)
-    return j
+    return types.SimpleNamespace(notes=[], clock=StageClock(), at_sizes={},
+                                 baseline_args=("init", 1, {}, False, 1) if bench else None,
+                                 prime_args=None if bench else ("init", 1, 1))
 
 
 def test_the_reference_runs_in_the_candidates_worker_before_its_import():
@@ -56,14 +56,15 @@ def test_the_reference_runs_in_the_candidates_worker_before_its_import():
     runs the reference once and drops it (a library's first use then is not inside the candidate's first call, as
     in a user's process); the judge's own in-process runner needs neither. A reference that cannot run there is said
     in the notes, not a failure of the candidate."""
+    from kp.judge.construct import ready_worker
     timed, untimed, local, short = _Runner(True), _Runner(True), _Runner(False), _Runner(True, primed=False)
-    _judge(True)._ready_worker(timed)
+    ready_worker(_judge(True), timed)
     assert timed.calls == ["baselines"]
     j = _judge(False)
     for r in (untimed, local):
-        j._ready_worker(r)
+        ready_worker(j, r)
     assert untimed.calls == ["prime"] and local.calls == [] and not j.notes
-    j._ready_worker(short)
+    ready_worker(j, short)
     assert short.calls == ["prime"] and len(j.notes) == 1 and "could not run in the candidate's process" in j.notes[0]
 
 

@@ -9,7 +9,8 @@ sums the whole batch): the floor's K is the larger of the forward's and the outp
 
 Gradients accumulate as PyTorch's do: at the second call of the sequence the parameters' .grad is not cleared, and
 what it must hold is the sum of both calls' gradients (a backward that assigns .grad instead of adding fails there).
-The candidate's worker side is kp.worker.backward_pass; these are methods of kp.judge.driver.Judge."""
+The candidate's worker side is kp.worker.backward_pass; this side is GradientCheck, a part of the judge built from what
+it reads."""
 from __future__ import annotations
 
 import contextlib

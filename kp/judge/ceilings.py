@@ -8,6 +8,7 @@ import torch
 from kp.errors import Rejected
 from kp.judge.outputs import _release
 from kp.judge.plan import free_gpu_bytes, memory_need
+from kp.judge.timed import time_rows, traffic
 from kp.lib.gpu_lock import gpu_to_itself
 from kp.lib.timing import copy_bandwidth, gemm_rates
 
@@ -60,7 +61,7 @@ def _measured(key: tuple, measure):
 def stage_ceilings(run, rec: dict, init) -> None:
     """The traffic, memory and ceilings of the record; a median the call's own profiled work, or the hardware,
     contradicts is rejected."""
-    rec["traffic"] = _traffic(run, init)
+    rec["traffic"] = traffic(run, init)
     _release()
     peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
     for runner in run.runners:
@@ -81,22 +82,13 @@ def stage_ceilings(run, rec: dict, init) -> None:
                 try:  # without timing, both were measured beside other judges' calls: again with the GPU alone
                     with gpu_to_itself(run.log):
                         run.escape_check.check(row)
-                        rec.update(run._timing())
+                        rec.update(time_rows(run))
                 except Rejected as e:
                     row.reject(e)
                     continue
                 why = contradicted(rec, row, run.fp["inputs"]) if row.accepted else None
             if why:
                 row.reject(Rejected(why, kind="timing"))
-
-
-def _traffic(run, init) -> dict:
-    """The fewest bytes and FLOPs of one call at the shape the sizes have now: each row's (its own declared
-    traffic, or the reference's) and the baselines'."""
-    x = run.ref.inputs(run.seed, run.device)
-    out = {r.label: run.ref.traffic(x, init, run.fp, r.opts) for r in run.rows}
-    out["eager"] = out["torch.compile"] = run.ref.traffic(x, init, run.fp)
-    return out
 
 
 def contradicted(rec: dict, row, input_bytes: int) -> str | None:

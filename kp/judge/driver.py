@@ -30,12 +30,14 @@ Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: 
     after a device-wide synchronize; the samples are told here call by call, reduced here and bounded by the wall
     time this process saw.
 
-This module holds the driver (Judge.run: the stages of STAGES, kp.judge.stages, in order; the record); each stage
-lives in a module of its own, its methods mixed into Judge: kp.judge.parity (construct, parity),
-kp.judge.kernelbench (KernelBench's own check), kp.judge.escape (escape, own kernel), kp.judge.timed (timing),
-kp.judge.ceilings (traffic, memory, ceilings), kp.judge.observe (--profile, --ncu). Every stage has one interface, a
-method ``stage_<name>(rec, init)``; a new check is a method in the stage it belongs to, or a new stage (a method and
-one entry of STAGES).
+This module holds the driver (Judge.run: the stages of STAGES, kp.judge.stages, in order; the record) and the
+judge's run: the state every stage reads and writes (the options, the reference at its shape, the rows and their
+runners, the notes, the clock, the deadline). Each stage lives in a module of its own as functions of that run:
+kp.judge.construct (the memory plan, the baselines, imports), kp.judge.parity_stage (parity: kp.judge.parity,
+kp.judge.family_parity, one checked call in kp.judge.calls), kp.judge.kernelbench (KernelBench's own check),
+kp.judge.timed (escape and own kernel, kp.judge.escape; timing), kp.judge.ceilings (traffic, memory, ceilings),
+kp.judge.observe (--profile, --ncu). Every stage has one interface, ``stage_<name>(run, rec, init)``; a new check is
+a function in the stage it belongs to, or a new stage (a function and one entry of STAGES).
 """
 from __future__ import annotations
 
@@ -55,16 +57,14 @@ from kp.judge.expected import Row
 from kp.judge.reference import Reference
 from kp.lib.registry import picks_per_call, runnable_variants, variant_factory
 from kp.judge.escape import EscapeCheck
-from kp.judge.construct import ConstructStage
+from kp.judge.construct import cuda_builds_on_cpu
 from kp.judge.memory import out_of_memory, own_oom
-from kp.judge.record import RecordParts, process_age_s
+from kp.judge.record import process_age_s, record_head, record_tail
 from kp.judge.family import apply_at, module_sizes
-from kp.judge.family_parity import FamilyParity
 from kp.judge.backward import GradientCheck
-from kp.judge.calls import CallCheck
-from kp.judge.parity import ParityStage
+from kp.judge.parity import parity_cases
 from kp.judge.stages import AFTER_WORKERS, BUILD_STAGE, STAGES, WAIT_STAGE
-from kp.judge.timed import TimingStage
+from kp.judge.timed import interim
 from kp.judge.runners import LocalRunner, ProcessRunner, candidate_runner
 from kp.judge.clock import StageClock
 from kp.judge.options import MIN_TRIALS, JudgeOptions
@@ -140,7 +140,7 @@ def still_in(stage: str, say, first_s: float = STILL_FIRST_S, every_s: float = S
         done.set()
 
 
-class Judge(RecordParts, ConstructStage, CallCheck, ParityStage, FamilyParity, TimingStage):
+class Judge:
     def __init__(self, ref: Reference, opts: JudgeOptions | None = None, *, min_reps: int = 10, max_reps: int = 100,
                  budget_s: float = 20.0, log=progress, **options):
         """opts: how to judge (kp.judge.options.JudgeOptions; or its fields as keywords, `options`). min_reps,
@@ -239,7 +239,7 @@ class Judge(RecordParts, ConstructStage, CallCheck, ParityStage, FamilyParity, T
             self.log(f"candidate {path.name}: in a sandbox ({self.box_note})")
 
         def start() -> ProcessRunner:
-            runner = candidate_runner(self.ref.spec, path, self.device, self.precision, self._interim, boxed=boxed,
+            runner = candidate_runner(self.ref.spec, path, self.device, self.precision, self._told, boxed=boxed,
                                       train=self.train, deadline=self.deadline, limit_s=self.timeout_s)
             self.runners.append(runner)
             self._off_the_clock(getattr(runner, "build_wait_s", 0.0))  # its wait for its build ahead
@@ -254,7 +254,7 @@ class Judge(RecordParts, ConstructStage, CallCheck, ParityStage, FamilyParity, T
         if not rows:
             return []
         factories = {label: variant_factory(self.ref.module, v, opts, self.precision) for label, v, opts, _ in rows}
-        runner = LocalRunner(self.ref.spec, self.device, self.precision, self._interim, factories, self.train)
+        runner = LocalRunner(self.ref.spec, self.device, self.precision, self._told, factories, self.train)
         self.runners.append(runner)
         out = [Row(label, runner, peer=peer, opts=opts, variant=v) for label, v, opts, peer in rows]
         self.rows += out
@@ -263,7 +263,7 @@ class Judge(RecordParts, ConstructStage, CallCheck, ParityStage, FamilyParity, T
     def add_reference_row(self) -> Row:
         """The reference's own fp32 Model as a judged row ("eager"): what `--ref FILE` alone checks on the CPU, where
         nothing is timed (every parity stage against the float64 reference, PyTorch's own error in the table)."""
-        runner = LocalRunner(self.ref.spec, self.device, self.precision, self._interim,
+        runner = LocalRunner(self.ref.spec, self.device, self.precision, self._told,
                              {"eager": lambda *init: self.ref.module.Model(*init)}, self.train)
         self.runners.append(runner)
         row = Row("eager", runner, reference=True)
@@ -292,7 +292,7 @@ class Judge(RecordParts, ConstructStage, CallCheck, ParityStage, FamilyParity, T
         """The declared cases alone (small shapes, e.g. under compute-sanitizer); returns the rows."""
         self.skipped = []
         try:
-            self._parity_cases()
+            parity_cases(self)
         finally:
             for runner in self.runners:
                 runner.close()
@@ -315,7 +315,7 @@ class Judge(RecordParts, ConstructStage, CallCheck, ParityStage, FamilyParity, T
 
     def _run(self) -> dict:
         t0 = time.perf_counter()
-        rec = self._record_head(self.device == "cuda")  # measures the footprint: a meta-device forward
+        rec = record_head(self, self.device == "cuda")  # measures the footprint: a meta-device forward
         init = self.ref.init()
         built = self._build_s()  # a box lent its candidate's build folder waits there for the build running ahead
         seconds: dict[str, float] = {"judge start": t0 - self.t_start - built,  # its CUDA context, workers started
@@ -351,7 +351,7 @@ class Judge(RecordParts, ConstructStage, CallCheck, ParityStage, FamilyParity, T
             for runner in self.runners:
                 runner.close()
         run_stages(AFTER_WORKERS)
-        self._cuda_builds_on_cpu()
+        cuda_builds_on_cpu(self)
         enough_checks(self.rows, rec, self.no_room, self.ref.name, self.log)
         rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
         rec["stage_detail"] = self.clock.largest_first()
@@ -360,7 +360,16 @@ class Judge(RecordParts, ConstructStage, CallCheck, ParityStage, FamilyParity, T
         missed = [m for r in self.runners for m in getattr(r, "box_missed", [])]
         if missed:  # a box started ahead that did not serve: why (its plan differed, it had exited)
             rec["boxes_passed_over"] = missed
-        return self._record_tail(rec, self.device == "cuda")
+        return record_tail(self, rec, self.device == "cuda")
+
+    def _told(self, msg: dict):
+        """A timed call told by a worker (kp.judge.timed.interim answers it)."""
+        return interim(self, msg)
+
+    def skip(self, what: str) -> None:
+        """A check that cannot apply here: said in the record's head and in the log."""
+        self.skipped.append(what)
+        self.log(f"{self.ref.name}: skipped {what}")
 
     def _build_s(self) -> float:
         """Seconds the candidates' workers have spent in their own load/load_inline calls so far."""
@@ -401,7 +410,7 @@ def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants
     if not j.rows and (j.device == "cpu" or not j.bench):
         j.add_reference_row()
     elif not j.rows:  # the reference alone: eager vs torch.compile vs the ceilings
-        j.runners.append(LocalRunner(ref.spec, j.device, j.precision, j._interim, {}, j.train))
+        j.runners.append(LocalRunner(ref.spec, j.device, j.precision, j._told, {}, j.train))
     return j.run()
 
 

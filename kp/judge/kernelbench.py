@@ -8,6 +8,7 @@ import time
 import torch
 
 from kp.errors import Rejected, first_line
+from kp.judge.construct import cuda_builds_on_cpu
 from kp.judge.outputs import _allclose, _release
 from kp.judge.reference import _as_list, trial_seeds
 from kp.lib.numerics import HALF, clone_layout
@@ -35,7 +36,7 @@ def stage_kernelbench(run, rec: dict, init) -> None:
         run.log(f"{run.ref.name}: no parity to check (the reference alone is timed against torch.compile; "
                 f"--no-bench checks its own Model against float64 instead)")
         return
-    run._cuda_builds_on_cpu()  # no verdict said now, not after a line that calls the rows rejected
+    cuda_builds_on_cpu(run)  # no verdict said now, not after a line that calls the rows rejected
     live = [r for r in run.rows if r.accepted]
     checked = min((len(r.checks) for r in live), default=0)
     called = any(r.checks for r in run.rows)

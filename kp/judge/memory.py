@@ -1,6 +1,6 @@
 """Out of GPU memory, whose doing it was: a row's call (rejected where it asked for more than the GPU had free at the
 plan, else no verdict where other processes took or held the memory), the judge's own process (no verdict, with
-whose memory filled the GPU). Methods of kp.judge.driver.Judge."""
+whose memory filled the GPU). Functions of the judge's run (kp.judge.driver.Judge)."""
 from __future__ import annotations
 
 from kp.errors import GpuMemoryShort, OutOfMemory, Rejected, first_line

@@ -1,11 +1,12 @@
 """The judge's parity stage (construct and what comes before it are kp.judge.construct; KernelBench's own check is
 kp.judge.kernelbench): one stateful sequence of checked calls (trials with weight changes, derived inputs, declared
-cases), each call checked the same way (kp.judge.calls.CallCheck) against the float64 reference."""
+cases), each call checked the same way (kp.judge.calls.check_call) against the float64 reference; the hints a
+first wrong call gets (the candidate's own initialisation, eval semantics). Functions of the judge's run
+(kp.judge.driver.Judge); the stage that orders them is kp.judge.parity_stage."""
 from __future__ import annotations
 
 import functools
 import math
-import time
 
 import torch
 
@@ -13,13 +14,13 @@ from kp.errors import ReferenceRaised, Rejected, failed_figures, first_line, rai
 from kp.judge.expected import Row, _Refs
 from kp.judge.calls import STALE_INPUTS, moved_call
 from kp.judge.outputs import Expected, _release, rms
-from kp.judge.members import said_sizes
 from kp.judge.options import MIN_TRIALS
 from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.judge.plan import cpu_bench_refusal, cpu_need, host_budget
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
 from kp.lib.numerics import all_finite
+from kp.judge.calls import check_buffers, check_call, in_retired_buffers, release_if_short, room_to_move
+from kp.judge.construct import build_row
 
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
 # [0, 1) fails one of them (e.g. a softmax without the max subtraction overflows at x100).
@@ -85,249 +86,248 @@ def widener(timed, refs: _Refs, pristine: list, exp: Expected, where: str, state
     return widen
 
 
-class ParityStage:
-    """Parity: one stateful sequence of checked calls on benchmark-shape inputs, then the declared cases (methods of
-    kp.judge.driver.Judge: the stage's state is the judge's)."""
+def own_init_hint(run, row: Row, init, label: str, pristine: list, exp: Expected) -> str | None:
+    """A row wrong with the reference's weights loaded, judged once more at its own same-seed initialisation
+    (nothing loaded): when that passes, why it failed is that its parameters mean something else."""
+    try:
+        row.runner.call(label, "build", row.label, init, run.seed)
+        check_call(run, row, label, pristine, exp)
+    except Rejected:
+        return None
+    how = "by name" if all(k == v for k, v in row.names.items()) else "in order"
+    return (f"right at its own same-seed initialisation, wrong with the reference's weights loaded {how}: its "
+            f"parameters mean something else (e.g. pre-scaled, transposed or folded)")
 
-    def stage_parity(self, rec: dict, init) -> None:
-        """Parity on the benchmark shape (where it can run here), then the declared cases."""
-        self.t_parity = time.perf_counter()
-        room = None if self.device == "cuda" else host_budget()
-        why_not = None if room is None else cpu_bench_refusal(self.fp, room)
-        if why_not:  # on the CPU: the largest smaller shape of the reference's own family that fits
-            scaled = self.ref.scale_to_fit(lambda fp: cpu_bench_refusal(fp, room) is None)
-            if scaled:
-                bench, need = self.fp["shapes"], cpu_need(self.fp)
-                self._fp = self.ref.footprint(self.device, self.train)
-                said = said_sizes(scaled)
-                self.notes.append(f"judged at {self.fp['shapes']}")  # the record: how and why in full
-                rec["not_proven"] = (f"not proven at {bench}: {need / 2**30:.1f} GiB needed, {room / 2**30:.1f} "
-                                     f"here")  # an acceptance's caution (kp.observe.report)
-                rec["judged_shape_why"] = f"{why_not}; {said}"
-                why_not = None
-                self._scale_workers(scaled)
-        self.bench_parity = why_not is None
-        rec["judged_shape"] = self.fp["shapes"] if self.bench_parity else None  # rec["shape"]: the benchmark's
-        if self.bench_parity:
-            self._parity_bench(init)
-            self._drop_input_buffers()
-            if self.shapes:
-                self._parity_shapes(rec, init)
+
+def eval_semantics_hint(run, row: Row, init, label: str, pristine: list) -> str | None:
+    """A training-mode row wrong at its first call, judged once more against the reference in eval mode (a fresh
+    one, as built): when that passes, the candidate normalises with running statistics where a training Model
+    uses the batch's, the defect of BatchNorm folded or fused for inference, and the reason says so. Only the
+    first call comes here, before any weight change: the reference's state as built is its state now with the
+    buffers that call moved put back."""
+    if not (run.train and any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats
+                              for m in run.refs.r32.modules())):
+        return None
+    try:
+        exp = _Refs(run.ref, init, run.seed, run.device, run.refs.f64_device, train=False).expected(
+            pristine, run.precision)
+        as_built = {**run.refs.state(), **run.refs.initial}
+        build_row(run, row, run.refs, init, run.seed, stage=label, state=as_built)
+        check_call(run, row, label, pristine, exp)
+    except Rejected:
+        return None
+    return ("it matches the reference in eval mode: it normalises with BatchNorm's running statistics where a "
+            "training-mode Model uses the batch's (--mode eval judges inference semantics)")
+
+
+def parity_sequence(run) -> list[tuple[str, int, str | None, str | None]]:
+    """(label, input seed, weight change before the call, derived-input transform) of the stateful parity
+    calls on benchmark-shape inputs."""
+    seeds = trial_seeds(run.seed, run.trials + len(DERIVED))
+    calls = []
+    for i in range(run.trials):
+        upd = UPDATES[(i - 1) % len(UPDATES)] if i else None
+        calls.append((f"trial {i + 1} (seed {seeds[i]}{', after an ' + upd if upd else ''})", seeds[i], upd,
+                      None))
+    for j, name in enumerate(DERIVED):
+        s = seeds[run.trials + j]
+        calls.append((f"inputs {name} (seed {s})", s, None, name))
+    return calls
+
+
+def parity_bench(run, init, at: str | None = None) -> None:
+    """The stateful sequence of checked calls on the shape the reference's sizes have now: the benchmark's, or a
+    member of its family (`at`: its shape, which every check's label starts with)."""
+    with run.clock.timed("parity: the references (fp32 and its float64 copy) built"):
+        refs = run.refs = _Refs(run.ref, init, run.seed, run.device, run.f64_device, run.train,
+                                chunks=max(run.f64_chunks, 1))
+    if at:  # a member's outputs of a few elements: their floor against the benchmark's magnitude (few_scale)
+        refs.bench_rms = run.bench_rms
+    else:
+        run.bench_rms = None
+    with run.clock.timed("construct: the rows built with the reference's weights"):
+        run._each(lambda row: build_row(run, row, refs, init, run.seed))
+    premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
+    prev_grads = None  # --backward: the call before's expected gradients (accumulation at the second call)
+    base_finite = None
+    passed_before = {}
+    for index, (label, s, upd, derive) in enumerate(parity_sequence(run)):
+        if not run.live():
+            break
+        label = f"at {at}: {label}" if at else label
+        with run.clock.timed("parity: the weights changed alike on every side"):
+            changed = upd and each_update(run, refs, upd, s)
+        if upd and not changed:  # nothing to change: the call is a plain one and says so
+            label = label.replace(f", after an {upd}", "")
+        with run.clock.timed("parity: the inputs drawn"):
+            pristine = run.ref.inputs(s, run.device)
+        grow = 1.0  # the budget's floor grows at the shifted input (shift_growth)
+        if not derive:
+            premises.see(pristine)
+        elif not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in pristine):
+            run.skip(f"{label}: no floating-point input to derive from")
+            continue
+        elif premises.broken(derive):
+            run.skip(f"{label}: {premises.broken(derive)}")
+            continue
         else:
-            rec["notes"] = f"{why_not}; no smaller shape of its family: {self.ref.no_smaller_shape}"
-            self.no_room = (f"its shape needs {cpu_need(self.fp) / 2**30:.1f} GiB of host memory, {room / 2**30:.1f} "
-                            f"GiB here, none smaller fits")  # the verdict's short form
-        self._parity_cases()
-        self._drop_input_buffers()
-
-    def _sequence(self) -> list[tuple[str, int, str | None, str | None]]:
-        """(label, input seed, weight change before the call, derived-input transform) of the stateful parity
-        calls on benchmark-shape inputs."""
-        seeds = trial_seeds(self.seed, self.trials + len(DERIVED))
-        calls = []
-        for i in range(self.trials):
-            upd = UPDATES[(i - 1) % len(UPDATES)] if i else None
-            calls.append((f"trial {i + 1} (seed {seeds[i]}{', after an ' + upd if upd else ''})", seeds[i], upd,
-                          None))
-        for j, name in enumerate(DERIVED):
-            s = seeds[self.trials + j]
-            calls.append((f"inputs {name} (seed {s})", s, None, name))
-        return calls
-
-    def _parity_bench(self, init, at: str | None = None) -> None:
-        """The stateful sequence of checked calls on the shape the reference's sizes have now: the benchmark's, or a
-        member of its family (`at`: its shape, which every check's label starts with)."""
-        with self.clock.timed("parity: the references (fp32 and its float64 copy) built"):
-            refs = self.refs = _Refs(self.ref, init, self.seed, self.device, self.f64_device, self.train,
-                                     chunks=max(self.f64_chunks, 1))
-        if at:  # a member's outputs of a few elements: their floor against the benchmark's magnitude (few_scale)
-            refs.bench_rms = self.bench_rms
-        else:
-            self.bench_rms = None
-        with self.clock.timed("construct: the rows built with the reference's weights"):
-            self._each(lambda row: self._build(row, refs, init, self.seed))
-        premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
-        prev_grads = None  # --backward: the call before's expected gradients (accumulation at the second call)
-        base_finite = None
-        passed_before = {}
-        for index, (label, s, upd, derive) in enumerate(self._sequence()):
-            if not self.live():
-                break
-            label = f"at {at}: {label}" if at else label
-            with self.clock.timed("parity: the weights changed alike on every side"):
-                changed = upd and self._each_update(refs, upd, s)
-            if upd and not changed:  # nothing to change: the call is a plain one and says so
-                label = label.replace(f", after an {upd}", "")
-            with self.clock.timed("parity: the inputs drawn"):
-                pristine = self.ref.inputs(s, self.device)
-            grow = 1.0  # the budget's floor grows at the shifted input (shift_growth)
-            if not derive:
-                premises.see(pristine)
-            elif not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in pristine):
-                self._skip(f"{label}: no floating-point input to derive from")
+            base = pristine
+            pristine = [DERIVED[derive](x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                        for x in pristine]
+            out_of_range = _overflowed(base, pristine)
+            if out_of_range:
+                run.skip(f"{label}: {out_of_range}")
                 continue
-            elif premises.broken(derive):
-                self._skip(f"{label}: {premises.broken(derive)}")
-                continue
-            else:
-                base = pristine
-                pristine = [DERIVED[derive](x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                            for x in pristine]
-                out_of_range = _overflowed(base, pristine)
-                if out_of_range:
-                    self._skip(f"{label}: {out_of_range}")
-                    continue
-                grow = shift_growth(base, pristine) if derive.startswith("shifted") else 1.0
-                del base
-            saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
-            try:
-                with self.clock.timed("parity: the references' backward (fp32 and float64)"):
-                    grads = self.gradients.expected(refs, pristine, s, self.precision) if self.backward else None
-                with self.clock.timed("parity: the references (fp32 and float64) on benchmark-shape calls"):
-                    exp = refs.expected(pristine, self.precision, grow=grow)
-            except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
+            grow = shift_growth(base, pristine) if derive.startswith("shifted") else 1.0
+            del base
+        saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
+        try:
+            with run.clock.timed("parity: the references' backward (fp32 and float64)"):
+                grads = run.gradients.expected(refs, pristine, s, run.precision) if run.backward else None
+            with run.clock.timed("parity: the references (fp32 and float64) on benchmark-shape calls"):
+                exp = refs.expected(pristine, run.precision, grow=grow)
+        except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
+            raise
+        except Exception as e:
+            if raised_by_judge(e):  # the judge's own bug: never taken for the reference's, never a skip
                 raise
-            except Exception as e:
-                if raised_by_judge(e):  # the judge's own bug: never taken for the reference's, never a skip
+            if not derive:
+                raise ReferenceRaised(f"the reference itself raised on its own inputs ({label})", e) from None
+            refs.restore_buffers(saved)
+            run.skip(f"{label}: the reference raises there ({type(e).__name__}: {first_line(e)[:100]})")
+            continue
+        finite = exp.finite()
+        if not at and run.bench_rms is None:  # the benchmark's first call: each output's typical magnitude
+            run.bench_rms = [rms(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else None
+                             for t in exp.r64]
+        if base_finite is None:
+            base_finite = finite
+        why = None
+        if derive and base_finite and not finite:
+            why = "the float64 reference is not finite there"
+        elif derive:
+            why = exp.torch_unfair()
+        if why:
+            refs.restore_buffers(saved)
+            run.skip(f"{label}: {why}")
+            continue
+
+        widen = widener(run.clock.timed, refs, pristine, exp, "a derived input", saved)
+        moved = moved_call(index) and room_to_move(run, pristine)
+        if moved_call(index) and not moved:
+            run.skip(f"{label}: its inputs at new addresses: no room for a second copy of them beside the "
+                     f"first (a graph captured on an earlier call's inputs is not checked at this call)")
+
+        if grads is not None and index == 1:  # the second call's backward adds to the first's .grad
+            grads = grads.plus(prev_grads)
+        prev_grads = grads
+        if grads is not None and derive:  # a gradient over its budget there: widened as the output's is
+            grads.widen = run.gradients.widener(refs, pristine, grads, saved)
+
+        def one(row):
+            try:
+                row.checks[label] = check_call(run, row, label, pristine, exp, widen if derive else None,
+                                               moved=moved, grads=grads)
+            except Rejected as e:
+                if e.kind == "gradient":  # the forward was right: what follows explains a wrong forward
                     raise
-                if not derive:
-                    raise ReferenceRaised(f"the reference itself raised on its own inputs ({label})", e) from None
-                refs.restore_buffers(saved)
-                self._skip(f"{label}: the reference raises there ({type(e).__name__}: {first_line(e)[:100]})")
-                continue
-            finite = exp.finite()
-            if not at and self.bench_rms is None:  # the benchmark's first call: each output's typical magnitude
-                self.bench_rms = [rms(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else None
-                                  for t in exp.r64]
-            if base_finite is None:
-                base_finite = finite
-            why = None
-            if derive and base_finite and not finite:
-                why = "the float64 reference is not finite there"
-            elif derive:
-                why = exp.torch_unfair()
-            if why:
-                refs.restore_buffers(saved)
-                self._skip(f"{label}: {why}")
-                continue
+                stale = moved and passed_before.get(row.label) and _follows_old_inputs(run, row, label, pristine,
+                                                                                       exp, widen, derive)
+                if stale:  # the cause first, the figures short: the record keeps them whole
+                    figs = failed_figures(e) or {}
+                    err = f"relL2 {figs['rel_l2']:.2e}" if "rel_l2" in figs else str(e).split(": ", 1)[-1][:60]
+                    raise Rejected(f"{label}: {STALE_INPUTS}: {err} at this call's, {stale}",
+                                   kind="stale_inputs", check=label) from e
+                if refs.state_attrs and passed_before.get(row.label):
+                    raise Rejected(f"{e}; it passed the call before: the reference carries state from call to "
+                                   f"call ({', '.join(refs.state_attrs)}) and the candidate's output does not "
+                                   f"follow it", figures=failed_figures(e), kind=e.kind) from None
+                if changed and passed_before.get(row.label) and stale_cache_shaped(e):
+                    raise Rejected(f"{e}; it passed before the weights changed ({upd}): a value derived from "
+                                   f"the weights is not recomputed (stale weight cache)",
+                                   figures=failed_figures(e), kind=e.kind) from None
+                first = not passed_before.get(row.label) and not upd and not derive and \
+                    e.kind in ("wrong_output", "non_finite")
+                hint = first and row.names and own_init_hint(run, row, init, label, pristine, exp)
+                hint = hint or (first and eval_semantics_hint(run, row, init, label, pristine))
+                if hint:
+                    raise Rejected(f"{e}; {hint}", figures=failed_figures(e), kind=e.kind) from None
+                raise
+            passed_before[row.label] = True
+            check_buffers(run, row, f"buffers after {label}", refs)
 
-            widen = widener(self.clock.timed, refs, pristine, exp, "a derived input", saved)
-            moved = moved_call(index) and self._room_to_move(pristine)
-            if moved_call(index) and not moved:
-                self._skip(f"{label}: its inputs at new addresses: no room for a second copy of them beside the "
-                           f"first (a graph captured on an earlier call's inputs is not checked at this call)")
+        with run.clock.timed("parity: the rows' benchmark-shape calls and their checks"):
+            run._each(one)
+        del pristine, exp
+        with run.clock.timed("parity: the GPU's cached memory handed back"):
+            release_if_short(run)
+    premises.forget()
+    notes = []
+    if refs.state_attrs:
+        notes.append(f"the reference carries state from call to call ({', '.join(refs.state_attrs)}): every "
+                     f"checked call is judged against it advanced through the same calls")
+    if refs.moved:
+        notes.append(f"the float64 reference {refs.moved}" + (f" at {at}" if at else ""))
+    if refs.fp32_only():
+        notes.append(f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
+                     f"relL2 budget {FP32_ONLY_BUDGET:g}")
+    run.notes += [n for n in notes if n not in run.notes]
 
-            if grads is not None and index == 1:  # the second call's backward adds to the first's .grad
-                grads = grads.plus(prev_grads)
-            prev_grads = grads
-            if grads is not None and derive:  # a gradient over its budget there: widened as the output's is
-                grads.widen = self.gradients.widener(refs, pristine, grads, saved)
+
+def _follows_old_inputs(run, row: Row, label: str, pristine: list, exp: Expected, widen, derive) -> str | None:
+    """A row wrong at a call whose inputs moved, after passing the call before: called once more with the same
+    values written where the call before had its inputs. Right there, its output follows the old addresses:
+    the reason says so and names both calls."""
+    old = in_retired_buffers(run, pristine)
+    if old is None:
+        return None
+    try:
+        check_call(run, row, f"{label}, at the previous call's addresses", pristine, exp,
+                   widen if derive else None, buffers=old)
+    except Rejected:
+        return None
+    return "right with its values at the previous call's addresses"
+
+
+def each_update(run, refs: _Refs, kind: str, seed: int) -> bool:
+    """Change the weights alike on every side; False when the model has none to change."""
+    live = [r for r in run.live() if r.names is not None]
+    only = set.intersection(*[set(r.names) for r in live]) if live else None
+    upd = make_update(kind, refs.r32, seed, only)
+    if not upd:
+        return False
+    refs.update(upd)
+    run._each(lambda row: row.runner.call(f"weights ({kind})", "update", row.label,
+                                          rename_update(upd, row.names)))
+    return True
+
+
+def parity_cases(run) -> None:
+    seeds = [run.seed] if run.device == "cuda" else trial_seeds(run.seed, MIN_TRIALS)
+    for name in run.ref.cases:
+        for s in seeds:
+            if not run.live():
+                return
+            c_init, c_inputs = run.ref.case(name, s, run.device)
+            with run.clock.timed("cases: the references built and run"):
+                c_refs = _Refs(run.ref, c_init, s, run.device, run.device, run.train)
+                label = f"case {name} (seed {s})"
+                state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
+                before = c_refs.save_buffers()  # the same, as the honest-rounding runs start from it
+                grads = run.gradients.expected(c_refs, c_inputs, s, run.precision) if run.backward else None
+                exp = c_refs.expected(c_inputs, run.precision)
+            # a case's inputs may sit far from the benchmark's (a row that cancels): widened as a derived input
+            widen = widener(run.clock.timed, c_refs, c_inputs, exp, "a declared case", before)
+            if grads is not None:
+                grads.widen = run.gradients.widener(c_refs, c_inputs, grads, before)
 
             def one(row):
-                try:
-                    row.checks[label] = self._check_call(row, label, pristine, exp, widen if derive else None,
-                                                         moved=moved, grads=grads)
-                except Rejected as e:
-                    if e.kind == "gradient":  # the forward was right: what follows explains a wrong forward
-                        raise
-                    stale = moved and passed_before.get(row.label) and self._follows_old_inputs(row, label, pristine,
-                                                                                             exp, widen, derive)
-                    if stale:  # the cause first, the figures short: the record keeps them whole
-                        figs = failed_figures(e) or {}
-                        err = f"relL2 {figs['rel_l2']:.2e}" if "rel_l2" in figs else str(e).split(": ", 1)[-1][:60]
-                        raise Rejected(f"{label}: {STALE_INPUTS}: {err} at this call's, {stale}",
-                                       kind="stale_inputs", check=label) from e
-                    if refs.state_attrs and passed_before.get(row.label):
-                        raise Rejected(f"{e}; it passed the call before: the reference carries state from call to "
-                                       f"call ({', '.join(refs.state_attrs)}) and the candidate's output does not "
-                                       f"follow it", figures=failed_figures(e), kind=e.kind) from None
-                    if changed and passed_before.get(row.label) and stale_cache_shaped(e):
-                        raise Rejected(f"{e}; it passed before the weights changed ({upd}): a value derived from "
-                                       f"the weights is not recomputed (stale weight cache)",
-                                       figures=failed_figures(e), kind=e.kind) from None
-                    first = not passed_before.get(row.label) and not upd and not derive and \
-                        e.kind in ("wrong_output", "non_finite")
-                    hint = first and row.names and self._own_init(row, init, label, pristine, exp)
-                    hint = hint or (first and self._eval_semantics(row, init, label, pristine))
-                    if hint:
-                        raise Rejected(f"{e}; {hint}", figures=failed_figures(e), kind=e.kind) from None
-                    raise
-                passed_before[row.label] = True
-                self._check_buffers(row, f"buffers after {label}", refs)
+                with run.clock.timed("cases: the row's model built and loaded"):
+                    build_row(run, row, c_refs, c_init, s, stage=label, state=state0)
+                row.checks[label] = check_call(run, row, label, c_inputs, exp, widen, grads=grads)
+                check_buffers(run, row, f"buffers after {label}", c_refs)
+                row.runner.call(label, "drop", row.label)
 
-            with self.clock.timed("parity: the rows' benchmark-shape calls and their checks"):
-                self._each(one)
-            del pristine, exp
-            with self.clock.timed("parity: the GPU's cached memory handed back"):
-                self._release_if_short()
-        premises.forget()
-        notes = []
-        if refs.state_attrs:
-            notes.append(f"the reference carries state from call to call ({', '.join(refs.state_attrs)}): every "
-                         f"checked call is judged against it advanced through the same calls")
-        if refs.moved:
-            notes.append(f"the float64 reference {refs.moved}" + (f" at {at}" if at else ""))
-        if refs.fp32_only():
-            notes.append(f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
-                         f"relL2 budget {FP32_ONLY_BUDGET:g}")
-        self.notes += [n for n in notes if n not in self.notes]
-
-    def _follows_old_inputs(self, row: Row, label: str, pristine: list, exp: Expected, widen, derive) -> str | None:
-        """A row wrong at a call whose inputs moved, after passing the call before: called once more with the same
-        values written where the call before had its inputs. Right there, its output follows the old addresses:
-        the reason says so and names both calls."""
-        old = self._in_retired_buffers(pristine)
-        if old is None:
-            return None
-        try:
-            self._check_call(row, f"{label}, at the previous call's addresses", pristine, exp,
-                             widen if derive else None, buffers=old)
-        except Rejected:
-            return None
-        return "right with its values at the previous call's addresses"
-
-    def _skip(self, what: str) -> None:
-        self.skipped.append(what)
-        self.log(f"{self.ref.name}: skipped {what}")
-
-    def _each_update(self, refs: _Refs, kind: str, seed: int) -> bool:
-        """Change the weights alike on every side; False when the model has none to change."""
-        live = [r for r in self.live() if r.names is not None]
-        only = set.intersection(*[set(r.names) for r in live]) if live else None
-        upd = make_update(kind, refs.r32, seed, only)
-        if not upd:
-            return False
-        refs.update(upd)
-        self._each(lambda row: row.runner.call(f"weights ({kind})", "update", row.label,
-                                               rename_update(upd, row.names)))
-        return True
-
-    def _parity_cases(self) -> None:
-        seeds = [self.seed] if self.device == "cuda" else trial_seeds(self.seed, MIN_TRIALS)
-        for name in self.ref.cases:
-            for s in seeds:
-                if not self.live():
-                    return
-                c_init, c_inputs = self.ref.case(name, s, self.device)
-                with self.clock.timed("cases: the references built and run"):
-                    c_refs = _Refs(self.ref, c_init, s, self.device, self.device, self.train)
-                    label = f"case {name} (seed {s})"
-                    state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
-                    before = c_refs.save_buffers()  # the same, as the honest-rounding runs start from it
-                    grads = self.gradients.expected(c_refs, c_inputs, s, self.precision) if self.backward else None
-                    exp = c_refs.expected(c_inputs, self.precision)
-                # a case's inputs may sit far from the benchmark's (a row that cancels): widened as a derived input
-                widen = widener(self.clock.timed, c_refs, c_inputs, exp, "a declared case", before)
-                if grads is not None:
-                    grads.widen = self.gradients.widener(c_refs, c_inputs, grads, before)
-
-                def one(row):
-                    with self.clock.timed("cases: the row's model built and loaded"):
-                        self._build(row, c_refs, c_init, s, stage=label, state=state0)
-                    row.checks[label] = self._check_call(row, label, c_inputs, exp, widen, grads=grads)
-                    self._check_buffers(row, f"buffers after {label}", c_refs)
-                    row.runner.call(label, "drop", row.label)
-
-                with self.clock.timed("cases: the rows built, called and checked"):
-                    self._each(one)
-                del c_refs, c_inputs, exp
+            with run.clock.timed("cases: the rows built, called and checked"):
+                run._each(one)
+            del c_refs, c_inputs, exp

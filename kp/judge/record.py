@@ -1,5 +1,5 @@
 """The judge's record: its head (what was judged, how, with which seeds) written before the stages, its tail (each
-row's verdict and evidence, the timings) after them. Methods of kp.judge.driver.Judge."""
+row's verdict and evidence, the timings) after them, from the judge's run (kp.judge.driver.Judge)."""
 from __future__ import annotations
 
 import os
@@ -9,6 +9,7 @@ import time
 import torch
 
 from kp.errors import ACCEPTED, REJECTED
+from kp.judge.parity import parity_sequence
 
 # The record's layout, as kp/record.schema.json describes it: raised when a key changes meaning or goes
 SCHEMA_VERSION = 1
@@ -33,53 +34,51 @@ def process_age_s() -> float | None:
         return None
 
 
-class RecordParts:
-    """The record's head and tail (methods of kp.judge.driver.Judge)."""
+def record_head(run, gpu: bool) -> dict:
+    seeds = [s for _, s, _, _ in parity_sequence(run)]
+    run.log(f"{run.ref.name}: every input of the run is drawn from --seed {run.seed} (give it again to "
+            f"replay them)")
+    run.skipped = []
+    rec = {"schema_version": SCHEMA_VERSION, "reference": run.ref.name, "ref_spec": list(run.ref.spec),
+           "seed": run.seed, "mode": run.mode,
+           "notes_list": run.notes, "timeout_s": run.timeout_s,
+           "trial_seeds": seeds[:run.trials], "precision": run.precision, "allow_torch": run.allow_torch,
+           "device":
+           torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": run.fp,
+           "shape": run.fp["shapes"],
+           "rows": {}, "skipped": run.skipped}
+    if run.box_note:
+        rec["sandbox"] = run.box_note
+    if run.at_sizes:  # --at: judged at this shape, not the benchmark's
+        rec["at"] = {"asked": run.opts.at, "benchmark_shape": run.at_bench,
+                     "sizes": {k: list(v) for k, v in run.at_sizes.items()}}
+    return rec
 
-    def _record_head(self, gpu: bool) -> dict:
-        seeds = [s for _, s, _, _ in self._sequence()]
-        self.log(f"{self.ref.name}: every input of the run is drawn from --seed {self.seed} (give it again to "
-                 f"replay them)")
-        self.skipped = []
-        rec = {"schema_version": SCHEMA_VERSION, "reference": self.ref.name, "ref_spec": list(self.ref.spec),
-               "seed": self.seed, "mode": self.mode,
-               "notes_list": self.notes, "timeout_s": self.timeout_s,
-               "trial_seeds": seeds[:self.trials], "precision": self.precision, "allow_torch": self.allow_torch,
-               "device":
-               torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": self.fp,
-               "shape": self.fp["shapes"],
-               "rows": {}, "skipped": self.skipped}
-        if self.box_note:
-            rec["sandbox"] = self.box_note
-        if self.at_sizes:  # --at: judged at this shape, not the benchmark's
-            rec["at"] = {"asked": self.opts.at, "benchmark_shape": self.at_bench,
-                         "sizes": {k: list(v) for k, v in self.at_sizes.items()}}
-        return rec
 
-    def _record_tail(self, rec: dict, gpu: bool) -> dict:
-        rec["elapsed_s"] = round(time.perf_counter() - self.t_start, 2)  # from the judge's start: footprint included
-        if self.before_judge_s is not None:
-            rec["process_s_before_judge"] = round(self.before_judge_s, 2)
-        for row in self.rows:
-            rec["rows"][row.label] = {
-                "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
-                # which kernels ran is seen on the GPU alone (the escape stage's profile): None where it was not
-                "pure_torch": row.pure_torch if gpu else None, "own_kernels": row.own_kernels,
-                "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
-                "weights": row.weights, "kernelbench": row.kernelbench, "traceback": row.traceback,
-                "build_failures": getattr(row.runner, "build_failures", []), "failure": row.failure}
-        if self.refs is not None:
-            rec["reference_precision"] = self.refs.how
-            if self.refs.chunk_proof:
-                rec["float64_reference"] += f"; run {self.refs.chunk_proof}" if not self.refs.moved else ""
-        if self.ref.host_draw and self.ref.host_draw not in self.notes:
-            self.notes.append(self.ref.host_draw)
-        rec["inputs_drawn_on"] = "the host" if self.ref.host_draw or self.device == "cpu" else "the device"
-        rec["ok"] = all(r.accepted or r.peer for r in self.rows)
-        rec["status"] = ACCEPTED if rec["ok"] else REJECTED
-        failed = [r for r in self.rows if not r.accepted and not r.peer]
-        rec["failure"] = failed[0].failure if failed else None  # a candidate's, or the first rejected row's
-        rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
-        if os.environ.get("KP_VALIDATE_RECORDS"):
-            validate_record(rec)
-        return rec
+def record_tail(run, rec: dict, gpu: bool) -> dict:
+    rec["elapsed_s"] = round(time.perf_counter() - run.t_start, 2)  # from the judge's start: footprint included
+    if run.before_judge_s is not None:
+        rec["process_s_before_judge"] = round(run.before_judge_s, 2)
+    for row in run.rows:
+        rec["rows"][row.label] = {
+            "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
+            # which kernels ran is seen on the GPU alone (the escape stage's profile): None where it was not
+            "pure_torch": row.pure_torch if gpu else None, "own_kernels": row.own_kernels,
+            "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
+            "weights": row.weights, "kernelbench": row.kernelbench, "traceback": row.traceback,
+            "build_failures": getattr(row.runner, "build_failures", []), "failure": row.failure}
+    if run.refs is not None:
+        rec["reference_precision"] = run.refs.how
+        if run.refs.chunk_proof:
+            rec["float64_reference"] += f"; run {run.refs.chunk_proof}" if not run.refs.moved else ""
+    if run.ref.host_draw and run.ref.host_draw not in run.notes:
+        run.notes.append(run.ref.host_draw)
+    rec["inputs_drawn_on"] = "the host" if run.ref.host_draw or run.device == "cpu" else "the device"
+    rec["ok"] = all(r.accepted or r.peer for r in run.rows)
+    rec["status"] = ACCEPTED if rec["ok"] else REJECTED
+    failed = [r for r in run.rows if not r.accepted and not r.peer]
+    rec["failure"] = failed[0].failure if failed else None  # a candidate's, or the first rejected row's
+    rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
+    if os.environ.get("KP_VALIDATE_RECORDS"):
+        validate_record(rec)
+    return rec

@@ -11,7 +11,7 @@ from kp.errors import Rejected, failed_check, failed_figures, failure_kind, fail
 from kp.judge.float64 import Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
 from kp.lib.numerics import Err, batch_rows, clone_layout, dtype_floor, rel_error
-from kp.lib.op_modes import FlopCount, ReductionLength, RoundingNoise, reduction_length
+from kp.lib.op_modes import FlopCount, ReductionLength, RoundingNoise, TruncatedTF32, reduction_length
 from kp.judge.outputs import FEW_ELEMENTS, Expected, _release
 from kp.judge.reference import Reference, _as_list, apply_update
 
@@ -247,7 +247,9 @@ class _Refs:
                     self.chunks = 1
                     self.to_host()
                     self.moved = f"on the host: its forward does not fit the GPU whole and cannot be sliced ({why})"
-            alts = other_algorithms(self, pristine, counter) if precision != "tf32" else []  # fp32, bf16, fp16
+            # fp32, bf16, fp16: PyTorch's other algorithms; tf32: TF32 tensor cores fed fp32 inputs as they are
+            alts = other_algorithms(self, pristine, counter) if precision != "tf32" else \
+                tf32_truncating(self, pristine, counter)
             r64 = self._float64(pristine)
             _settled()
         finally:
@@ -302,6 +304,43 @@ class _Refs:
                     e = rel_error(o.to(r.device), r)
                     worst[i] = Err(max(worst[i].rel_l2, e.rel_l2), max(worst[i].worst_row, e.worst_row), 0)
         return worst
+
+
+def _has_products(counter) -> bool:
+    """Whether the forward FlopCount saw ran a GEMM, a matrix-vector product or a convolution."""
+    ops = {str(op) for counts in counter.get_flop_counts().values() for op in counts}
+    return any(name in op for op in ops for name in ("mm", "addmv", "mv", "convolution"))
+
+
+def tf32_truncated_output(refs: "_Refs", pristine: list):
+    """The fp32 reference's output on these inputs with every product's multiplicands truncated to TF32
+    (kp.lib.op_modes.TruncatedTF32), its state put back after; None where no product ran or it cannot be run."""
+    saved = refs.save_buffers()
+    mode = TruncatedTF32()
+    try:
+        set_precision("fp32")
+        with torch.no_grad(), mode:
+            y = refs.r32(*[clone_layout(x) for x in pristine])
+        _settled()
+    except Exception:  # the reference under the mode: no second algorithm to weigh
+        return None
+    finally:
+        refs.restore_buffers(saved)
+    return y if mode.hit else None
+
+
+def tf32_truncating(refs: "_Refs", pristine: list, counter) -> list:
+    """In the tf32 mode, beside PyTorch's own TF32 (cuBLAS rounds the fp32 inputs to TF32): the same products with
+    their inputs truncated, as TF32 tensor cores read fp32 operands handed to them as they are (Triton's tl.dot by
+    default), which errs about twice as much. Both are TF32 arithmetic, so PyTorch's error (the budget's base) is
+    the worse of the two. Nothing where the forward runs no product."""
+    if not _has_products(counter):
+        return []
+    try:
+        y = tf32_truncated_output(refs, pristine)
+    finally:
+        set_precision("tf32")
+    return [] if y is None else [y]
 
 
 def other_algorithms(refs: "_Refs", pristine: list, counter) -> list:

@@ -11,16 +11,16 @@ import math
 import torch
 
 from kp.errors import ReferenceRaised, Rejected, failed_figures, first_line, raised_by_judge
-from kp.judge.expected import Row, _Refs
-from kp.judge.calls import STALE_INPUTS, moved_call
-from kp.judge.outputs import Expected, _release, rms
-from kp.judge.options import MIN_TRIALS
-from kp.judge.float64 import FP32_ONLY_BUDGET
-from kp.judge.premises import Premises
-from kp.judge.reference import UPDATES, make_update, rename_update, trial_seeds
-from kp.lib.numerics import all_finite
-from kp.judge.calls import check_buffers, check_call, in_retired_buffers, release_if_short, room_to_move
+from kp.judge.calls import (STALE_INPUTS, check_buffers, check_call, in_retired_buffers, moved_call, release_if_short,
+                            room_to_move)
 from kp.judge.construct import build_row
+from kp.judge.expected import Row, _Refs, tf32_truncated_output
+from kp.judge.float64 import FP32_ONLY_BUDGET
+from kp.judge.options import MIN_TRIALS
+from kp.judge.outputs import Expected, _release, rms
+from kp.judge.premises import Premises
+from kp.judge.reference import UPDATES, _as_list, make_update, rename_update, trial_seeds
+from kp.lib.numerics import all_finite, rel_error
 
 # Inputs derived from the benchmark inputs (floating tensors only): a kernel that is right only for torch.rand's
 # [0, 1) fails one of them (e.g. a softmax without the max subtraction overflows at x100).
@@ -84,6 +84,36 @@ def widener(timed, refs: _Refs, pristine: list, exp: Expected, where: str, state
             _release()
         return exp if spread is None else exp.widened(spread)
     return widen
+
+
+# A row's error within these multiples of the truncated-TF32 reference's: the signature of TF32 tensor cores fed fp32
+# inputs (on KernelBench's GEMMs such candidates erred 6.5e-4 to 7.6e-4 where truncation errs about 7.6e-4)
+TF32_SIGNATURE = (0.25, 4.0)
+
+
+def tf32_hint(refs: _Refs, pristine: list, exp: Expected, e: Rejected) -> tuple[str, dict] | None:
+    """An fp32 row over its budget by about what TF32 tensor cores fed fp32 inputs err: the cause in words and the
+    figures with that error (tf32_rel_l2), or None. The error is measured here, on the call's own inputs: the fp32
+    reference with its products' inputs truncated to TF32 (kp.judge.expected.tf32_truncated_output) against the
+    float64 reference. The verdict stays a rejection: fp32 was asked for."""
+    figs = failed_figures(e) or {}
+    want = [t for t in exp.r64 if isinstance(t, torch.Tensor) and t.dtype == torch.float64]
+    if e.kind != "wrong_output" or not want or "rel_l2" not in figs or "budget" not in figs:
+        return None
+    y = tf32_truncated_output(refs, pristine)
+    if y is None:
+        return None
+    errs = [rel_error(o.to(w.device), w).rel_l2 for o, w in zip(_as_list(y), exp.r64)
+            if isinstance(o, torch.Tensor) and isinstance(w, torch.Tensor) and w.dtype == torch.float64
+            and o.shape == w.shape]
+    t = max(errs, default=0.0)
+    lo, hi = TF32_SIGNATURE
+    if not (t > figs["budget"] and lo * t <= figs["rel_l2"] <= hi * t):
+        return None
+    return (f"its error is what TF32 tensor cores fed fp32 inputs err (the reference with its products' inputs "
+            f"truncated to TF32 errs {t:.2e} here): Triton's tl.dot reads fp32 operands as TF32 unless told "
+            f"otherwise; input_precision=\"ieee\" (or \"tf32x3\") computes in fp32, or judge it with --precision tf32",
+            {**figs, "tf32_rel_l2": t})
 
 
 def own_init_hint(run, row: Row, init, label: str, pristine: list, exp: Expected) -> str | None:
@@ -252,6 +282,9 @@ def parity_bench(run, init, at: str | None = None) -> None:
                 hint = hint or (first and eval_semantics_hint(run, row, init, label, pristine))
                 if hint:
                     raise Rejected(f"{e}; {hint}", figures=failed_figures(e), kind=e.kind) from None
+                tf32 = run.precision == "fp32" and tf32_hint(refs, pristine, exp, e)
+                if tf32:
+                    raise Rejected(f"{e}; {tf32[0]}", figures=tf32[1], kind=e.kind) from None
                 raise
             passed_before[row.label] = True
             check_buffers(run, row, f"buffers after {label}", refs)

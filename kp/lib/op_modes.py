@@ -184,3 +184,40 @@ class RoundingNoise(EagerMode):
             xi = torch.randn(t.shape, generator=self._gen(t.device), dtype=t.dtype, device=t.device)
             return t * (1 + delta * xi)
         return type(out)(noisy(t) for t in out) if isinstance(out, (tuple, list)) else noisy(out)
+
+
+# Products and their multiplicands, by place among the arguments (addmm(bias, a, b): a and b; the bias is added in
+# fp32): what a TF32 tensor core reads at TF32's 10-bit mantissa.
+_MULTIPLICANDS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "addbmm": (1, 2), "addmv": (1, 2),
+                  "mv": (0, 1), "convolution": (0, 1), "_convolution": (0, 1), "convolution_overrideable": (0, 1),
+                  "cudnn_convolution": (0, 1)}
+TF32_DROPPED_BITS = 13  # fp32's 23 mantissa bits less TF32's 10
+
+
+def tf32_truncated(t: torch.Tensor) -> torch.Tensor:
+    """A float32 tensor's values with the low 13 bits of every mantissa cleared: what a TF32 tensor core reads from
+    fp32 operands it is handed as they are (Triton's tl.dot with its default input_precision="tf32"). cuBLAS's TF32
+    path rounds to nearest instead, which errs about half as much."""
+    return (t.view(torch.int32) & -(1 << TF32_DROPPED_BITS)).view(torch.float32)
+
+
+class TruncatedTF32(EagerMode):
+    """An fp32 forward whose products (GEMMs, matrix-vector products, convolutions) read their float32 multiplicands
+    truncated to TF32 and multiply them exactly, accumulating in fp32: the arithmetic of TF32 tensor cores fed raw
+    fp32 inputs. Run with TF32 off (kp.lib.layers.set_precision("fp32")), so that the products of the truncated
+    values are exact. `hit`: whether any product ran."""
+
+    def __init__(self):
+        super().__init__()
+        self.hit = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        places = _MULTIPLICANDS.get(func.overloadpacket.__name__)
+        if places:
+            args = list(args)
+            for i in places:
+                if i < len(args) and isinstance(args[i], torch.Tensor) and args[i].dtype == torch.float32:
+                    args[i] = tf32_truncated(args[i])
+                    self.hit = True
+        return func(*args, **kwargs)

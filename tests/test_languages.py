@@ -32,7 +32,30 @@ def test_a_file_under_the_candidates_folder_is_its_own_and_generated_code_is_tor
     assert o.of(str(tmp_path / "helpers" / "kernels.py")) == "own"
     assert o.of(str(inductor / "ab" / "cabc.py")) == "torch.compile's"  # under the candidate's folder, still not its
     assert o.of(torch.__file__) == "PyTorch's"
-    assert o.of(os.__file__) == "a library's"
+    assert o.of(os.__file__) == "Python's"
+    libs = (str(tmp_path / "lib" / "site-packages") + os.sep, str(tmp_path / "lib") + os.sep)
+    site = tmp_path / "lib" / "site-packages"
+    assert languages.package_of(str(site / "liger_kernel" / "ops" / "rms_norm.py"), libs, libs[1]) == "liger_kernel's"
+    assert languages.package_of(str(site / "six.py"), libs, libs[1]) == "six's"
+    assert languages.package_of(str(tmp_path / "lib" / "os.py"), libs, libs[1]) == "Python's"
+    assert languages.package_of("/elsewhere/x.py", libs, libs[1]) == "a library's"
+
+
+def test_a_librarys_jit_kernels_are_named_by_its_package_and_make_a_row_no_pure_pytorch_one():
+    """With --allow-torch and no kernel of its own, a row whose profiled kernels include an installed library's
+    Triton kernels is labelled by them (the verdict's note, the table), not as pure PyTorch; PyTorch's and
+    torch.compile's own JIT kernels are no library's."""
+    from kp.observe import verdict
+    foreign = {"_rms_norm_forward_kernel": "liger_kernel's Triton", "triton_poi_fused_0": "torch.compile's Triton"}
+    ran = ["_rms_norm_forward_kernel", "triton_poi_fused_0", "void at::native::vectorized_elementwise_kernel<4>()"]
+    assert languages.library_kernels(ran, foreign) == ["_rms_norm_forward_kernel (liger_kernel's Triton)"]
+    assert languages.library_kernels(ran[1:], foreign) == []
+    rec = {"rows": {"candidate": {"accepted": True, "reason": "", "pure_torch": False, "own_kernels": None,
+                                  "library_kernels": ["_rms_norm_forward_kernel (liger_kernel's Triton)"]}}}
+    said = verdict.verdict(rec)
+    assert said.startswith("accepted (a library's kernels: _rms_norm_forward_kernel (liger_kernel's Triton); no "
+                           "kernel of its own ran (--allow-torch)"), said
+    assert "pure PyTorch" not in said
 
 
 def test_profiled_names_matched_to_the_kernels_they_run():

@@ -7,7 +7,7 @@ from statistics import median_high
 
 from kp.errors import Rejected
 from kp.judge.expected import Row
-from kp.worker.languages import label_foreign
+from kp.worker.languages import label_foreign, library_kernels
 from kp.observe.profile import kernel_base_name
 from kp.judge.window import busy_ms, escape_threshold_ms, forward_busy_ms, host_clock_excess_ms, window_violations
 from kp.lib.gpu_lock import gpu_to_itself
@@ -82,7 +82,8 @@ class EscapeCheck:
         row.kernels = sorted({x["name"][:120] for x in e["events"] if x["name"] != e["marker"]})
         if not e["own"]:
             if self.allow_torch or row.peer or row.reference:
-                row.pure_torch = not (row.peer or row.reference)
+                row.library_kernels = library_kernels(row.kernels, e.get("foreign") or {})
+                row.pure_torch = not (row.peer or row.reference or row.library_kernels)
             else:
                 seen = label_foreign([kernel_base_name(k) for k in row.kernels[:4]], e.get("foreign") or {})
                 raise Rejected(f"own kernel: no kernel of the row's own ran (kernels seen: "

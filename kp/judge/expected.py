@@ -29,6 +29,7 @@ class Row:
     checks: dict = dataclasses.field(default_factory=dict)
     names: dict | None = None  # reference state_dict key -> this row's key
     pure_torch: bool = False
+    library_kernels: list = dataclasses.field(default_factory=list)  # installed libraries' JIT kernels that ran
     reference: bool = False  # the reference's own Model (`--ref` alone): PyTorch by definition, no own kernel asked
     path: str | None = None  # the candidate file
     own_kernels: dict | None = None

@@ -63,7 +63,8 @@ def record_tail(run, rec: dict, gpu: bool) -> dict:
         rec["rows"][row.label] = {
             "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
             # which kernels ran is seen on the GPU alone (the escape stage's profile): None where it was not
-            "pure_torch": row.pure_torch if gpu else None, "own_kernels": row.own_kernels,
+            "pure_torch": row.pure_torch if gpu else None, "library_kernels": row.library_kernels if gpu else None,
+            "own_kernels": row.own_kernels,
             "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
             "weights": row.weights, "kernelbench": row.kernelbench, "traceback": row.traceback,
             "build_failures": getattr(row.runner, "build_failures", []), "failure": row.failure}

@@ -218,7 +218,12 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
                 failed = (r.get("failure") or {}).get("figures") or {}
                 e, wr = (f"{failed['rel_l2']:8.1e}", f"{failed['worst_row']:9.1e}") if "rel_l2" in failed else \
                     (f"{'-':>8}", f"{'-':>9}")
-            v = ("accepted" + (" (pure PyTorch)" if r["pure_torch"] else "")) if r["accepted"] else \
+            kind = ""
+            if r["pure_torch"]:
+                kind = " (pure PyTorch)"
+            elif r.get("library_kernels"):
+                kind = " (a library's kernels)"
+            v = "accepted" + kind if r["accepted"] else \
                 (f"rejected{' (peer, not gated)' if r['peer'] else ''}" +
                  ("" if verdict_follows else f": {r['reason']}"))
             cols += f" {e} {wr}  {v}"

@@ -177,6 +177,9 @@ def _verdict_parts(rec: dict, label: str) -> tuple[str, list[str]]:
         notes.append(rec["not_proven"])
     if r.get("pure_torch"):
         notes.append("pure PyTorch: no kernel of its own ran (--allow-torch)")
+    elif r.get("library_kernels"):
+        notes.append(f"a library's kernels: {', '.join(r['library_kernels'][:3])}; no kernel of its own ran "
+                     f"(--allow-torch)")
     elif r.get("own_kernels"):
         notes.append(own_kernels_note(r["own_kernels"]))
     if rec.get("mode") == "eval":

@@ -85,12 +85,15 @@ def _library_dirs() -> tuple[str, ...]:
 
 class Origins:
     """Whose code a source file is: the candidate's (a file under its folder), torch.compile's (Inductor's
-    generated modules), PyTorch's, or a library's."""
+    generated modules), PyTorch's, or an installed library's, by its package's name (liger_kernel's); a file
+    outside every library folder is "a library's"."""
 
     def __init__(self, candidate_dir: str):
         self.home = _real(candidate_dir) + os.sep
         self.generated = _generated_dirs()
         self.libraries = _library_dirs()
+        import sysconfig
+        self.stdlib = _real(sysconfig.get_paths()["stdlib"]) + os.sep
         torch = sys.modules.get("torch")
         self.torch = _real(os.path.dirname(torch.__file__)) + os.sep if torch is not None else None
 
@@ -102,7 +105,21 @@ class Origins:
             return "PyTorch's"
         if f.startswith(self.home) and not f.startswith(self.libraries):
             return "own"
-        return "a library's"
+        return package_of(f, self.libraries, self.stdlib)
+
+
+def package_of(path: str, libraries: tuple[str, ...], stdlib: str | None = None) -> str:
+    """The package an installed file belongs to, as whose code it is ("liger_kernel's"): the first folder (or
+    module) below the innermost library folder holding it; "Python's" for the standard library's own modules, "a
+    library's" where it is under no library folder."""
+    for lib in sorted(libraries, key=len, reverse=True):
+        if path.startswith(lib):
+            if lib == stdlib:
+                return "Python's"
+            top = path[len(lib):].split(os.sep)[0]
+            name = top[:-3] if top.endswith(".py") else top
+            return f"{name}'s" if name else "a library's"
+    return "a library's"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -241,6 +258,20 @@ def match(event_name: str, table: dict) -> str | None:
     from kp.observe.profile import kernel_base_name
     base = kernel_base_name(event_name)
     return base if base in table and "(" in event_name else None
+
+
+NOT_A_LIBRARY = ("PyTorch's", "torch.compile's")  # foreign JIT kernels that are no installed library's
+
+
+def library_kernels(names: list[str], foreign: dict) -> list[str]:
+    """The profiled kernels (names) that are an installed library's JIT kernels, as "name (whose language)", in
+    order: a row with no kernel of its own that ran these is not pure PyTorch."""
+    out = []
+    for n in names:
+        hit = match(n, foreign)
+        if hit and not foreign[hit].startswith(NOT_A_LIBRARY):
+            out.append(f"{hit} ({foreign[hit]})")
+    return sorted(set(out))
 
 
 def label_foreign(names: list[str], foreign: dict) -> list[str]:

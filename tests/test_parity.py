@@ -130,7 +130,7 @@ def test_an_output_over_its_budget_is_judged_again_against_a_widened_one():
     assert asked == [1e-3, 1e-5]
 
 
-def test_state_map_by_name_then_by_order():
+def test_state_map_by_name_then_by_order_then_by_shape():
     ref = [("linear.weight", (4, 3)), ("linear.bias", (4,))]
     assert reference.state_map(ref, list(reversed(ref))) == {"linear.weight": "linear.weight",
                                                          "linear.bias": "linear.bias"}
@@ -138,6 +138,13 @@ def test_state_map_by_name_then_by_order():
     assert reference.state_map(ref, renamed) == {"linear.weight": "w", "linear.bias": "b"}
     assert reference.state_map(ref, [("w", (3, 4)), ("b", (4,))]) is None
     assert reference.state_map(ref, renamed[:1]) is None
+    # a conv's weight and bias kept under other names and registered after the model's own bias: the name that
+    # agrees by name, the rest by shape (in order among equal shapes)
+    conv = [("conv.weight", (16, 3, 3, 3)), ("conv.bias", (16,)), ("bias", (16, 1, 1)), ("scale", (16,))]
+    cand = [("bias", (16, 1, 1)), ("weight", (16, 3, 3, 3)), ("conv_bias", (16,)), ("gain", (16,))]
+    assert reference.state_map(conv, cand) == {"conv.weight": "weight", "conv.bias": "conv_bias", "bias": "bias",
+                                               "scale": "gain"}
+    assert reference.state_map(conv, cand[:3] + [("gain", (8,))]) is None
 
 
 @pytest.mark.parametrize("kind", reference.UPDATES)

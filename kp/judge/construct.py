@@ -18,7 +18,7 @@ from kp.lib.numerics import cpu_kernels
 def build_row(run, row: Row, refs: _Refs, init, seed: int, stage: str = "construct", state=None,
               load: bool = True) -> None:
     """Construct the row's model after the seed and load the reference's state (its state now, or `state`) as
-    far as it maps: whole (by name, or in order where the names differ but the shapes line up), else
+    far as it maps: whole (kp.judge.reference.state_map: by name, in order, or by name and shape), else
     KernelBench's same-seed contract (what has the same name and shape is loaded, the rest keeps the
     candidate's own same-seed initialisation, and only what maps is changed between calls)."""
     reply = row.runner.call(stage, "build", row.label, init, seed)

@@ -9,7 +9,7 @@ variants, the same Worker class called in this process. Either way the same comm
 
 Stages (a failure rejects that row with a one-line reason, ``rejected: <stage>: <reason>``):
  1. construct: ``ModelNew(*get_init_inputs())`` after the reference's seed; the reference's state_dict is loaded
-    into it (by name, or in order where names differ but shapes line up).
+    into it (by name, in order where names differ but shapes line up, or by name and shape).
  2. parity, one stateful sequence of calls on benchmark-shape inputs: ``trials`` calls on fresh inputs, with the
     weights changed between them the ways training does (an optimizer step on random gradients, a
     ``load_state_dict`` of new values, an in-place edit), then derived inputs (negated, x100, shifted) where the

@@ -274,13 +274,26 @@ def describe(x) -> str:
 
 
 def state_map(ref_keys: list[tuple[str, tuple]], cand_keys: list[tuple[str, tuple]]) -> dict[str, str] | None:
-    """Reference state_dict key -> candidate key: by name when the names agree, else in order when the shapes line
-    up one for one (a renamed attribute); None when neither holds."""
+    """Reference state_dict key -> candidate key, one for one, as a person porting the module would map them: by
+    name when the names agree; else in order when the shapes line up (a renamed attribute); else by name where
+    name and shape agree and the rest by shape, in order among equal shapes (a conv's weight kept as `weight`, its
+    bias as `conv_bias`, registered in another order). None when no such mapping covers every key on both sides."""
     if {k: s for k, s in ref_keys} == {k: s for k, s in cand_keys}:
         return {k: k for k, _ in ref_keys}
-    if len(ref_keys) == len(cand_keys) and all(a[1] == b[1] for a, b in zip(ref_keys, cand_keys)):
+    if len(ref_keys) != len(cand_keys):
+        return None
+    if all(a[1] == b[1] for a, b in zip(ref_keys, cand_keys)):
         return {a[0]: b[0] for a, b in zip(ref_keys, cand_keys)}
-    return None
+    cand = dict(cand_keys)
+    names = {k: k for k, s in ref_keys if cand.get(k) == s}
+    left = [(k, s) for k, s in cand_keys if k not in names.values()]
+    for k, s in ref_keys:
+        if k not in names:
+            i = next((i for i, (_, c) in enumerate(left) if c == s), None)
+            if i is None:
+                return None
+            names[k] = left.pop(i)[0]
+    return names
 
 
 def partial_map(ref_keys: list[tuple[str, tuple]], cand_keys: list[tuple[str, tuple]]) -> dict[str, str]:

@@ -152,4 +152,4 @@ def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_
     runs.clear()
     monkeypatch.setattr(backward, "_float64_grads", short(2))
     assert check.expected(refs, pristine, 3, "fp32") is None and len(runs) == 2
-    assert check.notes == ["gradients not checked: the float64 backward does not fit the GPU's memory"]
+    assert check.notes == ["gradients not checked: where the float64 backward did not fit the GPU's memory"]

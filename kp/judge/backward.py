@@ -124,7 +124,7 @@ class GradientCheck:
                 else:
                     break
                 if attempt:  # (outside the except: its traceback no longer holds the run's tensors)
-                    return self.no_backward("the float64 backward does not fit the GPU's memory")
+                    return self.no_backward("where the float64 backward did not fit the GPU's memory")
                 _release(collect=True)  # once: garbage collected, the judge's cached blocks handed back
         finally:
             refs.restore_buffers(saved)

@@ -150,7 +150,7 @@ def checks_line(r: dict) -> str:
     n_all, n_failed = len(passed), len(r["checks"]) - len(passed)
     grads = sum(1 for c in passed.values() if c.get("grads") is not None)
     return (f"{n_all} checked call{'' if n_all == 1 else 's'} passed" + (f": {', '.join(parts)}" if parts else "")
-            + (f"; gradients checked at {'every one' if grads == n_all else grads}" if grads else "")
+            + (f"; gradients checked at {'every one' if grads == n_all else f'{grads} of them'}" if grads else "")
             + (f"; {n_failed} failed" if n_failed else ""))
 
 

@@ -46,7 +46,7 @@ LAYER_ORDER = (
     # are; what a batch used of its host; candidates' builds ahead of judging; the reference run in a slot's next
     # box; what runs in a slot's process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks
     # run which jobs)
-    "judge.plan", "judge.outputs", "judge.expected", "judge.construct", "judge.backward", "judge.calls",
+    "judge.plan", "judge.outputs", "judge.expected", "judge.probes", "judge.construct", "judge.backward", "judge.calls",
     "judge.parity", "judge.family_parity", "judge.parity_stage", "judge.kernelbench", "judge.escape", "judge.timed",
     "judge.ceilings", "judge.observe", "judge.memory", "judge.record", "judge.stages", "judge.driver",
     "observe.plot", "batch.jobfile", "batch.usage", "batch.ahead", "batch.prime", "batch.slot_process", "batch.slots",

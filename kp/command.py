@@ -110,6 +110,10 @@ def parse_args(argv):
     ap.add_argument("--allow-torch", action="store_true", help="accept a candidate that runs no kernel of its own "
                                                                "(a pure-PyTorch rewrite); the row says so")
     ap.add_argument("--json", metavar="PATH", help="write the full record as JSON")
+    ap.add_argument("--probes", action="store_true", help="print the reference's probes: outputs no kernel computes "
+                    "(zeros, a constant, an input passed through, the call before's output, the reference in bf16 "
+                    "and fp16), each judged at the benchmark shape's calls as a candidate is (they always run; the "
+                    "record's `probes`)")
     ap.add_argument("--profile", action="store_true", help="one call of each row under PyTorch's profiler: its "
                                                            "kernels with count, GPU time and share of the call")
     ap.add_argument("--ncu", action="store_true", help="one call of each row under Nsight Compute (ncu, when it "
@@ -309,6 +313,8 @@ def main(argv=None) -> int:
         rec = judge.judge_job(ref, args.candidate[0] if args.candidate else None, opts, variants)
         records.append(rec)
         print(report.format_record(rec, verdict_follows=bool(args.candidate)), flush=True)
+        if args.probes:
+            print("\n".join(report.probes_lines(rec)), flush=True)
         if args.candidate:
             print("\n".join(verdict.verdict_lines(rec)), flush=True)
         status = max(status, 0 if rec["ok"] else 1)

@@ -317,6 +317,12 @@ def test_the_batch_table_leaves_out_empty_columns_and_says_where_a_candidate_rai
                   "elapsed_s": 1.0, "summary": {}, "verdict": "error: it needs a GPU"})
     assert format_table(lines).splitlines()[-1].endswith(", 1 no verdict"), format_table(lines)
     assert short_verdict(lines[2]) == "no verdict: it needs a GPU in 1.0 s"
+    # two jobs of one reference that a probe passed (kp.judge.probes): the reference counted once
+    weak = {"probes": {"shape": "4096x1", "probes": {}, "weak": ["constant"]}, "rows": {}}
+    for d in lines[:2]:
+        d["job"]["ref"], d["record"] = ["file", "/x/ref.py"], {**(d.get("record") or {}), **weak}
+    assert format_table(lines).splitlines()[-1].endswith("; 1 reference that cannot tell a right kernel from a "
+                                                         "probe (their notes say which)"), format_table(lines)
 
 
 def test_build_jobs_sets_how_many_candidates_a_batch_builds_ahead_at_once(tmp_path, monkeypatch, cli):

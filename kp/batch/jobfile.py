@@ -199,9 +199,13 @@ def format_table(lines: list[dict]) -> str:
     n = {s: sum(status_of(d) == s for d in lines) for s in STATUSES}
     # --shapes: right at the benchmark's shape only
     only = sum(bool(((d.get("failure") or {}).get("member"))) for d in lines)
+    # references a probe passed (kp.judge.probes): counted once per reference file
+    weak = {json.dumps(d["job"].get("ref")) for d in lines if ((d.get("record") or {}).get("probes") or {}).get("weak")}
     out.append(f"{n[ACCEPTED]} accepted, {n[REJECTED]} rejected"
                + (f" ({only} of them right at the benchmark's shape only)" if only else "")
-               + (f", {n[NO_VERDICT]} no verdict" if n[NO_VERDICT] else ""))
+               + (f", {n[NO_VERDICT]} no verdict" if n[NO_VERDICT] else "")
+               + (f"; {len(weak)} reference{'s' * (len(weak) != 1)} that cannot tell a right kernel from a probe "
+                  f"(their notes say which)" if weak else ""))
     return "\n".join(out)
 
 

@@ -62,6 +62,7 @@ from kp.judge.memory import out_of_memory, own_oom
 from kp.judge.record import process_age_s, record_head, record_tail
 from kp.judge.family import apply_at, module_sizes
 from kp.judge.backward import GradientCheck
+from kp.judge.probes import Probes
 from kp.judge.parity import parity_cases
 from kp.judge.stages import AFTER_WORKERS, BUILD_STAGE, STAGES, WAIT_STAGE
 from kp.judge.timed import interim
@@ -213,6 +214,7 @@ class Judge:
         self.at_sizes: dict = {}
         self.at_bench: str | None = None
         self.gradients = GradientCheck(self.notes, log, ref.name, self.clock)
+        self.probes = Probes(precision)  # what no kernel computes, judged at the benchmark shape's calls
         self.escape_check = EscapeCheck(self.seed, allow_torch, opts.backward,
                                         lambda: self.device == "cuda" and not self.gpu_own, log, self.clock.tally)
         if device == "cuda":

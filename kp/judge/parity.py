@@ -242,6 +242,9 @@ def parity_bench(run, init, at: str | None = None) -> None:
             run.skip(f"{label}: {why}")
             continue
 
+        if not at:  # what no kernel computes, judged with this call's budgets (kp.judge.probes)
+            with run.clock.timed("parity: the reference's probes"):
+                run.probes.see(label, refs.r32, pristine, exp, run.fp["shapes"])
         widen = widener(run.clock.timed, refs, pristine, exp, "a derived input", saved)
         moved = moved_call(index) and room_to_move(run, pristine)
         if moved_call(index) and not moved:

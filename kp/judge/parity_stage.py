@@ -34,6 +34,11 @@ def stage_parity(run, rec: dict, init) -> None:
     if run.bench_parity:
         parity_bench(run, init)
         drop_input_buffers(run)
+        rec["probes"] = run.probes.record()
+        weak = run.probes.note()
+        if weak:
+            run.notes.append(weak)
+            run.log(f"{run.ref.name}: {weak}")
         if run.shapes:
             parity_shapes(run, rec, init)
     else:

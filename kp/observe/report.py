@@ -136,6 +136,23 @@ def shapes_judged(rec: dict) -> str:
     return ", ".join(out)
 
 
+def probes_lines(rec: dict) -> list[str]:
+    """The reference's probes as a table (kp.judge.probes): each, whether every benchmark-shape call it saw accepted
+    it, at how many calls, and the call and error that rejected it."""
+    p = rec.get("probes")
+    if not p:
+        return ["probes: not run (parity did not run at the benchmark's shape here)"]
+    out = [f"probes at {p['shape']}: what no kernel computes, judged as a candidate's output",
+           f"{'probe':<36} {'verdict':<9} {'calls':>5}  rejected at"]
+    for name, r in p["probes"].items():
+        said = "accepted" if r["accepted"] else "rejected"
+        why = r.get("why") or (f"{r['at']}: relL2 {r['rel_l2']:.2e} over budget {r['budget']:.2e}" if "rel_l2" in r
+                               else f"{r.get('at', '-')} ({r.get('kind', '')})")
+        out.append(f"{name:<36} {said:<9} {r['calls']:>5}  {'-' if r['accepted'] else why}")
+    out.append(f"weak: {', '.join(p['weak'])}" if p["weak"] else "weak: none (every probe was rejected)")
+    return out
+
+
 def checks_line(r: dict) -> str:
     """How many checked calls a row passed, by kind, in words, and at how many its gradients were checked too."""
     shapes = len({c.split(":")[0] for c in r["checks"] if c.startswith("at ")})

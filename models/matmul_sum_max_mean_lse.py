@@ -38,6 +38,13 @@ in_features = 8192
 # batch; the features are the model's
 TEST_SIZES = {"batch_size": 128}
 
+# The reference's probes (kp.judge.probes) that its checks cannot tell from a right kernel, by precision. Each
+# output sums the 6.7e7 products behind a row of the GEMM, and the budget's floor for a reduction that long, the
+# error of an honest fp32 kernel summing them in another order (2 u32 sqrt(K) = 9.8e-4), is above what fp16
+# arithmetic errs here: the reference in fp16 passed all six benchmark-shape calls at 128x8192 on the CPU. A kernel
+# that rounds its inputs to fp16 is accepted in fp32; the verdict's note says so.
+WEAK_PROBES = {"fp32": ("the reference in fp16",)}
+
 
 def get_inputs():
     return [torch.rand(batch_size, in_features)]

@@ -229,7 +229,9 @@ def test_every_shipped_variant_accepted(problem, precision):
     rec = judge.evaluate(ref, None, rows, bench=False, precision=precision)
     bad = {k: r["reason"] for k, r in rec["rows"].items() if not r["accepted"] and not r["peer"]}
     assert not bad, bad
-    assert rec["probes"]["weak"] == [], rec["probes"]  # the problem's reference tells a right kernel from a cheat
+    # the problem's reference tells a right kernel from a cheat, but for the probes its module declares
+    known = getattr(harness.problem_module(problem), "WEAK_PROBES", {}).get(precision, ())
+    assert rec["probes"]["weak"] == list(known), rec["probes"]
     for k, r in rec["rows"].items():
         if r["accepted"] and not r["peer"]:
             assert r["own_kernels"], (k, r["kernels"])

@@ -27,7 +27,7 @@ def build_row(run, row: Row, refs: _Refs, init, seed: int, stage: str = "constru
         kinds = reply["eval_modules"]
         what = "BatchNorm would use running statistics" if any("Norm" in k for k in kinds) else \
             "Dropout would be off"
-        raise Rejected(f"{stage}: ModelNew is in eval mode (run.training is False) but the reference trains: "
+        raise Rejected(f"{stage}: ModelNew is in eval mode (self.training is False) but the reference trains: "
                        f"{what} ({', '.join(kinds)}); --mode eval judges inference semantics", kind="construct")
     ref_keys = refs.keys()
     names = state_map(ref_keys, keys) if ref_keys else {}

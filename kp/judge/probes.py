@@ -8,7 +8,8 @@ own budgets (kp.judge.outputs.judge_output on the call's Expected), what a cheat
 - zeros, and a constant (each output's float64 mean),
 - each input passed through, where it has an output's shape and dtype,
 - the output of the call before (stale),
-- the reference itself computed in bf16 and in fp16 (a copy of its model and its inputs cast; fp32 and tf32 only).
+- the reference itself computed in bf16 and in fp16 (a copy of its model and its inputs cast): in fp32; in tf32
+  bf16 alone (fp16 keeps TF32's 10-bit mantissa).
 
 A probe is dropped at the first call that rejects it; one that every call passes is a hole in the reference: the
 verdict and the record say so, once (`Probes.weak`). What it costs is the probes' comparisons and the two
@@ -87,7 +88,8 @@ class Probes:
         if self.prev is not None:
             candidates.append((STALE, lambda prev=self.prev: prev))
         if self.precision in ("fp32", "tf32"):
-            for name, dtype in LOW_PRECISIONS.items():
+            # fp16 keeps TF32's 10-bit mantissa: in the tf32 mode it is no shortcut, bf16's 7 bits are
+            for name, dtype in [(n, d) for n, d in LOW_PRECISIONS.items() if self.precision == "fp32" or n == "bf16"]:
                 candidates.append((f"the reference in {name}",
                                    lambda dtype=dtype: _low_precision(r32, pristine, dtype, exp)))
         for name, make in candidates:

@@ -30,13 +30,13 @@ LAYER_ORDER = (
     "box.builds", "lib.bytecode", "box.pch", "box.start", "lib.sources", "lib.build", "lib.checks", "lib.layers",
     # one judged call: the shape family's members, the reference's shape family, the judge's options and clock, the
     # reference, judges sharing a GPU, the timer, profiles, the kernel languages a candidate compiles at run time,
-    # what is watched in a candidate's process, a call's backward, the worker's measuring and calling commands, its
-    # replies, its state and setup commands, the worker that runs a model, the runners that talk to it, the boxed
-    # worker's entry
+    # what is watched in a candidate's process, a call's backward, the worker's timing, profiling and calling
+    # commands, its replies, its state and setup commands, the worker that runs a model, the runners that talk to it,
+    # the boxed worker's entry
     "judge.members", "judge.family", "judge.options", "judge.clock", "judge.reference", "lib.gpu_lock", "lib.timing",
     "observe.profile", "worker.languages", "worker.guards", "judge.window", "worker.backward_pass", "worker.measuring",
-    "worker.parity_calls", "worker.replies", "worker.state", "worker.setup", "worker.loop", "judge.runners",
-    "box.entry",
+    "worker.profiling", "worker.parity_calls", "worker.replies", "worker.state", "worker.setup", "worker.loop",
+    "judge.runners", "box.entry",
     # reading and saying: Nsight Compute, the tables
     "observe.ncu", "observe.verdict", "observe.report",
     # the judge: its memory plan, an output against what it must be, what a call must return, its stages (construct,

@@ -46,7 +46,7 @@ def test_training_steps_are_timed_side_by_side_with_every_sample_told():
     its forward and a backward pass from an upstream gradient drawn with the inputs, the parameters' .grad cleared
     before each call; every sample is told as taken and none is offered for a check (parity judged the gradients)."""
     import torch
-    from kp.worker.measuring import MeasureCommands
+    from kp.worker.measuring import TimingCommands
     from kp.worker.state import WorkerState
 
     class Counted(torch.nn.Linear):
@@ -71,7 +71,7 @@ def test_training_steps_are_timed_side_by_side_with_every_sample_told():
     st = WorkerState(Ref(), "cpu", "fp32", interim=interim)
     st.baselines = {"eager": Counted(3, 2)}
     st.models = {"candidate": Counted(3, 2)}
-    reply = MeasureCommands(st).cmd_time(["candidate"], 2, 3, 3, 5.0, False, True)
+    reply = TimingCommands(st).cmd_time(["candidate"], 2, 3, 3, 5.0, False, True)
     assert set(reply["timing"]) == {"eager", "candidate"}
     for k, t in reply["timing"].items():
         samples = [m["ms"] for m in told if m["label"] == k]

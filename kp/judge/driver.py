@@ -209,6 +209,7 @@ class Judge:
         self.t_parity = self.t_gpu_stages = None
         self.skipped: list = []
         self.stage_now: str | None = None  # the stage running: a row it rejects has its failure's stage named so
+        self.held: contextlib.ExitStack | None = None  # what a stage holds until the stages end
         # --at: the sizes ({name: (benchmark's, judged)}) of the shape judged in place of the benchmark's, set when the
         # run starts (kp.judge.family.apply_at), and the benchmark's shape
         self.at_sizes: dict = {}
@@ -311,58 +312,9 @@ class Judge:
                 self.at_bench = bench if self.at_sizes else None
                 self.notes.append(f"judged at {self.fp['shapes']} (--at {self.opts.at}), not the benchmark's {bench}"
                                   if self.at_sizes else f"--at {self.opts.at}: the benchmark's own sizes")
-            return self._run()
+            return drive(self)
         finally:
             vars(self.ref.module).update(sizes)
-
-    def _run(self) -> dict:
-        t0 = time.perf_counter()
-        rec = record_head(self, self.device == "cuda")  # measures the footprint: a meta-device forward
-        init = self.ref.init()
-        built = self._build_s()  # a box lent its candidate's build folder waits there for the build running ahead
-        seconds: dict[str, float] = {"judge start": t0 - self.t_start - built,  # its CUDA context, workers started
-                                     "footprint": time.perf_counter() - t0}
-        if built > 0:
-            seconds[BUILD_STAGE] = built
-
-        def run_stages(stages) -> None:
-            for stage in stages:
-                if stage.applies(self):
-                    self.stage_now = stage.name
-                    t0, waited, built = time.perf_counter(), self.gpu_wait_s, self._build_s()
-                    shared = stage.shares_gpu(self) and self.device == "cuda" and not self.gpu_own
-                    try:
-                        with gpu_lock.gpu_shared(self.log) if shared else contextlib.nullcontext(), \
-                                still_in(stage.name, lambda said: self.log(f"{self.ref.name}: {said}")):
-                            stage.run(self, rec, init)
-                    finally:
-                        name_failures(self.rows, stage.name)
-                    waited, built = self.gpu_wait_s - waited, max(self._build_s() - built, 0.0)
-                    for name, s in ((stage.name, time.perf_counter() - t0 - waited - built),
-                                    (WAIT_STAGE, waited), (BUILD_STAGE, built)):
-                        if s > 0 or name == stage.name:
-                            seconds[name] = seconds.get(name, 0.0) + max(s, 0.0)
-        gpu_lock.GPU_WAITS.append(self._waited_for_gpu)
-        try:
-            with contextlib.ExitStack() as self.held:  # what a stage holds until the stages end (the GPU to itself)
-                run_stages(STAGES)
-        except torch.OutOfMemoryError as e:  # the plan checked the free memory at the start; it can shrink since
-            raise own_oom(self, e, list(seconds)) from None
-        finally:
-            gpu_lock.GPU_WAITS.remove(self._waited_for_gpu)
-            for runner in self.runners:
-                runner.close()
-        run_stages(AFTER_WORKERS)
-        cuda_builds_on_cpu(self)
-        enough_checks(self.rows, rec, self.no_room, self.ref.name, self.log)
-        rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
-        rec["stage_detail"] = self.clock.largest_first()
-        rec["gpu_wait_s"] = round(self.gpu_wait_s, 2)
-        rec["boxes_started_ahead"] = [r.box_ahead for r in self.runners if hasattr(r, "box_ahead")]
-        missed = [m for r in self.runners for m in getattr(r, "box_missed", [])]
-        if missed:  # a box started ahead that did not serve: why (its plan differed, it had exited)
-            rec["boxes_passed_over"] = missed
-        return record_tail(self, rec, self.device == "cuda")
 
     def _told(self, msg: dict):
         """A timed call told by a worker (kp.judge.timed.interim answers it)."""
@@ -392,6 +344,63 @@ class Judge:
         for runner in self.runners:
             if getattr(runner, "deadline", None) is not None:
                 runner.deadline += seconds
+
+
+def drive(run) -> dict:
+    """The stage table over the judge's run: the record's head (the footprint measured), every stage of STAGES that
+    applies with the workers up, then those of AFTER_WORKERS once they are closed; the seconds each took, the waits
+    for the GPU and the candidates' builds apart, into the record."""
+    t0 = time.perf_counter()
+    rec = record_head(run, run.device == "cuda")  # measures the footprint: a meta-device forward
+    init = run.ref.init()
+    built = run._build_s()  # a box lent its candidate's build folder waits there for the build running ahead
+    seconds: dict[str, float] = {"judge start": t0 - run.t_start - built,  # its CUDA context, workers started
+                                 "footprint": time.perf_counter() - t0}
+    if built > 0:
+        seconds[BUILD_STAGE] = built
+    gpu_lock.GPU_WAITS.append(run._waited_for_gpu)
+    try:
+        with contextlib.ExitStack() as run.held:  # what a stage holds until the stages end (the GPU to itself)
+            run_stages(run, STAGES, rec, init, seconds)
+    except torch.OutOfMemoryError as e:  # the plan checked the free memory at the start; it can shrink since
+        raise own_oom(run, e, list(seconds)) from None
+    finally:
+        gpu_lock.GPU_WAITS.remove(run._waited_for_gpu)
+        for runner in run.runners:
+            runner.close()
+    run_stages(run, AFTER_WORKERS, rec, init, seconds)
+    cuda_builds_on_cpu(run)
+    enough_checks(run.rows, rec, run.no_room, run.ref.name, run.log)
+    rec["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+    rec["stage_detail"] = run.clock.largest_first()
+    rec["gpu_wait_s"] = round(run.gpu_wait_s, 2)
+    rec["boxes_started_ahead"] = [r.box_ahead for r in run.runners if hasattr(r, "box_ahead")]
+    missed = [m for r in run.runners for m in getattr(r, "box_missed", [])]
+    if missed:  # a box started ahead that did not serve: why (its plan differed, it had exited)
+        rec["boxes_passed_over"] = missed
+    return record_tail(run, rec, run.device == "cuda")
+
+
+def run_stages(run, stages, rec: dict, init, seconds: dict) -> None:
+    """Each stage that applies, in order, its seconds added to `seconds` under its name, its waits for other judges
+    on the GPU and the candidates' builds inside it under theirs; a stage that shares the GPU holds its gate."""
+    for stage in stages:
+        if not stage.applies(run):
+            continue
+        run.stage_now = stage.name
+        t0, waited, built = time.perf_counter(), run.gpu_wait_s, run._build_s()
+        shared = stage.shares_gpu(run) and run.device == "cuda" and not run.gpu_own
+        try:
+            with gpu_lock.gpu_shared(run.log) if shared else contextlib.nullcontext(), \
+                    still_in(stage.name, lambda said: run.log(f"{run.ref.name}: {said}")):
+                stage.run(run, rec, init)
+        finally:
+            name_failures(run.rows, stage.name)
+        waited, built = run.gpu_wait_s - waited, max(run._build_s() - built, 0.0)
+        for name, s in ((stage.name, time.perf_counter() - t0 - waited - built), (WAIT_STAGE, waited),
+                        (BUILD_STAGE, built)):
+            if s > 0 or name == stage.name:
+                seconds[name] = seconds.get(name, 0.0) + max(s, 0.0)
 
 
 def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants: list[str] | None = None,

@@ -38,7 +38,7 @@ def busy_ms(events: list[dict], marker: str, window: tuple[float, float] | None)
 
 
 def forward_busy_ms(events: list[dict], marker: str, window: tuple[float, float] | None) -> float | None:
-    """A training step profiled with a marker kernel between its forward and its backward (kp.worker.measuring): how
+    """A training step profiled with a marker kernel between its forward and its backward (kp.worker.profiling): how
     long the forward's own GPU activities kept the GPU busy, from the window's start to that middle marker (busy_ms's
     union); None without a middle marker."""
     marks = sorted(e["ts"] for e in events if e["name"] == marker)

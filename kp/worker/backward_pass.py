@@ -26,7 +26,7 @@ def leaves(inputs: list) -> list:
 
 def backward_pass(model, inputs: list, upstream: list, between=None):
     """The forward with autograd on and one backward from `upstream`, nothing waited for: (output, the inputs as
-    leaves). What the escape check times (kp.worker.measuring), and what a parity call runs. between: called after the
+    leaves). What the escape check times (kp.worker.profiling), and what a parity call runs. between: called after the
     forward and before the backward (the escape check's marker between the two passes)."""
     xs = leaves(inputs)
     with torch.enable_grad():

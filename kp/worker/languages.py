@@ -2,7 +2,7 @@
 or without `@triton.autotune` / `@triton.heuristics`), CuPy (`RawKernel`, `RawModule`, `ElementwiseKernel`,
 `ReductionKernel`) and Numba CUDA (`@cuda.jit`). None of them leaves a shared library behind: each loads its
 compiled code through the driver, so the own-kernel check cannot find their names in a library the candidate loaded
-(kp.worker.measuring) and asks this module instead, in the candidate's process, after the profiled call.
+(kp.worker.profiling) and asks this module instead, in the candidate's process, after the profiled call.
 
 A kernel is the candidate's own when its code came from the candidate: a Triton or Numba function defined in a file
 of the candidate's folder (not in torch.compile's generated modules, which are labelled torch.compile's, nor in a

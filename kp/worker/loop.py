@@ -15,8 +15,9 @@ from kp.box.builds import alive
 from kp.errors import oom_request_bytes
 from kp.judge.reference import Reference
 from kp.worker.guards import fingerprint_changes, late_threads
-from kp.worker.measuring import MeasureCommands
+from kp.worker.measuring import TimingCommands
 from kp.worker.parity_calls import CallCommands
+from kp.worker.profiling import ProfileCommands
 from kp.worker.replies import (ENDED_AFTER_FAULT, _settle_before_sending, asks_for_cuda, error_kind, error_text,
                                fault_text, gpu_fault, raised_kind, send, without_tensors)
 from kp.worker.setup import SetupCommands
@@ -29,15 +30,16 @@ RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")
 
 class Worker:
     """A worker: its one state (kp.worker.state.WorkerState) and the commands the judge sends, each served by the
-    part that owns it (setup, the parity calls, measuring); `run` serves one, `loop` serves a judge's channel until it
-    says quit."""
+    part that owns it (setup, the parity calls, timing, profiling); `run` serves one, `loop` serves a judge's channel
+    until it says quit."""
 
     def __init__(self, ref_spec, device: str, precision: str, factories: dict | None = None, conn=None,
                  train: bool = True, interim=None):
         ref = Reference.load(ref_spec).use_precision(precision)
         self.state = WorkerState(ref, device, precision, factories, conn, train, interim)
         self.commands: dict = {}
-        for part in (SetupCommands(self.state), CallCommands(self.state), MeasureCommands(self.state)):
+        parts = (SetupCommands, CallCommands, TimingCommands, ProfileCommands)
+        for part in (make(self.state) for make in parts):
             for name in (n for n in dir(part) if n.startswith("cmd_")):
                 assert name[len("cmd_"):] not in self.commands, f"two parts serve {name}"
                 self.commands[name[len("cmd_"):]] = getattr(part, name)

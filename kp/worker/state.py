@@ -1,8 +1,9 @@
 """What a worker holds while it serves a judge: the reference at its shape, the models under judgement and the
 baselines, the factories that build them, what the candidate's import left to compare against, its builds' record,
 and the channel a timed call's output reaches the judge through. One object, made by kp.worker.loop.Worker and
-passed to each of its command parts (kp.worker.setup, kp.worker.parity_calls, kp.worker.measuring): the only state
-a worker has, so a part's inputs are all here, and a test builds one with what it needs."""
+passed to each of its command parts (kp.worker.setup, kp.worker.parity_calls, kp.worker.measuring,
+kp.worker.profiling): the only state a worker has, so a part's inputs are all here, and a test builds one with what
+it needs."""
 from __future__ import annotations
 
 from kp.worker.guards import loaded_objects

@@ -9,7 +9,7 @@ import torch
 import harness
 from kp.errors import Rejected
 from kp.judge import driver as judge
-from kp.judge import expected, outputs, plan, reference, runners
+from kp.judge import expected, family, outputs, plan, reference, runners
 from kp.worker import parity_calls
 from kp.lib import numerics
 from conftest import gpu, run_script as run
@@ -361,15 +361,15 @@ def test_a_shape_too_large_for_the_cpu_is_judged_at_a_smaller_one_of_its_family(
     scaled = CASES_DIR / "contract" / "scaled"
     fits = lambda fp: plan.cpu_bench_refusal(fp, 3 << 29) is None  # a 1.5 GiB host budget, as the suite's
     gelu = judge.Reference.load(("file", str(scaled / "gelu" / "ref.py")))
-    assert gelu.scale_to_fit(fits) == {"batch_size": (4096, 64)}
+    assert family.scale_to_fit(gelu, fits) == {"batch_size": (4096, 64)}
     assert gelu.module.dim == 393216
     ce = judge.Reference.load(("file", str(scaled / "cross_entropy" / "ref.py")))
-    assert ce.scale_to_fit(fits) == {"batch_size": (32768, 8192)}  # targets (N,) follow the logits' batch
+    assert family.scale_to_fit(ce, fits) == {"batch_size": (32768, 8192)}  # targets (N,) follow the logits' batch
     ln = judge.Reference.load(("file", str(scaled / "layernorm" / "ref.py")))
-    assert ln.scale_to_fit(fits) == {"batch_size": (16, 8)}  # features, dim1, dim2 are the model's
+    assert family.scale_to_fit(ln, fits) == {"batch_size": (16, 8)}  # features, dim1, dim2 are the model's
     assert ln.init() == [(64, 256, 256)]
     tiny = lambda fp: fp["inputs"] < 1024  # nothing but a change of the model or the rows would fit this
-    assert ln.scale_to_fit(tiny) == {} and ln.module.batch_size == 8
+    assert family.scale_to_fit(ln, tiny) == {} and ln.module.batch_size == 8
 
 
 def test_an_error_that_announces_a_list_keeps_the_list():

@@ -264,47 +264,51 @@ class _Refs:
         if self.f64_device == "cpu" and torch.cuda.is_available():  # pinned: each chunk of the comparison crosses
             r64 = tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64)) \
                 if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
-        spread = self._rounding_spread(pristine, r64) if self.bench_rms is not None else None
+        spread = rounding_spread(self, pristine, r64) if self.bench_rms is not None else None
         return Expected.of(r32, r64, k=self.k, alts=alts,  # PyTorch's error: the worst of its legal algorithms
                            scale=self.bench_rms, spread=spread, grow=grow)
 
-    def _rounding_spread(self, pristine: list, r64) -> list | None:
-        """At a member of the shape family, for each output of a few elements (FEW_ELEMENTS): how far honest fp32
-        roundings move it relative to its value (honest_spread's relL2). A loss that is the difference of two
-        distances near 90 (a triplet margin loss at a batch of one) moves far more than its own value's floor says;
-        an honest kernel was rejected there. None where no output is that small."""
-        outs = _as_list(r64)
-        few = [isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() <= FEW_ELEMENTS for t in outs]
-        if not any(few):
-            return None
-        moves = self.honest_spread(pristine, r64, only=few)
-        return None if moves is None else [m.rel_l2 if m is not None else None for m in moves]
 
-    def honest_spread(self, pristine: list, r64, only: list | None = None, state: dict | None = None) -> list | None:
-        """For each floating output (those `only` marks): the most the float64 reference's output moves over three
-        runs with every operator's result rounded at random as an honest fp32 kernel may round it
-        (kp.lib.op_modes.RoundingNoise), as an Err against it (relL2, worst row). None where the float64 reference
-        cannot be run again. Each run starts from `state` (save_buffers: the state r64 was computed from, before the
-        call that moved it) where given, and the references' state is put back after each run."""
-        outs = _as_list(r64)
-        only = only or [isinstance(t, torch.Tensor) and t.is_floating_point() for t in outs]
-        worst: list = [Err(0.0, 0.0, 0) if o else None for o in only]
-        for seed in range(3):
-            saved = self.save_buffers()
-            try:
-                if state is not None:
-                    self.restore_buffers(state)
-                with RoundingNoise(seed):
-                    other = self._float64(pristine)
-            finally:
-                self.restore_buffers(saved)
-            if other is None:
-                return None
-            for i, (o, r) in enumerate(zip(_as_list(other), outs)):
-                if worst[i] is not None and isinstance(o, torch.Tensor) and o.shape == r.shape:
-                    e = rel_error(o.to(r.device), r)
-                    worst[i] = Err(max(worst[i].rel_l2, e.rel_l2), max(worst[i].worst_row, e.worst_row), 0)
-        return worst
+
+def rounding_spread(refs: "_Refs", pristine: list, r64) -> list | None:
+    """At a member of the shape family, for each output of a few elements (FEW_ELEMENTS): how far honest fp32
+    roundings move it relative to its value (honest_spread's relL2). A loss that is the difference of two
+    distances near 90 (a triplet margin loss at a batch of one) moves far more than its own value's floor says;
+    an honest kernel was rejected there. None where no output is that small."""
+    outs = _as_list(r64)
+    few = [isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() <= FEW_ELEMENTS for t in outs]
+    if not any(few):
+        return None
+    moves = honest_spread(refs, pristine, r64, only=few)
+    return None if moves is None else [m.rel_l2 if m is not None else None for m in moves]
+
+
+def honest_spread(refs: "_Refs", pristine: list, r64, only: list | None = None,
+                  state: dict | None = None) -> list | None:
+    """For each floating output (those `only` marks): the most the float64 reference's output moves over three
+    runs with every operator's result rounded at random as an honest fp32 kernel may round it
+    (kp.lib.op_modes.RoundingNoise), as an Err against it (relL2, worst row). None where the float64 reference
+    cannot be run again. Each run starts from `state` (save_buffers: the state r64 was computed from, before the
+    call that moved it) where given, and the references' state is put back after each run."""
+    outs = _as_list(r64)
+    only = only or [isinstance(t, torch.Tensor) and t.is_floating_point() for t in outs]
+    worst: list = [Err(0.0, 0.0, 0) if o else None for o in only]
+    for seed in range(3):
+        saved = refs.save_buffers()
+        try:
+            if state is not None:
+                refs.restore_buffers(state)
+            with RoundingNoise(seed):
+                other = refs._float64(pristine)
+        finally:
+            refs.restore_buffers(saved)
+        if other is None:
+            return None
+        for i, (o, r) in enumerate(zip(_as_list(other), outs)):
+            if worst[i] is not None and isinstance(o, torch.Tensor) and o.shape == r.shape:
+                e = rel_error(o.to(r.device), r)
+                worst[i] = Err(max(worst[i].rel_l2, e.rel_l2), max(worst[i].worst_row, e.worst_row), 0)
+    return worst
 
 
 def _has_products(counter) -> bool:

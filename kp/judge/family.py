@@ -197,47 +197,6 @@ class ShapeFamily:
             out.append(("declared", dict(entry)))
         return out
 
-    def scale_to_fit(self, fits) -> dict[str, tuple[int, int]]:
-        """Shrink the reference's own shape family until `fits(footprint)` holds, and return what changed
-        ({global: (benchmark value, judged value)}), or {} where no allowed change makes it fit (nothing is
-        changed then). Only module-level integers that get_inputs() reads and that neither get_init_inputs() nor
-        Model's code reads may change, so the model, its weights and every operator's parameters stay as they
-        are. The batch (a size that moves only dimension 0 of the inputs) is halved first; then sizes that move no
-        input's last dimension (spatial extents, sequence lengths); the last dimension, the row most operators
-        reduce, is kept. Each size is halved down to 2 at the least; sizes are tried on the meta device, where
-        nothing is allocated. Where it returns {}, `no_smaller_shape` says why."""
-        g = vars(self.module)
-        names = [n for n in self.family_sizes() if g[n] > 2]
-        base = meta_shapes(self.module)
-        if base is None:
-            self.no_smaller_shape = "its get_inputs() does not run on the meta device, where shapes are tried"
-            return {}
-        moves = {}
-        for n in names:
-            dims = self._dims_moved(n, g[n] // 2, base)
-            if dims is None:
-                continue
-            moved = [(len(a), d) for a, d in zip(base, dims)]
-            rows = any(nd >= 2 and nd - 1 in dims for nd, dims in moved)  # a matrix's last dimension: its rows
-            wide = any(nd >= 2 and dims for nd, dims in moved)  # a 1-D input alone is one row: kept too
-            if wide and not rows:
-                moves[n] = 0 if all(dims <= {0} for _, dims in moved) else 1  # the batch first
-        now = {n: g[n] for n in moves}
-        for n in sorted(moves, key=lambda n: (moves[n], -g[n])):
-            ok = self._fits_at(now, fits)
-            while not ok and now[n] > 2:
-                now[n] = max(2, now[n] // 2)
-                ok = self._fits_at(now, fits)
-            if ok:
-                changed = self._with_following({k: v for k, v in now.items() if g[k] != v}) or {}
-                g.update({k: v for k, (_, v) in changed.items()})
-                return changed
-        if moves:
-            self.no_smaller_shape = f"even at {', '.join(f'{n} = {now[n]}' for n in moves)} it does not fit"
-        else:
-            self.no_smaller_shape = "no module-level size that get_inputs() alone reads sets its batch or extents"
-        return {}
-
     def fixed_sizes(self, names: list[str], train: bool = True) -> list[str]:
         """The family's sizes its model takes at no other value: moved alone to its odd value and to its double, the
         model raises on the meta device both times (a channel count its first layer fixes, the image size its
@@ -353,3 +312,45 @@ def meta_shapes(module) -> list[tuple] | None:
     except Exception:
         return None
     return [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in xs]
+
+
+def scale_to_fit(ref, fits) -> dict[str, tuple[int, int]]:
+    """Shrink a reference's (a ShapeFamily's) own shape family until `fits(footprint)` holds, and return what changed
+    ({global: (benchmark value, judged value)}), or {} where no allowed change makes it fit (nothing is
+    changed then). Only module-level integers that get_inputs() reads and that neither get_init_inputs() nor
+    Model's code reads may change, so the model, its weights and every operator's parameters stay as they
+    are. The batch (a size that moves only dimension 0 of the inputs) is halved first; then sizes that move no
+    input's last dimension (spatial extents, sequence lengths); the last dimension, the row most operators
+    reduce, is kept. Each size is halved down to 2 at the least; sizes are tried on the meta device, where
+    nothing is allocated. Where it returns {}, `no_smaller_shape` says why."""
+    g = vars(ref.module)
+    names = [n for n in ref.family_sizes() if g[n] > 2]
+    base = meta_shapes(ref.module)
+    if base is None:
+        ref.no_smaller_shape = "its get_inputs() does not run on the meta device, where shapes are tried"
+        return {}
+    moves = {}
+    for n in names:
+        dims = ref._dims_moved(n, g[n] // 2, base)
+        if dims is None:
+            continue
+        moved = [(len(a), d) for a, d in zip(base, dims)]
+        rows = any(nd >= 2 and nd - 1 in dims for nd, dims in moved)  # a matrix's last dimension: its rows
+        wide = any(nd >= 2 and dims for nd, dims in moved)  # a 1-D input alone is one row: kept too
+        if wide and not rows:
+            moves[n] = 0 if all(dims <= {0} for _, dims in moved) else 1  # the batch first
+    now = {n: g[n] for n in moves}
+    for n in sorted(moves, key=lambda n: (moves[n], -g[n])):
+        ok = ref._fits_at(now, fits)
+        while not ok and now[n] > 2:
+            now[n] = max(2, now[n] // 2)
+            ok = ref._fits_at(now, fits)
+        if ok:
+            changed = ref._with_following({k: v for k, v in now.items() if g[k] != v}) or {}
+            g.update({k: v for k, (_, v) in changed.items()})
+            return changed
+    if moves:
+        ref.no_smaller_shape = f"even at {', '.join(f'{n} = {now[n]}' for n in moves)} it does not fit"
+    else:
+        ref.no_smaller_shape = "no module-level size that get_inputs() alone reads sets its batch or extents"
+    return {}

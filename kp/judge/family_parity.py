@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from kp.errors import GpuMemoryShort, ReferenceRaised, Rejected, UsageError, cuda_broken
+from kp.judge.family import scale_to_fit
 from kp.judge.members import said_sizes
 from kp.judge.plan import cpu_bench_refusal, float64_peak, free_gpu_bytes, host_budget, memory_need
 from kp.judge.calls import drop_input_buffers
@@ -54,8 +55,7 @@ def parity_shapes(run, rec: dict, init) -> None:
             # the host's room: a smaller member of the same kind, as the benchmark's own shape is (its row length
             # kept)
             if no_room and run.device != "cuda":
-                fitted = run.ref.scale_to_fit(
-                    lambda fp: cpu_bench_refusal(fp, host_budget()) is None)
+                fitted = scale_to_fit(run.ref, lambda fp: cpu_bench_refusal(fp, host_budget()) is None)
                 if fitted:
                     sizes = {**sizes, **{k: (sizes[k][0] if k in sizes else a, b) for k, (a, b) in fitted.items()}}
                     entry["sizes"] = {k: new for k, (_, new) in sizes.items()}

@@ -69,7 +69,7 @@ class Expected:
         alts: PyTorch's fp32 outputs under its other legal algorithms; its own error is the worst of them all.
         scale: at a member of the shape family, each output's RMS magnitude at the benchmark's shape (few_scale);
         spread: there, how far each output of a few elements moves under an honest fp32 kernel's roundings
-        (kp.judge.expected._Refs._rounding_spread): its budget is at least that. grow: the floor's growth at the
+        (kp.judge.expected.rounding_spread): its budget is at least that. grow: the floor's growth at the
         shifted derived input (kp.judge.parity.shift_growth)."""
         alts = [_as_list(a) for a in alts]
         r32l, r64l = _as_list(r32), _as_list(r64)
@@ -97,7 +97,7 @@ class Expected:
 
     def widened(self, spread: list) -> "Expected":
         """The same with each output's budget at least how far honest fp32 roundings move it (spread: per output an
-        Err or None, kp.judge.expected._Refs.honest_spread)."""
+        Err or None, kp.judge.expected.honest_spread)."""
         errs = [e if e is None or m is None else
                 (e[0], Err(max(e[1].rel_l2, m.rel_l2), max(e[1].worst_row, m.worst_row), 0))
                 for e, m in zip(self.errs, list(spread) + [None] * (len(self.errs) - len(spread)))]

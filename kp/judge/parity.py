@@ -14,7 +14,7 @@ from kp.errors import ReferenceRaised, Rejected, failed_figures, first_line, rai
 from kp.judge.calls import (STALE_INPUTS, check_buffers, check_call, in_retired_buffers, moved_call, release_if_short,
                             room_to_move)
 from kp.judge.construct import build_row
-from kp.judge.expected import Row, _Refs, tf32_truncated_output
+from kp.judge.expected import Row, _Refs, honest_spread, tf32_truncated_output
 from kp.judge.float64 import FP32_ONLY_BUDGET
 from kp.judge.options import MIN_TRIALS
 from kp.judge.outputs import Expected, _release, rms
@@ -76,7 +76,7 @@ def widener(timed, refs: _Refs, pristine: list, exp: Expected, where: str, state
     def widen():
         try:
             with timed(f"parity: how far honest roundings move the reference at {where}"):
-                spread = refs.honest_spread(pristine, exp.r64, state=state)
+                spread = honest_spread(refs, pristine, exp.r64, state=state)
         except Exception as e:  # no room for its runs, or the reference under the rounding mode:
             if raised_by_judge(e):  # the budget stays as it was, and so does the verdict
                 raise

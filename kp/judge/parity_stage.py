@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from kp.judge.calls import drop_input_buffers
+from kp.judge.family import scale_to_fit
 from kp.judge.family_parity import parity_shapes, scale_workers
 from kp.judge.members import said_sizes
 from kp.judge.parity import parity_bench, parity_cases
@@ -18,7 +19,7 @@ def stage_parity(run, rec: dict, init) -> None:
     room = None if run.device == "cuda" else host_budget()
     why_not = None if room is None else cpu_bench_refusal(run.fp, room)
     if why_not:  # on the CPU: the largest smaller shape of the reference's own family that fits
-        scaled = run.ref.scale_to_fit(lambda fp: cpu_bench_refusal(fp, room) is None)
+        scaled = scale_to_fit(run.ref, lambda fp: cpu_bench_refusal(fp, room) is None)
         if scaled:
             bench, need = run.fp["shapes"], cpu_need(run.fp)
             run._fp = run.ref.footprint(run.device, run.train)

@@ -1,6 +1,7 @@
 """The command line's machinery (run.py is its thin shell): the parser, what each flag runs, the judge's options from
 the command line, and the warm judge's slot, which runs command lines as run.py does. Nothing here imports torch
 at its top: `--help` and a box started early come before torch's import (run.py)."""
+
 import argparse
 import json
 import os
@@ -50,86 +51,166 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(prog=prog, description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--problem", action="append", help="built-in problem id (repeatable), or all")
-    src.add_argument("--ref", metavar="FILE", help="a KernelBench-format reference file (Model, get_inputs, "
-                                                   "get_init_inputs)")
+    src.add_argument(
+        "--ref", metavar="FILE", help="a KernelBench-format reference file (Model, get_inputs, get_init_inputs)"
+    )
     src.add_argument("--jobs", metavar="CSV", help="(reference, candidate) pairs to judge, one per line")
-    ap.add_argument("--candidate", metavar="FILE", nargs="+", help="judge this ModelNew file (in its own process); "
-                                                                   "several: one job each")
-    ap.add_argument("--variant", action="append", help="variant(s) of a built-in problem (default: the ladder that "
-                                                       "runs on this GPU, and auto where the model has one; 'all' "
-                                                       "adds the records)")
+    ap.add_argument(
+        "--candidate",
+        metavar="FILE",
+        nargs="+",
+        help="judge this ModelNew file (in its own process); several: one job each",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        help="variant(s) of a built-in problem (default: the ladder that "
+        "runs on this GPU, and auto where the model has one; 'all' "
+        "adds the records)",
+    )
     ap.add_argument("--list", action="store_true", help="list problems and variants")
     ap.add_argument("--build", action="store_true", help="build kernels in parallel and exit")
-    ap.add_argument("--build-jobs", type=int, default=None, help="parallel builds for --build, and for many jobs "
-                                                                 "the candidates' own extensions built at once "
-                                                                 "ahead of judging (default: one per CPU core)")
-    ap.add_argument("--gpus", metavar="SPEC", help="judge jobs on these GPUs of this host: all, 0,1 or a count "
-                                                   "(default with many jobs: 1, the first GPU); a GPU named more "
-                                                   "than once (0,0,1,1) gets that many slots")
-    ap.add_argument("--slots", metavar="N", help="slots (jobs at a time) on each GPU of --gpus, or with --device cpu "
-                                                 "on the CPU: a number, or auto (the default: 3 a GPU where the host "
-                                                 "has 5 cores for each; 1 on the CPU)")
-    ap.add_argument("--ray", metavar="ADDRESS", help="judge jobs as Ray tasks of one GPU each: auto (a running "
-                                                     "cluster), an address, or local (start one here)")
-    ap.add_argument("--out", metavar="JSONL", help="append each finished job's record here; a re-run skips the "
-                                                   "jobs already recorded")
-    ap.add_argument("--timeout", type=float, default=None, help="seconds a candidate's job may take, single run or "
-                                                                "batch, before it is rejected naming the stage it "
-                                                                "was in (default 600)")
-    ap.add_argument("--mode", default="train", choices=["train", "eval"],
-                    help="train (default: a fresh Model trains, KernelBench's contract) or eval (inference "
-                         "semantics: both models in eval mode, calls under no_grad, weights still changed)")
-    ap.add_argument("--backward", action="store_true",
-                    help="judge the gradients too: every parity call also runs a backward pass from a fresh upstream "
-                         "gradient, and every floating input's and trained parameter's gradient is compared with "
-                         "the reference's in float64 (docs/judge.md, 'Gradients')")
+    ap.add_argument(
+        "--build-jobs",
+        type=int,
+        default=None,
+        help="parallel builds for --build, and for many jobs "
+        "the candidates' own extensions built at once "
+        "ahead of judging (default: one per CPU core)",
+    )
+    ap.add_argument(
+        "--gpus",
+        metavar="SPEC",
+        help="judge jobs on these GPUs of this host: all, 0,1 or a count "
+        "(default with many jobs: 1, the first GPU); a GPU named more "
+        "than once (0,0,1,1) gets that many slots",
+    )
+    ap.add_argument(
+        "--slots",
+        metavar="N",
+        help="slots (jobs at a time) on each GPU of --gpus, or with --device cpu "
+        "on the CPU: a number, or auto (the default: 3 a GPU where the host "
+        "has 5 cores for each; 1 on the CPU)",
+    )
+    ap.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="judge jobs as Ray tasks of one GPU each: auto (a running cluster), an address, or local (start one here)",
+    )
+    ap.add_argument(
+        "--out",
+        metavar="JSONL",
+        help="append each finished job's record here; a re-run skips the jobs already recorded",
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds a candidate's job may take, single run or "
+        "batch, before it is rejected naming the stage it "
+        "was in (default 600)",
+    )
+    ap.add_argument(
+        "--mode",
+        default="train",
+        choices=["train", "eval"],
+        help="train (default: a fresh Model trains, KernelBench's contract) or eval (inference "
+        "semantics: both models in eval mode, calls under no_grad, weights still changed)",
+    )
+    ap.add_argument(
+        "--backward",
+        action="store_true",
+        help="judge the gradients too: every parity call also runs a backward pass from a fresh upstream "
+        "gradient, and every floating input's and trained parameter's gradient is compared with "
+        "the reference's in float64 (docs/judge.md, 'Gradients')",
+    )
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: from the OS, printed)")
-    ap.add_argument("--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3; "
-                                                          "default 3)")
-    ap.add_argument("--shapes", default="0", metavar="N|MEMBERS",
-                    help="also judge at N other shapes of the reference's family (its module-level sizes: those "
-                         "its SHAPE_FAMILY declares, then odd, half, one, double, odd-half, odd-double), or at the "
-                         "members named ('odd,double'); a candidate right at the benchmark's shape only is rejected; "
-                         "with timing, each shape is timed too (a table row per shape; --plot draws the curve) "
-                         "(default 0: KernelBench's contract, one shape)")
-    ap.add_argument("--at", default=None, metavar="SIZES|MEMBER",
-                    help="judge at this shape in place of the benchmark's: sizes of the reference's family by name "
-                         "('batch_size=64,dim=8192'), the sizes the file declares for quick checks (test: its "
-                         "TEST_SIZES) or a member (half, odd, ...); every stage runs there, timing included, and the "
-                         "verdict and the record say so (default: the benchmark's shape, KernelBench's contract)")
+    ap.add_argument(
+        "--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3; default 3)"
+    )
+    ap.add_argument(
+        "--shapes",
+        default="0",
+        metavar="N|MEMBERS",
+        help="also judge at N other shapes of the reference's family (its module-level sizes: those "
+        "its SHAPE_FAMILY declares, then odd, half, one, double, odd-half, odd-double), or at the "
+        "members named ('odd,double'); a candidate right at the benchmark's shape only is rejected; "
+        "with timing, each shape is timed too (a table row per shape; --plot draws the curve) "
+        "(default 0: KernelBench's contract, one shape)",
+    )
+    ap.add_argument(
+        "--at",
+        default=None,
+        metavar="SIZES|MEMBER",
+        help="judge at this shape in place of the benchmark's: sizes of the reference's family by name "
+        "('batch_size=64,dim=8192'), the sizes the file declares for quick checks (test: its "
+        "TEST_SIZES) or a member (half, odd, ...); every stage runs there, timing included, and the "
+        "verdict and the record say so (default: the benchmark's shape, KernelBench's contract)",
+    )
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
-    ap.add_argument("--warm", action="store_true",
-                    help="judge in a judge kept warm between commands (started by the first such command, ended "
-                         "after 15 idle minutes; also KP_WARM=1): the next command on the same candidate file pays "
-                         "neither torch's import nor its box's start")
+    ap.add_argument(
+        "--warm",
+        action="store_true",
+        help="judge in a judge kept warm between commands (started by the first such command, ended "
+        "after 15 idle minutes; also KP_WARM=1): the next command on the same candidate file pays "
+        "neither torch's import nor its box's start",
+    )
     ap.add_argument("--warm-stop", action="store_true", help="end this user's warm judges")
     ap.add_argument("--warm-serve", help=argparse.SUPPRESS)
-    ap.add_argument("--no-sandbox", action="store_true", help="run candidates without the sandbox (bubblewrap "
-                    "namespaces and limits; on by default where bwrap works)")
-    ap.add_argument("--allow-torch", action="store_true", help="accept a candidate that runs no kernel of its own "
-                                                               "(a pure-PyTorch rewrite); the row says so")
+    ap.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run candidates without the sandbox (bubblewrap namespaces and limits; on by default where bwrap works)",
+    )
+    ap.add_argument(
+        "--allow-torch",
+        action="store_true",
+        help="accept a candidate that runs no kernel of its own (a pure-PyTorch rewrite); the row says so",
+    )
     ap.add_argument("--json", metavar="PATH", help="write the full record as JSON")
-    ap.add_argument("--probes", action="store_true", help="print the reference's probes: outputs no kernel computes "
-                    "(zeros, a constant, an input passed through, the call before's output, the reference in bf16 "
-                    "and fp16), each judged at the benchmark shape's calls as a candidate is (they always run; the "
-                    "record's `probes`)")
-    ap.add_argument("--profile", action="store_true", help="one call of each row under PyTorch's profiler: its "
-                                                           "kernels with count, GPU time and share of the call")
-    ap.add_argument("--ncu", action="store_true", help="one call of each row under Nsight Compute (ncu, when it "
-                                                       "exists): per kernel DRAM bytes, bandwidth, SM and tensor "
-                                                       "throughput, registers, local memory, occupancy")
-    ap.add_argument("--plot", metavar="PNG", help="draw the timing table as a roofline picture, or with --shapes the "
-                                                  "speed curve over the shapes (the roofline beside it, -roofline) "
-                                                  "(needs matplotlib); several problems: one file each, -PROBLEM")
-    ap.add_argument("--precision", default="fp32", help="fp32 (default; TF32 off); tf32 (opt-in: budget from "
-                                                        "PyTorch with TF32 on, baselines timed with it on, the "
-                                                        "TF32 GEMM ceiling); bf16 or fp16 (every floating input, "
-                                                        "weight and buffer cast, the output judged in that dtype "
-                                                        "against float64, the budget from PyTorch in that dtype, "
-                                                        "the 16-bit GEMM ceiling)")
-    ap.add_argument("--device", default=None, help="cuda (default) or cpu (parity only, for pure-torch "
-                                                   "candidates; no timing, escape or own-kernel checks)")
+    ap.add_argument(
+        "--probes",
+        action="store_true",
+        help="print the reference's probes: outputs no kernel computes "
+        "(zeros, a constant, an input passed through, the call before's output, the reference in bf16 "
+        "and fp16), each judged at the benchmark shape's calls as a candidate is (they always run; the "
+        "record's `probes`)",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="one call of each row under PyTorch's profiler: its kernels with count, GPU time and share of the call",
+    )
+    ap.add_argument(
+        "--ncu",
+        action="store_true",
+        help="one call of each row under Nsight Compute (ncu, when it "
+        "exists): per kernel DRAM bytes, bandwidth, SM and tensor "
+        "throughput, registers, local memory, occupancy",
+    )
+    ap.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="draw the timing table as a roofline picture, or with --shapes the "
+        "speed curve over the shapes (the roofline beside it, -roofline) "
+        "(needs matplotlib); several problems: one file each, -PROBLEM",
+    )
+    ap.add_argument(
+        "--precision",
+        default="fp32",
+        help="fp32 (default; TF32 off); tf32 (opt-in: budget from "
+        "PyTorch with TF32 on, baselines timed with it on, the "
+        "TF32 GEMM ceiling); bf16 or fp16 (every floating input, "
+        "weight and buffer cast, the output judged in that dtype "
+        "against float64, the budget from PyTorch in that dtype, "
+        "the 16-bit GEMM ceiling)",
+    )
+    ap.add_argument(
+        "--device",
+        default=None,
+        help="cuda (default) or cpu (parity only, for pure-torch candidates; no timing, escape or own-kernel checks)",
+    )
     return ap.parse_args(argv)
 
 
@@ -142,6 +223,7 @@ def quiet_args(argv):
     """The command line parsed without a word, or None on --help or a usage error (said once, by main())."""
     import contextlib
     import io
+
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             return parse_args(argv)
@@ -155,24 +237,38 @@ def start_box_early(argv, later: bool = False, one_waiting: bool = False) -> Non
     later: kept for a later command on the same candidate (a warm judge's, kp.batch.server); one_waiting: unless
     one for it waits already (the others go)."""
     args = quiet_args(argv)
-    if args is None or many_jobs(args) or args.list or args.build or not args.candidate or \
-            (args.problem and len(args.problem) != 1):
+    if (
+        args is None
+        or many_jobs(args)
+        or args.list
+        or args.build
+        or not args.candidate
+        or (args.problem and len(args.problem) != 1)
+    ):
         return
     spec = ("file", args.ref) if args.ref else ("problem", args.problem[0]) if args.problem else None
     if spec and spec[1] != "all":
         from kp.box import start as boxstart
-        boxstart.start_early(spec, args.candidate[0], boxed=not args.no_sandbox, later=later,
-                             cuda=args.device != "cpu", one_waiting=one_waiting)
+
+        boxstart.start_early(
+            spec,
+            args.candidate[0],
+            boxed=not args.no_sandbox,
+            later=later,
+            cuda=args.device != "cpu",
+            one_waiting=one_waiting,
+        )
 
 
 def warm_fits(argv) -> bool:
     """Whether a warm judge (--warm) runs this command: one judgement (a batch has slots of its own), not --list,
     --build or a usage error (said here, by main())."""
     args = quiet_args(argv)
-    return args is not None and not (many_jobs(args) or args.list or args.build or args.warm_stop) and \
-        bool(args.ref or args.problem)
-
-
+    return (
+        args is not None
+        and not (many_jobs(args) or args.list or args.build or args.warm_stop)
+        and bool(args.ref or args.problem)
+    )
 
 
 def fail_usage(msg: str) -> int:
@@ -183,6 +279,7 @@ def fail_usage(msg: str) -> int:
 def list_problems() -> None:
     """Every problem's rungs: what each needs, whether it runs here, which are records, which is the default."""
     import harness
+
     cap = harness.capability()
     print("GPU: " + (f"compute capability {cap[0]}.{cap[1]}" if cap else "none (rungs are listed, none runs here)"))
     for p in harness.problems():
@@ -193,8 +290,7 @@ def list_problems() -> None:
         for v in harness.variants(p):
             r = harness.rung(p, v)
             tags = [r.requires] + (["record"] if r.record else [])
-            tags += ["default" if prefs.index(v) == 0 else f"default where {prefs[0]} cannot run"] if v in prefs \
-                else []
+            tags += ["default" if prefs.index(v) == 0 else f"default where {prefs[0]} cannot run"] if v in prefs else []
             tags += [] if r.runs_on(cap) or cap is None else ["not on this GPU"]
             items.append(f"{v} ({', '.join(tags)})")
         if d == "auto":
@@ -208,6 +304,7 @@ def expand_variants(problem: str, asked: list[str] | None, precision: str | None
     not take the precision, is a UsageError in one line."""
     import harness
     from kp.judge import driver as judge
+
     if not asked:
         return judge.default_variants(problem, precision=precision)
     out = []
@@ -221,14 +318,16 @@ def expand_variants(problem: str, asked: list[str] | None, precision: str | None
             if not r.runs_on(harness.capability()) and harness.capability() is not None:
                 raise harness.UsageError(r.why_not(harness.capability()))
             if precision is not None and precision not in r.precisions:
-                raise harness.UsageError(f"{problem}/{v} takes {', '.join(r.precisions)}, not {precision} (its "
-                                         f"Precisions line)")
+                raise harness.UsageError(
+                    f"{problem}/{v} takes {', '.join(r.precisions)}, not {precision} (its Precisions line)"
+                )
             out.append(v)
     return list(dict.fromkeys(out))
 
 
 def main(argv=None) -> int:
     import harness
+
     args = parse_args(argv)
     if args.list:
         list_problems()
@@ -248,38 +347,51 @@ def main(argv=None) -> int:
             return fail_usage(f"{p} has no {args.precision!r} mode; it runs in {', '.join(modes)}")
         expand_variants(p, args.variant, args.precision)
     if not args.problem and not args.ref and not args.build and not args.jobs:
-        return fail_usage("give --problem ID or --ref FILE (or --jobs CSV, --list, --build); problems: "
-                          + ", ".join(harness.problems()))
+        return fail_usage(
+            "give --problem ID or --ref FILE (or --jobs CSV, --list, --build); problems: "
+            + ", ".join(harness.problems())
+        )
     if args.candidate and (args.variant or args.build or args.jobs or (args.problem and len(args.problem) != 1)):
         return fail_usage("--candidate takes one --problem or --ref, and no --variant/--build/--jobs")
     if batch and (args.variant or args.build or args.json):
-        return fail_usage("many jobs (--gpus/--ray/--out/--jobs or several candidates) take no --variant, --build "
-                          "or --json: each job's full record goes to --out")
+        return fail_usage(
+            "many jobs (--gpus/--ray/--out/--jobs or several candidates) take no --variant, --build "
+            "or --json: each job's full record goes to --out"
+        )
     if args.gpus and args.ray:
         return fail_usage("--gpus (this host) or --ray (a cluster), not both")
     if args.slots and (args.ray or not batch):
-        return fail_usage("--slots: the slots (jobs at a time) of a batch on this host: on each GPU of --gpus, or "
-                          "with --device cpu on the CPU; several candidates, --jobs or --out make a batch")
+        return fail_usage(
+            "--slots: the slots (jobs at a time) of a batch on this host: on each GPU of --gpus, or "
+            "with --device cpu on the CPU; several candidates, --jobs or --out make a batch"
+        )
     if args.plot and batch:
         return fail_usage("--plot draws one run's table; many jobs write their records to --out")
     if args.plot:
         from kp.observe import plot
+
         plot.require()
     if args.ref and (args.variant or args.build):
         return fail_usage("--variant and --build belong to built-in problems, not to --ref files")
     if args.variant and args.device == "cpu" and not args.build:
-        return fail_usage("--variant runs the playground's kernels, which need a GPU; on the CPU --problem judges the "
-                          "reference's own Model, and --candidate a pure-PyTorch ModelNew")
+        return fail_usage(
+            "--variant runs the playground's kernels, which need a GPU; on the CPU --problem judges the "
+            "reference's own Model, and --candidate a pure-PyTorch ModelNew"
+        )
     import torch
+
     if args.build and (args.device == "cpu" or not torch.cuda.is_available()):
         return compile_check(args)
     if args.device is None and not torch.cuda.is_available() and not args.ray:
-        return fail_usage("no CUDA device visible (torch.cuda.is_available() is False): the kernels need an "
-                          "NVIDIA GPU; --device cpu runs the parity checks of a pure-torch candidate")
+        return fail_usage(
+            "no CUDA device visible (torch.cuda.is_available() is False): the kernels need an "
+            "NVIDIA GPU; --device cpu runs the parity checks of a pure-torch candidate"
+        )
     if args.build:
         probs = args.problem or harness.problems()
-        items = [(p, v) for p in probs for v in expand_variants(p, args.variant or ["all"], None)
-                 if v in harness.variants(p)]
+        items = [
+            (p, v) for p in probs for v in expand_variants(p, args.variant or ["all"], None) if v in harness.variants(p)
+        ]
         t0 = time.perf_counter()
         res = harness.build_all(args.build_jobs, items)
         bad = [r for r in res if r[3]]
@@ -291,6 +403,7 @@ def main(argv=None) -> int:
     from kp.judge import driver as judge
 
     from kp.observe import report, verdict
+
     opts = judge_opts(args)
     if args.json:  # its folder made now, before the judging, never a traceback after the verdict
         try:
@@ -299,17 +412,24 @@ def main(argv=None) -> int:
             return fail_usage(f"--json {args.json}: its folder cannot be made ({e.strerror or e})")
     if batch:
         from kp.batch.backends import run_batch
+
         return run_batch(args, opts)
-    refs = [judge.Reference.load(("file", args.ref))] if args.ref else \
-        [judge.Reference.load(("problem", p)) for p in args.problem]
+    refs = (
+        [judge.Reference.load(("file", args.ref))]
+        if args.ref
+        else [judge.Reference.load(("problem", p)) for p in args.problem]
+    )
     records, status = [], 0
     for ref in refs:
         variants = None
         if ref.problem and not args.candidate and args.device != "cpu":
             variants = expand_variants(ref.problem, args.variant, args.precision)
         elif ref.problem and not args.candidate:  # every problem alike on the CPU: its own Model, no kernels
-            print(f"{ref.problem}: the playground's kernels run on a GPU; on the CPU the reference's own Model is "
-                  f"judged against its float64 copy", file=sys.stderr)
+            print(
+                f"{ref.problem}: the playground's kernels run on a GPU; on the CPU the reference's own Model is "
+                f"judged against its float64 copy",
+                file=sys.stderr,
+            )
         rec = judge.judge_job(ref, args.candidate[0] if args.candidate else None, opts, variants)
         records.append(rec)
         print(report.format_record(rec, verdict_follows=bool(args.candidate)), flush=True)
@@ -320,6 +440,7 @@ def main(argv=None) -> int:
         status = max(status, 0 if rec["ok"] else 1)
         if args.plot:
             from kp.observe import plot
+
             path = Path(args.plot)
             if len(refs) > 1:
                 path = path.with_name(f"{path.stem}-{ref.name}{path.suffix}")
@@ -335,11 +456,25 @@ def judge_opts(args):
     given): what one run, a batch's jobs and the tests' batches of judge cases (tests/batched.py) all judge with."""
     from kp.judge.members import parse_shapes
     from kp.judge.options import JudgeOptions
+
     timeout = {} if args.timeout is None else {"timeout_s": args.timeout}
-    return JudgeOptions(seed=args.seed, trials=args.trials, precision=args.precision, device=args.device,
-                        bench=not args.no_bench, compile_baseline=not args.no_compile, allow_torch=args.allow_torch,
-                        sandbox=not args.no_sandbox, profile=args.profile, ncu=args.ncu, mode=args.mode,
-                        shapes=parse_shapes(args.shapes), backward=args.backward, at=args.at, **timeout)
+    return JudgeOptions(
+        seed=args.seed,
+        trials=args.trials,
+        precision=args.precision,
+        device=args.device,
+        bench=not args.no_bench,
+        compile_baseline=not args.no_compile,
+        allow_torch=args.allow_torch,
+        sandbox=not args.no_sandbox,
+        profile=args.profile,
+        ncu=args.ncu,
+        mode=args.mode,
+        shapes=parse_shapes(args.shapes),
+        backward=args.backward,
+        at=args.at,
+        **timeout,
+    )
 
 
 def compile_check(args) -> int:
@@ -348,9 +483,12 @@ def compile_check(args) -> int:
     import harness
     import shutil
     from kp.lib.checks import check_rungs
+
     if shutil.which("nvcc") is None:
-        return fail_usage("--build without a GPU compile-checks the kernels with nvcc, and no nvcc is on PATH (the "
-                          "CUDA toolkit's bin folder)")
+        return fail_usage(
+            "--build without a GPU compile-checks the kernels with nvcc, and no nvcc is on PATH (the "
+            "CUDA toolkit's bin folder)"
+        )
     items = []
     for p in args.problem or harness.problems():
         names = harness.variants(p) if not args.variant or "all" in args.variant else args.variant
@@ -363,6 +501,7 @@ def cli(argv=None) -> int:
     exit code, never a traceback."""
     import harness
     from kp.errors import stop_signal, stopped_by_signals
+
     with stopped_by_signals():
         try:
             return main(argv)
@@ -390,6 +529,7 @@ def exit_now(code: int) -> None:
 def warm_command(msg: dict, say=None) -> dict:
     """A warm judge's command, in its slot's process: this command line's cli() on it (kp.batch.slot_process)."""
     from kp.batch.slot_process import run_command
+
     return run_command(msg, cli, start_box_early, say)
 
 
@@ -397,6 +537,7 @@ def warm_slot_main(*args) -> None:
     """The warm judge's slot process (kp.batch.server starts it): a slot whose command lines run as run.py runs
     them."""
     from kp.batch.slot_process import _slot_main
+
     _slot_main(*args, command=warm_command)
 
 
@@ -406,13 +547,15 @@ def entry(argv=None) -> None:
     the judge imports torch (in cli()); then the exit, without the interpreter's teardown of torch."""
     import sys
     from kp.lib import bytecode
+
     argv = sys.argv[1:] if argv is None else list(argv)
     bytecode.enable()  # before torch's import: where the host writes no bytecode, the cache keeps it
     if {"-h", "--help"} & set(argv):  # the usage, without torch's import (seconds) first
         parse_args(argv)
     from kp.batch import server
+
     if "--warm-serve" in argv:  # the warm judge itself (kp.batch.server), started by a --warm command
-        sys.exit(server.serve(*argv[argv.index("--warm-serve") + 1:][:2], slot_main=warm_slot_main))
+        sys.exit(server.serve(*argv[argv.index("--warm-serve") + 1 :][:2], slot_main=warm_slot_main))
     if "--warm-stop" in argv:
         sys.exit(server.stop())
     if server.wanted(argv) and warm_fits(argv):

@@ -1,5 +1,6 @@
 """The errors the playground raises on purpose (a usage mistake, a kernel that does not compile, a rejection), how
 they are said, and how a stop from outside (Ctrl-C, SIGTERM) becomes one."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,7 +40,6 @@ class KernelBuildError(RuntimeError):
     """A kernel failed to compile; the message names the .cu file and line with the compiler's own words."""
 
 
-
 # A verdict's status: what a loop reads first (the record's, a batch line's, JudgeSession's result's, the exit code's).
 ACCEPTED, REJECTED, NO_VERDICT = "accepted", "rejected", "no_verdict"
 STATUSES = (ACCEPTED, REJECTED, NO_VERDICT)
@@ -73,8 +73,9 @@ class Rejected(Exception):
     """A judged row failed a check; str() is the one-line reason, `kind` what failed (FAILURE_KINDS). figures: the
     failed check's own numbers (its label, the error, the budget), kept in the record beside the reason."""
 
-    def __init__(self, reason: str = "", figures: dict | None = None, kind: str = "wrong_output",
-                 check: str | None = None):
+    def __init__(
+        self, reason: str = "", figures: dict | None = None, kind: str = "wrong_output", check: str | None = None
+    ):
         super().__init__(reason)
         if kind not in FAILURE_KINDS:
             raise ValueError(f"failure kind {kind!r} is not one of {', '.join(FAILURE_KINDS)}")
@@ -138,6 +139,7 @@ class OutOfMemory(Rejected):
 def oom_request_bytes(message: str) -> int:
     """The bytes a PyTorch out-of-memory error says the request wanted ('Tried to allocate 12.06 GiB'), or 0."""
     import re
+
     m = re.search(r"Tried to allocate ([0-9.]+) (GiB|MiB|KiB|bytes|B)\b", message)
     if not m:
         return 0
@@ -163,6 +165,7 @@ def cuda_broken() -> str | None:
     address in work run here, such as the reference's own), or None. A candidate's fault stays in its worker's
     process; the reference runs in the judge's."""
     import torch
+
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
     try:
@@ -181,6 +184,7 @@ def raised_by_judge(e: BaseException) -> bool:
     CUDA error is asynchronous: raised at whatever line next waits for the GPU, the judge's or not, it is the work
     queued before it (in the judge's process, the reference's), whatever its frame."""
     import os
+
     tb = e.__traceback__
     if tb is None or is_cuda_error(e):
         return False
@@ -242,6 +246,7 @@ def stopped_by_signals():
             return
         stopping.append((signum, time.monotonic()))
         raise Stopped(signum)
+
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield

@@ -1,4 +1,5 @@
 """KernelBench level2/84: Linear, BatchNorm1d (training mode by default), scale, row softmax."""
+
 import torch
 import torch.nn as nn
 
@@ -12,9 +13,11 @@ PRECISIONS = ("fp32", "tf32")  # run.py --precision tf32: the opt-in reduced-pre
 # Extra rows of the run.py table (harness.LinearGemm): rung 1 with cuBLAS SGEMM instead of its DGEMM, in the tf32
 # mode rung 2 with its own kernel for the one product, and, where
 # Triton is installed, the peer row: Triton's tf32x3 GEMM (tf32 in the tf32 mode) followed by the same epilogue.
-ROW_OPTIONS = {"gemm=fp32": {"gemm": "fp32", "variants": ("1_cublas_fused_epilogue",)},
-               # tf32: the one product on the split kernel instead of cuBLAS's fp16 GEMM (harness.LinearGemm)
-               "gemm=split_wgmma": {"gemm": "split_wgmma", "variants": ("2_split_wgmma",), "precisions": ("tf32",)}}
+ROW_OPTIONS = {
+    "gemm=fp32": {"gemm": "fp32", "variants": ("1_cublas_fused_epilogue",)},
+    # tf32: the one product on the split kernel instead of cuBLAS's fp16 GEMM (harness.LinearGemm)
+    "gemm=split_wgmma": {"gemm": "split_wgmma", "variants": ("2_split_wgmma",), "precisions": ("tf32",)},
+}
 if triton_gemm.available():
     ROW_OPTIONS["gemm=triton"] = {"gemm": "triton", "variants": ("1_cublas_fused_epilogue",), "peer": True}
 
@@ -53,9 +56,17 @@ def get_init_inputs():
 
 
 class ModelNew(nn.Module):
-    def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,),
-                 variant: str = "default", gemm: str = "auto",
-                 precision: str = "fp32"):
+    def __init__(
+        self,
+        in_features,
+        out_features,
+        bn_eps=1e-5,
+        bn_momentum=0.1,
+        scale_shape=(1,),
+        variant: str = "default",
+        gemm: str = "auto",
+        precision: str = "fp32",
+    ):
         super().__init__()
         self.gemm = nn.Linear(in_features, out_features)  # same modules, same init order, same state_dict keys
         self.bn = nn.BatchNorm1d(out_features, eps=bn_eps, momentum=bn_momentum)
@@ -69,10 +80,16 @@ class ModelNew(nn.Module):
         # in eval mode; the GEMM's gradients are two more GEMMs, which cuBLAS runs.
         bn = self.bn
         stats = (None, None) if bn.training or bn.running_mean is None else (bn.running_mean, bn.running_var)
-        ref = lambda x, w, b, g, h, s: torch.softmax(s * torch.nn.functional.batch_norm(
-            torch.nn.functional.linear(x, w, b), *stats, g, h, stats[0] is None, 0.0, bn.eps), dim=1)
-        return trained(lambda x, *_: self._kernel(x), ref, x, self.gemm.weight, self.gemm.bias, bn.weight, bn.bias,
-                       self.scale)
+        ref = lambda x, w, b, g, h, s: torch.softmax(
+            s
+            * torch.nn.functional.batch_norm(
+                torch.nn.functional.linear(x, w, b), *stats, g, h, stats[0] is None, 0.0, bn.eps
+            ),
+            dim=1,
+        )
+        return trained(
+            lambda x, *_: self._kernel(x), ref, x, self.gemm.weight, self.gemm.bias, bn.weight, bn.bias, self.scale
+        )
 
     def _kernel(self, x):
         check_input(x, "x", self.gemm.in_features)
@@ -88,9 +105,23 @@ class ModelNew(nn.Module):
         mean, a, c = torch.empty(3, n, device=y.device)
         empty = y.new_empty(0)
         opt = lambda t: empty if t is None else t.reshape(-1)
-        self.k.bn_coefficients(y, training, bn.running_mean, bn.running_var, bn.num_batches_tracked,
-                               bn.momentum or 0.0, bn.momentum is None, opt(bn.weight), opt(bn.bias),
-                               self.scale.reshape(-1), bn.eps, opt(self.gemm.bias), mean, a, c)
+        self.k.bn_coefficients(
+            y,
+            training,
+            bn.running_mean,
+            bn.running_var,
+            bn.num_batches_tracked,
+            bn.momentum or 0.0,
+            bn.momentum is None,
+            opt(bn.weight),
+            opt(bn.bias),
+            self.scale.reshape(-1),
+            bn.eps,
+            opt(self.gemm.bias),
+            mean,
+            a,
+            c,
+        )
         self.k.bn_scale_softmax(y, mean, a, c, y)  # in place
         return y
 

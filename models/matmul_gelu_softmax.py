@@ -1,4 +1,5 @@
 """KernelBench level2/99: Linear(8192 -> 8192) on a 1024 x 8192 batch, exact GELU, row softmax."""
+
 import torch
 import torch.nn as nn
 
@@ -12,9 +13,11 @@ PRECISIONS = ("fp32", "tf32")  # run.py --precision tf32: the opt-in reduced-pre
 # Extra rows of the run.py table (harness.LinearGemm): rung 1 with cuBLAS SGEMM instead of its DGEMM, in the tf32
 # mode rung 2 with its own kernel for the one product, and, where
 # Triton is installed, the peer row: Triton's tf32x3 GEMM (tf32 in the tf32 mode) followed by the same epilogue.
-ROW_OPTIONS = {"gemm=fp32": {"gemm": "fp32", "variants": ("1_cublas_fused_epilogue",)},
-               # tf32: the one product on the split kernel instead of cuBLAS's fp16 GEMM (harness.LinearGemm)
-               "gemm=split_wgmma": {"gemm": "split_wgmma", "variants": ("2_split_wgmma",), "precisions": ("tf32",)}}
+ROW_OPTIONS = {
+    "gemm=fp32": {"gemm": "fp32", "variants": ("1_cublas_fused_epilogue",)},
+    # tf32: the one product on the split kernel instead of cuBLAS's fp16 GEMM (harness.LinearGemm)
+    "gemm=split_wgmma": {"gemm": "split_wgmma", "variants": ("2_split_wgmma",), "precisions": ("tf32",)},
+}
 if triton_gemm.available():
     ROW_OPTIONS["gemm=triton"] = {"gemm": "triton", "variants": ("1_cublas_fused_epilogue",), "peer": True}
 
@@ -49,8 +52,9 @@ def get_init_inputs():
 
 
 class ModelNew(nn.Module):
-    def __init__(self, in_features, out_features, variant: str = "default", gemm: str = "auto",
-                 precision: str = "fp32"):
+    def __init__(
+        self, in_features, out_features, variant: str = "default", gemm: str = "auto", precision: str = "fp32"
+    ):
         super().__init__()
         self.linear = nn.Linear(in_features, out_features)  # same parameters, same init order, same state_dict
         self.k = Kernel("matmul_gelu_softmax", variant)

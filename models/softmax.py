@@ -1,4 +1,5 @@
 """KernelBench level1/23: row softmax of a 4096 x 393216 float32 matrix."""
+
 import torch
 import torch.nn as nn
 
@@ -38,8 +39,10 @@ batch_size = 4096  # the shape family's sizes (--shapes judges at other values o
 dim = 393216
 # --shapes N judges and times these first: the row lengths of docs/softmax.md's bandwidth sweep, each at the
 # benchmark's 6.4 GB of input (the rungs' regimes: one CTA's registers, a cluster's, its shared memory, two reads)
-SHAPE_FAMILY = [{"batch_size": batch_size * dim // cols, "dim": cols}
-                for cols in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)]
+SHAPE_FAMILY = [
+    {"batch_size": batch_size * dim // cols, "dim": cols}
+    for cols in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
+]
 
 
 # run.py --at test judges here, in place of the benchmark's shape (quick checks, the GPU tests): 64 of the benchmark's
@@ -70,8 +73,10 @@ class ModelNew(nn.Module):
             return self.variant
         if x.dtype in HALF_DTYPES:
             if not self.clusters:
-                raise TypeError(f"softmax: {x.dtype} rows run on 6_regcluster, which needs sm_90a (thread-block "
-                                f"clusters); on this GPU give float32")
+                raise TypeError(
+                    f"softmax: {x.dtype} rows run on 6_regcluster, which needs sm_90a (thread-block "
+                    f"clusters); on this GPU give float32"
+                )
             return "6_regcluster"
         cols = x.size(1) if x.dim() == 2 else 0
         if cols <= REGROW_MAX_COLS:
@@ -99,6 +104,7 @@ class ModelNew(nn.Module):
         never compiles them."""
         if "_backward" not in self.__dict__:  # held aside: no module of the state_dict, nothing to move
             from models.softmax_backward import ModelNew as Backward
+
             self.__dict__["_backward"] = Backward()
         return self.__dict__["_backward"]
 
@@ -116,7 +122,7 @@ class _Softmax(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        y, = ctx.saved_tensors
+        (y,) = ctx.saved_tensors
         if y.dtype != torch.float32:
             return torch._softmax_backward_data(dy, y, 1, y.dtype), None
         return ctx.model.backward_model()(y, dy), None

@@ -1,6 +1,7 @@
 """The softmax's backward (what autograd runs for KernelBench level1/23 in training): dx = y * (dy - rowsum(dy * y))
 for the softmax's output y and an upstream gradient dy, at the forward's shape. A problem of its own so its rungs are
 judged and timed like any other; models/softmax.py's ModelNew calls them from its backward."""
+
 import torch
 import torch.nn as nn
 
@@ -54,8 +55,13 @@ class ModelNew(nn.Module):
         if self.variant != "auto":
             return self.variant
         cols = y.size(1) if y.dim() == 2 else 0
-        fits = self.clusters and 0 < cols <= CLUSTER_MAX_COLS and cols % 4 == 0 and _aligned(y) and \
-            (dy is None or _aligned(dy))
+        fits = (
+            self.clusters
+            and 0 < cols <= CLUSTER_MAX_COLS
+            and cols % 4 == 0
+            and _aligned(y)
+            and (dy is None or _aligned(dy))
+        )
         return "3_bulk" if fits else "1_tworead"
 
     def forward(self, y, dy):

@@ -6,6 +6,7 @@ time) and a warm slot 1-6 s, so the GPU tests judge their cases this way. Each j
 judges it: the same parser and the same options (run.judge_opts), the same job function as `run.py --jobs`; its
 result line has the verdict line, whether it is ok, and the judge's full record. The mechanism runs in CI on CPU
 slots (test_judge_cases.py, test_batched_cases_keep_each_commands_verdict)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,8 +39,9 @@ def job_of(argv: list) -> jobfile.Job:
     return jobfile.make_job(ref, args.candidate[0], run.judge_opts(args))
 
 
-def judge_batch(argvs: dict[str, list], gpus: list[str | None], folder: Path,
-                timeout_s: float = backends.DEFAULT_TIMEOUT_S) -> dict[str, dict | None]:
+def judge_batch(
+    argvs: dict[str, list], gpus: list[str | None], folder: Path, timeout_s: float = backends.DEFAULT_TIMEOUT_S
+) -> dict[str, dict | None]:
     """argvs: name -> a single command's arguments (`--ref R --candidate C ...` or `--problem P --candidate C ...`);
     gpus: one entry per slot (a GPU id as `--gpus` takes it, or None for a CPU slot). Returns name -> the job's
     result line (None if the batch recorded none for it: the test then says so)."""
@@ -56,5 +58,6 @@ def said(line: dict | None) -> str:
     if line is None:
         return "the batch recorded no result for this job (its log folder has the slot's output)"
     from kp.observe import report
+
     table = report.format_record(line["record"]) if line.get("record") else ""
     return "\n".join([line["verdict"], table, *line.get("log", [])[-20:], line.get("traceback", "")])

@@ -1,5 +1,6 @@
 """The judge's own cases: the known-wrong candidates of the built-in problems (tests/wrong) and the references with
 their candidates (tests/judge_cases), each file's declarations read without importing it."""
+
 import ast
 import shutil
 from pathlib import Path
@@ -28,15 +29,20 @@ def meta(path: Path) -> dict:
 
 # Every (reference folder, candidate file) pair of tests/judge_cases: the kinds of problem at the top, and under
 # contract/ what real machine-written candidates showed about KernelBench's contract.
-PAIRS = [(str(r.parent.relative_to(CASES_DIR)), c.name) for r in sorted(CASES_DIR.glob("**/ref.py"))
-         # _x.py: a helper candidates import
-         for c in sorted(r.parent.glob("*.py")) if c.name != "ref.py" and not c.name.startswith("_")]
+PAIRS = [
+    (str(r.parent.relative_to(CASES_DIR)), c.name)
+    for r in sorted(CASES_DIR.glob("**/ref.py"))
+    # _x.py: a helper candidates import
+    for c in sorted(r.parent.glob("*.py"))
+    if c.name != "ref.py" and not c.name.startswith("_")
+]
 
 
 def missing(needs) -> list[str]:
     """The modules of a case's NEEDS that do not import here: absent, or installed but broken (a compiler package
     built against another numpy fails at its import)."""
     import importlib
+
     out = []
     for name in needs:
         try:
@@ -55,8 +61,10 @@ def outside_repo(tmp_path: Path, folder: str) -> Path:
 def shipped_candidate(tmp_path: Path, problem: str, variant: str, opts: dict) -> Path:
     """A KernelBench-format file outside the repo that wraps a shipped variant (imports the playground)."""
     f = tmp_path / f"cand_{problem}_{variant}.py"
-    f.write_text(f"from models.{problem} import ModelNew as _Shipped\n\n\n"
-                 f"class ModelNew(_Shipped):\n"
-                 f"    def __init__(self, *args):\n"
-                 f"        super().__init__(*args, variant={variant!r}, **{opts!r})\n")
+    f.write_text(
+        f"from models.{problem} import ModelNew as _Shipped\n\n\n"
+        f"class ModelNew(_Shipped):\n"
+        f"    def __init__(self, *args):\n"
+        f"        super().__init__(*args, variant={variant!r}, **{opts!r})\n"
+    )
     return f

@@ -42,6 +42,7 @@ def gpu_alone():
     (tools/gpu_tests.py's lanes) has the GPU to itself as the judge's timing has. Only for a test that starts no
     judge of its own that would wait for the same hold."""
     from kp.lib import gpu_lock
+
     with gpu_lock.gpu_to_itself():
         yield
 
@@ -54,23 +55,37 @@ def _gpu_memory_back(request):
     yield
     if HAS_GPU and torch.cuda.is_initialized() and _is_gpu_test(request.node):
         import gc
+
         gc.collect()
         torch.cuda.empty_cache()
 
 
 def pytest_addoption(parser):
-    parser.addoption("--shard", default=None, metavar="K/N",
-                     help="run the K-th of N shares of the tests (0-based), so N pytest processes, one per GPU, run "
-                          "the suite once together: GPU tests dealt by their recorded seconds "
-                          "(tests/gpu_test_seconds.json) so the shares end together, else round-robin; the others "
-                          "round-robin")
-    parser.addoption("--lanes", type=int, default=1, metavar="L",
-                     help="with --shard: the shares are L lanes a GPU (several pytest processes on one GPU, "
-                          "tools/gpu_tests.py), share K on GPU K // L; the batched judge cases go to each GPU's first "
-                          "lane only (one batch a GPU), every other test to the lane with the least time so far")
-    parser.addoption("--only", choices=("gpu", "cpu"), default=None,
-                     help="gpu: only the tests marked as needing a GPU; cpu: only the others (tools/gpu_tests.py runs "
-                          "the GPU tests over the GPUs, then the others with the GPUs hidden, as CI runs them)")
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="run the K-th of N shares of the tests (0-based), so N pytest processes, one per GPU, run "
+        "the suite once together: GPU tests dealt by their recorded seconds "
+        "(tests/gpu_test_seconds.json) so the shares end together, else round-robin; the others "
+        "round-robin",
+    )
+    parser.addoption(
+        "--lanes",
+        type=int,
+        default=1,
+        metavar="L",
+        help="with --shard: the shares are L lanes a GPU (several pytest processes on one GPU, "
+        "tools/gpu_tests.py), share K on GPU K // L; the batched judge cases go to each GPU's first "
+        "lane only (one batch a GPU), every other test to the lane with the least time so far",
+    )
+    parser.addoption(
+        "--only",
+        choices=("gpu", "cpu"),
+        default=None,
+        help="gpu: only the tests marked as needing a GPU; cpu: only the others (tools/gpu_tests.py runs "
+        "the GPU tests over the GPUs, then the others with the GPUs hidden, as CI runs them)",
+    )
 
 
 # Seconds each GPU test took in a recorded run (`python -m tools.gpu_tests --store-durations` writes it), by node id
@@ -89,6 +104,7 @@ def gpu_test_seconds(path: Path = GPU_SECONDS) -> dict[str, float]:
 
 def _batched(name: str) -> bool:
     from batched import GPU_BATCHED
+
     return name.split("::")[-1].split("[")[0] in GPU_BATCHED
 
 
@@ -96,11 +112,13 @@ def _on_batch_lane(name: str) -> bool:
     """A GPU test that goes to a GPU's first lane: a batched judge case, or one of the tests that run after the batch
     there (tests/batched.py's AFTER_BATCH)."""
     from batched import AFTER_BATCH
+
     return _batched(name) or name.split("::")[-1].split("[")[0] in AFTER_BATCH
 
 
-def shard_of(names: list[str], gpu_names: set[str], k: int, n: int,
-             seconds: dict[str, float] | None = None, lanes: int = 1) -> list[str]:
+def shard_of(
+    names: list[str], gpu_names: set[str], k: int, n: int, seconds: dict[str, float] | None = None, lanes: int = 1
+) -> list[str]:
     """The K-th of N shares. Without `seconds`: the GPU tests dealt round-robin among themselves (so each GPU gets its
     turn of the heavy ones, which sit together in the order). With them (a recorded run's, by node id): each GPU test,
     longest first, to the share with the least time so far (a longest-first greedy deal), so that the shares end
@@ -112,7 +130,7 @@ def shard_of(names: list[str], gpu_names: set[str], k: int, n: int,
     (AFTER_BATCH), which that lane runs once its batch is done (pytest_collection_modifyitems)."""
     gpu_tests = [x for x in names if x in gpu_names]
     cpu_tests = [x for x in names if x not in gpu_names]
-    mine_cpu = set(cpu_tests[(k + len(gpu_tests)) % n::n])
+    mine_cpu = set(cpu_tests[(k + len(gpu_tests)) % n :: n])
     clean = [x.split("@")[0] for x in gpu_tests]
     first_lanes = [s for s in range(n) if s % lanes == 0]
     allowed = [first_lanes if _on_batch_lane(c) else list(range(n)) for c in clean]
@@ -177,8 +195,15 @@ def batch_first(names: list[str]) -> list[str]:
 def run_script(*args, env=None, timeout=1200):
     """`python run.py ARGS` in a process of its own (the GPU tests: each judge gets a fresh device)."""
     import os
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=None if env is None else {**os.environ, **env})
+
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
+    )
 
 
 @pytest.fixture
@@ -195,4 +220,5 @@ def cli(capsys):
             code = e.code
         out, err = capsys.readouterr()
         return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+
     return call

@@ -1,5 +1,6 @@
 """Gradients judged (--backward, kp.judge.backward): the judge cases of tests/judge_cases/contract/backward each run
 through the judge cases' own tests with their FLAGS (--backward among them); here, what they must show besides."""
+
 import pytest
 
 from cases import CASES_DIR, meta
@@ -11,8 +12,15 @@ WRONG_GRADS = [p.name for p in sorted(BACKWARD.glob("wrong_*.py"))]
 
 def test_the_backward_cases_cover_each_defect():
     names = " ".join(WRONG_GRADS)
-    for needed in ("derivative", "no_bias_grad", "no_grad_forward", "stale_saved", "assigns_grad", "cuda_no_backward",
-                   "side_stream"):
+    for needed in (
+        "derivative",
+        "no_bias_grad",
+        "no_grad_forward",
+        "stale_saved",
+        "assigns_grad",
+        "cuda_no_backward",
+        "side_stream",
+    ):
         assert needed in names
     assert {"autograd_rewrite.py", "function_rewrite.py"} <= {p.name for p in BACKWARD.glob("*.py")}
 
@@ -24,17 +32,32 @@ def test_a_wrong_gradient_with_a_right_forward_is_accepted_without_backward(cli,
     if "cpu" not in m["DEVICES"]:
         pytest.skip("judged on a GPU only")
     flags = [f for f in m["FLAGS"] if f != "--backward"]
-    r = cli("--ref", BACKWARD / "ref.py", "--candidate", BACKWARD / name, "--device", "cpu", "--seed", "5",
-            "--no-sandbox", *flags)
+    r = cli(
+        "--ref",
+        BACKWARD / "ref.py",
+        "--candidate",
+        BACKWARD / name,
+        "--device",
+        "cpu",
+        "--seed",
+        "5",
+        "--no-sandbox",
+        *flags,
+    )
     last = r.stdout.strip().splitlines()[-1]
     assert r.returncode == 0 and last.startswith("accepted"), r.stdout + r.stderr
 
 
 def test_accumulated_expectations_add_the_call_befores_parameter_gradients():
     import torch
+
     a = Grads(upstream=[], seed=1, inputs={}, params={"w": (torch.ones(2), torch.ones(2, dtype=torch.float64), 4.0)})
-    b = Grads(upstream=[], seed=2, inputs={}, params={"w": (torch.full((2,), 2.0),
-                                                            torch.full((2,), 2.0, dtype=torch.float64), 4.0)})
+    b = Grads(
+        upstream=[],
+        seed=2,
+        inputs={},
+        params={"w": (torch.full((2,), 2.0), torch.full((2,), 2.0, dtype=torch.float64), 4.0)},
+    )
     s = b.plus(a)
     assert not s.zero and s.request()["zero"] is False
     assert torch.equal(s.params["w"][0], torch.full((2,), 3.0)) and s.params["w"][1].dtype == torch.float64
@@ -83,9 +106,13 @@ def test_training_steps_are_timed_side_by_side_with_every_sample_told():
 
 def test_the_training_steps_have_rows_of_their_own_under_the_forwards_table():
     from kp.observe.report import backward_lines
+
     t = lambda ms: {"median_ms": ms, "q1_ms": ms - 0.1, "q3_ms": ms + 0.1}  # noqa: E731
-    rec = {"rows": {"candidate": {}}, "timing": {"eager": t(2.0), "torch.compile": t(1.5), "candidate": t(1.0)},
-           "timing_backward": {"eager": t(6.0), "torch.compile": t(4.0), "candidate": t(3.0)}}
+    rec = {
+        "rows": {"candidate": {}},
+        "timing": {"eager": t(2.0), "torch.compile": t(1.5), "candidate": t(1.0)},
+        "timing_backward": {"eager": t(6.0), "torch.compile": t(4.0), "candidate": t(3.0)},
+    }
     lines = backward_lines(rec)
     assert lines[0].split()[:3] == ["forward+backward", "median", "ms"]
     assert [ln.split()[0] for ln in lines[1:]] == ["eager", "torch.compile", "candidate"]
@@ -142,7 +169,9 @@ def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_
             if len(runs) <= times:
                 raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
             return real(*a, **k)
+
         return run
+
     monkeypatch.setattr(backward, "_float64_grads", short(1))
     monkeypatch.setattr(backward, "_release", lambda *a, **k: released.append(k))
     g = check.expected(refs, pristine, 3, "fp32")

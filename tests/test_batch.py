@@ -1,6 +1,7 @@
 """Many jobs at once (run.py --candidate A B ..., --jobs CSV, --gpus, --ray, --out): every verdict as a single run
 gives it, a crash and a hang cost only their own job, results survive a killed run, and a re-run finishes only what
 is missing. On the CPU (--device cpu jobs); the GPU path is the same code with one slot per GPU."""
+
 import json
 import os
 import re
@@ -41,8 +42,20 @@ def test_many_candidates_crash_and_hang_cost_only_their_job(tmp_path, cli):
     out = tmp_path / "results.jsonl"
     # The timeout has to outlast a good job on a loaded machine (on a GPU host under pytest-xdist, with the box and
     # a CPU torch.compile baseline, a good job took over 10 s); the compile baseline is not what this test is about.
-    r = cli("--ref", CASES / "ref.py", "--candidate", *CANDS, "--device", "cpu", "--allow-torch", "--no-compile",
-            "--timeout", "30", "--out", out)
+    r = cli(
+        "--ref",
+        CASES / "ref.py",
+        "--candidate",
+        *CANDS,
+        "--device",
+        "cpu",
+        "--allow-torch",
+        "--no-compile",
+        "--timeout",
+        "30",
+        "--out",
+        out,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     recs = lines(out)
     assert sorted(Path(d["job"]["candidate"]).name for d in recs) == sorted(p.name for p in CANDS)
@@ -51,25 +64,47 @@ def test_many_candidates_crash_and_hang_cost_only_their_job(tmp_path, cli):
     assert len({d["key"] for d in recs}) == len(CANDS)
     # no --seed: one seed drawn for the reference, every candidate judged on it, each record saying it
     assert len({d["job"]["opts"]["seed"] for d in recs}) == 1 and all(
-        d["job"]["opts"]["seed_from"] == "reference" for d in recs)
+        d["job"]["opts"]["seed_from"] == "reference" for d in recs
+    )
     assert {d["record"]["seed"] for d in recs if d["record"]} == {recs[0]["job"]["opts"]["seed"]}
     table = r.stdout.strip().splitlines()
     n_ok = sum(expect(p) is None for p in CANDS)
     assert f"{n_ok} accepted, {len(CANDS) - n_ok} rejected" in table
     assert table[1].split()[1] == "good.py"  # accepted first, then the rejected with their reasons
     # the same command again: everything is recorded, nothing runs, the table is the same
-    r2 = cli("--ref", CASES / "ref.py", "--candidate", *CANDS, "--device", "cpu", "--allow-torch", "--no-compile",
-             "--out", out)
+    r2 = cli(
+        "--ref",
+        CASES / "ref.py",
+        "--candidate",
+        *CANDS,
+        "--device",
+        "cpu",
+        "--allow-torch",
+        "--no-compile",
+        "--out",
+        out,
+    )
     assert len(lines(out)) == len(CANDS) and f"{len(CANDS)} of {len(CANDS)} jobs already recorded" in r2.stderr
 
 
 def test_killed_run_resumes_with_only_the_missing_jobs(tmp_path):
     """Kill the whole run while the hanging job is in flight; the re-run judges that job alone."""
     out = tmp_path / "results.jsonl"
-    args = [sys.executable, str(ROOT / "run.py"), "--ref", str(CASES / "ref.py"), "--device", "cpu", "--allow-torch",
-            "--out", str(out), "--candidate"] + [str(CASES / n) for n in ("good.py", "wrong.py", "hang.py")]
-    p = subprocess.Popen(args + ["--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         start_new_session=True)
+    args = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        "--ref",
+        str(CASES / "ref.py"),
+        "--device",
+        "cpu",
+        "--allow-torch",
+        "--out",
+        str(out),
+        "--candidate",
+    ] + [str(CASES / n) for n in ("good.py", "wrong.py", "hang.py")]
+    p = subprocess.Popen(
+        args + ["--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + 300  # two small CPU jobs: seconds alone, over 120 s on a host of 64 busy processes
     while time.monotonic() < deadline and not (out.exists() and len(out.read_text().splitlines()) >= 2):
         time.sleep(0.5)
@@ -97,12 +132,25 @@ def test_an_interrupted_run_ends_with_the_table_and_throughput_of_what_it_judged
     def ignoring():
         if "ignoring" in how:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     out = tmp_path / "results.jsonl"
-    args = [sys.executable, str(ROOT / "run.py"), "--ref", str(CASES / "ref.py"), "--device", "cpu", "--allow-torch",
-            "--out", str(out), "--timeout", "300", "--candidate"] + \
-        [str(CASES / n) for n in ("good.py", "wrong.py", "hang.py")]
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         preexec_fn=ignoring)
+    args = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        "--ref",
+        str(CASES / "ref.py"),
+        "--device",
+        "cpu",
+        "--allow-torch",
+        "--out",
+        str(out),
+        "--timeout",
+        "300",
+        "--candidate",
+    ] + [str(CASES / n) for n in ("good.py", "wrong.py", "hang.py")]
+    p = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=ignoring
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (out.exists() and len(out.read_text().splitlines()) >= 2):
         time.sleep(0.5)
@@ -136,11 +184,13 @@ def test_job_file(tmp_path, cli):
     f.write_text("reference,candidate,mode\nref.py,cands/a.py,eval\nref.py,cands/a.py,\n")
     both = jobfile.read_job_file(f, {"device": "cpu", "mode": "train"})  # a row's mode overrides the run's
     assert [dict(j.opts)["mode"] for j in both] == ["eval", "train"] and both[0].key() != both[1].key()
-    for bad, msg in (("reference,candidate\nnope.py,cands/a.py\n", "neither a file nor a built-in problem"),
-                     ("reference,candidate,mode\nref.py,cands/a.py,infer\n", "neither train nor eval"),
-                     ("reference,candidate\nref.py,\n", "needs a candidate"),
-                     ("reference,candidate\nref.py,cands/missing.py\n", "does not exist"),
-                     ("ref,cand\nref.py,cands/a.py\n", "header must be")):
+    for bad, msg in (
+        ("reference,candidate\nnope.py,cands/a.py\n", "neither a file nor a built-in problem"),
+        ("reference,candidate,mode\nref.py,cands/a.py,infer\n", "neither train nor eval"),
+        ("reference,candidate\nref.py,\n", "needs a candidate"),
+        ("reference,candidate\nref.py,cands/missing.py\n", "does not exist"),
+        ("ref,cand\nref.py,cands/a.py\n", "header must be"),
+    ):
         f.write_text(bad)
         with pytest.raises(jobfile.UsageError, match=msg):
             jobfile.read_job_file(f, {})
@@ -158,14 +208,40 @@ def test_torn_last_line_is_ignored(tmp_path):
 def test_ray_backend_same_verdicts(tmp_path, cli):
     """The same jobs as Ray tasks on a local Ray cluster: same verdicts, same records, the same resume."""
     out = tmp_path / "ray.jsonl"
-    r = cli("--ref", CASES / "ref.py", "--candidate", *CANDS, "--device", "cpu", "--allow-torch", "--no-compile",
-            "--timeout", "30", "--ray", "local", "--out", out)
+    r = cli(
+        "--ref",
+        CASES / "ref.py",
+        "--candidate",
+        *CANDS,
+        "--device",
+        "cpu",
+        "--allow-torch",
+        "--no-compile",
+        "--timeout",
+        "30",
+        "--ray",
+        "local",
+        "--out",
+        out,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     recs = lines(out)
     assert len(recs) == len(CANDS)
     check_verdicts(recs)
-    r2 = cli("--ref", CASES / "ref.py", "--candidate", *CANDS, "--device", "cpu", "--allow-torch", "--no-compile",
-             "--ray", "local", "--out", out)
+    r2 = cli(
+        "--ref",
+        CASES / "ref.py",
+        "--candidate",
+        *CANDS,
+        "--device",
+        "cpu",
+        "--allow-torch",
+        "--no-compile",
+        "--ray",
+        "local",
+        "--out",
+        out,
+    )
     assert f"{len(CANDS)} of {len(CANDS)} jobs already recorded" in r2.stderr and len(lines(out)) == len(CANDS)
 
 
@@ -175,13 +251,25 @@ def test_sixteen_own_kernel_candidates_over_every_gpu(tmp_path):
     GPU (a search loop's setting; one slot a GPU took 160 s on one H200, the hang's 45 s among them): every verdict
     as its file expects, each job once, on the GPUs there are; the reference run ahead in some job's box."""
     import torch
+
     cands = sorted((CASES / "lse").glob("*.py"))
     out = tmp_path / "results.jsonl"
     build = run_script("--problem", "matmul_sum_max_mean_lse", "--build")
     assert build.returncode == 0, build.stderr[-3000:]
     slots = ",".join(str(i) for i in range(torch.cuda.device_count()) for _ in range(3))
-    r = run_script("--problem", "matmul_sum_max_mean_lse", "--candidate", *cands, "--gpus", slots, "--no-bench",
-                   "--timeout", "45", "--out", out)
+    r = run_script(
+        "--problem",
+        "matmul_sum_max_mean_lse",
+        "--candidate",
+        *cands,
+        "--gpus",
+        slots,
+        "--no-bench",
+        "--timeout",
+        "45",
+        "--out",
+        out,
+    )
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     recs = lines(out)
     assert sorted(Path(d["job"]["candidate"]).name for d in recs) == sorted(p.name for p in cands)
@@ -201,16 +289,36 @@ def test_a_reference_that_faults_on_the_gpu_costs_only_its_own_job(tmp_path):
     here) get their verdicts, not the sticky error."""
     fault = CASES / "ref_fault"
     jobs = tmp_path / "jobs.csv"
-    jobs.write_text("reference,candidate,mode\n" + f"{fault / 'ref.py'},{fault / 'candidate.py'},train\n" +
-                    "".join(f"{CASES / 'ref.py'},{CASES / 'good.py'},{mode}\n" for mode in ("train", "eval")))
+    jobs.write_text(
+        "reference,candidate,mode\n"
+        + f"{fault / 'ref.py'},{fault / 'candidate.py'},train\n"
+        + "".join(f"{CASES / 'ref.py'},{CASES / 'good.py'},{mode}\n" for mode in ("train", "eval"))
+    )
     out = tmp_path / "results.jsonl"
-    r = run_script("--jobs", jobs, "--gpus", "0", "--slots", "1", "--allow-torch", "--no-bench", "--no-compile",
-                   "--shapes", "odd", "--out", out)
+    r = run_script(
+        "--jobs",
+        jobs,
+        "--gpus",
+        "0",
+        "--slots",
+        "1",
+        "--allow-torch",
+        "--no-bench",
+        "--no-compile",
+        "--shapes",
+        "odd",
+        "--out",
+        out,
+    )
     recs = lines(out)
-    assert [Path(d["job"]["candidate"]).name for d in recs] == ["candidate.py", "good.py", "good.py"], \
+    assert [Path(d["job"]["candidate"]).name for d in recs] == ["candidate.py", "good.py", "good.py"], (
         r.stdout[-2000:] + r.stderr[-2000:]
-    assert re.match(r"error: at .+ \(odd sizes\) the reference raised a CUDA error that leaves the judge's GPU "
-                    r"context unusable", recs[0]["verdict"]), recs[0]["verdict"]
+    )
+    assert re.match(
+        r"error: at .+ \(odd sizes\) the reference raised a CUDA error that leaves the judge's GPU "
+        r"context unusable",
+        recs[0]["verdict"],
+    ), recs[0]["verdict"]
     assert recs[0]["slot_broken"]
     assert all(d["ok"] and d["verdict"].startswith("accepted") for d in recs[1:]), [d["verdict"] for d in recs]
 
@@ -249,8 +357,12 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
             n = FakeSlot.tries[self.key] = FakeSlot.tries.get(self.key, 0) + 1
             self.job, busy["now"] = None, busy["now"] - 1
             if n == 1:
-                return {"ok": False, "verdict": "error: softmax needs about 36.0 GiB; 9.4 GiB are free",
-                        "record": None, "gpu_memory": True}
+                return {
+                    "ok": False,
+                    "verdict": "error: softmax needs about 36.0 GiB; 9.4 GiB are free",
+                    "record": None,
+                    "gpu_memory": True,
+                }
             return {"ok": True, "verdict": "accepted", "record": None}
 
         def ask_to_end(self):  # kp.batch.slots.end_all's side of a slot: asked (or killed), then its process joined
@@ -284,6 +396,7 @@ def test_a_job_short_of_gpu_memory_beside_other_slots_is_judged_again_alone(tmp_
     from kp.batch import slot_process
     from kp.errors import GpuMemoryShort, UsageError
     from kp.judge import driver
+
     for error, marked in ((GpuMemoryShort("softmax needs about 36.0 GiB"), True), (UsageError("no such file"), False)):
         monkeypatch.setattr(driver, "evaluate", lambda *a, error=error, **k: (_ for _ in ()).throw(error))
         r = slot_process.run_job(jobs[0])
@@ -295,13 +408,28 @@ def test_the_batch_table_leaves_out_empty_columns_and_says_where_a_candidate_rai
     code names its file and line; the progress line while the batch runs is the verdict's head and its seconds."""
     from kp.batch.backends import short_verdict
     from kp.batch.jobfile import format_table
+
     cand = tmp_path / "raises.py"
     tb = f'Traceback (most recent call last):\n  File "{cand}", line 4, in forward\n    return x.view(-1, 7)\n'
-    lines = [{"job": {"name": "ref: good.py"}, "gpu": "cpu0", "ok": True, "elapsed_s": 9.0, "summary": {},
-              "verdict": "accepted (parity only on cpu) in 9.0 s"},
-             {"job": {"name": "ref: raises.py"}, "gpu": "cpu0", "ok": False, "elapsed_s": 0.5, "summary": {},
-              "verdict": "rejected: trial 1 (seed 5): raised RuntimeError: shape in 0.5 s",
-              "record": {"rows": {"candidate": {"traceback": tb, "path": str(cand)}}}}]
+    lines = [
+        {
+            "job": {"name": "ref: good.py"},
+            "gpu": "cpu0",
+            "ok": True,
+            "elapsed_s": 9.0,
+            "summary": {},
+            "verdict": "accepted (parity only on cpu) in 9.0 s",
+        },
+        {
+            "job": {"name": "ref: raises.py"},
+            "gpu": "cpu0",
+            "ok": False,
+            "elapsed_s": 0.5,
+            "summary": {},
+            "verdict": "rejected: trial 1 (seed 5): raised RuntimeError: shape in 0.5 s",
+            "record": {"rows": {"candidate": {"traceback": tb, "path": str(cand)}}},
+        },
+    ]
     table = format_table(lines)
     assert table.splitlines()[0].split() == ["job", "gpu", "s", "verdict"], table
     assert table.splitlines()[2].endswith("in 0.5 s [at raises.py:4]"), table
@@ -311,29 +439,44 @@ def test_the_batch_table_leaves_out_empty_columns_and_says_where_a_candidate_rai
     assert table.splitlines()[-1] == "1 accepted, 1 rejected"
     lines[1]["verdict"] = "rejected: shapes: right at 64x1000 only, wrong at 63x999 (odd sizes): trial 1 (seed 5)"
     lines[1]["failure"]["member"] = {"name": "odd", "shape": "63x999"}
-    assert format_table(lines).splitlines()[-1] == "1 accepted, 1 rejected (1 of them right at the benchmark's " \
-                                                   "shape only)"
-    lines.append({"job": {"name": "ref: cuda_only.py"}, "gpu": "cpu0", "ok": False, "status": "no_verdict",
-                  "elapsed_s": 1.0, "summary": {}, "verdict": "error: it needs a GPU"})
+    assert (
+        format_table(lines).splitlines()[-1] == "1 accepted, 1 rejected (1 of them right at the benchmark's shape only)"
+    )
+    lines.append(
+        {
+            "job": {"name": "ref: cuda_only.py"},
+            "gpu": "cpu0",
+            "ok": False,
+            "status": "no_verdict",
+            "elapsed_s": 1.0,
+            "summary": {},
+            "verdict": "error: it needs a GPU",
+        }
+    )
     assert format_table(lines).splitlines()[-1].endswith(", 1 no verdict"), format_table(lines)
     assert short_verdict(lines[2]) == "no verdict: it needs a GPU in 1.0 s"
     # two jobs of one reference that a probe passed (kp.judge.probes): the reference counted once
     weak = {"probes": {"shape": "4096x1", "probes": {}, "weak": ["constant"]}, "rows": {}}
     for d in lines[:2]:
         d["job"]["ref"], d["record"] = ["file", "/x/ref.py"], {**(d.get("record") or {}), **weak}
-    assert format_table(lines).splitlines()[-1].endswith("; 1 reference that cannot tell a right kernel from a "
-                                                         "probe (their notes say which)"), format_table(lines)
+    assert (
+        format_table(lines)
+        .splitlines()[-1]
+        .endswith("; 1 reference that cannot tell a right kernel from a probe (their notes say which)")
+    ), format_table(lines)
 
 
 def test_build_jobs_sets_how_many_candidates_a_batch_builds_ahead_at_once(tmp_path, monkeypatch, cli):
     """`--build-jobs N` reaches the batch's builds ahead (by default one per core), so a host's best count can be
     measured; fewer than one is a usage error."""
     from kp.batch import backends
+
     seen = []
 
     def builds(jobs, gpus, timeout_s, procs=None):
         seen.append(procs)
         return jobs, None
+
     monkeypatch.setattr(backends, "build_ahead_of_slots", builds)
     jobs = tmp_path / "jobs.csv"
     jobs.write_text(f"reference,candidate\n{CASES / 'ref.py'},{CASES / 'good.py'}\n")
@@ -356,8 +499,9 @@ def test_identical_files_are_judged_once_and_recorded_for_each(cli, tmp_path):
     recs = lines(out)
     assert sorted(Path(d["job"]["candidate"]).name for d in recs) == ["a.py", "b.py", "c.py", "d.py"]
     assert sorted(d.get("same_as", "") for d in recs) == ["", "", "ref: a.py", "ref: a.py"]
-    assert {d["verdict"] for d in recs if Path(d["job"]["candidate"]).name in "a.py b.py c.py"} == \
-        {next(d["verdict"] for d in recs if d["job"]["candidate"].endswith("a.py"))}
+    assert {d["verdict"] for d in recs if Path(d["job"]["candidate"]).name in "a.py b.py c.py"} == {
+        next(d["verdict"] for d in recs if d["job"]["candidate"].endswith("a.py"))
+    }
     (tmp_path / "e.py").write_text((CASES / "good.py").read_text())
     r = cli(*base, "--candidate", *sorted(tmp_path.glob("?.py")))
     assert "4 of 5 jobs already recorded, 1 identical to another file" in r.stderr, r.stderr
@@ -368,13 +512,23 @@ def test_one_run_at_a_time_writes_a_results_file(tmp_path):
     """A second run on the --out another run is writing is refused at once, naming it (exit 2), instead of judging
     every job a second time beside it."""
     import fcntl
+
     out = tmp_path / "r.jsonl"
     with open(tmp_path / "r.jsonl.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         lock.write("pid 1234")
         lock.flush()
-        r = run_script("--ref", CASES / "ref.py", "--candidate", CASES / "good.py", "--device", "cpu",
-                       "--allow-torch", "--out", out)
+        r = run_script(
+            "--ref",
+            CASES / "ref.py",
+            "--candidate",
+            CASES / "good.py",
+            "--device",
+            "cpu",
+            "--allow-torch",
+            "--out",
+            out,
+        )
     assert r.returncode == 2 and "is being written by another run (pid 1234)" in r.stderr, r.stderr
     assert not out.exists()
 
@@ -386,19 +540,43 @@ def test_a_batch_tables_row_is_at_most_200_characters_the_record_keeping_the_who
     from kp.observe.verdict import verdict
 
     def rec(accepted, reason=""):
-        row = {"accepted": accepted, "reason": reason, "checks": {}, "peer": False, "pure_torch": False,
-               "own_kernels": {}}
+        row = {
+            "accepted": accepted,
+            "reason": reason,
+            "checks": {},
+            "peer": False,
+            "pure_torch": False,
+            "own_kernels": {},
+        }
         return {"rows": {"candidate": row}, "elapsed_s": 2.1, "notes_list": ["a note " * 30], "device": "cpu"}
-    ok, bad = rec(True), rec(False, "trial 1 (seed 203155838): relL2 1.00e+00 over budget 1.00e-06 (worst row "
-                                   "1.13e+00, row budget 1.00e-06); an explanation " + "x" * 40)
-    lines = [{"job": {"name": f"ref: {k}.py"}, "gpu": "cpu0", "ok": r["rows"]["candidate"]["accepted"],
-              "elapsed_s": 2.0, "summary": {}, "verdict": verdict(r), "record": r}
-             for k, r in (("ok", ok), ("bad", bad))]
+
+    ok, bad = (
+        rec(True),
+        rec(
+            False,
+            "trial 1 (seed 203155838): relL2 1.00e+00 over budget 1.00e-06 (worst row "
+            "1.13e+00, row budget 1.00e-06); an explanation " + "x" * 40,
+        ),
+    )
+    lines = [
+        {
+            "job": {"name": f"ref: {k}.py"},
+            "gpu": "cpu0",
+            "ok": r["rows"]["candidate"]["accepted"],
+            "elapsed_s": 2.0,
+            "summary": {},
+            "verdict": verdict(r),
+            "record": r,
+        }
+        for k, r in (("ok", ok), ("bad", bad))
+    ]
     rows = format_table(lines).splitlines()[1:3]
     assert all(len(r) <= 200 for r in rows), rows
     assert rows[0].endswith("accepted in 2.1 s (notes in the record)")
-    assert rows[1].endswith("rejected: trial 1 (seed 203155838): relL2 1.00e+00 over budget 1.00e-06 (worst row "
-                            "1.13e+00, row budget 1.00e-06) in 2.1 s")
+    assert rows[1].endswith(
+        "rejected: trial 1 (seed 203155838): relL2 1.00e+00 over budget 1.00e-06 (worst row "
+        "1.13e+00, row budget 1.00e-06) in 2.1 s"
+    )
 
 
 # A candidate that, the first time it is imported, kills the slot's judge: the nearest ancestor of its worker that
@@ -431,10 +609,27 @@ def test_a_judge_killed_from_outside_is_no_verdict_and_judged_again_alone(tmp_pa
     killer = tmp_path / "killed_once.py"
     killer.write_text(KILLED_ONCE)
     out = tmp_path / "results.jsonl"
-    r = run_script("--ref", CASES / "ref.py", "--candidate", killer, CASES / "good.py", "--device", "cpu",
-                   "--slots", "2", "--allow-torch", "--no-sandbox", "--seed", "5", "--out", out)
-    assert "killed_once.py: no verdict: the judge's process died (signal 9, SIGKILL); judged again at the end, " \
-           "alone" in r.stderr, r.stderr[-3000:]
+    r = run_script(
+        "--ref",
+        CASES / "ref.py",
+        "--candidate",
+        killer,
+        CASES / "good.py",
+        "--device",
+        "cpu",
+        "--slots",
+        "2",
+        "--allow-torch",
+        "--no-sandbox",
+        "--seed",
+        "5",
+        "--out",
+        out,
+    )
+    assert (
+        "killed_once.py: no verdict: the judge's process died (signal 9, SIGKILL); judged again at the end, "
+        "alone" in r.stderr
+    ), r.stderr[-3000:]
     recs = {Path(d["job"]["candidate"]).name: d for d in lines(out)}
     assert set(recs) == {"killed_once.py", "good.py"}, r.stdout[-2000:]
     assert recs["killed_once.py"]["status"] == "accepted", recs["killed_once.py"]["verdict"]

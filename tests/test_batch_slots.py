@@ -1,6 +1,7 @@
 """How a batch keeps its slots fed: the candidates' own builds run ahead (at import, in __init__ or at the first
 call), each slot told its next job so its box starts while the job before it runs, boxes ahead as far as the cores
 allow, a wait for the GPU not charged to the job, and the throughput line a batch ends with."""
+
 import re
 import time
 from pathlib import Path
@@ -24,10 +25,13 @@ def test_candidates_that_build_their_own_extension_are_built_ahead(tmp_path):
     import os
     from kp.box.builds import candidate_build_dir
     from kp.batch import ahead, slot_process
-    src = ("import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
-           "# noqa: F401\n\n# {tag}\nmark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) / 'built'\n"
-           "AHEAD = mark.exists()\nmark.write_text(str(os.nice(0)))\n\n\nclass ModelNew(nn.Module):\n"
-           "    def forward(self, x):\n        return torch.relu(x) if AHEAD else x\n")
+
+    src = (
+        "import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
+        "# noqa: F401\n\n# {tag}\nmark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) / 'built'\n"
+        "AHEAD = mark.exists()\nmark.write_text(str(os.nice(0)))\n\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.relu(x) if AHEAD else x\n"
+    )
     opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
     jobs = []
     for name in ("cold", "ahead"):  # contents of their own: build folders of their own
@@ -51,8 +55,11 @@ def test_a_candidate_built_ahead_once_is_not_built_ahead_again(tmp_path, capsys)
     tried again, and an edited file (other contents, another folder) is built again."""
     from kp.batch import ahead
     from kp.box.builds import BUILT, candidate_build_dir
-    ok = ("import torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  # noqa: F401\n# {tag}\n\n\n"
-          "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n")
+
+    ok = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  # noqa: F401\n# {tag}\n\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+    )
     opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
     jobs = []
     for name, src in (("ok", ok), ("bad", ok + "raise RuntimeError('no build')\n")):
@@ -74,18 +81,22 @@ def test_builds_start_longest_first_and_are_judged_as_they_are_expected_to_end(t
     begin in the builds' last round and hold up the batch's end, and has twice the time; the slots meet the
     candidates in the order their builds are expected to end, the files that build nothing first."""
     from kp.batch import ahead
+
     one = "from torch.utils.cpp_extension import load_inline\nm = load_inline(name='a{i}', cpp_sources='')\n"
     two = one + "n = load_inline(name='b', cpp_sources='')\n"
-    bare = "from torch.utils.cpp_extension import load, load_inline\nm = load(name='c', sources=[])\n" \
-           "n = torch.load('w.pt')\no = load(name='d', sources=[])\n"
+    bare = (
+        "from torch.utils.cpp_extension import load, load_inline\nm = load(name='c', sources=[])\n"
+        "n = torch.load('w.pt')\no = load(name='d', sources=[])\n"
+    )
     files = {"s0": one, "s1": one, "s2": one, "long": two, "bare": bare}
     opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
     jobs = []
     for i, (name, text) in enumerate(files.items()):
         (tmp_path / f"{name}.py").write_text(text.format(i=i))
         for mode in ("train", "eval"):
-            jobs.append(jobfile.make_job(("file", str(CASES / "ref.py")), tmp_path / f"{name}.py",
-                                         dict(opts, mode=mode)))
+            jobs.append(
+                jobfile.make_job(("file", str(CASES / "ref.py")), tmp_path / f"{name}.py", dict(opts, mode=mode))
+            )
     pure = jobfile.make_job(("file", str(CASES / "ref.py")), CASES / "good.py", opts)
     assert [ahead.builds_in(tmp_path / f"{n}.py") for n in files] == [1, 1, 1, 2, 2]  # torch.load is no build
     starts, ends = ahead.schedule(jobs[::2], procs=2)
@@ -105,7 +116,8 @@ def test_builds_start_longest_first_and_are_judged_as_they_are_expected_to_end(t
     thread.join()
     assert [stem(j) for j in started] == ["long", "bare", "s0", "s1", "s2"]
     assert [(stem(j), dict(j.opts).get("mode")) for j in order] == [("good", "train")] + [
-        (n, m) for n in ("long", "bare", "s0", "s1", "s2") for m in ("train", "eval")]
+        (n, m) for n in ("long", "bare", "s0", "s1", "s2") for m in ("train", "eval")
+    ]
 
 
 def test_builds_started_in_init_or_at_the_first_call_are_built_ahead_too(tmp_path):
@@ -115,15 +127,22 @@ def test_builds_started_in_init_or_at_the_first_call_are_built_ahead_too(tmp_pat
     build (a judging that had to build gives the identity instead of the ReLU). A batch judges the candidates that
     build nothing first, while the builds run beside it."""
     from kp.batch import ahead, slot_process
-    head = ("import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
-            "# noqa: F401\n\n# {tag}\n\n\ndef build():\n    mark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) "
-            "/ 'built'\n    ahead = mark.exists()\n    mark.write_text('x')\n    return ahead\n\n\n")
-    in_init = ("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-               "        self.ahead = build()\n\n    def forward(self, x):\n"
-               "        return torch.relu(x) if self.ahead else x\n")
-    first_call = ("class ModelNew(nn.Module):\n    ahead = None\n\n    def forward(self, x):\n"
-                  "        if self.ahead is None:\n            self.ahead = build()\n"
-                  "        return torch.relu(x).clone() if self.ahead else x\n")
+
+    head = (
+        "import os\nimport pathlib\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils import cpp_extension  "
+        "# noqa: F401\n\n# {tag}\n\n\ndef build():\n    mark = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR']) "
+        "/ 'built'\n    ahead = mark.exists()\n    mark.write_text('x')\n    return ahead\n\n\n"
+    )
+    in_init = (
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.ahead = build()\n\n    def forward(self, x):\n"
+        "        return torch.relu(x) if self.ahead else x\n"
+    )
+    first_call = (
+        "class ModelNew(nn.Module):\n    ahead = None\n\n    def forward(self, x):\n"
+        "        if self.ahead is None:\n            self.ahead = build()\n"
+        "        return torch.relu(x).clone() if self.ahead else x\n"
+    )
     opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
     jobs = []
     for name, body in (("init", in_init), ("first_call", first_call)):
@@ -166,13 +185,19 @@ def test_each_slot_is_told_its_next_job_and_every_job_runs_once(monkeypatch):
 
     monkeypatch.setattr(backends.time, "sleep", lambda s: None)
     monkeypatch.setattr(backends.os, "cpu_count", lambda: 64)  # cores enough for every box ahead
-    jobs = [(jobfile.make_job(("file", CASES / "ref.py"), CANDS[i % len(CANDS)], {"seed": i}), f"k{i}")
-            for i in range(12)]
+    jobs = [
+        (jobfile.make_job(("file", CASES / "ref.py"), CANDS[i % len(CANDS)], {"seed": i}), f"k{i}") for i in range(12)
+    ]
     key_of = {j: k for j, k in jobs}
     fast, slow = FakeSlot(1), FakeSlot(80)
     finished = []
-    backends._drain(deque(jobs), [(fast, "a"), (slow, "b")], 60, backends.Progress(12, False),
-                    lambda s, n, j, k, r: finished.append(k))
+    backends._drain(
+        deque(jobs),
+        [(fast, "a"), (slow, "b")],
+        60,
+        backends.Progress(12, False),
+        lambda s, n, j, k, r: finished.append(k),
+    )
     assert sorted(runs) == sorted(k for _, k in jobs) and sorted(finished) == sorted(runs)
     for slot, other in ((fast, slow), (slow, fast)):  # a slot's next job is the first it was told of, or went
         seq, elsewhere = told[id(slot)], {k for k, _ in told[id(other)]}  # to the other slot
@@ -189,6 +214,7 @@ def test_boxes_ahead_follow_the_cores_a_slot_has():
     slot has cores to spare for the boxes' imports beside the job it runs."""
     from kp.batch import backends
     import unittest.mock as mock
+
     with mock.patch.object(backends.os, "cpu_count", lambda: 2):
         assert backends.ahead(1) == 1 and backends.ahead(4) == 1
     with mock.patch.object(backends.os, "cpu_count", lambda: 64):
@@ -200,8 +226,10 @@ def test_a_slots_process_imports_nothing_heavy_before_its_first_jobs_box():
     nor the judge, so the first job's box starts before them."""
     import subprocess
     import sys
-    code = ("import sys, kp.batch.slot_process\n"
-            "print(sorted(m for m in ('torch', 'kp.judge.driver') if m in sys.modules))")
+
+    code = (
+        "import sys, kp.batch.slot_process\nprint(sorted(m for m in ('torch', 'kp.judge.driver') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr[-2000:]
 
@@ -211,9 +239,10 @@ def test_a_slots_first_job_takes_the_box_started_before_the_slots_own_start():
     """A batch's slot reads its first job as it starts and starts that job's box before its own imports: the job
     takes that box (its record's boxes_started_ahead), rather than starting one when it begins."""
     from kp.batch import backends
+
     opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
     job = jobfile.make_job(("file", str(CASES / "ref.py")), CASES / "good.py", opts)
-    res, = backends.run_local([job], [None], None, timeout_s=120, progress=False)
+    (res,) = backends.run_local([job], [None], None, timeout_s=120, progress=False)
     assert res["ok"], res["verdict"]
     assert res["record"]["boxes_started_ahead"] == [True]
 
@@ -223,6 +252,7 @@ def test_a_slot_does_not_charge_waiting_for_the_gpu_to_its_job():
     by it, and the job's elapsed time still counts it."""
     import multiprocessing as mp
     from kp.batch import slots
+
     s = slots.Slot.__new__(slots.Slot)
     s.conn, child = mp.Pipe()
     s.proc = type("Alive", (), {"is_alive": lambda self: True})()
@@ -245,8 +275,11 @@ def test_a_batch_ends_with_its_throughput(monkeypatch):
     import subprocess
     import types
     from kp.batch import backends
-    assert backends.throughput([{"elapsed_s": 2}, {"elapsed_s": 3}], 10, 1) == \
-        "2 verdicts in 10 s: 720 verdicts per hour on 1 slot; the slots were judging 50% of the time"
+
+    assert (
+        backends.throughput([{"elapsed_s": 2}, {"elapsed_s": 3}], 10, 1)
+        == "2 verdicts in 10 s: 720 verdicts per hour on 1 slot; the slots were judging 50% of the time"
+    )
     assert backends.throughput([{"elapsed_s": 2}], 10, None) == "1 verdicts in 10 s: 360 verdicts per hour"
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
     out = "0, GPU-aaa, 40\n1, GPU-bbb, 80\n"
@@ -293,6 +326,7 @@ def test_slots_are_ended_together_not_one_after_another():
     slots that take a second each to die end in about a second, not twelve. A busy slot asked to end is killed once
     the shared wait is over."""
     from kp.batch.slots import end_all
+
     many = [_SlowToDie(1.0) for _ in range(12)]
     t = time.monotonic()
     end_all(many, kill=True, wait_s=5.0)
@@ -314,6 +348,7 @@ def test_each_gpu_gets_slots_by_the_cores_unless_the_list_counts_its_own(monkeyp
     import pytest
     from kp.batch import gpus
     from kp.errors import UsageError
+
     monkeypatch.setattr(gpus, "gpu_list", lambda spec: spec.split(","))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)))
     assert gpus.slot_list("0,1") == ["0", "0", "0", "1", "1", "1"]

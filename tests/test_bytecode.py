@@ -1,5 +1,6 @@
 """The bytecode kept in the playground's cache (kp.lib.bytecode) where the host forbids writing it beside the sources:
 written by a process that enables it, read from there by its children and by a box, never beside a source."""
+
 import os
 import subprocess
 import sys
@@ -13,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _python(code: str, env: dict, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *flags, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, *flags, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def _env(tmp_path, **more) -> dict:
@@ -29,8 +31,10 @@ def _module(tmp_path) -> Path:
     return src
 
 
-ENABLE = "import sys; from kp.lib import bytecode; print(bytecode.enable()); sys.path.insert(0, {!r}); " \
-         "import kp_bytecode_probe; print(sys.pycache_prefix)"
+ENABLE = (
+    "import sys; from kp.lib import bytecode; print(bytecode.enable()); sys.path.insert(0, {!r}); "
+    "import kp_bytecode_probe; print(sys.pycache_prefix)"
+)
 
 
 def test_a_host_without_bytecode_gets_it_in_the_cache_and_children_read_it_there(tmp_path):
@@ -45,8 +49,11 @@ def test_a_host_without_bytecode_gets_it_in_the_cache_and_children_read_it_there
     assert len(cached) == 1 and cached[0].parent == folder / str(src.parent).lstrip("/")
     assert not list(src.parent.rglob("*.pyc"))  # nothing beside the source
     # a child of such a process (PYTHONPYCACHEPREFIX inherited, writing nothing) loads the cached code object
-    r = _python(f"import sys; sys.path.insert(0, {str(src.parent)!r}); import kp_bytecode_probe",
-                {**env, "PYTHONPYCACHEPREFIX": str(folder)}, "-v")
+    r = _python(
+        f"import sys; sys.path.insert(0, {str(src.parent)!r}); import kp_bytecode_probe",
+        {**env, "PYTHONPYCACHEPREFIX": str(folder)},
+        "-v",
+    )
     assert f"code object from '{cached[0]}'" in r.stderr, r.stderr[-2000:]
 
 
@@ -71,10 +78,12 @@ def test_a_box_reads_the_cache_bytecode_and_cannot_write_it(tmp_path):
     the cache, which the box binds read-only."""
     if sandbox.status()[0] is None:
         pytest.skip(f"no sandbox here: {sandbox.status()[1]}")
-    code = ("import sys; from kp.lib import bytecode; bytecode.enable(); from kp.box import start; "
-            "ro, _, env, *_ = start._plan(('problem', 'softmax'), [], False); "
-            "print(env.get('PYTHONPYCACHEPREFIX'), env['PYTHONDONTWRITEBYTECODE'], "
-            "any(sys.pycache_prefix.startswith(p.rstrip('/') + '/') for p in ro))")
+    code = (
+        "import sys; from kp.lib import bytecode; bytecode.enable(); from kp.box import start; "
+        "ro, _, env, *_ = start._plan(('problem', 'softmax'), [], False); "
+        "print(env.get('PYTHONPYCACHEPREFIX'), env['PYTHONDONTWRITEBYTECODE'], "
+        "any(sys.pycache_prefix.startswith(p.rstrip('/') + '/') for p in ro))"
+    )
     r = _python(code, _env(tmp_path))
     assert r.returncode == 0, r.stderr
     prefix, dont_write, bound = r.stdout.split()

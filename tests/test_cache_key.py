@@ -1,4 +1,5 @@
 """Cache key: source, included headers, flags each change it; nothing else does; it is stable across processes."""
+
 import subprocess
 import sys
 import textwrap
@@ -56,8 +57,9 @@ def test_flags_arch_and_versions_change_key(tree, monkeypatch):
     assert harness.cache_key(tree / "p" / "1_a.cu", (8, 0)) != a0
     assert harness.cache_key(tree / "p" / "1_a.cu", (9, 0), experiments=True) != a0  # the bench scripts' build
     orig = harness.build_flags
-    monkeypatch.setattr(kp.lib.build, "build_flags",
-                        lambda cap, exp=False: {**orig(cap), "cflags": orig(cap)["cflags"] + ["-g"]})
+    monkeypatch.setattr(
+        kp.lib.build, "build_flags", lambda cap, exp=False: {**orig(cap), "cflags": orig(cap)["cflags"] + ["-g"]}
+    )
     assert keys(tree)[0] != a0
     monkeypatch.setattr(kp.lib.build, "build_flags", orig)
     monkeypatch.setattr(kp.lib.build.torch, "__version__", "9.9.9")
@@ -69,15 +71,18 @@ def test_same_key_in_two_processes():
         import harness
         print(harness.cache_key(harness.KERNELS / "softmax" / "2_online.cu", (9, 0)))
     """)
-    outs = {subprocess.run([sys.executable, "-c", code], cwd=harness.ROOT, capture_output=True, text=True,
-                           check=True).stdout.strip() for _ in range(2)}
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=harness.ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for _ in range(2)
+    }
     assert len(outs) == 1 and len(outs.pop()) == 64
 
 
 def test_exports_parse_and_reject_unsupported_types():
     ex = harness.parse_exports("KP_EXPORT void f(const at::TensorBase& x, int64_t n, double eps, bool t)\n{}")
-    assert ex[0].name == "f" and [t for t, _ in ex[0].params] == ["const at::TensorBase&", "int64_t", "double",
-                                                                    "bool"]
+    assert ex[0].name == "f" and [t for t, _ in ex[0].params] == ["const at::TensorBase&", "int64_t", "double", "bool"]
     with pytest.raises(harness.KernelBuildError, match="unsupported parameter"):
         harness.parse_exports("KP_EXPORT void f(float* p) {}")
     with pytest.raises(harness.KernelBuildError, match="no `KP_EXPORT"):
@@ -85,9 +90,11 @@ def test_exports_parse_and_reject_unsupported_types():
 
 
 def test_build_error_summary_names_file_and_line():
-    log = (f"FAILED: cuda.cuda.o\n/usr/bin/nvcc ... -c cuda.cu\n"
-           f"{harness.KERNELS}/softmax/2_online.cu(42): error: identifier \"oops\" is undefined\n"
-           f"1 error detected in the compilation of \"cuda.cu\".\nninja: build stopped: subcommand failed.\n")
+    log = (
+        f"FAILED: cuda.cuda.o\n/usr/bin/nvcc ... -c cuda.cu\n"
+        f'{harness.KERNELS}/softmax/2_online.cu(42): error: identifier "oops" is undefined\n'
+        f'1 error detected in the compilation of "cuda.cu".\nninja: build stopped: subcommand failed.\n'
+    )
     s = harness.summarize_build_error(log)
     assert s == 'kernels/softmax/2_online.cu:42: error: identifier "oops" is undefined'
     gcc = "main.cpp:7:3: error: 'x' was not declared in this scope\n"
@@ -97,6 +104,7 @@ def test_build_error_summary_names_file_and_line():
 # ---------------------------------------------------------------------------------------------------------------
 # A cache entry is loaded only if its library is the one that was built: its sha256 is recorded when the finished
 # build folder is moved into place, and checked at every load.
+
 
 def _entry(tmp_path, data=b"\x7fELF" + b"x" * 5000):
     tmp = tmp_path / ".build-kp_m"
@@ -115,13 +123,16 @@ def test_published_entry_verifies(tmp_path):
     assert kp.lib.build.verify_entry(bdir, so, "OTHER") == "belongs to another source"
 
 
-@pytest.mark.parametrize("damage, says", [
-    (lambda so: so.write_bytes(b""), "truncated or altered"),
-    (lambda so: so.write_bytes(so.read_bytes()[:100]), "truncated or altered"),
-    (lambda so: so.write_bytes(so.read_bytes()[:-1] + b"y"), "does not match its checksum"),
-    (lambda so: so.unlink(), "is missing its library"),
-    (lambda so: (so.parent / "kp_complete").write_text("KEY"), "has no checksum"),
-])
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda so: so.write_bytes(b""), "truncated or altered"),
+        (lambda so: so.write_bytes(so.read_bytes()[:100]), "truncated or altered"),
+        (lambda so: so.write_bytes(so.read_bytes()[:-1] + b"y"), "does not match its checksum"),
+        (lambda so: so.unlink(), "is missing its library"),
+        (lambda so: (so.parent / "kp_complete").write_text("KEY"), "has no checksum"),
+    ],
+)
 def test_damaged_entry_is_named_not_loaded(tmp_path, damage, says):
     bdir, so = _entry(tmp_path)
     damage(so)

@@ -1,5 +1,6 @@
 """run.py's usage errors and exit codes (no GPU needed): `python run.py --list` as a script, the rest through the
 same command-line entry in this process."""
+
 import json
 import shutil
 import subprocess
@@ -25,8 +26,9 @@ def test_help_and_a_bad_flag_are_said_once():
     the first parse says nothing."""
     r = run_script("--help")
     assert r.returncode == 0 and r.stdout.count("usage:") == 1
-    shown = subprocess.run([sys.executable, "-X", "importtime", "run.py", "--help"], cwd=ROOT, capture_output=True,
-                           text=True, timeout=120)  # the usage without torch's import first (seconds)
+    shown = subprocess.run(
+        [sys.executable, "-X", "importtime", "run.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )  # the usage without torch's import first (seconds)
     assert shown.returncode == 0 and "usage:" in shown.stdout and " torch\n" not in shown.stderr
     r = run_script("--no-such-flag")
     assert r.returncode == 2 and r.stderr.count("usage:") == 1 and "--no-such-flag" in r.stderr
@@ -49,13 +51,29 @@ def test_no_problem_exit_2(cli):
 
 
 def test_slots_outside_a_batch_is_a_usage_error_and_on_the_cpu_a_batch_takes_them(cli, tmp_path):
-    for args in (("--problem", "softmax", "--slots", "2"), ("--ref", "r.py", "--candidate", "c.py", "--device", "cpu",
-                                                            "--slots", "2")):
+    for args in (
+        ("--problem", "softmax", "--slots", "2"),
+        ("--ref", "r.py", "--candidate", "c.py", "--device", "cpu", "--slots", "2"),
+    ):
         r = cli(*args)
         assert r.returncode == 2 and "--slots" in r.stderr and "Traceback" not in r.stderr
     d = ROOT / "tests" / "judge_cases" / "relu"
-    r = cli("--ref", d / "ref.py", "--candidate", d / "torch_rewrite.py", d / "wrong_identity.py", "--device", "cpu",
-            "--allow-torch", "--slots", "2", "--seed", "4", "--out", tmp_path / "o.jsonl")
+    r = cli(
+        "--ref",
+        d / "ref.py",
+        "--candidate",
+        d / "torch_rewrite.py",
+        d / "wrong_identity.py",
+        "--device",
+        "cpu",
+        "--allow-torch",
+        "--slots",
+        "2",
+        "--seed",
+        "4",
+        "--out",
+        tmp_path / "o.jsonl",
+    )
     assert r.returncode == 1 and "1 accepted, 1 rejected" in r.stdout, r.stdout + r.stderr
     assert {d["gpu"] for d in map(json.loads, (tmp_path / "o.jsonl").read_text().splitlines())} <= {"cpu0", "cpu1"}
 
@@ -121,10 +139,13 @@ def test_a_raise_in_forward_shows_the_candidates_own_lines(cli, tmp_path):
     """An exception inside the candidate's forward: its own frames (file:line and code) under the table, the whole
     traceback in the record."""
     import json
+
     f = tmp_path / "raises.py"
-    f.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
-                 "        return self.shape_it(x)\n\n    def shape_it(self, x):\n"
-                 "        return torch.relu(x).view(-1, 7)\n")
+    f.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+        "        return self.shape_it(x)\n\n    def shape_it(self, x):\n"
+        "        return torch.relu(x).view(-1, 7)\n"
+    )
     ref = harness.ROOT / "tests" / "judge_cases" / "relu" / "ref.py"
     r = cli("--ref", ref, "--candidate", f, "--device", "cpu", "--allow-torch", "--json", tmp_path / "r.json")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -139,6 +160,7 @@ def test_shards_cover_every_test_once_and_deal_the_gpu_tests_evenly():
     """N pytest processes, one per GPU, each with --shard K/N: every test runs in exactly one of them, and the GPU
     tests are dealt round-robin, so each GPU gets its share of the heavy ones that sit together in the order."""
     from conftest import shard_of
+
     names = [f"t{i}" for i in range(23)]
     gpu_names = {f"t{i}" for i in range(5, 17)}
     shares = [shard_of(names, gpu_names, k, 4) for k in range(4)]
@@ -153,8 +175,10 @@ def test_shards_dealt_by_recorded_seconds_end_together(tmp_path):
     as long as ten others gets a share with fewer of them, and the batched judge cases, whose batch's time the record
     puts on one of them, are spread evenly as an even part each. Every test still runs exactly once."""
     from conftest import gpu_test_seconds, shard_of
-    names = [f"tests/a.py::t{i}" for i in range(40)] + [f"tests/test_judge.py::test_judge_case_on_gpu[c{i}]"
-                                                         for i in range(12)]
+
+    names = [f"tests/a.py::t{i}" for i in range(40)] + [
+        f"tests/test_judge.py::test_judge_case_on_gpu[c{i}]" for i in range(12)
+    ]
     gpu_names = set(names[:30]) | set(names[40:])
     seconds = {names[0]: 100.0, **{x: 10.0 for x in names[1:30]}, names[40]: 120.0}  # c0 set up the batch
     shares = [shard_of(names, gpu_names, k, 4, seconds) for k in range(4)]
@@ -165,8 +189,9 @@ def test_shards_dealt_by_recorded_seconds_end_together(tmp_path):
     rr = [sum(cost[x] for x in shard_of(names, gpu_names, k, 4) if x in gpu_names) for k in range(4)]
     assert max(loads) < max(rr), (loads, rr)
     heavy = next(s for s in shares if names[0] in s)
-    assert len([x for x in heavy if x in gpu_names]) < min(len([x for x in s if x in gpu_names]) for s in shares
-                                                            if s is not heavy)
+    assert len([x for x in heavy if x in gpu_names]) < min(
+        len([x for x in s if x in gpu_names]) for s in shares if s is not heavy
+    )
     assert [len([x for x in s if "judge_case" in x]) for s in shares] == [3, 3, 3, 3]
     # the committed record reads; a broken one deals round-robin
     assert gpu_test_seconds() and all(v >= 0 for v in gpu_test_seconds().values())
@@ -179,6 +204,7 @@ def test_lanes_put_the_batch_and_what_follows_it_on_each_gpus_first_lane():
     (AFTER_BATCH) go only to shares 0 and 2, each GPU's first lane, which runs its batched cases before anything
     else; the other tests fill all four shares by their seconds. Every test runs exactly once."""
     from conftest import batch_first, shard_of
+
     cases = [f"tests/test_judge_cases.py::test_judge_case_on_gpu[c{i}]" for i in range(8)]
     after = [f"tests/test_judge_cases.py::test_every_shipped_variant_accepted[p{i}]" for i in range(2)]
     other = [f"tests/test_a.py::t{i}" for i in range(12)]
@@ -192,7 +218,7 @@ def test_lanes_put_the_batch_and_what_follows_it_on_each_gpus_first_lane():
     for k in (0, 2):
         ran = batch_first(shares[k])
         mine = [x for x in ran if x in cases]
-        assert mine and ran[:len(mine)] == mine, ran
+        assert mine and ran[: len(mine)] == mine, ran
         assert [x for x in ran if x not in cases] == [x for x in shares[k] if x not in cases]
 
 
@@ -201,11 +227,14 @@ def test_gpu_tests_store_durations_merges_the_record(tmp_path):
     list, xdist's group suffix dropped, tests this run did not include keep their earlier figures."""
     import json
     from tools import gpu_tests
+
     rec = tmp_path / "rec.json"
     rec.write_text(json.dumps({"measured": "earlier", "seconds": {"tests/a.py::old": 5.0, "tests/a.py::t[x]": 99.0}}))
     log = tmp_path / "gpu0.log"
-    log.write_text("..\n12.50s setup    tests/a.py::t[x]@gpu\n1.50s call     tests/a.py::t[x]@gpu\n"
-                   "0.10s teardown tests/a.py::u@gpu\n1 passed\n")
+    log.write_text(
+        "..\n12.50s setup    tests/a.py::t[x]@gpu\n1.50s call     tests/a.py::t[x]@gpu\n"
+        "0.10s teardown tests/a.py::u@gpu\n1 passed\n"
+    )
     assert gpu_tests.store_durations([log, tmp_path / "gpu1.log"], rec, "NVIDIA X") == 2
     got = json.loads(rec.read_text())
     assert got["seconds"] == {"tests/a.py::old": 5.0, "tests/a.py::t[x]": 14.0, "tests/a.py::u": 0.1}
@@ -216,32 +245,57 @@ def test_gpu_tests_line_names_each_gpus_slowest_tests(tmp_path, capsys):
     """tools/gpu_tests.py: each GPU's line gives pytest's exit code and last line, then the slowest tests of that
     GPU's pytest (its --durations list), so the share that sets the suite's time says what it spent it on."""
     from tools import gpu_tests
+
     (tmp_path / "gpu0.log").write_text(
         "....\n============ slowest 3 durations ============\n"
         "117.90s call     tests/test_batch.py::test_sixteen@gpu\n"
         "77.09s setup    tests/test_judge.py::test_case[a]@gpu\n"
-        "36.52s call     tests/test_sandbox.py::test_box[b]@gpu\n46 passed in 413.98s (0:06:53)\n")
+        "36.52s call     tests/test_sandbox.py::test_box[b]@gpu\n46 passed in 413.98s (0:06:53)\n"
+    )
 
     class Done:
         def wait(self, timeout=None):
             return 0
+
     log = open(tmp_path / "other.log", "w")
     assert gpu_tests._finish([("GPU 0", "gpu0.log", Done(), log)], tmp_path, gpu_tests.Stop(install=False)) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "GPU 0: exit 0: 46 passed in 413.98s (0:06:53)"
-    assert out[1] == ("  slowest: 117.90s tests/test_batch.py::test_sixteen@gpu; 77.09s "
-                      "tests/test_judge.py::test_case[a]@gpu (setup); 36.52s tests/test_sandbox.py::test_box[b]@gpu")
+    assert out[1] == (
+        "  slowest: 117.90s tests/test_batch.py::test_sixteen@gpu; 77.09s "
+        "tests/test_judge.py::test_case[a]@gpu (setup); 36.52s tests/test_sandbox.py::test_box[b]@gpu"
+    )
     assert gpu_tests.slowest(["1 passed"]) == []
+
 
 def test_only_gpu_and_only_cpu_split_the_suite():
     """`--only gpu` and `--only cpu` (tools/gpu_tests.py: the GPU tests over the GPUs, then the rest with the GPUs
     hidden) collect disjoint sets that together are the whole suite, the GPU share being the tests marked @gpu."""
+
     def collected(*opt):
-        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
-                            "-n", "0", *opt, "tests/test_cli.py", "tests/test_gpu.py"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "--collect-only",
+                "-p",
+                "no:cacheprovider",
+                "-n",
+                "0",
+                *opt,
+                "tests/test_cli.py",
+                "tests/test_gpu.py",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         return {ln for ln in r.stdout.splitlines() if "::" in ln}
+
     every, on_gpu, on_cpu = collected(), collected("--only", "gpu"), collected("--only", "cpu")
     assert on_gpu and on_cpu and not on_gpu & on_cpu and on_gpu | on_cpu == every
     assert "tests/test_gpu.py::test_compile_error_names_file_and_line" in on_gpu
@@ -252,9 +306,11 @@ def test_a_reference_that_raises_on_its_own_inputs_is_one_usage_line(tmp_path, c
     """Bad input: a reference whose forward always raises (where the meta device cannot run it either) gets one
     line naming it and exit 2, not the judge's traceback."""
     ref = tmp_path / "raises.py"
-    ref.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-                   "        raise IndexError('index 11 is out of bounds')\n\n\ndef get_inputs():\n"
-                   "    return [torch.randn(8, 8)]\n\n\ndef get_init_inputs():\n    return []\n")
+    ref.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        raise IndexError('index 11 is out of bounds')\n\n\ndef get_inputs():\n"
+        "    return [torch.randn(8, 8)]\n\n\ndef get_init_inputs():\n    return []\n"
+    )
     r = cli("--ref", ref, "--candidate", ROOT / "tests" / "batch" / "good.py", "--device", "cpu", "--allow-torch")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "the reference itself raised on its own inputs" in r.stderr and "IndexError" in r.stderr
@@ -267,20 +323,34 @@ def test_a_stopped_gpu_test_run_lets_each_pytest_say_what_it_ran(tmp_path, monke
     import signal
     import time
     from tools import gpu_tests
+
     # The polite stand-in takes Ctrl-C as a pytest the runner starts does: the runner's own handler (Stop) leaves
     # SIGINT at its default in its children, also where the runner was started with it ignored (`... &` in a script)
-    polite = ("import signal, sys, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\ntry:\n"
-              "    print('up', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
-              "    print('3 passed (interrupted)', flush=True)\n    sys.exit(2)\n")
-    stubborn = ("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('up', flush=True)\n"
-                "time.sleep(60)\n")
+    polite = (
+        "import signal, sys, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\ntry:\n"
+        "    print('up', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+        "    print('3 passed (interrupted)', flush=True)\n    sys.exit(2)\n"
+    )
+    stubborn = (
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)\n"
+    )
     monkeypatch.setattr(gpu_tests, "STOP_GRACE_S", 2)
     stop = gpu_tests.Stop(install=False)
     procs = []
     for name, src in (("polite", polite), ("stubborn", stubborn)):
         log = open(tmp_path / f"{name}.log", "w")
-        procs.append((name, f"{name}.log", stop.started(subprocess.Popen(
-            [sys.executable, "-c", src], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)), log))
+        procs.append(
+            (
+                name,
+                f"{name}.log",
+                stop.started(
+                    subprocess.Popen(
+                        [sys.executable, "-c", src], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                    )
+                ),
+                log,
+            )
+        )
     up = time.monotonic() + 60  # both started and waiting (a loaded host starts Python slowly): each says so
     while not all((tmp_path / f"{n}.log").read_text().startswith("up") for n in ("polite", "stubborn")):
         assert time.monotonic() < up, "the stand-in pytests did not start"
@@ -300,12 +370,29 @@ def test_ctrl_c_on_one_judgement_is_one_line_and_leaves_nothing_running(how):
     process of the job left: an unboxed worker, which a forkserver started, ends with its judge too."""
     import signal
     import time
+
     batch = ROOT / "tests" / "batch"
     sig = signal.SIGTERM if how.startswith("SIGTERM") else signal.SIGINT
-    p = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "--ref", str(batch / "ref.py"), "--candidate",
-                          str(batch / "hang.py"), "--device", "cpu", "--allow-torch", "--timeout", "120",
-                          *how.split()[1:]],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "--ref",
+            str(batch / "ref.py"),
+            "--candidate",
+            str(batch / "hang.py"),
+            "--device",
+            "cpu",
+            "--allow-torch",
+            "--timeout",
+            "120",
+            *how.split()[1:],
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     seen = ""
     while time.monotonic() < deadline and "drawn from --seed" not in seen:  # the judge has reached its calls
@@ -318,8 +405,13 @@ def test_ctrl_c_on_one_judgement_is_one_line_and_leaves_nothing_running(how):
     assert p.returncode == 128 + sig and "interrupted: no verdict" in err and "Traceback" not in err, err[-3000:]
     assert took < 6.0, took
     time.sleep(2.5)  # an unboxed worker looks for its judge every second
-    left = [ps for ps in subprocess.run(["ps", "-o", "stat=,args=", "-s", str(p.pid)], capture_output=True,
-                                        text=True).stdout.splitlines() if not ps.strip().startswith("Z")]
+    left = [
+        ps
+        for ps in subprocess.run(
+            ["ps", "-o", "stat=,args=", "-s", str(p.pid)], capture_output=True, text=True
+        ).stdout.splitlines()
+        if not ps.strip().startswith("Z")
+    ]
     assert not left, left  # its session (the judge, the box, the worker) holds nothing but the dead
 
 
@@ -328,13 +420,33 @@ def test_json_into_a_folder_not_made_yet_is_made_before_the_judging(cli, tmp_pat
     folder cannot be made is a usage error before any judging (exit 2), never a traceback after the verdict."""
     d = ROOT / "tests" / "judge_cases" / "relu"
     out = tmp_path / "new" / "deeper" / "r.json"
-    r = cli("--ref", d / "ref.py", "--candidate", d / "torch_rewrite.py", "--allow-torch", "--device", "cpu",
-            "--seed", "3", "--json", out)
+    r = cli(
+        "--ref",
+        d / "ref.py",
+        "--candidate",
+        d / "torch_rewrite.py",
+        "--allow-torch",
+        "--device",
+        "cpu",
+        "--seed",
+        "3",
+        "--json",
+        out,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rec = json.loads(out.read_text())
     assert rec["status"] == "accepted" and rec["failure"] is None and rec["schema_version"] == 1
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    r = cli("--ref", d / "ref.py", "--candidate", d / "torch_rewrite.py", "--allow-torch", "--device", "cpu",
-            "--json", blocker / "r.json")
+    r = cli(
+        "--ref",
+        d / "ref.py",
+        "--candidate",
+        d / "torch_rewrite.py",
+        "--allow-torch",
+        "--device",
+        "cpu",
+        "--json",
+        blocker / "r.json",
+    )
     assert r.returncode == 2 and "its folder cannot be made" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -1,5 +1,6 @@
 """Every .cu compiles with nvcc for every architecture it claims (its `// Requires:` line: a portable rung for
 sm_80, sm_89 and sm_90a, a Hopper-only one for sm_90a), and its generated binding type-checks with g++. No GPU."""
+
 import functools
 import shutil
 import tempfile
@@ -86,7 +87,9 @@ def test_binding_check_names_the_bad_source(tmp_path):
 def test_device_only_check_still_sees_host_code(tmp_path):
     """The device-only check the A/B hooks get: a launch wrapper's error fails it, as it fails the full build."""
     src = tmp_path / "1_bad_host.cu"
-    src.write_text("__global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n"
-                   "void launch(float* x) { int y = no_such_name; k<<<1, 32>>>(x); }\n")
+    src.write_text(
+        "__global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n"
+        "void launch(float* x) { int y = no_such_name; k<<<1, 32>>>(x); }\n"
+    )
     ok, log = harness.compile_check(src, tmp_path, ["sm_90a"], optimise=False, host=False)
     assert not ok and "no_such_name" in log, log[-2000:]

@@ -1,9 +1,10 @@
 """tools/judge_corpus: the classification of a run's verdicts and the re-reading of over-budget rejections."""
+
 import json
 
 from tools import judge_corpus
 
-REF = '''import torch
+REF = """import torch
 import torch.nn as nn
 
 
@@ -18,7 +19,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def _results(tmp_path, verdicts, figures=None):
@@ -27,10 +28,16 @@ def _results(tmp_path, verdicts, figures=None):
     ref = tmp_path / "l1_p23.py"
     ref.write_text(REF)
     figures = figures or [None] * len(verdicts)
-    lines = [{"key": str(i), "job": {"name": f"l1_p23: c{i}.py", "ref": ["file", str(ref)], "opts": {"mode": "train"}},
-              "ok": v.startswith("accepted"), "verdict": v,
-              "record": {"failure": {"kind": "wrong_output", "figures": fig}} if fig else None}
-             for i, (v, fig) in enumerate(zip(verdicts, figures))]
+    lines = [
+        {
+            "key": str(i),
+            "job": {"name": f"l1_p23: c{i}.py", "ref": ["file", str(ref)], "opts": {"mode": "train"}},
+            "ok": v.startswith("accepted"),
+            "verdict": v,
+            "record": {"failure": {"kind": "wrong_output", "figures": fig}} if fig else None,
+        }
+        for i, (v, fig) in enumerate(zip(verdicts, figures))
+    ]
     f = tmp_path / "results.jsonl"
     f.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return f
@@ -39,20 +46,29 @@ def _results(tmp_path, verdicts, figures=None):
 def test_floors_reads_a_softmax_rejection_against_its_row_length(tmp_path):
     """A softmax keeps its input's shape but sums rows of 16384: 2.0e-06 fits the floor 2 u sqrt(16384) = 1.5e-05,
     a tanh-for-erf error of 2e-04 does not."""
-    f = _results(tmp_path, [
-        "rejected: trial 1 (seed 1): relL2 1.98e-06 over budget 1.00e-06 (worst row 4.28e-06, row budget 1.00e-06)",
-        "rejected: trial 1 (seed 1): relL2 1.98e-04 over budget 1.00e-06 (worst row 2.04e-04, row budget 1.00e-06)",
-        "accepted (kernelbench: pass (1e-4), pass (1e-2))"],
-        [{"rel_l2": 1.98e-06, "worst_row": 4.28e-06, "budget": 1e-06, "row_budget": 1e-06},
-         {"rel_l2": 1.98e-04, "worst_row": 2.04e-04, "budget": 1e-06, "row_budget": 1e-06}, None])
+    f = _results(
+        tmp_path,
+        [
+            "rejected: trial 1 (seed 1): relL2 1.98e-06 over budget 1.00e-06 (worst row 4.28e-06, row budget 1.00e-06)",
+            "rejected: trial 1 (seed 1): relL2 1.98e-04 over budget 1.00e-06 (worst row 2.04e-04, row budget 1.00e-06)",
+            "accepted (kernelbench: pass (1e-4), pass (1e-2))",
+        ],
+        [
+            {"rel_l2": 1.98e-06, "worst_row": 4.28e-06, "budget": 1e-06, "row_budget": 1e-06},
+            {"rel_l2": 1.98e-04, "worst_row": 2.04e-04, "budget": 1e-06, "row_budget": 1e-06},
+            None,
+        ],
+    )
     lines = judge_corpus.floors(f).splitlines()
     assert len(lines) == 2 and "K 16384, floor 1.53e-05" in lines[0]
     assert lines[0].endswith("within the budget now") and lines[1].endswith("still over")
 
 
 def test_classify_names_each_cause_once_per_mode(tmp_path):
-    f = _results(tmp_path, ["accepted (kernelbench: pass (1e-4), pass (1e-2))",
-                            "rejected: trial 1 (seed 1): input 0 was modified"])
+    f = _results(
+        tmp_path,
+        ["accepted (kernelbench: pass (1e-4), pass (1e-2))", "rejected: trial 1 (seed 1): input 0 was modified"],
+    )
     out = judge_corpus.classify(f, md=False)
     assert out.startswith("2 jobs") and "1  accepted" in out and "1  input modified" in out
 
@@ -60,11 +76,17 @@ def test_classify_names_each_cause_once_per_mode(tmp_path):
 def test_out_of_memory_is_no_verdict_or_the_rows_own_doing():
     """The two ends of a row's out-of-memory error (kp.judge.memory.out_of_memory) are classed
     apart."""
-    assert judge_corpus.cause("error: l1_p2: candidate ran out of GPU memory after other processes took 54.3 GiB of "
-                              "the GPU during the run (...): no verdict").startswith("no verdict: the GPU's memory")
-    assert judge_corpus.cause("rejected: trial 1 (seed 1): raised OutOfMemoryError: CUDA out of memory. ...; no "
-                              "other process took GPU memory during the run") == \
-        "out of GPU memory, its own process's doing"
+    assert judge_corpus.cause(
+        "error: l1_p2: candidate ran out of GPU memory after other processes took 54.3 GiB of "
+        "the GPU during the run (...): no verdict"
+    ).startswith("no verdict: the GPU's memory")
+    assert (
+        judge_corpus.cause(
+            "rejected: trial 1 (seed 1): raised OutOfMemoryError: CUDA out of memory. ...; no "
+            "other process took GPU memory during the run"
+        )
+        == "out of GPU memory, its own process's doing"
+    )
 
 
 def test_a_reference_short_of_shared_gpu_memory_is_judged_again_alone(tmp_path, monkeypatch):
@@ -78,17 +100,34 @@ def test_a_reference_short_of_shared_gpu_memory_is_judged_again_alone(tmp_path, 
     def fake(path, device, timeout, precision="fp32"):
         calls.append(path.name)
         short = path.name == "b.py" and calls.count("b.py") == 1
-        last = ("error: b: the GPU ran out of memory in the judge's own process after import (10.2 GiB free now; the "
-                "plan needs 18.0 GiB): another process took GPU memory during the run") if short else "ok"
-        return {"ref": path.name, "code": 2 if short else 0, "traceback": False, "elapsed_s": 1.0, "eager": "",
-                "skipped": [], "notes": [], "last": last}
+        last = (
+            (
+                "error: b: the GPU ran out of memory in the judge's own process after import (10.2 GiB free now; the "
+                "plan needs 18.0 GiB): another process took GPU memory during the run"
+            )
+            if short
+            else "ok"
+        )
+        return {
+            "ref": path.name,
+            "code": 2 if short else 0,
+            "traceback": False,
+            "elapsed_s": 1.0,
+            "eager": "",
+            "skipped": [],
+            "notes": [],
+            "last": last,
+        }
 
     monkeypatch.setattr(judge_corpus, "_judge_ref", fake)
     out = tmp_path / "refs.jsonl"
     judge_corpus.judge_refs(tmp_path, out, "cuda", 3, 60)
     recs = [json.loads(ln) for ln in out.read_text().splitlines()]
-    assert [(r["ref"], r["code"], r.get("alone", False)) for r in recs] == \
-        [("a.py", 0, False), ("c.py", 0, False), ("b.py", 0, True)]
+    assert [(r["ref"], r["code"], r.get("alone", False)) for r in recs] == [
+        ("a.py", 0, False),
+        ("c.py", 0, False),
+        ("b.py", 0, True),
+    ]
     assert calls.count("b.py") == 2
     calls.clear()
     out_cpu = tmp_path / "cpu.jsonl"
@@ -101,12 +140,31 @@ def test_two_versions_side_by_side_cold_then_warm(tmp_path, capsys):
     and then warm, each into results of its own; the table and the four comparisons say the verdicts agree."""
     from conftest import ROOT
     from bench.judge import corpus_pair
+
     batch = ROOT / "tests" / "batch"
     jobs = tmp_path / "jobs.csv"
-    jobs.write_text(f"reference,candidate\n{batch / 'ref.py'},{batch / 'good.py'}\n{batch / 'ref.py'},"
-                    f"{batch / 'wrong.py'}\n")
-    assert corpus_pair.main(["--jobs", str(jobs), "--before", str(ROOT), "--device", "cpu", "--limit", "600",
-                             "--out", str(tmp_path / "out"), "--args", "--allow-torch --timeout 300"]) == 0
+    jobs.write_text(
+        f"reference,candidate\n{batch / 'ref.py'},{batch / 'good.py'}\n{batch / 'ref.py'},{batch / 'wrong.py'}\n"
+    )
+    assert (
+        corpus_pair.main(
+            [
+                "--jobs",
+                str(jobs),
+                "--before",
+                str(ROOT),
+                "--device",
+                "cpu",
+                "--limit",
+                "600",
+                "--out",
+                str(tmp_path / "out"),
+                "--args",
+                "--allow-torch --timeout 300",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     for run in ("cold_before", "cold_after", "warm_before", "warm_after"):
         lines = [json.loads(x) for x in (tmp_path / "out" / f"{run}.jsonl").read_text().splitlines()]
@@ -122,9 +180,12 @@ def test_a_run_past_the_limit_is_stopped_as_ctrl_c_stops_it():
     import sys
     import time
     from bench.judge import corpus_pair
+
     # a run is run.py, which takes SIGINT back where it was started with it ignored (kp.errors.stopped_by_signals)
-    run = ("import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); print('up', flush=True); "
-           "time.sleep(60)")
+    run = (
+        "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); print('up', flush=True); "
+        "time.sleep(60)"
+    )
     p = subprocess.Popen([sys.executable, "-c", run], start_new_session=True, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "up\n"  # running its code (a loaded host starts Python slowly), as a run is
     t0 = time.monotonic()
@@ -136,6 +197,7 @@ def test_each_version_gets_its_slots_a_gpu_the_way_its_run_py_takes_them(tmp_pat
     """A version whose run.py has --slots is given it (a GPU listed once would otherwise get that version's default
     count); an older one gets each GPU listed once per slot."""
     from bench.judge import corpus_pair
+
     new, old = tmp_path / "new", tmp_path / "old"
     for tree, text in ((new, 'ap.add_argument("--slots")\n'), (old, 'ap.add_argument("--gpus")\n')):
         tree.mkdir()
@@ -148,11 +210,23 @@ def test_each_version_gets_its_slots_a_gpu_the_way_its_run_py_takes_them(tmp_pat
 
 def test_pace_says_where_the_job_seconds_went_and_how_many_found_the_reference_run_ahead(tmp_path):
     ahead = "setup: the reference run once in the candidate's process, ahead of the job"
-    recs = [{"elapsed_s": 10, "ok": True, "record": {"gpu_wait_s": 1, "stage_detail": {ahead: 0.0},
-                                                     "stage_seconds": {"build": 2, "setup and baselines": 0.5}}},
-            {"elapsed_s": 10, "ok": False, "record": {"gpu_wait_s": 0, "stage_detail": {},
-                                                      "stage_seconds": {"setup and baselines": 1.5}}},
-            {"elapsed_s": 0, "ok": False, "record": None}]
+    recs = [
+        {
+            "elapsed_s": 10,
+            "ok": True,
+            "record": {
+                "gpu_wait_s": 1,
+                "stage_detail": {ahead: 0.0},
+                "stage_seconds": {"build": 2, "setup and baselines": 0.5},
+            },
+        },
+        {
+            "elapsed_s": 10,
+            "ok": False,
+            "record": {"gpu_wait_s": 0, "stage_detail": {}, "stage_seconds": {"setup and baselines": 1.5}},
+        },
+        {"elapsed_s": 0, "ok": False, "record": None},
+    ]
     f = tmp_path / "warm.jsonl"
     f.write_text("".join(json.dumps({"key": str(i), **r}) + "\n" for i, r in enumerate(recs)))
     row = judge_corpus.pace([f]).splitlines()[-1]

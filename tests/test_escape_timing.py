@@ -1,5 +1,6 @@
 """The escape and own-kernel checks and the timing stage: the profiler window and the host clock, the timed calls
 checked after the fact, the samples reduced in the judge (judges sharing a GPU: tests/test_gpu_sharing.py)."""
+
 import json
 import os
 import re
@@ -23,12 +24,15 @@ from cases import CASES_DIR, outside_repo, shipped_candidate
 def test_kernel_base_name():
     f = profile.kernel_base_name
     assert f("void kp::softmax_kernel<8, true>(float const*, float*, long)") == "softmax_kernel"
-    assert f("void (anonymous namespace)::regcluster_softmax(float const*, float*, long, long)") == \
-        "regcluster_softmax"
-    assert f("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32") == \
-        "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32"
-    assert f("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, float const*, int)") \
+    assert f("void (anonymous namespace)::regcluster_softmax(float const*, float*, long, long)") == "regcluster_softmax"
+    assert (
+        f("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32")
+        == "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32"
+    )
+    assert (
+        f("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, float const*, int)")
         == "cunn_SoftMaxForward"
+    )
 
 
 def test_window_violations():
@@ -67,8 +71,9 @@ def test_run_queue_wait_is_the_time_a_thread_waited_for_a_cpu(tmp_path):
     its own CPU time). Measured against the thread's own CPU time, not against a spin "alone": on a host where other
     tests share the core, "alone" waited 154 and 230 ms of 300."""
     if marks.run_queue_ms() == 0.0:
-        pytest.skip("this kernel keeps no run-queue time (/proc/thread-self/schedstat): the host clock is taken "
-                    "as it is")
+        pytest.skip(
+            "this kernel keeps no run-queue time (/proc/thread-self/schedstat): the host clock is taken as it is"
+        )
     script = tmp_path / "rq.py"
     script.write_text(
         "import os, subprocess, sys, time\n"
@@ -83,9 +88,16 @@ def test_run_queue_wait_is_the_time_a_thread_waited_for_a_cpu(tmp_path):
         "    pass\n"
         "wait, cpu, wall = run_queue_ms() - q0, time.thread_time() - c0, time.perf_counter() - t0\n"
         "for h in hogs: h.kill()\n"
-        "print(wait, 1e3 * (wall - cpu), 1e3 * wall)\n")
-    r = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        "print(wait, 1e3 * (wall - cpu), 1e3 * wall)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 0, r.stderr
     wait, not_running, wall = map(float, r.stdout.split())
     # two hogs on the core take about two thirds of it, more where other processes share it too
@@ -95,6 +107,7 @@ def test_run_queue_wait_is_the_time_a_thread_waited_for_a_cpu(tmp_path):
 
 class _EscapeReplies:
     """A runner whose escape measurements come from a list (the window clean, no own kernel needed)."""
+
     isolated = False
 
     def __init__(self, sample_sets, control=((0.02, 0.003, 0.001),) * 5):
@@ -110,6 +123,7 @@ class _EscapeReplies:
 
 def _escape_check(**kw):
     from kp.judge.escape import EscapeCheck
+
     return EscapeCheck(seed=1, allow_torch=True, backward=False, **kw)
 
 
@@ -158,6 +172,7 @@ def test_the_escape_check_without_timing_confirms_a_host_clock_objection_with_th
     with the GPU to itself, and that try decides (here: an honest call slowed by other judges' kernels)."""
     import contextlib
     from kp.judge import escape
+
     slowed = [(23.5, 15.5, 0.05)] * 5
     honest = [(15.6, 15.5, 0.05)] * 5
     alone = []
@@ -166,6 +181,7 @@ def test_the_escape_check_without_timing_confirms_a_host_clock_objection_with_th
     def to_itself(log=None):
         alone.append(True)
         yield
+
     monkeypatch.setattr(escape, "gpu_to_itself", to_itself)
     runner = _EscapeReplies([slowed, slowed, slowed, honest])
     shared = [True]
@@ -190,8 +206,11 @@ def test_timed_call_check_rejects_a_stale_output_and_modified_inputs():
     stale = torch.relu(ref.inputs(s - 1, "cpu")[0])  # the answer for other inputs
     mutated = [pristine[0].clone()]
     mutated[0][0, 0] += 1
-    for label, out, inputs in (("good", torch.relu(pristine[0]), pristine), ("stale", stale, pristine),
-                               ("mutated", torch.relu(pristine[0]), mutated)):
+    for label, out, inputs in (
+        ("good", torch.relu(pristine[0]), pristine),
+        ("stale", stale, pristine),
+        ("mutated", torch.relu(pristine[0]), mutated),
+    ):
         stage_timing.interim(j, {"label": label, "rep": 3, "seed": s, "out": out, "type": "Tensor", "inputs": inputs})
     assert rows["good"].accepted and "timed call (rep 3, inputs seed 4242)" in rows["good"].checks
     assert not rows["stale"].accepted and re.match(r"timed call \(rep 3.*over budget", rows["stale"].reason)
@@ -210,8 +229,10 @@ def test_timed_calls_to_check_are_chosen_in_the_judge_after_each_call():
 
 
 def test_timing_samples_reduced_in_the_judge_and_bounded_by_its_wall_clock():
-    honest = {"eager": {"samples": [1.0, 1.2, 1.1], "median_ms": 1.1, "host_us": 20.0},
-              "candidate": {"samples": [0.5, 0.6, 0.4], "median_ms": 0.01, "host_us": 15.0}}  # its own summary lies
+    honest = {
+        "eager": {"samples": [1.0, 1.2, 1.1], "median_ms": 1.1, "host_us": 20.0},
+        "candidate": {"samples": [0.5, 0.6, 0.4], "median_ms": 0.01, "host_us": 15.0},
+    }  # its own summary lies
     t = stage_timing.reduce_samples(honest, wall_ms=50.0)
     assert t["candidate"]["median_ms"] == 0.5 and t["eager"]["median_ms"] == 1.1 and t["candidate"]["n"] == 3
     forged = {"eager": {"samples": [30.0] * 3}, "candidate": {"samples": [1.0] * 3}}  # baselines inflated
@@ -272,11 +293,13 @@ def _timed_on_cpu(cand: Path):
 def _frame_walker(path: Path, local: str, action: str, result: str) -> None:
     """A candidate whose forward walks up its callers' frames to the first that holds `local`, runs `action` on it
     (`f` is that frame, None where there is none) and returns `result`."""
-    path.write_text("import sys\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
-                    "    def forward(self, x):\n        f = sys._getframe(1)\n"
-                    f"        while f is not None and {local!r} not in f.f_locals:\n            f = f.f_back\n"
-                    f"        if f is not None:\n            {action}\n"
-                    f"        return {result}\n")
+    path.write_text(
+        "import sys\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, x):\n        f = sys._getframe(1)\n"
+        f"        while f is not None and {local!r} not in f.f_locals:\n            f = f.f_back\n"
+        f"        if f is not None:\n            {action}\n"
+        f"        return {result}\n"
+    )
 
 
 def test_timing_protocol_checks_a_secret_timed_call_on_cpu(tmp_path):
@@ -291,34 +314,48 @@ def test_timing_protocol_checks_a_secret_timed_call_on_cpu(tmp_path):
     (tmp_path / "wrong_when_timed.py").write_text(
         "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    calls = 0\n\n"
         "    def forward(self, x):\n        ModelNew.calls += 1\n"
-        "        return x.clamp_min(0) if ModelNew.calls <= 6 else torch.zeros_like(x)\n")
+        "        return x.clamp_min(0) if ModelNew.calls <= 6 else torch.zeros_like(x)\n"
+    )
     row, _ = _timed_on_cpu(tmp_path / "wrong_when_timed.py")
     assert not row.accepted and re.match(r"timed call \(rep \d+, inputs seed \d+\): relL2 1\.00e\+00", row.reason)
     # one that walks up to the worker's timing loop and drops its timed output before the hand-over, so that no
     # timed call is ever offered for a check: the judge holds the samples it was told of, call by call
-    _frame_walker(tmp_path / "hides_timed_calls.py", "tally", "f.f_locals['tally']['timed'] = None",
-                  "torch.zeros_like(x) if f is not None else x.clamp_min(0)")
+    _frame_walker(
+        tmp_path / "hides_timed_calls.py",
+        "tally",
+        "f.f_locals['tally']['timed'] = None",
+        "torch.zeros_like(x) if f is not None else x.clamp_min(0)",
+    )
     row, _ = _timed_on_cpu(tmp_path / "hides_timed_calls.py")
-    assert not row.accepted and re.match(r"timing: the 3 samples of candidate returned at the end differ from the 0 "
-                                         r"told to the judge after each call", row.reason), row.reason
+    assert not row.accepted and re.match(
+        r"timing: the 3 samples of candidate returned at the end differ from the 0 "
+        r"told to the judge after each call",
+        row.reason,
+    ), row.reason
 
 
 def test_samples_rewritten_from_the_candidate_frame_are_caught(tmp_path):
     """A candidate that walks up from its forward into the timer's frame and halves the samples already taken of
     itself: right outputs, a flattering median, a smaller sum that the wall-clock bound does not see. Each sample
     reached the judge right after its call, before the candidate ran again."""
-    _frame_walker(tmp_path / "halves_its_samples.py", "samples",
-                  "f.f_locals['samples'].get('candidate', [])[:] = [v / 2 for v in "
-                  "f.f_locals['samples'].get('candidate', [])]", "x.clamp_min(0)")
+    _frame_walker(
+        tmp_path / "halves_its_samples.py",
+        "samples",
+        "f.f_locals['samples'].get('candidate', [])[:] = [v / 2 for v in f.f_locals['samples'].get('candidate', [])]",
+        "x.clamp_min(0)",
+    )
     row, _ = _timed_on_cpu(tmp_path / "halves_its_samples.py")
-    assert not row.accepted and re.match(r"timing: the \d+ samples of candidate returned at the end differ from the "
-                                         r"\d+ told to the judge after each call: changed in the worker's process",
-                                         row.reason), row.reason
+    assert not row.accepted and re.match(
+        r"timing: the \d+ samples of candidate returned at the end differ from the "
+        r"\d+ told to the judge after each call: changed in the worker's process",
+        row.reason,
+    ), row.reason
 
 
 def test_timing_stops_once_the_median_is_known_to_one_percent():
     """A tight distribution is known at ten samples; one whose IQR is 5% of the median needs about 60."""
     from kp.lib.timing import median_known, summarize
+
     tight = summarize([1.0 + 0.001 * (i % 5) for i in range(10)])
     assert median_known(tight, 0.01)
     noisy = [1.0 + 0.1 * ((i * 7) % 11) / 10 for i in range(10)]
@@ -352,13 +389,16 @@ def test_a_training_steps_forward_and_step_are_each_held_to_their_own_profiled_t
     assert marks.busy_ms(events, "mark", window) == pytest.approx(1.006)
     assert marks.forward_busy_ms(events[:1] + events[3:], "mark", window) is None  # no middle marker
     from kp.judge.ceilings import contradicted
+
     row = types.SimpleNamespace(label="candidate", escape={"busy_ms": 0.006, "busy_step_ms": 1.006})
     rec = {"timing": {"candidate": {"median_ms": 0.0065}}, "timing_backward": {"candidate": {"median_ms": 15.0}}}
     assert contradicted(rec, row, 4) is None
     rec["timing_backward"]["candidate"]["median_ms"] = 0.2  # the step's events re-recorded from inside its backward
     why = contradicted(rec, row, 4)
-    assert why.startswith("training step timing: median 200.0 us is under 0.5 x the 1006.0 us") and \
-        "did not bound the training step" in why, why
+    assert (
+        why.startswith("training step timing: median 200.0 us is under 0.5 x the 1006.0 us")
+        and "did not bound the training step" in why
+    ), why
 
 
 def test_a_stateful_reference_is_followed_through_every_timed_call():
@@ -394,8 +434,9 @@ def test_a_stateful_reference_is_followed_through_every_timed_call():
 @gpu
 def test_tf32_candidate_uses_tf32_ceiling_and_budget(tmp_path):
     f = shipped_candidate(tmp_path, "matmul_gelu_softmax", "2_split_wgmma", {"precision": "tf32"})
-    rec = judge.evaluate("matmul_gelu_softmax", f, precision="tf32", compile_baseline=False, min_reps=3,
-                         max_reps=5, budget_s=5)
+    rec = judge.evaluate(
+        "matmul_gelu_softmax", f, precision="tf32", compile_baseline=False, min_reps=3, max_reps=5, budget_s=5
+    )
     r = rec["rows"]["candidate"]
     assert r["accepted"], r["reason"]
     assert "TF32" in rec["rates"] and rec["flops_rate"] == max(rec["rates"].values())
@@ -447,5 +488,3 @@ def test_ref_alone_times_eager_and_compile(tmp_path):
     assert set(rec["timing"]) == {"eager", "torch.compile"} and rec["bound"] == "memory"
     assert "eager" in r.stdout and "peak GPU memory" in r.stdout
     assert "no parity to check (the reference alone" in r.stderr and "0/0 rows" not in r.stderr, r.stderr[-2000:]
-
-

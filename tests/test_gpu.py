@@ -1,6 +1,7 @@
 """GPU: the softmax shape sweep for every variant; bad input gets a clear error; the compile cache behaves (warm load,
 stale lock, compile errors); the timer's call order. (Parity of every variant on every declared case and the
 benchmark shape goes through the judge: tests/test_judge_cases.py.)"""
+
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import harness
 import kp.lib.registry
 from conftest import gpu
 
+
 def _variants(p):
     """Every rung file (records too) and auto; a rung this GPU cannot run skips with what it needs."""
     return harness.variants(p) + ["auto"]
@@ -25,15 +27,34 @@ def _skip_unless_runs_here(problem, variant):
 
 
 # Rows 1..4096 and columns 1..2^20, odd and prime counts, both sides of every dispatch threshold.
-SWEEP = [(1, 1), (4096, 1), (4096, 3), (1, 1 << 20), (2, 1048573), (7, 1009), (33, 8191), (5, 8193), (5, 16383),
-         (5, 16385), (3, 65521), (2, 131071), (3, 393217), (129, 127), (1000, 33), (17, 4099), (64, 1024),
-         (40, 200003), (64, 393216)]  # more rows than 2 x the resident clusters: 6_regcluster's ticketed rows
+SWEEP = [
+    (1, 1),
+    (4096, 1),
+    (4096, 3),
+    (1, 1 << 20),
+    (2, 1048573),
+    (7, 1009),
+    (33, 8191),
+    (5, 8193),
+    (5, 16383),
+    (5, 16385),
+    (3, 65521),
+    (2, 131071),
+    (3, 393217),
+    (129, 127),
+    (1000, 33),
+    (17, 4099),
+    (64, 1024),
+    (40, 200003),
+    (64, 393216),
+]  # more rows than 2 x the resident clusters: 6_regcluster's ticketed rows
 
 
 @gpu
 @pytest.mark.parametrize("variant", _variants("softmax"))
 def test_softmax_shape_sweep(variant):
     from models.softmax import ModelNew
+
     _skip_unless_runs_here("softmax", variant)
     m = ModelNew(variant=variant)
     g = torch.Generator().manual_seed(5)
@@ -53,8 +74,11 @@ def _layouts(rows, cols, dtype, g):
     rows share it, direct loads where they do not); rows cut from a wider matrix (row stride cols + 11)."""
     base = (torch.randn(rows * cols + 1, generator=g) * 3).to(dtype).cuda()
     wide = (torch.randn(rows, cols + 11, generator=g) * 3).to(dtype).cuda()
-    return {"contiguous": base[:rows * cols].view(rows, cols), "offset1": base[1:].view(rows, cols),
-            "row_strided": wide[:, 5:cols + 5]}
+    return {
+        "contiguous": base[: rows * cols].view(rows, cols),
+        "offset1": base[1:].view(rows, cols),
+        "row_strided": wide[:, 5 : cols + 5],
+    }
 
 
 @gpu
@@ -65,6 +89,7 @@ def test_softmax_sixteen_bit_rows(dtype):
     the resident clusters, against float64 on the same 16-bit values, within the judge's budget from PyTorch's own
     error in that dtype (per row too); the output keeps x's dtype."""
     from models.softmax import ModelNew
+
     _skip_unless_runs_here("softmax", "6_regcluster")
     m = ModelNew()
     g = torch.Generator().manual_seed(7)
@@ -83,8 +108,19 @@ def test_softmax_sixteen_bit_rows(dtype):
 
 # One CTA a row (1..24576 columns) up to 16-CTA clusters (393216), rows from 1 to more than twice the resident
 # clusters (the ticketed rows), lengths no cluster path takes (not a multiple of 4, past 16 slices).
-BACKWARD_SWEEP = [(1, 4), (3, 24576), (300, 1024), (40, 24580), (20, 98304), (33, 196608), (40, 393216),
-                  (5, 393220), (7, 1001), (1000, 4), (2, 1)]
+BACKWARD_SWEEP = [
+    (1, 4),
+    (3, 24576),
+    (300, 1024),
+    (40, 24580),
+    (20, 98304),
+    (33, 196608),
+    (40, 393216),
+    (5, 393220),
+    (7, 1001),
+    (1000, 4),
+    (2, 1),
+]
 
 
 @gpu
@@ -93,6 +129,7 @@ def test_softmax_backward_shape_sweep(variant):
     """dx = y * (dy - rowsum(dy * y)) against float64, within the judge's budget from PyTorch's own fp32 backward,
     for y and dy contiguous, dy one element off 16-byte alignment, and both cut from wider rows (row stride)."""
     from models.softmax_backward import ModelNew
+
     _skip_unless_runs_here("softmax_backward", variant)
     m = ModelNew(variant=variant)
     g = torch.Generator().manual_seed(5)
@@ -103,8 +140,11 @@ def test_softmax_backward_shape_sweep(variant):
         wide_y = torch.zeros(rows, cols + 4, device="cuda")
         wide_y[:, 4:] = y
         wide_g = torch.randn(rows, cols + 8, generator=g).cuda()
-        layouts = {"contiguous": (y, flat[:rows * cols].view(rows, cols)),
-                   "offset1": (y, flat[1:].view(rows, cols)), "row_strided": (wide_y[:, 4:], wide_g[:, 8:])}
+        layouts = {
+            "contiguous": (y, flat[: rows * cols].view(rows, cols)),
+            "offset1": (y, flat[1:].view(rows, cols)),
+            "row_strided": (wide_y[:, 4:], wide_g[:, 8:]),
+        }
         for name, (yy, gg) in layouts.items():
             out = m(yy, gg)
             yd, gd = yy.double(), gg.double()
@@ -120,6 +160,7 @@ def test_softmax_backward_shape_sweep(variant):
 @pytest.mark.parametrize("variant", _variants("softmax"))
 def test_softmax_bad_input_is_a_clear_error(variant):
     from models.softmax import ModelNew
+
     _skip_unless_runs_here("softmax", variant)
     m = ModelNew(variant=variant)
     with pytest.raises(RuntimeError, match="float32"):
@@ -141,8 +182,11 @@ def _scratch_tree(tmp_path, body):
 
 @gpu
 def test_compile_error_names_file_and_line(tmp_path, monkeypatch):
-    src = (harness.KERNELS / "softmax" / "1_rowblock.cu").read_text().replace("m = kp::block_max(m, scratch);",
-                                                                             "m = kp::block_max(m, scrach);")
+    src = (
+        (harness.KERNELS / "softmax" / "1_rowblock.cu")
+        .read_text()
+        .replace("m = kp::block_max(m, scratch);", "m = kp::block_max(m, scrach);")
+    )
     k = _scratch_tree(tmp_path, src)
     bad_line = src.splitlines().index(next(l for l in src.splitlines() if "scrach" in l)) + 1
     monkeypatch.setattr(kp.lib.registry, "KERNELS", k)
@@ -172,8 +216,9 @@ def test_stale_torch_lock_does_not_hang_and_warm_load_is_fast(tmp_path):
     """)
     outs = []
     for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", code], cwd=harness.ROOT, env=env, capture_output=True, text=True,
-                           timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", code], cwd=harness.ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         built, secs = r.stdout.split()
         outs.append((built == "True", float(secs)))
@@ -193,11 +238,17 @@ def test_bench_times_each_call_after_a_call_of_itself(gpu_alone):
         def f():
             log.append(name)
             x.add_(1.0)
+
         return f
 
     reps = []
-    harness.bench_interleaved({"a": make("a"), "b": make("b"), "c": make("c")}, min_reps=3, max_reps=3, warmup=1,
-                              before=lambda name, rep: reps.append((name, rep)))
+    harness.bench_interleaved(
+        {"a": make("a"), "b": make("b"), "c": make("c")},
+        min_reps=3,
+        max_reps=3,
+        warmup=1,
+        before=lambda name, rep: reps.append((name, rep)),
+    )
     timed = log[3:]  # after one warm-up round of a, b, c
     assert timed == [n for _ in range(3) for n in ("a", "a", "b", "b", "c", "c")]
     assert reps[3:] == [(n, k) for r in range(3) for n in ("a", "b", "c") for k in (-1, r)]
@@ -226,7 +277,9 @@ def test_inputs_rewritten_before_the_flush_cost_the_timed_call_nothing(gpu_alone
     inp, src = torch.empty(16 << 20, device="cuda"), torch.rand(16 << 20, device="cuda")  # 64 MiB rewritten
     out = torch.empty((), device="cuda")
     rows = {"sum": lambda: torch.sum(big, dim=0, out=out)}
-    t = {bn: harness.bench_interleaved(rows, min_reps=20, max_reps=40, budget_s=10, before=b)["sum"].median_ms
-         for bn, b in {"-": None, "rewritten": lambda name, rep: inp.copy_(src)}.items()}
+    t = {
+        bn: harness.bench_interleaved(rows, min_reps=20, max_reps=40, budget_s=10, before=b)["sum"].median_ms
+        for bn, b in {"-": None, "rewritten": lambda name, rep: inp.copy_(src)}.items()
+    }
     print({k: round(1e3 * v, 1) for k, v in t.items()}, "us")
     assert t["rewritten"] < 1.03 * t["-"], t

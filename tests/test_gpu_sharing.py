@@ -2,6 +2,7 @@
 stage, its ceilings, the escape profile a median is held against), a judge waiting to time waiting for one call of
 the others, not their stages, and the wait moving a judge's deadline rather than counting against its job
 (kp.lib.gpu_lock)."""
+
 import types
 
 import pytest
@@ -15,6 +16,7 @@ def test_timing_holds_the_gpu_against_other_judges(monkeypatch, tmp_path):
     import fcntl
     import os
     from kp.lib import gpu_lock
+
     monkeypatch.setattr(gpu_lock, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
     said = []
     with gpu_lock.gpu_to_itself(said.append):
@@ -23,6 +25,7 @@ def test_timing_holds_the_gpu_against_other_judges(monkeypatch, tmp_path):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go on leaving; now held by "another judge"
     import threading
+
     threading.Timer(0.3, os.close, (fd,)).start()
     with gpu_lock.gpu_to_itself(said.append):  # waits until the other lets go
         pass
@@ -36,6 +39,7 @@ def test_no_judge_times_while_another_is_in_a_gpu_stage(monkeypatch, tmp_path):
     import threading
     import time
     from kp.lib import gpu_lock
+
     monkeypatch.setattr(gpu_lock, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
     told, events = [], []
     monkeypatch.setattr(gpu_lock, "GPU_WAITS", [told.append])
@@ -76,6 +80,7 @@ def test_a_judge_waiting_to_time_waits_for_one_call_not_a_whole_stage(monkeypatc
     import threading
     import time
     from kp.lib import gpu_lock
+
     monkeypatch.setattr(gpu_lock, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
     told, events = [], []
     monkeypatch.setattr(gpu_lock, "GPU_WAITS", [told.append])
@@ -116,6 +121,7 @@ def test_a_judge_holding_the_gpu_alone_takes_it_again_without_waiting_for_itself
     the job's time limit)."""
     import threading
     from kp.lib import gpu_lock
+
     monkeypatch.setattr(gpu_lock, "gpu_lock_path", lambda: str(tmp_path / "gpu.lock"))
     done = threading.Event()
 
@@ -127,6 +133,7 @@ def test_a_judge_holding_the_gpu_alone_takes_it_again_without_waiting_for_itself
                     gpu_lock.pulse()
             gpu_lock.pulse()
         done.set()
+
     threading.Thread(target=nested, daemon=True).start()
     assert done.wait(10)
 
@@ -137,12 +144,19 @@ def test_a_judge_waiting_for_the_gpu_moves_its_deadline():
 
     class Runner:
         deadline = 50.0
+
     j.runners = [Runner(), judge.LocalRunner.__new__(judge.LocalRunner)]
     before = j.deadline
     j._waited_for_gpu(7.5)
     assert j.deadline == before + 7.5 and j.runners[0].deadline == 57.5 and j.gpu_wait_s == 7.5
     assert [s.name for s in judge.STAGES if s.shares_gpu(j)] == [  # without timing: no stage holds the GPU alone
-        "setup and baselines", "parity", "kernelbench check", "escape", "timing", "traffic, memory and ceilings"]
+        "setup and baselines",
+        "parity",
+        "kernelbench check",
+        "escape",
+        "timing",
+        "traffic, memory and ceilings",
+    ]
     j.bench = True
     assert [s.name for s in judge.STAGES if s.shares_gpu(j)] == ["setup and baselines", "parity", "kernelbench check"]
 
@@ -158,6 +172,7 @@ def test_a_median_under_the_profiled_time_beside_other_judges_is_measured_again_
     def to_itself(log=None):
         alone.append(True)
         yield
+
     monkeypatch.setattr(ceilings, "gpu_to_itself", to_itself)
     for alone_median, accepted in ((0.01, False), (0.9, True)):
         alone = []

@@ -1,4 +1,5 @@
 """`pip install -e .` (pyproject.toml): what it installs imports from anywhere, and its `kp` command is run.py's."""
+
 import importlib
 import tomllib
 
@@ -14,6 +15,7 @@ def test_the_kp_command_is_run_pys_entry():
     module, name = target.split(":")
     entry = getattr(importlib.import_module(module), name)
     import run
+
     assert entry is run.entry
 
 

@@ -2,6 +2,7 @@
 working in a candidate's process, the stage table and its record, the command line's usage errors and CPU verdicts.
 Its cases are test_judge_cases.py, its memory plan test_memory_plan.py, its parity and timing stages test_parity.py
 and test_escape_timing.py."""
+
 import json
 import inspect
 import time
@@ -34,12 +35,15 @@ def test_fingerprint_sees_a_patched_torch_function():
 
 def test_fingerprint_sees_code_swapped_in_place_and_a_changed_constant():
     from kp.lib import timing
+
     before = guards.namespace_fingerprint()
     code, hold = timing.summarize.__code__, timing.HOLD_CYCLES
     try:
         timing.summarize.__code__ = (lambda samples: None).__code__  # same object, new behaviour
-        assert "kp.lib.timing.summarize (in place: its code, defaults, closure or contents)" in \
-            guards.fingerprint_changes(before)
+        assert (
+            "kp.lib.timing.summarize (in place: its code, defaults, closure or contents)"
+            in guards.fingerprint_changes(before)
+        )
     finally:
         timing.summarize.__code__ = code
     try:
@@ -57,15 +61,20 @@ def test_torchs_own_rebinding_is_told_apart_from_a_candidates():
     like them or wraps torch's, is."""
     import functools
     from torch._compile import _disable_dynamo
+
     before = guards.namespace_fingerprint()
     orig = torch.manual_seed
 
     @functools.wraps(orig)
     def evil(seed):
         return orig(seed + 1)
+
     try:
-        for replacement, judged in ((_disable_dynamo(orig), []), (evil, ["torch.manual_seed"]),
-                                    (_disable_dynamo(evil), ["torch.manual_seed"])):
+        for replacement, judged in (
+            (_disable_dynamo(orig), []),
+            (evil, ["torch.manual_seed"]),
+            (_disable_dynamo(evil), ["torch.manual_seed"]),
+        ):
             torch.manual_seed = replacement
             assert guards.fingerprint_changes(before) == judged
     finally:
@@ -89,11 +98,13 @@ def test_a_cpu_candidate_that_imports_dynamo_late_or_compiles_is_accepted(tmp_pa
         "import torch\nimport torch.nn as nn\nfrom torch.utils.flop_counter import FlopCounterMode\n\n\n"
         "class ModelNew(nn.Module):\n    def forward(self, x):\n"
         "        torch.optim.SGD([torch.zeros(1, requires_grad=True)])\n"
-        "        with FlopCounterMode(display=False):\n            return torch.relu(x)\n")
+        "        with FlopCounterMode(display=False):\n            return torch.relu(x)\n"
+    )
     (tmp_path / "compiles.py").write_text(
         "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
         "        super().__init__()\n        self.f = torch.compile(torch.relu, backend='eager')\n\n"
-        "    def forward(self, x):\n        return self.f(x)\n")
+        "    def forward(self, x):\n        return self.f(x)\n"
+    )
     for name in ("late.py", "compiles.py"):
         r = cli("--ref", ref, "--candidate", tmp_path / name, "--device", "cpu", "--allow-torch", "--seed", "3")
         assert r.returncode == 0, r.stdout[-600:] + r.stderr[-600:]
@@ -106,6 +117,7 @@ def test_late_threads_are_those_the_candidate_left_working(tmp_path):
     import importlib.util
     import threading
     import time
+
     (tmp_path / "cand_threads.py").write_text(
         "import threading, time\n"
         "def sleepy(ev):\n    ev.wait(30)\n"
@@ -113,7 +125,8 @@ def test_late_threads_are_those_the_candidate_left_working(tmp_path):
         "def own_thread(ev):\n    t = threading.Thread(target=sleepy, args=(ev,)); t.start(); return t\n"
         "def builtin_thread(ev):\n    t = threading.Thread(target=time.sleep, args=(3,)); t.start(); return t\n"
         "def pool():\n    p = __import__('concurrent.futures').futures.ThreadPoolExecutor(1)\n"
-        "    p.submit(int).result(); return p\n")
+        "    p.submit(int).result(); return p\n"
+    )
     spec = importlib.util.spec_from_file_location("cand_threads", tmp_path / "cand_threads.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -185,22 +198,32 @@ def test_the_driver_runs_its_stage_table_in_order(monkeypatch):
 
     def stage_seen(run, rec, init):
         seen.append(list(rec))
+
     monkeypatch.setattr(judge, "STAGES", judge.STAGES[:3] + (Stage("seen", stage_seen),) + judge.STAGES[3:])
     ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
     rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
     assert rec["rows"]["candidate"]["accepted"] and len(seen) == 1
-    assert list(rec["stage_seconds"]) == ["judge start", "footprint", "setup and baselines", "import", "parity",
-                                          "seen", "kernelbench check"]
+    assert list(rec["stage_seconds"]) == [
+        "judge start",
+        "footprint",
+        "setup and baselines",
+        "import",
+        "parity",
+        "seen",
+        "kernelbench check",
+    ]
     assert rec["process_s_before_judge"] > 0  # this test process's age when the judge started
 
 
 def test_the_stage_table_books_waits_and_builds_apart(monkeypatch):
     """A stage's wait for other judges on its GPU and the candidate's own extension builds inside it (the worker
     counts its load/load_inline seconds) are rows of their own in the record's stage table, taken out of the stage."""
+
     def stage_waits_and_builds(run, rec, init):
         time.sleep(0.3)
         run._waited_for_gpu(0.1)  # as timing.gpu_shared tells it
         run.runners[0].build_s += 0.15  # as a worker's reply tells it
+
     monkeypatch.setattr(judge, "STAGES", judge.STAGES + (Stage("wb", stage_waits_and_builds),))
     ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
     rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
@@ -217,6 +240,7 @@ def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch, judges):
     rounding may differ)."""
     from kp.judge import construct
     import torch
+
     judges = judges or torch.backends.cpu.get_cpu_capability()  # the same instruction set, other threads
     workers = 2 if judges == "SCALAR" else 1
     kernels = (judges, 1 if judges == "SCALAR" else 999)
@@ -224,8 +248,9 @@ def test_a_worker_on_other_cpu_kernels_is_said(tmp_path, monkeypatch, judges):
     monkeypatch.setattr(construct, "cpu_kernels", lambda: kernels)
     started = []
     real = runners.ProcessRunner.__init__
-    monkeypatch.setattr(runners.ProcessRunner, "__init__", lambda self, *a, **k: started.append(1) or real(self, *a,
-                                                                                                           **k))
+    monkeypatch.setattr(
+        runners.ProcessRunner, "__init__", lambda self, *a, **k: started.append(1) or real(self, *a, **k)
+    )
     ref = judge.Reference.load(("file", str(harness.ROOT / "tests" / "batch" / "ref.py")))
     rec = judge.evaluate(ref, harness.ROOT / "tests" / "batch" / "good.py", seed=2, device="cpu", allow_torch=True)
     assert rec["rows"]["candidate"]["accepted"]
@@ -237,8 +262,9 @@ def test_cli_candidate_usage_errors(tmp_path, cli):
     assert cli("--problem", "softmax", "--candidate", tmp_path / "missing.py", "--device", "cpu").returncode == 2
     f = harness.ROOT / "tests" / "wrong" / "zeros.py"
     for extra in (["--trials", "2"], ["--precision", "bf17"], ["--variant", "2_online"], ["--device", "tpu"]):
-        r = cli("--problem", "softmax", "--candidate", f, *extra, *(["--device", "cpu"] if extra[0] != "--device"
-                                                                      else []))
+        r = cli(
+            "--problem", "softmax", "--candidate", f, *extra, *(["--device", "cpu"] if extra[0] != "--device" else [])
+        )
         assert r.returncode == 2 and "Traceback" not in r.stderr, (extra, r.stderr)
     r = cli("--problem", "softmax", "--ref", CASES_DIR / "relu" / "ref.py")
     assert r.returncode == 2 and "not allowed with" in r.stderr
@@ -246,15 +272,27 @@ def test_cli_candidate_usage_errors(tmp_path, cli):
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
 def test_cli_without_gpu_is_usage_error(cli):
-    for args in (("--problem", "softmax", "--candidate", harness.ROOT / "tests" / "wrong" / "zeros.py"),
-                 ("--ref", CASES_DIR / "relu" / "ref.py")):
+    for args in (
+        ("--problem", "softmax", "--candidate", harness.ROOT / "tests" / "wrong" / "zeros.py"),
+        ("--ref", CASES_DIR / "relu" / "ref.py"),
+    ):
         r = cli(*args)
         assert r.returncode == 2 and "--device cpu" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_cli_candidate_cpu_verdicts_and_seed_replay(tmp_path, cli):
-    r = cli("--problem", "softmax", "--candidate", harness.ROOT / "tests" / "wrong" / "zeros.py",
-            "--device", "cpu", "--seed", "77", "--json", tmp_path / "rec.json")
+    r = cli(
+        "--problem",
+        "softmax",
+        "--candidate",
+        harness.ROOT / "tests" / "wrong" / "zeros.py",
+        "--device",
+        "cpu",
+        "--seed",
+        "77",
+        "--json",
+        tmp_path / "rec.json",
+    )
     assert r.returncode == 1, r.stderr
     assert r.stdout.strip().splitlines()[-1].startswith("rejected: trial 1 (seed 77)")  # at a smaller shape
     assert "drawn from --seed 77" in r.stderr
@@ -264,8 +302,18 @@ def test_cli_candidate_cpu_verdicts_and_seed_replay(tmp_path, cli):
     assert harness.problem_module("softmax").batch_size == 4096  # put back after the run
     outside = tmp_path / "my_softmax.py"  # a candidate outside the repo
     outside.write_text((harness.ROOT / "tests" / "wrong" / "torch_only.py").read_text())
-    r = cli("--problem", "softmax", "--candidate", outside, "--device", "cpu", "--seed", "77", "--json",
-            tmp_path / "ok.json")
+    r = cli(
+        "--problem",
+        "softmax",
+        "--candidate",
+        outside,
+        "--device",
+        "cpu",
+        "--seed",
+        "77",
+        "--json",
+        tmp_path / "ok.json",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     v = r.stdout.strip().splitlines()[-1]  # an honest torch candidate on the CPU: says which checks were not run
     assert v.startswith("accepted (parity only on cpu") and "timing" in v and "own kernel" in v
@@ -276,8 +324,10 @@ def test_cli_candidate_cpu_verdicts_and_seed_replay(tmp_path, cli):
 
 def test_cli_a_file_that_is_not_python_is_a_usage_error(cli):
     """Python imports no other name: such a file was a rejection at import with a loader's AttributeError."""
-    for args in (("--ref", CASES_DIR / "relu" / "ref.py", "--candidate", harness.ROOT / "README.md"),
-                 ("--ref", harness.ROOT / "README.md")):
+    for args in (
+        ("--ref", CASES_DIR / "relu" / "ref.py", "--candidate", harness.ROOT / "README.md"),
+        ("--ref", harness.ROOT / "README.md"),
+    ):
         r = cli(*args, "--device", "cpu")
         assert r.returncode == 2 and "is not a Python file" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
@@ -288,12 +338,16 @@ def test_a_candidate_whose_extension_compiles_cuda_code_gets_no_verdict_on_the_c
     import: ... CUDA_HOME ..."), the candidate was blamed for the host. No verdict, and where to judge it."""
     r = cli("--ref", CASES_DIR / "relu" / "ref.py", "--candidate", CASES_DIR / "relu" / "kernel.py", "--device", "cpu")
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "no verdict on the CPU" in r.stderr and "'judge_case_relu' compiles CUDA code" in r.stderr and \
-        "judge it on a GPU" in r.stderr, r.stderr
+    assert (
+        "no verdict on the CPU" in r.stderr
+        and "'judge_case_relu' compiles CUDA code" in r.stderr
+        and "judge it on a GPU" in r.stderr
+    ), r.stderr
 
 
 def test_a_build_that_compiles_cuda_code_is_told_from_one_that_does_not():
     from kp.worker.guards import builds_cuda
+
     assert builds_cuda("load_inline", ("x", "int f();", "__global__ void k() {}"), {})
     assert builds_cuda("load_inline", ("x",), {"cpp_sources": "", "cuda_sources": ["__global__ void k() {}"]})
     assert not builds_cuda("load_inline", ("x", "int f();"), {"functions": ["f"]})

@@ -1,6 +1,7 @@
 """The judge on its cases: every known-wrong candidate (tests/wrong) rejected for its stated reason and every reference
 in tests/judge_cases judged with its candidates through run.py from outside the repo (on the CPU in CI; on the GPU
 in one batch over warm slots), and every shipped variant of every problem accepted."""
+
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from cases import CASES_DIR, PAIRS, WRONG, meta, missing, outside_repo, shipped_
 
 def test_every_wrong_case_declares_problem_reason_and_devices():
     from kp.errors import FAILURE_KINDS
+
     assert len(WRONG) >= 8
     for p in WRONG:
         m = meta(p)
@@ -29,6 +31,7 @@ def test_every_wrong_case_declares_problem_reason_and_devices():
 
 def test_judge_cases_cover_the_kinds_and_declare_verdicts():
     from kp.errors import FAILURE_KINDS
+
     folders = {d for d, _ in PAIRS if "/" not in d}
     assert len(folders) >= 7
     for d, c in PAIRS:
@@ -56,14 +59,26 @@ def test_wrong_case_rejected_on_cpu(path):
     assert_typed(rec, "rejected", m["KIND"])
 
 
-@pytest.mark.parametrize("folder,cand", [p for p in PAIRS if "cpu" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]],
-                         ids=lambda x: str(x))
+@pytest.mark.parametrize(
+    "folder,cand", [p for p in PAIRS if "cpu" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]], ids=lambda x: str(x)
+)
 def test_judge_case_on_cpu(tmp_path, cli, folder, cand):
     """run.py --ref FILE --candidate FILE --device cpu, both files outside the repo."""
     d = outside_repo(tmp_path, folder)
     m = meta(d / cand)
-    r = cli("--ref", d / "ref.py", "--candidate", d / cand, "--device", "cpu", "--seed", "11", "--json",
-            tmp_path / "r.json", *m["FLAGS"])
+    r = cli(
+        "--ref",
+        d / "ref.py",
+        "--candidate",
+        d / cand,
+        "--device",
+        "cpu",
+        "--seed",
+        "11",
+        "--json",
+        tmp_path / "r.json",
+        *m["FLAGS"],
+    )
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr
     rec = json.loads((tmp_path / "r.json").read_text())
     if m["EXPECT"] is None:
@@ -83,6 +98,7 @@ def assert_typed(rec: dict, status: str, kind: str | None = None) -> None:
     stage it came in and the same failure on the candidate's row; an acceptance has none."""
     from kp.errors import FAILURE_KINDS
     from kp.judge.stages import STAGES
+
     assert rec["status"] == status and rec["schema_version"] == 1, (rec["status"], rec.get("failure"))
     f = rec["failure"]
     if status == "accepted":
@@ -109,8 +125,14 @@ def _gpu_case_argv(test: str, p: dict, base: Path) -> list | None:
     whose modules are missing (the test skips). Judge cases are copied outside the repo first, once per folder."""
     if test == "test_wrong_case_rejected_on_gpu":  # at the problem's small test shape, unless the case says why not
         m = meta(p["path"])
-        return ["--problem", m["PROBLEM"], "--candidate", p["path"], "--no-bench",
-                *(() if m["BENCH_SHAPE"] else ("--at", "test"))]
+        return [
+            "--problem",
+            m["PROBLEM"],
+            "--candidate",
+            p["path"],
+            "--no-bench",
+            *(() if m["BENCH_SHAPE"] else ("--at", "test")),
+        ]
     d = base / p["folder"] if (base / p["folder"]).exists() else outside_repo(base, p["folder"])
     m = meta(d / p["cand"])
     if missing(m["NEEDS"]):
@@ -121,9 +143,15 @@ def _gpu_case_argv(test: str, p: dict, base: Path) -> list | None:
 @pytest.fixture(scope="session")
 def gpu_batch(request, tmp_path_factory):
     from kp.batch.gpus import gpu_list
+
     base = tmp_path_factory.mktemp("gpu_cases")
-    argvs = {it.nodeid: argv for it in request.session.items if getattr(it, "originalname", "") in GPU_BATCHED
-             for argv in [_gpu_case_argv(it.originalname, it.callspec.params, base)] if argv is not None}
+    argvs = {
+        it.nodeid: argv
+        for it in request.session.items
+        if getattr(it, "originalname", "") in GPU_BATCHED
+        for argv in [_gpu_case_argv(it.originalname, it.callspec.params, base)]
+        if argv is not None
+    }
     return batched.judge_batch(argvs, gpu_list(",".join(["0"] * SLOTS_PER_GPU)), base / "batch")
 
 
@@ -142,8 +170,9 @@ def test_wrong_case_rejected_on_gpu(path, gpu_batch, request):
 
 
 @gpu
-@pytest.mark.parametrize("folder,cand", [p for p in PAIRS if "cuda" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]],
-                         ids=lambda x: str(x))
+@pytest.mark.parametrize(
+    "folder,cand", [p for p in PAIRS if "cuda" in meta(CASES_DIR / p[0] / p[1])["DEVICES"]], ids=lambda x: str(x)
+)
 def test_judge_case_on_gpu(folder, cand, gpu_batch, request):
     """`run.py --ref FILE --candidate FILE --no-compile` on the GPU, both files outside the repo, the full stages,
     judged in the shard's batch (gpu_batch)."""
@@ -153,8 +182,9 @@ def test_judge_case_on_gpu(folder, cand, gpu_batch, request):
         pytest.skip(f"needs {', '.join(absent)}")
     line = gpu_batch.get(request.node.nodeid)
     if m["EXPECT"] is None:
-        assert line is not None and batched.exit_code(line) == 0 and line["verdict"].startswith("accepted"), \
+        assert line is not None and batched.exit_code(line) == 0 and line["verdict"].startswith("accepted"), (
             batched.said(line)
+        )
         rec = line["record"]
         row = rec["rows"]["candidate"]
         assert row["own_kernels"] or ("--allow-torch" in m["FLAGS"] and row["pure_torch"]), row
@@ -164,8 +194,9 @@ def test_judge_case_on_gpu(folder, cand, gpu_batch, request):
             assert rec["peak_gpu_bytes"] > 0 and "candidate" in rec["timing"]
         assert_typed(rec, "accepted")
     else:
-        assert line is not None and batched.exit_code(line) == 1 and line["verdict"].startswith("rejected: "), \
+        assert line is not None and batched.exit_code(line) == 1 and line["verdict"].startswith("rejected: "), (
             batched.said(line)
+        )
         reason = line["record"]["rows"]["candidate"]["reason"]
         assert re.search(m["EXPECT"], reason), reason
         assert_typed(line["record"], "rejected", m["KIND"])
@@ -174,9 +205,11 @@ def test_judge_case_on_gpu(folder, cand, gpu_batch, request):
 def test_every_batched_gpu_case_is_a_command_run_py_takes(tmp_path):
     """Every GPU judge case and GPU known-wrong case, as its test hands it to the batch: run.py's parser takes the
     command, and the job it makes has the case's options (no CPU, the case's flags)."""
-    cases = [("test_wrong_case_rejected_on_gpu", {"path": p}) for p in WRONG if "cuda" in meta(p)["DEVICES"]] + \
-            [("test_judge_case_on_gpu", {"folder": f, "cand": c}) for f, c in PAIRS
-             if "cuda" in meta(CASES_DIR / f / c)["DEVICES"]]
+    cases = [("test_wrong_case_rejected_on_gpu", {"path": p}) for p in WRONG if "cuda" in meta(p)["DEVICES"]] + [
+        ("test_judge_case_on_gpu", {"folder": f, "cand": c})
+        for f, c in PAIRS
+        if "cuda" in meta(CASES_DIR / f / c)["DEVICES"]
+    ]
     assert len(cases) >= 90
     for test, params in cases:
         argv = _gpu_case_argv(test, params, tmp_path)
@@ -196,8 +229,10 @@ def test_batched_cases_keep_each_commands_verdict(tmp_path, cli):
     """tests/batched.py, as the GPU tests use it, on two CPU slots: each case's result is found by its name, with the
     verdict, the record and the exit code that the same command gives run alone (here, in this process)."""
     d = outside_repo(tmp_path, "relu")
-    cases = {"right": ["--ref", d / "ref.py", "--candidate", d / "torch_rewrite.py", "--allow-torch"],
-             "wrong": ["--ref", d / "ref.py", "--candidate", d / "wrong_identity.py", "--allow-torch"]}
+    cases = {
+        "right": ["--ref", d / "ref.py", "--candidate", d / "torch_rewrite.py", "--allow-torch"],
+        "wrong": ["--ref", d / "ref.py", "--candidate", d / "wrong_identity.py", "--allow-torch"],
+    }
     cases = {k: [*v, "--device", "cpu", "--seed", "11"] for k, v in cases.items()}
     got = batched.judge_batch(cases, [None, None], tmp_path / "batch")
     assert set(got) == set(cases) and all(got.values()), got
@@ -214,8 +249,9 @@ def test_batched_cases_keep_each_commands_verdict(tmp_path, cli):
 
 
 def _problem_rows():
-    return [(p, prec) for p in harness.problems()
-            for prec in getattr(harness.problem_module(p), "PRECISIONS", ("fp32",))]
+    return [
+        (p, prec) for p in harness.problems() for prec in getattr(harness.problem_module(p), "PRECISIONS", ("fp32",))
+    ]
 
 
 @gpu
@@ -246,7 +282,9 @@ def test_cli_candidate_outside_repo_accepted(tmp_path):
     # the kernel of its own is named; on a host without bubblewrap the verdict also says it ran unboxed; KernelBench's
     # own check on the same candidate is always said
     last = r.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"accepted \(own kernel: softmax_regcluster \(CUDA C\+\+\); (unboxed: [^;]*; )?"
-                        r"KernelBench 1e-4 \w+, 1e-2 \w+\) in \d+\.\d s", last), last
+    assert re.fullmatch(
+        r"accepted \(own kernel: softmax_regcluster \(CUDA C\+\+\); (unboxed: [^;]*; )?"
+        r"KernelBench 1e-4 \w+, 1e-2 \w+\) in \d+\.\d s",
+        last,
+    ), last
     assert "peak GPU memory" in r.stdout and "own kernels" in r.stdout
-

@@ -1,6 +1,7 @@
 """Kernels in the languages a candidate compiles at run time (kp.worker.languages), and inputs moved to new addresses
 at parity (kp.judge.calls): what needs no GPU. The GPU judge cases (tests/judge_cases/contract/triton, cupy,
 stale_graph) judge them end to end."""
+
 import os
 import sys
 import types
@@ -46,15 +47,27 @@ def test_a_librarys_jit_kernels_are_named_by_its_package_and_make_a_row_no_pure_
     Triton kernels is labelled by them (the verdict's note, the table), not as pure PyTorch; PyTorch's and
     torch.compile's own JIT kernels are no library's."""
     from kp.observe import verdict
+
     foreign = {"_rms_norm_forward_kernel": "liger_kernel's Triton", "triton_poi_fused_0": "torch.compile's Triton"}
     ran = ["_rms_norm_forward_kernel", "triton_poi_fused_0", "void at::native::vectorized_elementwise_kernel<4>()"]
     assert languages.library_kernels(ran, foreign) == ["_rms_norm_forward_kernel (liger_kernel's Triton)"]
     assert languages.library_kernels(ran[1:], foreign) == []
-    rec = {"rows": {"candidate": {"accepted": True, "reason": "", "pure_torch": False, "own_kernels": None,
-                                  "library_kernels": ["_rms_norm_forward_kernel (liger_kernel's Triton)"]}}}
+    rec = {
+        "rows": {
+            "candidate": {
+                "accepted": True,
+                "reason": "",
+                "pure_torch": False,
+                "own_kernels": None,
+                "library_kernels": ["_rms_norm_forward_kernel (liger_kernel's Triton)"],
+            }
+        }
+    }
     said = verdict.verdict(rec)
-    assert said.startswith("accepted (a library's kernels: _rms_norm_forward_kernel (liger_kernel's Triton); no "
-                           "kernel of its own ran (--allow-torch)"), said
+    assert said.startswith(
+        "accepted (a library's kernels: _rms_norm_forward_kernel (liger_kernel's Triton); no "
+        "kernel of its own ran (--allow-torch)"
+    ), said
     assert "pure PyTorch" not in said
 
 
@@ -63,15 +76,25 @@ def test_profiled_names_matched_to_the_kernels_they_run():
     assert languages.match("_softmax_rows", table) == "_softmax_rows"
     assert languages.match("scaled_relu", table) == "scaled_relu"
     assert languages.match("void scaled_relu<float>(float const*, float*, long long)", table) == "scaled_relu"
-    assert languages.match("cudapy::kp_candidate::add_kernel[abi:v1,cw51cXTLSUwv1sCUt9Uw1VEw0NRRQPKzLTg4gaGKFsG2oMQGE"
-                           "Yak](Array<float, 1, C, mutable, aligned>)", table) == "add_kernel"
+    assert (
+        languages.match(
+            "cudapy::kp_candidate::add_kernel[abi:v1,cw51cXTLSUwv1sCUt9Uw1VEw0NRRQPKzLTg4gaGKFsG2oMQGE"
+            "Yak](Array<float, 1, C, mutable, aligned>)",
+            table,
+        )
+        == "add_kernel"
+    )
     # a library's kernel whose base name is a JIT kernel's: a C++ kernel runs under its signature, a JIT one does not
-    assert languages.match("void at::native::softmax_warp_forward<float, float, float, 10>(float*)",
-                           {"softmax_warp_forward": "Triton"}) == "softmax_warp_forward"
+    assert (
+        languages.match(
+            "void at::native::softmax_warp_forward<float, float, float, 10>(float*)", {"softmax_warp_forward": "Triton"}
+        )
+        == "softmax_warp_forward"
+    )
     assert languages.match("cunn_SoftMaxForward", table) is None
-    assert languages.label_foreign(["triton_per_fused__softmax_0", "gemm"],
-                                   {"triton_per_fused__softmax_0": "torch.compile's Triton"}) == \
-        ["triton_per_fused__softmax_0 (torch.compile's Triton)", "gemm"]
+    assert languages.label_foreign(
+        ["triton_per_fused__softmax_0", "gemm"], {"triton_per_fused__softmax_0": "torch.compile's Triton"}
+    ) == ["triton_per_fused__softmax_0 (torch.compile's Triton)", "gemm"]
 
 
 def test_kernel_objects_found_where_the_candidate_holds_them_not_where_a_library_does():
@@ -95,8 +118,11 @@ def test_kernel_objects_found_where_the_candidate_holds_them_not_where_a_library
 def test_a_triton_compile_error_is_one_line_with_the_compilers_message():
     CompilationError = type("CompilationError", (Exception,), {"__module__": "triton.compiler.errors"})
     inner = CompilationError("at 10:12:\n    break\n    ^\nunsupported AST node type: Break")
-    inner.node, inner.src, inner.error_message = types.SimpleNamespace(lineno=10), "def k():\n", \
-        "unsupported AST node type: Break"
+    inner.node, inner.src, inner.error_message = (
+        types.SimpleNamespace(lineno=10),
+        "def k():\n",
+        "unsupported AST node type: Break",
+    )
     outer = CompilationError("at 3:4:\n(an excerpt of the caller)")
     outer.node, outer.src, outer.error_message = types.SimpleNamespace(lineno=3), "def caller():\n", None
     outer.__cause__ = inner
@@ -137,8 +163,15 @@ def test_every_other_call_from_the_third_gets_inputs_at_new_addresses():
 
 
 def test_a_triton_candidate_on_the_cpu_gets_no_verdict(cli, tmp_path):
-    r = cli("--ref", TRITON_CASES / "ref.py", "--candidate", TRITON_CASES / "softmax_rows.py", "--device", "cpu",
-            "--no-sandbox")
+    r = cli(
+        "--ref",
+        TRITON_CASES / "ref.py",
+        "--candidate",
+        TRITON_CASES / "softmax_rows.py",
+        "--device",
+        "cpu",
+        "--no-sandbox",
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     last = (r.stdout + r.stderr).strip().splitlines()[-1]
     assert "Triton" in last and "judge it on a GPU" in last, last
@@ -150,14 +183,18 @@ def test_a_candidate_that_asks_for_cuda_on_a_cpu_host_gets_no_verdict(cli, tmp_p
     no CUDA. No verdict (exit 2), said so, as a Triton candidate's; one that raises of its own is still rejected."""
     relu = ROOT / "tests" / "judge_cases" / "relu"
     cand = tmp_path / "cuda_by_hand.py"
-    cand.write_text("import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
-                    "    def forward(self, x):\n        return torch.relu(x.to(\"cuda\")).cpu()\n")
+    cand.write_text(
+        "import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
+        '    def forward(self, x):\n        return torch.relu(x.to("cuda")).cpu()\n'
+    )
     r = cli("--ref", relu / "ref.py", "--candidate", cand, "--device", "cpu", "--allow-torch")
     assert r.returncode == 2, r.stdout + r.stderr
     last = (r.stdout + r.stderr).strip().splitlines()[-1]
     assert "asks for CUDA, which this host does not have" in last and "judge it on a GPU" in last, last
-    cand.write_text("import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
-                    "    def forward(self, x):\n        raise AssertionError(\"not compiled with CUDA\")\n")
+    cand.write_text(
+        "import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
+        '    def forward(self, x):\n        raise AssertionError("not compiled with CUDA")\n'
+    )
     r = cli("--ref", relu / "ref.py", "--candidate", cand, "--device", "cpu", "--allow-torch")
     assert r.returncode == 1 and "raised AssertionError" in r.stdout.strip().splitlines()[-1], r.stdout + r.stderr
 
@@ -165,6 +202,7 @@ def test_a_candidate_that_asks_for_cuda_on_a_cpu_host_gets_no_verdict(cli, tmp_p
 @pytest.mark.parametrize("name", [p.name for p in TRITON_CASES.glob("*.py") if p.name != "ref.py"])
 def test_every_triton_case_declares_it_needs_triton(name):
     from cases import meta
+
     assert "triton" in meta(TRITON_CASES / name)["NEEDS"]
 
 
@@ -193,6 +231,7 @@ def test_a_candidates_triton_cache_is_verified_when_lent_and_carried_to_its_next
     the box's copy (Triton compiles it again). A new version of the same file starts with its last version's
     cache; another file never does."""
     from kp.box import builds
+
     monkeypatch.setenv("KP_CACHE_DIR", str(tmp_path / "cache"))
     cand = tmp_path / "cand.py"
     cand.write_text("v1\n")

@@ -1,5 +1,6 @@
 """kp/'s modules import only modules before them in kp.LAYER_ORDER: no circle, nothing upward (function-level
 imports included), and every module of kp/ has its place."""
+
 import ast
 from pathlib import Path
 
@@ -10,8 +11,11 @@ KP = Path(kp.__file__).parent
 
 def _modules() -> dict[str, Path]:
     """Every module of kp/ by its dotted name under kp ('judge.worker'); package __init__ files hold no code."""
-    return {".".join(p.relative_to(KP).with_suffix("").parts): p for p in sorted(KP.rglob("*.py"))
-            if p.name != "__init__.py"}
+    return {
+        ".".join(p.relative_to(KP).with_suffix("").parts): p
+        for p in sorted(KP.rglob("*.py"))
+        if p.name != "__init__.py"
+    }
 
 
 def _imports(path: Path, known: set[str]) -> set[str]:
@@ -38,23 +42,33 @@ def test_every_module_has_a_layer():
 def test_package_inits_hold_no_code():
     """A folder's __init__ says what the concern is and imports nothing: importing one module of it loads no other."""
     for p in KP.rglob("__init__.py"):
-        body = [n for n in ast.parse(p.read_text()).body
-                if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        body = [
+            n
+            for n in ast.parse(p.read_text()).body
+            if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+        ]
         assert p == KP / "__init__.py" or not body, p
 
 
 def test_imports_follow_the_layer_order():
     mods = _modules()
     rank = {m: i for i, m in enumerate(kp.LAYER_ORDER)}
-    upward = [f"kp.{name} imports kp.{m}" for name, p in mods.items() if name in rank
-              for m in sorted(_imports(p, set(mods))) if m in rank and rank[m] >= rank[name] and m != name]
+    upward = [
+        f"kp.{name} imports kp.{m}"
+        for name, p in mods.items()
+        if name in rank
+        for m in sorted(_imports(p, set(mods)))
+        if m in rank and rank[m] >= rank[name] and m != name
+    ]
     assert not upward, upward
 
 
 def test_the_check_sees_an_import_inside_a_function(tmp_path):
     f = tmp_path / "timing.py"
-    f.write_text("def f():\n    from kp.judge.driver import Judge\n    import kp.batch.slots\n"
-                 "    from kp.judge import runners, plan\n")
+    f.write_text(
+        "def f():\n    from kp.judge.driver import Judge\n    import kp.batch.slots\n"
+        "    from kp.judge import runners, plan\n"
+    )
     assert _imports(f, set(_modules())) == {"judge.driver", "batch.slots", "judge.runners", "judge.plan"}
 
 
@@ -63,7 +77,12 @@ def test_the_library_never_imports_its_command_line():
     line's runner by kp.command, the top of the order), so the library has no loop through its front door."""
     for name, path in _modules().items():
         for n in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
-                [n.module] if isinstance(n, ast.ImportFrom) and n.module else []
+            names = (
+                [a.name for a in n.names]
+                if isinstance(n, ast.Import)
+                else [n.module]
+                if isinstance(n, ast.ImportFrom) and n.module
+                else []
+            )
             assert "run" not in names, f"kp/{name.replace('.', '/')}.py imports run.py"
     assert kp.LAYER_ORDER[-1] == "command"

@@ -1,6 +1,7 @@
 """The three Linear problems: ModelNew mirrors Model (parameters, buffers, state_dict), the weight-derived caches
 invalidate on every kind of weight change, BatchNorm's running statistics follow nn.BatchNorm1d, bad input is a
 clear error. CPU parts run in CI; the GPU parts need the H200."""
+
 import copy
 
 import pytest
@@ -11,8 +12,11 @@ import harness
 from conftest import gpu
 
 LINEAR = ["matmul_gelu_softmax", "gemm_bn_scale_softmax", "matmul_sum_max_mean_lse"]
-SMALL_INIT = {"matmul_gelu_softmax": [48, 40], "gemm_bn_scale_softmax": [48, 40, 1e-5, 0.1, (1,)],
-              "matmul_sum_max_mean_lse": [48, 40]}
+SMALL_INIT = {
+    "matmul_gelu_softmax": [48, 40],
+    "gemm_bn_scale_softmax": [48, 40, 1e-5, 0.1, (1,)],
+    "matmul_sum_max_mean_lse": [48, 40],
+}
 
 
 @pytest.mark.parametrize("problem", LINEAR)
@@ -67,8 +71,18 @@ def test_derived_cache_hits_when_nothing_changed():
     assert f.calls == 1 and v1 is v2
 
 
-@pytest.mark.parametrize("change", ["inplace_weight", "inplace_bias", "optimizer_step", "load_state_dict",
-                                    "to_dtype_and_back", "replace_parameter", "copy_into"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "inplace_weight",
+        "inplace_bias",
+        "optimizer_step",
+        "load_state_dict",
+        "to_dtype_and_back",
+        "replace_parameter",
+        "copy_into",
+    ],
+)
 def test_derived_cache_invalidates(change):
     lin, cache, f = _lin()
     stale = cache(lin.weight, lin.bias).clone()
@@ -134,6 +148,7 @@ def test_bad_input_is_value_error_on_cpu_side(problem):
 
 
 # ------------------------------------------------------------------------------------------------ GPU
+
 
 def _rel(a, b):
     return harness.rel_error(a, b)
@@ -320,6 +335,7 @@ def test_linear_gemm_modes_are_checked_on_cpu():
 
 def test_row_options_can_name_their_rungs():
     from kp.judge import driver as judge
+
     ref = judge.Reference.load(("problem", "matmul_gelu_softmax"))
     labels = [spec[0] for spec in judge.row_specs(ref, harness.variants("matmul_gelu_softmax"))]
     assert "1_cublas_fused_epilogue[gemm=fp32]" in labels
@@ -345,8 +361,9 @@ def test_gpu_split_cache_invalidation(problem, change):
 
     stale = new(x).clone()
     assert torch.equal(new(x), stale) and _gemm_of(new).wsplit.misses == 1  # served from the cache
-    _apply_change(new, _linear_of(new), change, lambda: mod.Model(*init),
-                  lambda: torch.rand(300, 256, device="cuda") * 0.1)
+    _apply_change(
+        new, _linear_of(new), change, lambda: mod.Model(*init), lambda: torch.rand(300, 256, device="cuda") * 0.1
+    )
     out = new(x)
     ref = fresh()
     assert harness.rel_error(out, ref).rel_l2 < 1e-5
@@ -359,14 +376,15 @@ def _split_gemm(precision="fp32", mode="split"):
 
 
 @gpu
-@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 53, 37), (17, 1031, 130), (129, 77, 9), (300, 260, 200),
-                                   (128, 128, 64), (3, 5, 4099)])
+@pytest.mark.parametrize(
+    "m,n,k", [(1, 1, 1), (5, 53, 37), (17, 1031, 130), (129, 77, 9), (300, 260, 200), (128, 128, 64), (3, 5, 4099)]
+)
 def test_gpu_split_gemm_odd_shapes(m, n, k):
     """Tails in M, N, K (TMA zero-fills, the epilogue masks); fp32 mode within PyTorch-fp32's budget, tf32 mode
     within PyTorch-TF32's."""
     g = torch.Generator().manual_seed(m * 7 + n * 3 + k)
     x = torch.rand(m, k, generator=g).cuda()
-    w = ((torch.rand(n, k, generator=g) * 2 - 1) / k ** 0.5).cuda()
+    w = ((torch.rand(n, k, generator=g) * 2 - 1) / k**0.5).cuda()
     r64 = x.double() @ w.double().t()
     with harness.ieee_fp32():
         r32 = x @ w.t()
@@ -374,8 +392,7 @@ def test_gpu_split_gemm_odd_shapes(m, n, k):
         rt = x @ w.t()
     assert harness.rel_error(_split_gemm()(x, w), r64).within(harness.budget_from(harness.rel_error(r32, r64)))
     # tf32 mode: these GEMMs are below LinearGemm.TF32_MIN_FLOPS, so it keeps three products (fp32-accurate) ...
-    assert harness.rel_error(_split_gemm("tf32")(x, w), r64).within(
-        harness.budget_from(harness.rel_error(rt, r64)))
+    assert harness.rel_error(_split_gemm("tf32")(x, w), r64).within(harness.budget_from(harness.rel_error(rt, r64)))
     # ... and the one-product path, forced, stays at TF32's level: 11 significant bits per operand, relL2 ~2^-12
     # (PyTorch TF32 at the bench shape: 2.9e-4, measured on an H200); 1e-3 leaves room for the 11-bit rounding of both.
     # Both ways of doing that product: cuBLAS's fp16 GEMM + split_unscale (the default where torch.mm has

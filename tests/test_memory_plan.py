@@ -1,6 +1,7 @@
 """The judge's memory plan: the reference's footprint and flops, the GPU's check before a job (one line), whose
 memory it was when a call or the judge ran out of GPU memory (no verdict, or the row's own doing), and on the CPU
 the host's budget with the judge's own copies counted and the largest shape of the family that fits it."""
+
 import json
 import re
 
@@ -14,10 +15,16 @@ from cases import CASES_DIR
 
 def test_footprint_and_flops_from_the_reference():
     fp = judge.Reference.load(("problem", "softmax")).footprint("cpu")
-    assert fp == {"shapes": "4096x393216", "inputs": 4096 * 393216 * 4, "outputs": 4096 * 393216 * 4, "weights": 0,
-                  "flops": 0, "peak": 2 * 4096 * 393216 * 4,  # the input and its softmax alive at once
-                  "rows": 4096,  # the batch (dim 0) the float64 reference may be sliced over
-                  "float_bytes": 4}  # the floating inputs' element size (the float64 copy is twice as large)
+    assert fp == {
+        "shapes": "4096x393216",
+        "inputs": 4096 * 393216 * 4,
+        "outputs": 4096 * 393216 * 4,
+        "weights": 0,
+        "flops": 0,
+        "peak": 2 * 4096 * 393216 * 4,  # the input and its softmax alive at once
+        "rows": 4096,  # the batch (dim 0) the float64 reference may be sliced over
+        "float_bytes": 4,
+    }  # the floating inputs' element size (the float64 copy is twice as large)
     lin = judge.Reference.load(("problem", "matmul_gelu_softmax")).footprint("cpu")
     assert lin["flops"] == 2 * 1024 * 8192 * 8192  # FlopCounterMode on the reference, not a hand count
     assert lin["weights"] == (8192 * 8192 + 8192) * 4
@@ -48,6 +55,7 @@ def test_the_judges_own_out_of_memory_says_whose_memory_it_was():
     assert "no other process took GPU memory" in own and "(14.0 GiB) held more than the plan allows" in own
     assert "not measured" in memory.own_oom_reason(*args, None, 0, "x") and "\n" not in own
     from tools import judge_corpus  # each is the batch's and the corpus tool's "no verdict: GPU memory"
+
     assert all(re.search(judge_corpus.NO_VERDICT_GPU_MEMORY, "error: " + m) for m in (taken, own))
 
 
@@ -58,13 +66,17 @@ def test_a_forward_whose_intermediates_outgrow_the_host_is_not_run_on_cpu(tmp_pa
     (tmp_path / "attn.py").write_text(
         "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
         "    def forward(self, q):\n        return torch.softmax(q @ q.transpose(-1, -2), -1) @ q\n\n\n"
-        "def get_inputs():\n    return [torch.randn(4096, 128)]\n\n\ndef get_init_inputs():\n    return []\n")
+        "def get_inputs():\n    return [torch.randn(4096, 128)]\n\n\ndef get_init_inputs():\n    return []\n"
+    )
     fp = judge.Reference.load(("file", str(tmp_path / "attn.py"))).footprint("cpu")
     assert fp["peak"] >= 2 * (4096 * 4096 * 4) and fp["inputs"] == 4096 * 128 * 4
     assert plan.cpu_bench_refusal(fp, 64 << 30) is None
     why = plan.cpu_bench_refusal(fp, 100 << 20)
-    assert why.startswith("the benchmark shape needs about 0.") and "a forward's peak 0.1 GiB" in why and \
-        "0.1 GiB planned here" in why, why
+    assert (
+        why.startswith("the benchmark shape needs about 0.")
+        and "a forward's peak 0.1 GiB" in why
+        and "0.1 GiB planned here" in why
+    ), why
 
 
 def test_a_call_out_of_gpu_memory_is_judged_by_whose_memory_filled_the_gpu(monkeypatch):
@@ -72,6 +84,7 @@ def test_a_call_out_of_gpu_memory_is_judged_by_whose_memory_filled_the_gpu(monke
     (on a shared GPU a right kernel would be turned away), a rejection that says so when the row's own process
     filled what the plan left or asked for more than the GPU had free; the other workers' memory is the judge's."""
     from kp.errors import OutOfMemory, oom_request_bytes
+
     ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
     g = 2**30
     why = "trial 2: raised OutOfMemoryError: CUDA out of memory. Tried to allocate 12.06 GiB."
@@ -143,18 +156,23 @@ def test_running_out_of_gpu_memory_while_timing_is_no_verdict(monkeypatch):
     """A row that passed parity and runs out of GPU memory in the timing harness gets no verdict: one line that
     says so (the judge's pool and baselines did not fit), not a rejection of the candidate."""
     from kp.errors import OutOfMemory as Raised
+
     ref = judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
     j = judge.Judge(ref, seed=3, device="cpu", sandbox=False, bench=False)
 
     class OutOfMemory:
-        def __init__(self, why="timing: raised OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB "
-                               "(the GPU has 5.8 of 79.2 GiB free now)"):
+        def __init__(
+            self,
+            why="timing: raised OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB "
+            "(the GPU has 5.8 of 79.2 GiB free now)",
+        ):
             self.why = why
 
         def call(self, stage, cmd, *args):
             if cmd == "time":
                 raise Raised(self.why, 60 << 30, 6 << 30)
             return {}
+
     j.refs = None
     j.runners = [OutOfMemory()]
     j.rows = [expected.Row("candidate", j.runners[0])]
@@ -192,17 +210,30 @@ def test_the_cpu_plans_in_the_hosts_free_memory_with_the_judges_copies_counted(m
     assert "needs about 60.0 GiB" in why and "inputs and outputs 12.0 GiB" in why and "40.0 GiB planned" in why
 
 
-@pytest.mark.parametrize("budget,rows,accepted", [(3 << 27, 512, True), (3 << 28, 1024, False)],
-                         ids=["small_host", "larger_host"])
-def test_a_candidate_wrong_only_when_large_is_judged_at_the_largest_shape_the_host_allows(cli, tmp_path, monkeypatch,
-                                                                                          budget, rows, accepted):
+@pytest.mark.parametrize(
+    "budget,rows,accepted", [(3 << 27, 512, True), (3 << 28, 1024, False)], ids=["small_host", "larger_host"]
+)
+def test_a_candidate_wrong_only_when_large_is_judged_at_the_largest_shape_the_host_allows(
+    cli, tmp_path, monkeypatch, budget, rows, accepted
+):
     """On the CPU the judged shape is the largest of the reference's family that the host's budget holds, and the
     record names it in its own field beside the benchmark shape: a candidate wrong only above 2^23 elements passes
     where the host holds 512 rows and is rejected where it holds 1,024."""
     d = harness.ROOT / "tests" / "data" / "wrong_when_large"
     monkeypatch.setenv("KP_CPU_MEMORY", str(budget))
-    r = cli("--ref", d / "ref.py", "--candidate", d / "cand.py", "--device", "cpu", "--allow-torch", "--seed", "3",
-            "--json", tmp_path / "rec.json")
+    r = cli(
+        "--ref",
+        d / "ref.py",
+        "--candidate",
+        d / "cand.py",
+        "--device",
+        "cpu",
+        "--allow-torch",
+        "--seed",
+        "3",
+        "--json",
+        tmp_path / "rec.json",
+    )
     rec = json.loads((tmp_path / "rec.json").read_text())
     assert rec["shape"] == "4096x16384" and rec["judged_shape"] == f"{rows}x16384", rec["judged_shape"]
     assert rec["ok"] is accepted and r.returncode == (0 if accepted else 1), r.stdout[-600:]

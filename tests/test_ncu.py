@@ -1,5 +1,6 @@
 """run.py --ncu: Nsight Compute's CSV read into per-row kernels (from a recorded sample), the bytes against the
 minimum, the one-line outcomes where ncu is missing or refuses; on a GPU with ncu, a real run."""
+
 import json
 import os
 import stat
@@ -42,8 +43,9 @@ def test_bytes_against_the_minimum_and_bandwidth_against_copy():
     assert k["dram_pct"] == pytest.approx(100 * (134_237_440 + 117_117_440) / 146_368e-9 / 3.0e12)
     assert res["copy"]["kernels"] == [] and res["copy"]["x_min"] is None
     lines = ncu.format_ncu({"version": "2025.3.1", "copy_bw": 3.0e12, "rows": res})
-    assert "ncu eager: 1 kernels, 0.146 ms, DRAM 0.134 GB read + 0.117 GB written, 0.94x the minimum" in \
-        "\n".join(lines)
+    assert "ncu eager: 1 kernels, 0.146 ms, DRAM 0.134 GB read + 0.117 GB written, 0.94x the minimum" in "\n".join(
+        lines
+    )
     assert any("cunn_SoftMaxForwardReg" in ln for ln in lines)
 
 
@@ -58,8 +60,10 @@ def test_missing_ncu_is_one_clear_line(monkeypatch):
 def test_refusing_ncu_is_one_clear_line(tmp_path, monkeypatch):
     """ncu that cannot read the counters (no permission, a sandboxed runtime) says so; the run goes on."""
     fake = tmp_path / "ncu"
-    fake.write_text("#!/bin/sh\necho '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
-                    "NVIDIA GPU Performance Counters' >&2\nexit 1\n")
+    fake.write_text(
+        "#!/bin/sh\necho '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
+        "NVIDIA GPU Performance Counters' >&2\nexit 1\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("KP_NCU", str(fake))
     res = ncu.run({"rows": []}, {}, None)
@@ -72,8 +76,9 @@ def test_ncu_run_of_a_problem(tmp_path):
     """The lse problem's rows under ncu: every row has kernels, the cached rung reads about its minimum (x once),
     the uncached one also W (288 MiB in all)."""
     out = tmp_path / "rec.json"
-    r = run_script("--problem", "matmul_sum_max_mean_lse", "--variant", "4_overlap", "--no-compile", "--ncu",
-                   "--json", out)
+    r = run_script(
+        "--problem", "matmul_sum_max_mean_lse", "--variant", "4_overlap", "--no-compile", "--ncu", "--json", out
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())["ncu"]
     assert "error" not in res, res

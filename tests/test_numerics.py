@@ -1,4 +1,5 @@
 """Host-side parity logic: the error measure, NaN/Inf matching, budgets. No GPU needed."""
+
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,7 @@ def test_budget_floor_follows_the_longest_reduction_of_any_operator():
     summing in another order must get the floor of that length (2 u sqrt(K)), and pure elementwise work none."""
     from kp.lib.numerics import accumulation_floor
     from kp.lib.op_modes import ReductionLength
+
     F = torch.nn.functional
     x = torch.randn(4, 4096)
     cases = {
@@ -97,6 +99,7 @@ def test_honest_roundings_of_a_softmax_backward_show_its_cancellation():
     result would move it, and a spread row moves by about the floor of its 4096-long sum."""
     from kp.lib.numerics import accumulation_floor
     from kp.lib.op_modes import RoundingNoise
+
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 4096, generator=g, dtype=torch.float64)
     logits[0, 7] += 30.0  # row 0: y ~ 1 at column 7
@@ -113,14 +116,19 @@ def test_flop_count_agrees_with_torchs_flop_counter():
     FlopCounterMode gives: the same formulas, the same decompositions."""
     from torch.utils.flop_counter import FlopCounterMode
     from kp.lib.op_modes import FlopCount
+
     torch.manual_seed(0)
     conv, lin = torch.nn.Conv2d(3, 8, 3), torch.nn.Linear(64, 32)
     x, a, b = torch.randn(2, 3, 16, 16), torch.randn(4, 64), torch.randn(5, 7, 9)
 
     def forward():
         y = conv(x).relu().sum() + lin(a).softmax(-1).sum()
-        return y + torch.bmm(b, b.transpose(1, 2)).sum() + torch.nn.functional.scaled_dot_product_attention(
-            b[None], b[None], b[None]).sum()
+        return (
+            y
+            + torch.bmm(b, b.transpose(1, 2)).sum()
+            + torch.nn.functional.scaled_dot_product_attention(b[None], b[None], b[None]).sum()
+        )
+
     theirs, ours = FlopCounterMode(display=False), FlopCount()
     with torch.no_grad():
         with theirs:
@@ -134,6 +142,7 @@ def test_a_footprint_is_kept_per_file_and_sizes(monkeypatch, tmp_path):
     """The reference's footprint is kept between runs (a meta-device run costs a process seconds of imports): the
     same file at the same module-level sizes reads it back without running the model; other sizes measure again."""
     from kp.judge.reference import Reference
+
     monkeypatch.setenv("KP_CACHE_DIR", str(tmp_path))
     ref = Reference.load(("file", str(Path(__file__).parent / "batch" / "ref.py")))
     first = ref.footprint("cpu")
@@ -153,11 +162,12 @@ def test_a_members_output_of_a_few_elements_has_its_floor_against_the_benchmarks
     import torch
     from kp.judge.outputs import Expected, few_scale, rms
     from kp.lib.numerics import accumulation_floor
+
     k = 131072
     rng = np.random.default_rng(7)
     a, b = (rng.standard_normal(k).astype(np.float32) for _ in range(2))
     exact = float(np.dot(a.astype(np.float64), b.astype(np.float64)))
-    typical = k ** 0.5  # a sum of k products of two standard normals
+    typical = k**0.5  # a sum of k products of two standard normals
     small = torch.tensor([[exact * 0.05]], dtype=torch.float64)  # the same sum, cancelling more
     assert few_scale(small, typical) == typical / abs(exact * 0.05)
     assert few_scale(torch.full((64, 1), 0.1, dtype=torch.float64), typical) == 1.0  # not a few elements
@@ -174,6 +184,7 @@ def test_a_row_is_not_measured_finer_than_fp32_resolves_the_typical_row():
     is no error; a typical row off by 1%, or garbage where the reference is zero, still is."""
     import torch
     from kp.lib.numerics import rel_error
+
     torch.manual_seed(0)
     ref = torch.randn(64, 14, dtype=torch.float64) * 1e2
     ref[5] = torch.randn(14, dtype=torch.float64) * 1e-40
@@ -196,10 +207,12 @@ def test_a_row_of_tail_values_is_measured_at_the_typical_rows_resolution():
     within the least budget; the tail row set to zero (a quarter-millionth of the typical row) is not."""
     import torch
     from kp.lib.numerics import ABS_FLOOR, rel_error
+
     torch.manual_seed(0)
 
     def mish(x):  # the kernel's formula, in the dtype of x
         return x * torch.tanh(torch.log(1 + torch.exp(x)))
+
     pre = torch.randn(256, 14, dtype=torch.float64) * 1e2
     pre[3] = -12 - torch.rand(14, dtype=torch.float64) * 3  # a row of the tail: its outputs ~1e-5 down to ~1e-6
     ref = torch.nn.functional.mish(torch.nn.functional.mish(pre))
@@ -220,6 +233,7 @@ def test_an_error_of_the_judges_own_code_is_told_from_the_references():
     from kp.errors import raised_by_judge
     from kp.lib.numerics import rel_error
     from kp.lib.op_modes import ReductionLength
+
     with pytest.raises(IndexError) as ref:
         torch.zeros(2)[5]
     assert not raised_by_judge(ref.value)
@@ -230,6 +244,7 @@ def test_an_error_of_the_judges_own_code_is_told_from_the_references():
         rel_error(torch.zeros(2), torch.zeros(3))
     assert raised_by_judge(own.value)
     import kp.errors  # a CUDA error is asynchronous: met at a line of the judge's, it is the work queued before it
+
     at_judge_line = lambda text: exec(compile(f"raise RuntimeError({text!r})", kp.errors.__file__, "exec"))
     with pytest.raises(RuntimeError) as sticky:
         at_judge_line("CUDA error: device-side assert triggered")
@@ -249,6 +264,7 @@ def test_handing_back_gpu_memory_after_a_sticky_fault_leaves_the_fault_to_be_sai
 
     def broken():
         raise RuntimeError("CUDA error: device-side assert triggered")
+
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", broken)
     monkeypatch.setattr(torch.cuda, "empty_cache", broken)
@@ -257,6 +273,7 @@ def test_handing_back_gpu_memory_after_a_sticky_fault_leaves_the_fault_to_be_sai
 
     def other():
         raise ValueError("not a CUDA error")
+
     monkeypatch.setattr(torch.cuda, "mem_get_info", other)
     with pytest.raises(ValueError):
         _release(1 << 30)
@@ -270,6 +287,7 @@ def test_an_output_below_the_smallest_normal_number_is_measured_at_that_size():
     1e-30 there are not. A reference of zeros is measured as before: by the error's own size."""
     import torch
     from kp.lib.numerics import ABS_FLOOR, rel_error
+
     for seed in range(3):
         torch.manual_seed(seed)
         x = torch.randn(16, 256, 64)

@@ -1,6 +1,7 @@
 """Parity: seeds and inputs, the references run as the judge runs them (where the float64 one runs:
 test_float64_reference.py), weight updates, the error budget, KernelBench's own check beside the verdict, shapes
 judged on the CPU."""
+
 import json
 
 import pytest
@@ -69,9 +70,12 @@ def test_chunked_error_equals_the_whole_one():
     assert one_row.worst_row == one_row.rel_l2
     # outputs of other dtypes are measured as their values: a mask, integers, half precision
     ones = torch.tensor([[1.0, 0.0, 1.0, 1.0]], dtype=torch.float64)
-    for got in (torch.tensor([[True, False, True, False]]), torch.tensor([[1, 0, 1, 0]]),
-                torch.tensor([[1.0, 0.0, 1.0, 0.0]], dtype=torch.bfloat16)):
-        assert harness.rel_error(got, ones).rel_l2 == pytest.approx(3 ** -0.5, rel=1e-12), got.dtype
+    for got in (
+        torch.tensor([[True, False, True, False]]),
+        torch.tensor([[1, 0, 1, 0]]),
+        torch.tensor([[1.0, 0.0, 1.0, 0.0]], dtype=torch.bfloat16),
+    ):
+        assert harness.rel_error(got, ones).rel_l2 == pytest.approx(3**-0.5, rel=1e-12), got.dtype
 
 
 def test_budget_reason_is_one_line():
@@ -88,8 +92,10 @@ def test_a_row_over_its_budget_in_an_output_within_its_own_is_said_as_the_row():
     b = harness.Err(4.06e-4, 4.06e-4, 0)
     e = harness.Err(4.35e-5, 1.44e-3, 0)
     r = numerics.budget_reason("inputs shifted -10 (seed 7)", e, b)
-    assert r == ("inputs shifted -10 (seed 7): worst row 1.44e-03 over budget 4.06e-04 (relL2 4.35e-05, within its "
-                 "budget 4.06e-04)")
+    assert r == (
+        "inputs shifted -10 (seed 7): worst row 1.44e-03 over budget 4.06e-04 (relL2 4.35e-05, within its "
+        "budget 4.06e-04)"
+    )
 
 
 def test_a_cache_is_named_only_where_the_output_after_the_weights_changed_is_over_its_budget():
@@ -101,6 +107,7 @@ def test_a_cache_is_named_only_where_the_output_after_the_weights_changed_is_ove
 
     def over(label, e, b):
         return Rejected(numerics.budget_reason(label, e, b), figures=error_figures(label, e, b), kind="wrong_output")
+
     e, b = numerics.Err(1.38e-06, 2.75e-06, 0), numerics.Err(2.70e-06, 2.70e-06, 0)
     assert not stale_cache_shaped(over("trial 3 (after an load_state_dict)", e, b))
     e = numerics.Err(0.31, 0.52, 0)
@@ -118,6 +125,7 @@ def test_an_output_over_its_budget_is_judged_again_against_a_widened_one():
     def widen(by):
         asked.append(by)
         return exp.widened([numerics.Err(by, by, 0)])
+
     near = (ref * (1 + 1e-4)).float()
     assert "widened" not in outputs.judge_output("x", ref.float(), "t", exp, lambda: widen(1e-3)) and not asked
     assert outputs.judge_output("x", near, "t", exp, lambda: widen(1e-3))["widened"] and asked == [1e-3]
@@ -132,8 +140,10 @@ def test_an_output_over_its_budget_is_judged_again_against_a_widened_one():
 
 def test_state_map_by_name_then_by_order_then_by_shape():
     ref = [("linear.weight", (4, 3)), ("linear.bias", (4,))]
-    assert reference.state_map(ref, list(reversed(ref))) == {"linear.weight": "linear.weight",
-                                                         "linear.bias": "linear.bias"}
+    assert reference.state_map(ref, list(reversed(ref))) == {
+        "linear.weight": "linear.weight",
+        "linear.bias": "linear.bias",
+    }
     renamed = [("w", (4, 3)), ("b", (4,))]
     assert reference.state_map(ref, renamed) == {"linear.weight": "w", "linear.bias": "b"}
     assert reference.state_map(ref, [("w", (3, 4)), ("b", (4,))]) is None
@@ -142,8 +152,12 @@ def test_state_map_by_name_then_by_order_then_by_shape():
     # agrees by name, the rest by shape (in order among equal shapes)
     conv = [("conv.weight", (16, 3, 3, 3)), ("conv.bias", (16,)), ("bias", (16, 1, 1)), ("scale", (16,))]
     cand = [("bias", (16, 1, 1)), ("weight", (16, 3, 3, 3)), ("conv_bias", (16,)), ("gain", (16,))]
-    assert reference.state_map(conv, cand) == {"conv.weight": "weight", "conv.bias": "conv_bias", "bias": "bias",
-                                               "scale": "gain"}
+    assert reference.state_map(conv, cand) == {
+        "conv.weight": "weight",
+        "conv.bias": "conv_bias",
+        "bias": "bias",
+        "scale": "gain",
+    }
     assert reference.state_map(conv, cand[:3] + [("gain", (8,))]) is None
 
 
@@ -183,8 +197,9 @@ def test_reference_itself_accepted_with_training_state_on_cpu(tmp_path):
         "        return self.bn(self.lin(x))\n\n\n"
         "def get_inputs():\n    return [torch.rand(64, 48)]\n\n\n"
         "def get_init_inputs():\n    return [48, 40]\n\n\n"
-        "CASES = {\"odd\": lambda g, d: ([5, 7], [torch.rand(3, 5, generator=g).to(d)]),\n"
-        "         \"batch2\": lambda g, d: ([9, 4], [torch.rand(2, 9, generator=g).to(d)])}\n")
+        'CASES = {"odd": lambda g, d: ([5, 7], [torch.rand(3, 5, generator=g).to(d)]),\n'
+        '         "batch2": lambda g, d: ([9, 4], [torch.rand(2, 9, generator=g).to(d)])}\n'
+    )
     (tmp_path / "same.py").write_text("from bn_ref import Model\n\n\nclass ModelNew(Model):\n    pass\n")
     ref = judge.Reference.load(("file", str(tmp_path / "bn_ref.py")))
     rec = judge.evaluate(ref, tmp_path / "same.py", seed=2, device="cpu", allow_torch=True)
@@ -206,7 +221,8 @@ def test_inputs_a_file_cannot_draw_on_the_device_come_from_the_host(tmp_path):
         "    if TRIES[-1] != 'cpu':\n"
         "        raise RuntimeError(\"Expected a 'cuda' device type for generator but found 'cpu'\")\n"
         "    return [torch.rand(4, 5)]\n\n\n"
-        "def get_init_inputs():\n    return []\n")
+        "def get_init_inputs():\n    return []\n"
+    )
     ref = judge.Reference.load(("file", str(tmp_path / "host_ref.py")))
     on_host = ref.inputs(7, "cpu")[0]
     assert ref.host_draw is None
@@ -221,6 +237,7 @@ def test_kernelbench_check_agrees_with_torch_allclose():
     """KernelBench's check beside the verdict takes the difference once for both tolerances; it must say what
     torch.allclose(atol=rtol=tol) says on every pair of special and ordinary values."""
     import itertools
+
     vals = [0.0, 1.0, -1.0, 1.005, 1.00001, float("inf"), -float("inf"), float("nan"), 1e30, -2.5]
     for g, w in itertools.product(vals, vals):
         said = outputs._allclose([torch.tensor([g])], [torch.tensor([w])], [1e-4, 1e-2])
@@ -259,9 +276,15 @@ def test_kernelbench_check_out_of_memory_leaves_the_verdict(monkeypatch):
 
     def short(got, want, tols):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
+
     monkeypatch.setattr(kernelbench, "_allclose", short)
-    rec = judge.evaluate(judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py"))),
-                         CASES_DIR / "relu" / "torch_rewrite.py", seed=1, device="cpu", allow_torch=True)
+    rec = judge.evaluate(
+        judge.Reference.load(("file", str(CASES_DIR / "relu" / "ref.py"))),
+        CASES_DIR / "relu" / "torch_rewrite.py",
+        seed=1,
+        device="cpu",
+        allow_torch=True,
+    )
     row = rec["rows"]["candidate"]
     assert row["accepted"], row["reason"]
     assert all(v.startswith("not run (the judge's process ran out of GPU memory") for v in row["kernelbench"].values())
@@ -287,6 +310,7 @@ def test_nan_fill_headroom_without_room_is_filled_in_part_never_raised(monkeypat
         if size > 1 << 24:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return torch.zeros(size, dtype=dtype)  # on the host: the fill is what is tested, not the device
+
     monkeypatch.setattr(parity_calls.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(parity_calls.torch.cuda, "memory_snapshot", lambda: [])
     monkeypatch.setattr(parity_calls.torch, "empty", empty)
@@ -304,6 +328,7 @@ def test_inputs_refilled_in_place_are_complete_before_the_worker_reads_them():
     worker the same storage again without waiting on the judge's event: the runner must finish the judge's writes
     before it sends. Each refill here is queued behind a ~25 ms sleep kernel on the judge's stream."""
     from kp.judge.reference import Reference
+
     ref = Reference.load(("file", str(CASES_DIR / "relu" / "ref.py")))
     runner = runners.ProcessRunner(ref.spec, "cuda", "fp32", lambda msg: None)
     try:
@@ -323,6 +348,7 @@ def test_a_zero_pattern_survives_stray_zeros_of_single_draws():
     """The pattern is what every draw has: a triangular input whose draws each hold an exact zero of their own in
     the upper half (large torch.randn draws do) keeps its premise, so the shifted input is skipped."""
     from kp.judge.premises import Premises
+
     p = Premises()
     for stray in (5, 9, 14):
         a = torch.triu(torch.randn(8, 8)) + torch.triu(torch.ones(8, 8))  # no accidental zeros above the diagonal
@@ -340,13 +366,18 @@ def test_no_row_is_accepted_on_fewer_than_the_minimum_checked_calls():
     """Whatever the device and however a stage went, the driver gives no verdict (exit 2) to a row that would be
     accepted after fewer than MIN_CHECKED checked calls, and says why; rejections and enough checks pass through."""
     from kp.errors import NoVerdict
+
     said = []
     checks = {f"trial {i}": {} for i in range(judge.MIN_CHECKED - 1)}
     rows = [expected.Row("candidate", None, checks=dict(checks))]
-    with pytest.raises(NoVerdict, match=r"no verdict: candidate passed 2 of the 3 checked calls it needs "
-                                        r"\(the benchmark shape needs about 60.0 GiB"):
-        judge.enough_checks(rows, {"notes": "the benchmark shape needs about 60.0 GiB of host memory"}, None, "relu",
-                            said.append)
+    with pytest.raises(
+        NoVerdict,
+        match=r"no verdict: candidate passed 2 of the 3 checked calls it needs "
+        r"\(the benchmark shape needs about 60.0 GiB",
+    ):
+        judge.enough_checks(
+            rows, {"notes": "the benchmark shape needs about 60.0 GiB of host memory"}, None, "relu", said.append
+        )
     assert said == ["relu: the benchmark shape needs about 60.0 GiB of host memory"]
     rows[0].checks["trial 9"] = {}
     judge.enough_checks(rows, {}, None, "relu", said.append)  # enough
@@ -376,6 +407,7 @@ def test_an_error_that_announces_a_list_keeps_the_list():
     """load_state_dict's error opens with "Error(s) in loading state_dict for ModelNew:" and lists the keys on the
     lines after it: the one-line reason carries them, so the author sees which keys."""
     from kp.errors import first_line
+
     m = torch.nn.Linear(4, 3)
     with pytest.raises(RuntimeError) as ei:
         m.load_state_dict({"weight": torch.zeros(3, 5), "bias": torch.zeros(3), "extra": torch.zeros(1)})
@@ -388,16 +420,23 @@ def test_an_error_that_announces_a_list_keeps_the_list():
 def test_a_value_a_reference_builds_once_is_not_state(tmp_path):
     """A reference that keeps a value it builds on its first call (a lazily made cache) has no state between calls:
     only what its second call still changes counts; an RNN's hidden state changes at every call."""
-    lazy = ("class Model(nn.Module):\n    def forward(self, x):\n        if not hasattr(self, 'scale'):\n"
-            "            self.scale = torch.full((x.shape[-1],), 2.0)\n        return x * self.scale\n")
-    cell = ("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-            "        self.h = torch.zeros(3)\n\n    def forward(self, x):\n        self.h = torch.tanh(x + self.h)\n"
-            "        return self.h\n")
+    lazy = (
+        "class Model(nn.Module):\n    def forward(self, x):\n        if not hasattr(self, 'scale'):\n"
+        "            self.scale = torch.full((x.shape[-1],), 2.0)\n        return x * self.scale\n"
+    )
+    cell = (
+        "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.h = torch.zeros(3)\n\n    def forward(self, x):\n        self.h = torch.tanh(x + self.h)\n"
+        "        return self.h\n"
+    )
     for name, body, want in (("lazy", lazy, []), ("cell", cell, ["h"])):
         f = tmp_path / f"{name}.py"
-        f.write_text("import torch\nimport torch.nn as nn\n\n\n" + body +
-                     "\n\ndef get_inputs():\n    return [torch.randn(4, 3)]\n\n\n"
-                     "def get_init_inputs():\n    return []\n")
+        f.write_text(
+            "import torch\nimport torch.nn as nn\n\n\n"
+            + body
+            + "\n\ndef get_inputs():\n    return [torch.randn(4, 3)]\n\n\n"
+            "def get_init_inputs():\n    return []\n"
+        )
         ref = judge.Reference.load(("file", str(f)))
         refs = expected._Refs(ref, [], 1, "cpu", "cpu")
         for s in range(3):
@@ -411,9 +450,9 @@ def test_ref_alone_untimed_checks_the_reference_on_gpu(tmp_path, precision):
     """`--ref` alone with nothing timed (what a corpus run of references does): the reference's own Model against
     float64, every parity stage, and no own kernel asked of it (it is PyTorch by definition)."""
     d = outside_repo(tmp_path, "relu")
-    r = run("--ref", d / "ref.py", "--no-bench", "--no-compile", "--precision", precision,
-            "--json", tmp_path / "r.json")
+    r = run(
+        "--ref", d / "ref.py", "--no-bench", "--no-compile", "--precision", precision, "--json", tmp_path / "r.json"
+    )
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     row = json.loads((tmp_path / "r.json").read_text())["rows"]["eager"]
     assert row["accepted"] and not row["pure_torch"] and len(row["checks"]) >= 3, row
-

@@ -1,5 +1,6 @@
 """run.py --plot: the roofline picture of a judge's timing table, from a recorded table (the JSON record of a run
 on an H200), and the one-line refusal when matplotlib is missing."""
+
 import json
 import re
 import sys
@@ -35,13 +36,23 @@ def test_roofline_of_a_recorded_table(tmp_path):
 def test_roofline_with_flops(tmp_path):
     """A compute-bound table (numbers made up for the drawing, not measured): rows sit at their intensity."""
     pytest.importorskip("matplotlib")
-    rec = {"reference": "gemm", "shape": "8192x8192", "precision": "fp32", "bound": "compute",
-           "bandwidth": 4.0e12, "flops_rate": 50e12, "rates": {"fp32": 50e12, "tf32": 400e12},
-           "traffic": {"eager": {"bytes": 805306368, "flops": 1.1e12}},
-           "timing": {"eager": {"median_ms": 25.0, "q1_ms": 24.9, "q3_ms": 25.1, "host_us": 10.0},
-                      "mine": {"median_ms": 30.0, "q1_ms": 29.9, "q3_ms": 30.1, "host_us": 10.0}},
-           "rows": {"mine": {"accepted": False, "checks": {}, "pure_torch": False, "peer": False,
-                             "reason": "over budget"}}}
+    rec = {
+        "reference": "gemm",
+        "shape": "8192x8192",
+        "precision": "fp32",
+        "bound": "compute",
+        "bandwidth": 4.0e12,
+        "flops_rate": 50e12,
+        "rates": {"fp32": 50e12, "tf32": 400e12},
+        "traffic": {"eager": {"bytes": 805306368, "flops": 1.1e12}},
+        "timing": {
+            "eager": {"median_ms": 25.0, "q1_ms": 24.9, "q3_ms": 25.1, "host_us": 10.0},
+            "mine": {"median_ms": 30.0, "q1_ms": 29.9, "q3_ms": 30.1, "host_us": 10.0},
+        },
+        "rows": {
+            "mine": {"accepted": False, "checks": {}, "pure_torch": False, "peer": False, "reason": "over budget"}
+        },
+    }
     pts = plot.points(rec)
     assert [p["kind"] for p in pts] == ["baseline", "rejected"]
     assert pts[0]["intensity"] == pytest.approx(1.1e12 / 805306368)
@@ -65,8 +76,18 @@ def test_without_matplotlib_plot_is_refused_before_the_run(cli, monkeypatch, tmp
 
 
 def test_plot_takes_one_run(cli, tmp_path):
-    r = cli("--ref", ROOT / "tests" / "batch" / "ref.py", "--candidate", ROOT / "tests" / "batch" / "good.py",
-            "--device", "cpu", "--out", tmp_path / "o.jsonl", "--plot", tmp_path / "x.png")
+    r = cli(
+        "--ref",
+        ROOT / "tests" / "batch" / "ref.py",
+        "--candidate",
+        ROOT / "tests" / "batch" / "good.py",
+        "--device",
+        "cpu",
+        "--out",
+        tmp_path / "o.jsonl",
+        "--plot",
+        tmp_path / "x.png",
+    )
     assert r.returncode == 2 and "--plot draws one run's table" in r.stderr
 
 

@@ -1,6 +1,7 @@
 """Half precision (`--precision bf16` / `fp16`): what is cast to the dtype, the budget's floor there, and a derived
 input that leaves the dtype's range. The verdicts on right and wrong half-precision kernels are judge cases
 (tests/judge_cases/half/)."""
+
 import json
 from pathlib import Path
 
@@ -42,40 +43,57 @@ def test_half_precision_casts_inputs_weights_buffers_and_cases():
 def test_half_precision_budget_floor_and_fairness():
     """The budget's floor in a 16-bit dtype is one rounding of the output (u), with fp32's accumulation term (PyTorch
     accumulates half-precision GEMMs and reductions in fp32); PyTorch counts as fair on a derived input up to 16 u."""
-    assert numerics.unit_roundoff(torch.bfloat16) == 2.0 ** -8 and numerics.unit_roundoff(torch.float16) == 2.0 ** -11
+    assert numerics.unit_roundoff(torch.bfloat16) == 2.0**-8 and numerics.unit_roundoff(torch.float16) == 2.0**-11
     assert numerics.dtype_floor(torch.float32) == numerics.ABS_FLOOR == numerics.dtype_floor(torch.int64)
     assert outputs.torch_fair_max(torch.int64) == outputs.TORCH_FAIR_MAX  # an index output (argmax)
-    assert numerics.accumulation_floor(1, torch.bfloat16) == 2.0 ** -8
-    assert numerics.accumulation_floor(2 ** 30, torch.float16) == pytest.approx(2 * 2.0 ** -24 * 2 ** 15)
+    assert numerics.accumulation_floor(1, torch.bfloat16) == 2.0**-8
+    assert numerics.accumulation_floor(2**30, torch.float16) == pytest.approx(2 * 2.0**-24 * 2**15)
     assert numerics.accumulation_floor(4096, torch.float32) == numerics.accumulation_floor(4096)
     b = numerics.budget_from(numerics.Err(5e-4, 2e-3, 0), 1, torch.bfloat16)
-    assert b.rel_l2 == 2.0 ** -8 and b.worst_row == 8e-3
+    assert b.rel_l2 == 2.0**-8 and b.worst_row == 8e-3
     assert outputs.torch_fair_max(torch.float32) == outputs.TORCH_FAIR_MAX
-    assert outputs.torch_fair_max(torch.bfloat16) == 16 * 2.0 ** -8
+    assert outputs.torch_fair_max(torch.bfloat16) == 16 * 2.0**-8
     assert float64.fp32_only_budget(torch.float32) == float64.FP32_ONLY_BUDGET
-    assert float64.fp32_only_budget(torch.bfloat16) == 2 * 2.0 ** -7
+    assert float64.fp32_only_budget(torch.bfloat16) == 2 * 2.0**-7
     from kp.judge.reference import UPDATE_SIZE, update_size  # a weight change stays far above the dtype's rounding
+
     assert update_size(torch.float32) == update_size(torch.float16) == UPDATE_SIZE
-    assert update_size(torch.bfloat16) == 8 * 2.0 ** -8
+    assert update_size(torch.bfloat16) == 8 * 2.0**-8
 
 
 def test_a_derived_input_beyond_the_dtypes_range_is_skipped_with_the_reason(tmp_path, cli):
     """x100 of values in the thousands overflows fp16 before any kernel runs: that call is skipped and says why, the
     others judged (the candidate accepted on five checked calls)."""
     d = CASES / "half" / "large_values"
-    r = cli("--ref", d / "ref.py", "--candidate", d / "fp32_inside_fp16.py", "--device", "cpu", "--seed", "11",
-            "--allow-torch", "--precision", "fp16", "--json", tmp_path / "r.json")
+    r = cli(
+        "--ref",
+        d / "ref.py",
+        "--candidate",
+        d / "fp32_inside_fp16.py",
+        "--device",
+        "cpu",
+        "--seed",
+        "11",
+        "--allow-torch",
+        "--precision",
+        "fp16",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rec = json.loads((tmp_path / "r.json").read_text())
     assert rec["precision"] == "fp16" and len(rec["rows"]["candidate"]["checks"]) == 5
-    assert any("scaled x100" in s and "overflows torch.float16 (its largest finite value is 65504)" in s
-               for s in rec["skipped"])
+    assert any(
+        "scaled x100" in s and "overflows torch.float16 (its largest finite value is 65504)" in s
+        for s in rec["skipped"]
+    )
 
 
 def test_the_float64_plan_counts_the_same_bytes_in_every_precision():
     """The float64 reference of a problem is the same size whichever dtype is judged: the plan widens a 16-bit
     footprint four times where it widens fp32's twice (on the host, beside a run of the judged dtype's own size)."""
     from kp.judge import plan
+
     fp32 = Reference.load(("problem", "softmax")).use_precision("fp32").footprint("cpu")
     bf16 = Reference.load(("problem", "softmax")).use_precision("bf16").footprint("cpu")
     assert bf16["inputs"] * 2 == fp32["inputs"] and (plan.widen(fp32), plan.widen(bf16)) == (2, 4)

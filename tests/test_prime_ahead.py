@@ -1,6 +1,7 @@
 """The reference run once in a slot's next box before its job comes (kp.batch.prime): the job takes the box with
 what it answered and its commands carry on in turn; a box told another job's arguments serves only that job; a run
 that cannot get the GPU's gate before its job comes is called off and the judge runs the reference itself."""
+
 import contextlib
 import fcntl
 import os
@@ -19,24 +20,28 @@ needs_box = pytest.mark.skipif(sandbox.status()[0] is None, reason=f"no sandbox 
 
 def _job(cand, mode="train", seed=7):
     from kp.batch.jobfile import Job
+
     return Job(("file", str(REF)), str(cand), (("bench", False), ("mode", mode), ("seed", seed)))
 
 
 def _box_for(cand, spec):
     from kp.box import start as boxstart
+
     boxstart.start_early(spec, str(cand), later=True)
-    box, = boxstart.waiting()
+    (box,) = boxstart.waiting()
     return box
 
 
 def _args(spec, box, train=True):
     from kp.box.start import worker_args
+
     return worker_args(spec, "cpu", "fp32", box.env, train)
 
 
 def _candidate_box(tmp_path):
     """A right candidate's file, the reference, and a box started ahead for the candidate."""
     from kp.judge.reference import Reference
+
     cand = tmp_path / "cand.py"
     cand.write_text((ROOT / "tests" / "batch" / "good.py").read_text())
     ref = Reference.load(("file", str(REF)))
@@ -69,15 +74,24 @@ def test_a_box_that_ran_the_reference_ahead_is_taken_with_its_answer(tmp_path):
     next command is answered in turn."""
     from kp.batch.prime import RunAhead
     from kp.judge.runners import ProcessRunner
+
     cand, ref, box = _candidate_box(tmp_path)
     prime_args = (ref.init(), 7, 7)
     run = RunAhead(box, _job(cand), _args(ref.spec, box), prime_args, None)
     run.thread.join(120)
     assert run.reply is not None and run.reply["primed"], run.reply
     from kp.box import start as boxstart
-    runner = ProcessRunner(ref.spec, "cpu", "fp32", lambda r: None, sandbox=True,
-                           read_only=boxstart.candidate_paths(cand), train=True,
-                           build_dir=str(builds.candidate_build_dir(cand)))
+
+    runner = ProcessRunner(
+        ref.spec,
+        "cpu",
+        "fp32",
+        lambda r: None,
+        sandbox=True,
+        read_only=boxstart.candidate_paths(cand),
+        train=True,
+        build_dir=str(builds.candidate_build_dir(cand)),
+    )
     try:
         assert runner.proc is box.proc and runner.seq == 3  # "ready", "prime_build", then "prime"
         assert runner.ran_ahead(prime_args)["primed"] and runner.made_ahead(prime_args)
@@ -94,6 +108,7 @@ def test_a_box_told_another_jobs_arguments_serves_only_that_job(tmp_path):
     job, which gets a box of its own; the eval job then takes it."""
     from kp.batch.prime import RunAhead, pick
     from kp.box import start as boxstart
+
     cand, ref, box = _candidate_box(tmp_path)
     eval_args = _args(ref.spec, box, train=False)
     run = RunAhead(box, _job(cand, "eval"), eval_args, (ref.init(), 7, 7), None)
@@ -118,14 +133,20 @@ def test_a_run_ahead_waits_for_a_judge_timing_and_is_called_off_when_its_job_com
     model is made, and the judge runs the reference with the model made."""
     from kp.batch.prime import RunAhead
     from kp.box import start as boxstart
+
     cand, ref, box = _candidate_box(tmp_path)
     with _a_judge_timing(tmp_path) as lock:
         args = _args(ref.spec, box)
         run = RunAhead(box, _job(cand), args, (ref.init(), 7, 7), lock)
         _until_made_on_the_host(run)
         assert run.reply is None and run.thread.is_alive()  # waiting for the gate, not running
-        taken = boxstart.take(ref.spec, boxstart.candidate_paths(cand), str(builds.candidate_build_dir(cand)),
-                              gpu=False, worker=("cpu", "fp32", True))
+        taken = boxstart.take(
+            ref.spec,
+            boxstart.candidate_paths(cand),
+            str(builds.candidate_build_dir(cand)),
+            gpu=False,
+            worker=("cpu", "fp32", True),
+        )
         assert taken is box and taken.seq == 2 and not run.thread.is_alive()
         assert taken.primed[1]["built"] and taken.primed[2] is None  # made on the host, not run: the judge runs it
         taken.discard()
@@ -133,6 +154,7 @@ def test_a_run_ahead_waits_for_a_judge_timing_and_is_called_off_when_its_job_com
 
 def test_a_shared_stretch_ahead_is_taken_when_free_and_given_up_when_told(tmp_path):
     from kp.lib.gpu_lock import shared_unless
+
     lock = str(tmp_path / "gpu.lock")
     with shared_unless(lambda: False, lock) as held:
         assert held
@@ -171,6 +193,7 @@ def test_the_judge_uses_the_run_ahead_only_where_it_ran_with_its_arguments():
         def call(self, stage, cmd, *args):
             self.calls.append((cmd, args[-1]))
             return {"primed": True}
+
     j = types.SimpleNamespace(baseline_args=None, prime_args=([4], 7, 7), notes=[], clock=StageClock(), at_sizes={})
     done, fresh, made = Runner({"primed": True, "ok": True}), Runner(None), Runner(None, made=True)
     for r in (done, fresh, made):
@@ -183,6 +206,7 @@ def test_a_prime_made_on_the_host_is_moved_and_run_and_one_that_could_not_be_mad
     from kp.judge.reference import Reference
     from kp.worker.setup import SetupCommands
     from kp.worker.state import WorkerState
+
     ref = Reference.load(("file", str(REF)))
     st = WorkerState(ref, "cpu", "fp32")
     setup = SetupCommands(st)
@@ -198,6 +222,7 @@ def test_a_run_ahead_waiting_for_the_gate_ends_when_its_box_is_discarded(tmp_pat
     nothing."""
     from kp.batch.prime import RunAhead
     from kp.box import start as boxstart
+
     cand, ref, box = _candidate_box(tmp_path)
     with _a_judge_timing(tmp_path) as lock:
         run = RunAhead(box, _job(cand), _args(ref.spec, box), (ref.init(), 7, 7), lock)
@@ -215,6 +240,7 @@ def test_a_reference_that_mentions_cuda_is_run_ahead_wholly_under_the_gate(tmp_p
     from kp.batch.prime import RunAhead, host_made
     from kp.judge.runners import ProcessRunner
     from kp.box import start as boxstart
+
     gpu_ref = tmp_path / "gpu_ref.py"
     gpu_ref.write_text(REF.read_text() + "\n# get_inputs() could say device='cuda'\n")
     assert host_made(_job(tmp_path / "c.py")) and not host_made(Job(("file", str(gpu_ref)), "c.py", ()))
@@ -223,9 +249,16 @@ def test_a_reference_that_mentions_cuda_is_run_ahead_wholly_under_the_gate(tmp_p
     prime_args = (ref.init(), 7, 7)
     run = RunAhead(box, _job(cand), _args(ref.spec, box), prime_args, None, on_host=False)
     run.thread.join(120)
-    runner = ProcessRunner(ref.spec, "cpu", "fp32", lambda r: None, sandbox=True,
-                           read_only=boxstart.candidate_paths(cand), train=True,
-                           build_dir=str(builds.candidate_build_dir(cand)))
+    runner = ProcessRunner(
+        ref.spec,
+        "cpu",
+        "fp32",
+        lambda r: None,
+        sandbox=True,
+        read_only=boxstart.candidate_paths(cand),
+        train=True,
+        build_dir=str(builds.candidate_build_dir(cand)),
+    )
     try:
         assert runner.seq == 2 and runner.ran_ahead(prime_args)["primed"] and not runner.made_ahead(prime_args)
     finally:

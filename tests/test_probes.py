@@ -2,6 +2,7 @@
 input passed through, the call before's output, the reference in bf16 and fp16), judged at the benchmark shape's
 calls with each call's own budgets. A degenerate reference and a passthrough one are flagged, in the record and one
 note; a reference that tells them apart is not, and the record says which call rejected each probe."""
+
 from pathlib import Path
 
 from kp.judge import driver as judge
@@ -13,8 +14,9 @@ CONTRACT = CASES_DIR / "contract"
 
 def _judged(folder: Path, cand: str | None):
     ref = judge.Reference.load(("file", str(folder / "ref.py")))
-    return judge.evaluate(ref, folder / cand if cand else None, seed=5, device="cpu", allow_torch=True,
-                          sandbox=False, bench=False)
+    return judge.evaluate(
+        ref, folder / cand if cand else None, seed=5, device="cpu", allow_torch=True, sandbox=False, bench=False
+    )
 
 
 def test_a_degenerate_reference_is_flagged_once_beside_the_verdict():

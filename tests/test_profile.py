@@ -1,5 +1,6 @@
 """run.py --profile: one call of each row under PyTorch's profiler, grouped by kernel (on the CPU: by operator),
 in the process that holds the row (a candidate's own boxed worker)."""
+
 import json
 
 import pytest
@@ -11,16 +12,30 @@ REF, GOOD = ROOT / "tests" / "batch" / "ref.py", ROOT / "tests" / "batch" / "goo
 
 # The shape of a Chrome trace as torch.profiler exports it for a CUDA call (names shortened): CPU-side events
 # (cat cpu_op, cuda_runtime) are not GPU work and must be left out; kernels, copies and sets are kept.
-TRACE = {"traceEvents": [
-    {"ph": "X", "cat": "cpu_op", "name": "aten::softmax", "ts": 100.0, "dur": 30.0},
-    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 101.0, "dur": 5.0},
-    {"ph": "X", "cat": "kernel", "name": "void softmax_kernel<float>(float*, float const*, int)", "ts": 120.0,
-     "dur": 300.0, "args": {"stream": 7}},
-    {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 110.0, "dur": 2.0, "args": {"stream": 7}},
-    {"ph": "X", "cat": "Kernel", "name": "void softmax_kernel<float>(float*, float const*, int)", "ts": 430.0,
-     "dur": 100.0, "args": {"stream": 7}},
-    {"ph": "i", "cat": "kernel", "name": "an instant, not an activity", "ts": 500.0},
-]}
+TRACE = {
+    "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::softmax", "ts": 100.0, "dur": 30.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 101.0, "dur": 5.0},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "void softmax_kernel<float>(float*, float const*, int)",
+            "ts": 120.0,
+            "dur": 300.0,
+            "args": {"stream": 7},
+        },
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 110.0, "dur": 2.0, "args": {"stream": 7}},
+        {
+            "ph": "X",
+            "cat": "Kernel",
+            "name": "void softmax_kernel<float>(float*, float const*, int)",
+            "ts": 430.0,
+            "dur": 100.0,
+            "args": {"stream": 7},
+        },
+        {"ph": "i", "cat": "kernel", "name": "an instant, not an activity", "ts": 500.0},
+    ]
+}
 
 
 def test_trace_keeps_gpu_activities_in_time_order():

@@ -1,4 +1,5 @@
 """The filesystem is the registry: every models/<id>.py is a complete problem, every kernels/<id>/*.cu a variant."""
+
 import inspect
 
 import pytest
@@ -17,8 +18,7 @@ def test_problems_and_kernel_dirs_match():
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_problem_module_contract(problem):
     mod = harness.problem_module(problem)
-    for name in ("Model", "ModelNew", "get_inputs", "get_init_inputs", "CASES", "traffic", "BOUND",
-                 "DEFAULT_VARIANT"):
+    for name in ("Model", "ModelNew", "get_inputs", "get_init_inputs", "CASES", "traffic", "BOUND", "DEFAULT_VARIANT"):
         assert hasattr(mod, name), f"models/{problem}.py lacks {name}"
     assert mod.BOUND in ("memory", "compute"), f"models/{problem}.py: BOUND must be 'memory' or 'compute'"
     # The default is a rung, a preference list of rungs (the first that runs here), or "auto" (the model's rung()).
@@ -27,16 +27,21 @@ def test_problem_module_contract(problem):
         assert hasattr(mod.ModelNew, "rung"), f"models/{problem}.py: DEFAULT_VARIANT 'auto' needs ModelNew.rung(x)"
     else:
         prefs = list(d) if isinstance(d, (tuple, list)) else [d]
-        assert set(prefs) <= set(harness.variants(problem)), f"models/{problem}.py: DEFAULT_VARIANT {prefs} names " \
-            f"rungs that are not in kernels/{problem}/"
+        assert set(prefs) <= set(harness.variants(problem)), (
+            f"models/{problem}.py: DEFAULT_VARIANT {prefs} names rungs that are not in kernels/{problem}/"
+        )
         # some GPU other than Hopper has a default: the last preference must be portable
         assert not harness.rung(problem, prefs[-1]).arch_specific, f"{problem}: no default without sm_90a"
-    assert not any(harness.rung(problem, v).record for v in
-                   (d if isinstance(d, (tuple, list)) else [d] if d != "auto" else [])), "a record as the default"
-    assert len(mod.CASES) >= 3, f"models/{problem}.py declares {len(mod.CASES)} CASES; at least 3 (small odd " \
+    assert not any(
+        harness.rung(problem, v).record for v in (d if isinstance(d, (tuple, list)) else [d] if d != "auto" else [])
+    ), "a record as the default"
+    assert len(mod.CASES) >= 3, (
+        f"models/{problem}.py declares {len(mod.CASES)} CASES; at least 3 (small odd "
         f"shapes, special values: what the judge checks where the benchmark shape cannot run)"
-    assert "variant" in inspect.signature(mod.ModelNew).parameters, \
+    )
+    assert "variant" in inspect.signature(mod.ModelNew).parameters, (
         f"models/{problem}.py: ModelNew(*init, variant=...) takes the rung to build"
+    )
     # A fresh reference is in training mode, as KernelBench builds it.
     assert mod.Model(*mod.get_init_inputs()).training, f"models/{problem}.py: a fresh Model must be in training mode"
 
@@ -56,13 +61,18 @@ def test_every_variant_exports_what_the_model_needs_and_has_header(problem):
 
 
 def test_experiments_are_stripped_from_the_shipped_build():
-    src = ("KP_EXPORT void f(const at::TensorBase& x) {}\n#if KP_EXPERIMENTS\n#if X\n#endif\n"
-           "KP_EXPORT void f_ab(const at::TensorBase& x, int64_t cfg) {}\n#endif  // KP_EXPERIMENTS\n"
-           "KP_EXPORT void g(const at::TensorBase& x) {}\n")
+    src = (
+        "KP_EXPORT void f(const at::TensorBase& x) {}\n#if KP_EXPERIMENTS\n#if X\n#endif\n"
+        "KP_EXPORT void f_ab(const at::TensorBase& x, int64_t cfg) {}\n#endif  // KP_EXPERIMENTS\n"
+        "KP_EXPORT void g(const at::TensorBase& x) {}\n"
+    )
     assert [e.name for e in harness.parse_exports(src)] == ["f", "g"]
     assert [e.name for e in harness.parse_exports(src, experiments=True)] == ["f", "f_ab", "g"]
-    shipped = {f"{p.parent.name}/{e.name}" for p in harness.KERNELS.glob("*/*.cu")
-               for e in harness.parse_exports(p.read_text(), p.name)}
+    shipped = {
+        f"{p.parent.name}/{e.name}"
+        for p in harness.KERNELS.glob("*/*.cu")
+        for e in harness.parse_exports(p.read_text(), p.name)
+    }
     assert not [n for n in shipped if n.endswith(("_ab", "tune_forward", "tune_gemv"))], shipped
 
 
@@ -85,6 +95,7 @@ def test_rungs_declare_what_they_need(monkeypatch):
         with pytest.raises(harness.UsageError, match="needs sm_90a"):
             harness.Kernel("softmax", "6_regcluster")  # an explicit rung this GPU cannot run: one line
         from models.softmax import ModelNew
+
         assert set(ModelNew().kernels) == {"5_regrow", "2_online"}
         assert ModelNew().rung(torch.empty(2, 393216, device="meta")) == "2_online"
     finally:
@@ -99,11 +110,17 @@ def test_softmax_auto_routes_each_row_length_to_its_rung(monkeypatch):
     harness.capability.cache_clear()
     try:
         from models import softmax
+
         m = softmax.ModelNew()
-        want = {softmax.REGROW_MAX_COLS: "5_regrow", softmax.REGROW_MAX_COLS + 1: "6_regcluster",
-                softmax.REGCLUSTER_MAX_COLS: "6_regcluster", softmax.REGCLUSTER_MAX_COLS + 1: "4_persistent",
-                softmax.PERSISTENT_MAX_COLS: "4_persistent", softmax.PERSISTENT_MAX_COLS + 1: "2_online",
-                1 << 21: "2_online"}
+        want = {
+            softmax.REGROW_MAX_COLS: "5_regrow",
+            softmax.REGROW_MAX_COLS + 1: "6_regcluster",
+            softmax.REGCLUSTER_MAX_COLS: "6_regcluster",
+            softmax.REGCLUSTER_MAX_COLS + 1: "4_persistent",
+            softmax.PERSISTENT_MAX_COLS: "4_persistent",
+            softmax.PERSISTENT_MAX_COLS + 1: "2_online",
+            1 << 21: "2_online",
+        }
         assert {c: m.rung(torch.empty(2, c, device="meta")) for c in want} == want
         assert set(m.kernels) == set(softmax.AUTO_HOPPER)
     finally:
@@ -117,10 +134,12 @@ def test_sixteen_bit_softmax_rows_and_rungs(monkeypatch):
     without clusters a 16-bit row is a clear error, not a float32 kernel fed bf16."""
     import run
     from kp.judge import driver as judge
+
     monkeypatch.setenv("KP_CAPABILITY", "9.0")
     harness.capability.cache_clear()
     try:
         from models import softmax
+
         for prec in ("bf16", "fp16"):
             assert judge.default_variants("softmax", precision=prec) == ["6_regcluster", "auto"]
             with pytest.raises(harness.UsageError, match=f"softmax/5_regrow takes fp32, tf32, not {prec}"):
@@ -129,8 +148,9 @@ def test_sixteen_bit_softmax_rows_and_rungs(monkeypatch):
         assert harness.rung("matmul_gelu_softmax", "2_split_wgmma").precisions == ("fp32", "tf32")
         m = softmax.ModelNew()
         for dt in (torch.bfloat16, torch.float16):
-            assert {m.rung(torch.empty(2, c, device="meta", dtype=dt)) for c in (3, 16384, 393216, 1 << 21)} == \
-                {"6_regcluster"}
+            assert {m.rung(torch.empty(2, c, device="meta", dtype=dt)) for c in (3, 16384, 393216, 1 << 21)} == {
+                "6_regcluster"
+            }
         monkeypatch.setenv("KP_CAPABILITY", "8.0")
         harness.capability.cache_clear()
         with pytest.raises(TypeError, match="needs sm_90a"):
@@ -145,6 +165,7 @@ def test_default_rows_are_the_ladder_that_runs_here(cap, monkeypatch):
     """The table a user sees by default: the rungs that run on this GPU, without the records; --variant all adds
     the records."""
     from kp.judge import driver as judge
+
     records = {(p, v) for p in PROBLEMS for v in harness.variants(p) if harness.rung(p, v).record}
     assert records  # the ladder keeps its losing designs as records
     monkeypatch.setenv("KP_CAPABILITY", cap)
@@ -178,6 +199,7 @@ def test_unknown_problem_and_variant_raise_usage_error():
     with pytest.raises(harness.UsageError, match="variants:"):
         harness.Kernel("softmax", "nope")
     from models.softmax import ModelNew
+
     with pytest.raises(harness.UsageError, match="variants:"):
         ModelNew(variant="nope")  # at construction, not as a KeyError on the first call
 

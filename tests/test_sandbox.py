@@ -1,6 +1,7 @@
 """The sandbox a candidate's worker runs in: each attempt of tests/box/ to leave it fails inside it, the judge
 rejects the candidate with what it tried, and the playground's kernel cache is intact afterwards. Without the box
 the same attempts succeed (where that is safe to show). On the CPU (--device cpu); on the GPU where there is one."""
+
 import json
 import os
 import re
@@ -26,8 +27,10 @@ def bounded(name: str) -> None:
     """The kernel exempts root from RLIMIT_NPROC: as root, the box's own pid_max (Linux 6.14 on) or a pids cgroup
     bounds its processes."""
     if name == "fork_bomb" and sandbox.process_limit() == "none":
-        pytest.skip("running as root on a kernel before 6.14 with no pids cgroup to make: the box's process count "
-                    "is not bounded here (the record says 'process limit by none')")
+        pytest.skip(
+            "running as root on a kernel before 6.14 with no pids cgroup to make: the box's process count "
+            "is not bounded here (the record says 'process limit by none')"
+        )
 
 
 def expect(name: str) -> str:
@@ -115,8 +118,7 @@ def test_verdict_says_when_no_sandbox_was_available(cli, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     sandbox.status.cache_clear()
     try:
-        r = cli("--ref", REF, "--candidate", ROOT / "tests" / "batch" / "good.py", "--device", "cpu",
-                "--allow-torch")
+        r = cli("--ref", REF, "--candidate", ROOT / "tests" / "batch" / "good.py", "--device", "cpu", "--allow-torch")
     finally:
         sandbox.status.cache_clear()
     assert r.returncode == 0
@@ -147,23 +149,28 @@ def test_files_saved_straight_in_tmp_are_judged_in_the_box(cli):
         ref.unlink()
         cand.unlink()
     verdict = r.stdout.strip().splitlines()[-1]
-    assert r.returncode == 0 and verdict.startswith("accepted") and "unsandboxed" not in verdict, \
+    assert r.returncode == 0 and verdict.startswith("accepted") and "unsandboxed" not in verdict, (
         r.stdout[-2000:] + r.stderr[-2000:]
+    )
 
 
 @needs_box
 def test_box_scrubs_the_environment_and_hides_home(tmp_path, monkeypatch):
     """What a boxed process sees: no secrets from the environment, the project read-only, a private /tmp."""
     import subprocess
+
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak")
     env = sandbox.box_env(dict(os.environ), str(ROOT))
     mine = f"kp-box-probe-{os.getpid()}-{tmp_path.name}"
-    code = ("import os, pathlib; print(sorted(k for k in os.environ if 'SECRET' in k)); "
-            f"p = pathlib.Path({str(ROOT)!r}) / 'x'\n"
-            "try:\n p.write_text('x'); print('project writable')\nexcept OSError as e: print('project', e.strerror)\n"
-            f"pathlib.Path('/tmp/{mine}').write_text('ok'); print('tmp ok')")
-    argv = sandbox.command([sys.executable, "-c", code], read_only=[str(ROOT)], cwd="/tmp", env=env,
-                           limits=sandbox.Limits())
+    code = (
+        "import os, pathlib; print(sorted(k for k in os.environ if 'SECRET' in k)); "
+        f"p = pathlib.Path({str(ROOT)!r}) / 'x'\n"
+        "try:\n p.write_text('x'); print('project writable')\nexcept OSError as e: print('project', e.strerror)\n"
+        f"pathlib.Path('/tmp/{mine}').write_text('ok'); print('tmp ok')"
+    )
+    argv = sandbox.command(
+        [sys.executable, "-c", code], read_only=[str(ROOT)], cwd="/tmp", env=env, limits=sandbox.Limits()
+    )
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout.splitlines()
     assert out == ["[]", "project Read-only file system", "tmp ok"], out
     assert not Path("/tmp", mine).exists()  # written to the box's own /tmp, not the host's
@@ -174,25 +181,31 @@ def test_box_runs_the_cpu_kernels_its_reference_runs():
     """Torch picks its CPU vector code (and thread count) from what the machine says of its CPU: a boxed candidate
     must pick the same as the judge's reference, or a pure-PyTorch candidate differs from its own reference."""
     import subprocess
+
     # the vector code shows in an elementwise result, compared bit for bit: tanh's values, not their sum (a sum's
     # order over threads is not promised: plain torch outside any box printed two sums across runs)
-    code = ("import hashlib, torch; x = torch.linspace(-4, 4, 4099); "
-            "print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(), "
-            "hashlib.sha256(torch.tanh(x).numpy().tobytes()).hexdigest()[:16])")
+    code = (
+        "import hashlib, torch; x = torch.linspace(-4, 4, 4099); "
+        "print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(), "
+        "hashlib.sha256(torch.tanh(x).numpy().tobytes()).hexdigest()[:16])"
+    )
     env = sandbox.box_env(dict(os.environ), str(ROOT))
     plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
     # the same environment outside the box: what the box itself changes (its view of /proc, /sys, the CPU), apart
     # from what this test process's environment holds
-    outside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
-                             cwd="/tmp").stdout
-    argv = sandbox.command([sys.executable, "-c", code], read_only=[str(ROOT)], cwd="/tmp", env=env,
-                           limits=sandbox.Limits())
+    outside = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd="/tmp"
+    ).stdout
+    argv = sandbox.command(
+        [sys.executable, "-c", code], read_only=[str(ROOT)], cwd="/tmp", env=env, limits=sandbox.Limits()
+    )
     inside = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert inside.stdout == outside and outside, (outside, inside.stdout, inside.stderr[-2000:])
     assert inside.stdout.split()[:2] == plain.split()[:2], (plain, inside.stdout)  # instruction set and threads
     # started after this process imported torch, a box is told the kernels this process picked; a choice of the
     # user's own is kept
     import torch
+
     assert sandbox.box_env({}, str(ROOT))["ATEN_CPU_CAPABILITY"] == torch.backends.cpu.get_cpu_capability().lower()
     assert sandbox.box_env({"ATEN_CPU_CAPABILITY": "default"}, str(ROOT))["ATEN_CPU_CAPABILITY"] == "default"
 
@@ -200,12 +213,20 @@ def test_box_runs_the_cpu_kernels_its_reference_runs():
 def test_box_keeps_what_an_extension_build_reads(monkeypatch):
     """The compilers and nvcc settings torch.utils.cpp_extension puts into a build's command line reach the box, so
     a candidate's extension built outside it is not rebuilt inside it."""
-    for k, v in {"CXX": "/opt/gcc/bin/g++", "CC": "/opt/gcc/bin/gcc", "PYTORCH_NVCC": "nvcc",
-                 "TORCH_CUDA_ARCH_LIST": "9.0a"}.items():
+    for k, v in {
+        "CXX": "/opt/gcc/bin/g++",
+        "CC": "/opt/gcc/bin/gcc",
+        "PYTORCH_NVCC": "nvcc",
+        "TORCH_CUDA_ARCH_LIST": "9.0a",
+    }.items():
         monkeypatch.setenv(k, v)
     env = sandbox.box_env(dict(os.environ), str(ROOT))
-    assert (env["CXX"], env["CC"], env["PYTORCH_NVCC"], env["TORCH_CUDA_ARCH_LIST"]) == \
-        ("/opt/gcc/bin/g++", "/opt/gcc/bin/gcc", "nvcc", "9.0a")
+    assert (env["CXX"], env["CC"], env["PYTORCH_NVCC"], env["TORCH_CUDA_ARCH_LIST"]) == (
+        "/opt/gcc/bin/g++",
+        "/opt/gcc/bin/gcc",
+        "nvcc",
+        "9.0a",
+    )
 
 
 @gpu
@@ -217,8 +238,12 @@ def test_attempt_fails_inside_the_box_on_gpu(name, tmp_path):
     secret.write_text("outside the box")
     lis = Listener()
     (tmp_path / "cache").mkdir()
-    env = {"KP_PROBE_SECRET": str(secret), "KP_PROBE_PORT": str(lis.port), "KP_SANDBOX_MEM_GB": "16",
-           "KP_CACHE_DIR": str(tmp_path / "cache")}
+    env = {
+        "KP_PROBE_SECRET": str(secret),
+        "KP_PROBE_PORT": str(lis.port),
+        "KP_SANDBOX_MEM_GB": "16",
+        "KP_CACHE_DIR": str(tmp_path / "cache"),
+    }
     r = run_script("--ref", REF, "--candidate", BOX / f"{name}.py", "--allow-torch", "--no-bench", env=env)
     lis.close()
     verdict = r.stdout.strip().splitlines()[-1]
@@ -229,10 +254,18 @@ def test_attempt_fails_inside_the_box_on_gpu(name, tmp_path):
 def _load(cache: Path, problem: str = "softmax", variant: str = "1_rowblock"):
     """Build or load one playground kernel in a fresh process; (built now?, library path, stderr)."""
     import subprocess
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from kp.lib.build import build; "
-            f"b = build({problem!r}, {variant!r}); print(b.built_now, b.so_path)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "KP_CACHE_DIR": str(cache)})
+
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); from kp.lib.build import build; "
+        f"b = build({problem!r}, {variant!r}); print(b.built_now, b.so_path)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "KP_CACHE_DIR": str(cache)},
+    )
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
     built, so = r.stdout.split()
     return built == "True", Path(so), r.stderr
@@ -244,8 +277,15 @@ def test_cache_survives_a_boxed_writer_and_a_truncated_library_is_rebuilt(tmp_pa
     cache = tmp_path / "cache"
     built, so, _ = _load(cache)
     assert built
-    r = run_script("--ref", REF, "--candidate", BOX / "writes_cache.py", "--allow-torch", "--no-bench",
-                   env={"KP_CACHE_DIR": str(cache)})
+    r = run_script(
+        "--ref",
+        REF,
+        "--candidate",
+        BOX / "writes_cache.py",
+        "--allow-torch",
+        "--no-bench",
+        env={"KP_CACHE_DIR": str(cache)},
+    )
     assert r.returncode == 1 and re.search(expect("writes_cache"), r.stdout), r.stdout[-2000:]
     assert not (cache / "left_by_a_candidate").exists()
     assert _load(cache)[0] is False  # intact: loaded, checksum and all
@@ -258,8 +298,10 @@ def test_cache_survives_a_boxed_writer_and_a_truncated_library_is_rebuilt(tmp_pa
 def _shipped(problem: str) -> list[str]:
     """Every rung of a built-in problem that runs on this GPU, records included, and auto where the model has it."""
     from kp.lib import registry
+
     return registry.runnable_variants(problem, include_records=True) + (
-        ["auto"] if registry.picks_per_call(problem) else [])
+        ["auto"] if registry.picks_per_call(problem) else []
+    )
 
 
 @gpu
@@ -271,16 +313,19 @@ def test_every_shipped_variant_is_accepted_in_the_box(problem, tmp_path):
     files = []
     for v in _shipped(problem):
         f = tmp_path / f"{problem}__{v}.py"
-        f.write_text(f"import models.{problem} as m\n\n\nclass ModelNew(m.ModelNew):\n"
-                     f"    def __init__(self, *init):\n        super().__init__(*init, variant={v!r})\n")
+        f.write_text(
+            f"import models.{problem} as m\n\n\nclass ModelNew(m.ModelNew):\n"
+            f"    def __init__(self, *init):\n        super().__init__(*init, variant={v!r})\n"
+        )
         files.append(f)
     build = run_script("--problem", problem, "--build")  # the box reads the cache; it cannot add to it
     assert build.returncode == 0, build.stderr[-3000:]
     out = tmp_path / "out.jsonl"
     # at the problem's test shape: what is tested is the box (the cache read, every check run inside it); every
     # rung at its benchmark shape is tests/test_gpu.py's and the timing table's
-    r = run_script("--problem", problem, "--candidate", *files, "--no-bench", "--no-compile", "--at", "test",
-                   "--out", out)
+    r = run_script(
+        "--problem", problem, "--candidate", *files, "--no-bench", "--no-compile", "--at", "test", "--out", out
+    )
     recs = {Path(d["job"]["candidate"]).name: d for d in map(json.loads, out.read_text().splitlines())}
     assert sorted(recs) == sorted(f.name for f in files), r.stdout[-3000:] + r.stderr[-3000:]
     for name, d in recs.items():

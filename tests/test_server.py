@@ -1,6 +1,7 @@
 """The warm judge (`run.py --warm`, kp.batch.server): a judge process kept between commands gives each command the
 output, record and exit code it gives without it, and a later command on the same file is served by the same
 process. No GPU needed (the commands judge on the CPU)."""
+
 import json
 import os
 import subprocess
@@ -15,8 +16,14 @@ BATCH = ROOT / "tests" / "batch"
 
 
 def _run(args, env, cwd):
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
+    )
 
 
 @pytest.fixture
@@ -44,9 +51,15 @@ def test_a_warm_judge_gives_each_command_its_own_verdict_record_and_exit_code(tm
 
     wrong = _run([*common, "--candidate", BATCH / "wrong.py"], warm_env, tmp_path)
     assert wrong.returncode == 1 and wrong.stdout.strip().splitlines()[-1].startswith("rejected"), wrong.stdout
-    both = subprocess.run([sys.executable, str(ROOT / "run.py"), *map(str, common), "--candidate", BATCH / "wrong.py"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=warm_env, cwd=tmp_path,
-                          timeout=600)  # 2>&1: the verdict is still the last line
+    both = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *map(str, common), "--candidate", BATCH / "wrong.py"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=warm_env,
+        cwd=tmp_path,
+        timeout=600,
+    )  # 2>&1: the verdict is still the last line
     assert both.stdout.strip().splitlines()[-1].startswith("rejected"), both.stdout[-2000:]
     again = _run([*common, "--candidate", BATCH / "good.py"], warm_env, tmp_path)
     assert again.returncode == 0 and f"(pid {pid}, command 4 since its start" in again.stderr, again.stderr[-2000:]
@@ -68,8 +81,7 @@ def test_a_warm_judge_gives_each_command_its_own_verdict_record_and_exit_code(tm
 def test_a_command_with_other_settings_gets_a_judge_of_its_own(tmp_path, warm_env):
     """The KP_* settings are part of what a warm judge is for: a command with another budget is not served by a
     judge started under the first."""
-    common = ["--ref", BATCH / "ref.py", "--candidate", BATCH / "good.py", "--device", "cpu", "--allow-torch",
-              "--warm"]
+    common = ["--ref", BATCH / "ref.py", "--candidate", BATCH / "good.py", "--device", "cpu", "--allow-torch", "--warm"]
     other = {**warm_env, "KP_CPU_MEMORY": str(1 << 30)}
     for env in (warm_env, other):  # each starts its own
         assert "a warm judge is starting" in _run(common, env, tmp_path).stderr

@@ -1,5 +1,6 @@
 """The judge a search loop keeps warm (kp.batch.session.JudgeSession): slots started once, candidates as files or
 as source text, a verdict per candidate with the fields of a `--out` record, in the order given."""
+
 from pathlib import Path
 
 import pytest
@@ -59,15 +60,19 @@ def test_a_session_writes_nothing_to_its_callers_stdout_and_records_the_failed_c
     check's numbers in the record (checks[label], passed False), not only inside the reason."""
     import subprocess
     import sys
-    code = ("import json, sys; from kp.batch.session import JudgeSession\n"
-            f"with JudgeSession({str(BATCH / 'ref.py')!r}, device='cpu', allow_torch=True, timeout_s=120) as j:\n"
-            f"    v = j(source={WRONG_SOURCE!r})\n"
-            "sys.stderr.write(json.dumps(v['record']['rows']['candidate']['checks']))\n"
-            "print('DONE')\n")
+
+    code = (
+        "import json, sys; from kp.batch.session import JudgeSession\n"
+        f"with JudgeSession({str(BATCH / 'ref.py')!r}, device='cpu', allow_torch=True, timeout_s=120) as j:\n"
+        f"    v = j(source={WRONG_SOURCE!r})\n"
+        "sys.stderr.write(json.dumps(v['record']['rows']['candidate']['checks']))\n"
+        "print('DONE')\n"
+    )
     root = Path(__file__).resolve().parents[1]
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=root)
     assert r.stdout == "DONE\n", r.stdout[-2000:] + r.stderr[-2000:]
     import json
+
     checks = json.loads(r.stderr.strip().splitlines()[-1])
     failed = [v for v in checks.values() if v.get("passed") is False]
     assert len(failed) == 1 and failed[0]["rel_l2"] > failed[0]["budget"], checks

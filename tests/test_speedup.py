@@ -1,5 +1,6 @@
 """A speedup's paired interval (kp.lib.speedup): its coverage on rows that are their baseline, its power on a row
 twice as fast, what it refuses, and how the record, the table and a batch's table carry it."""
+
 import random
 
 import pytest
@@ -57,10 +58,16 @@ def test_each_row_against_the_baselines_of_its_command():
 
 def test_the_batch_table_says_not_significant():
     from kp.batch.jobfile import format_table, summary
-    rec = {"rows": {"candidate": {"accepted": True}}, "timing": {"eager": {"median_ms": 1.0},
-                                                                 "candidate": {"median_ms": 0.99}},
-           "speedups": {"candidate": {"eager": {"x": 1.01, "lo": 0.97, "hi": 1.05, "rounds": 20, "level": 0.95,
-                                                "significant": False}}}}
+
+    rec = {
+        "rows": {"candidate": {"accepted": True}},
+        "timing": {"eager": {"median_ms": 1.0}, "candidate": {"median_ms": 0.99}},
+        "speedups": {
+            "candidate": {
+                "eager": {"x": 1.01, "lo": 0.97, "hi": 1.05, "rounds": 20, "level": 0.95, "significant": False}
+            }
+        },
+    }
     s = summary({"record": rec})
     assert s["vs_eager"] == pytest.approx(1.0 / 0.99) and s["vs_eager_significant"] is False
     line = {"ok": True, "job": {"name": "cand.py"}, "summary": s, "verdict": "accepted", "elapsed_s": 3}

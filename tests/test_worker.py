@@ -1,5 +1,6 @@
 """The candidate's worker: how a failed call is answered (out of GPU memory, a fault of its GPU work), and the
 state the worker is put in before the candidate's file is imported."""
+
 import re
 from pathlib import Path
 
@@ -12,8 +13,12 @@ def test_out_of_gpu_memory_says_what_the_gpu_has_free():
     """A candidate's call that runs out of GPU memory is rejected, and the reason says what the GPU has free, since
     on a shared GPU the memory of other processes counts against it; any other error is said as it was."""
     from kp.worker.replies import raised
-    oom = raised("trial 2 (seed 7)", "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.06 GiB",
-                 gpu_memory=lambda: (1 << 30, 80 << 30))
+
+    oom = raised(
+        "trial 2 (seed 7)",
+        "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.06 GiB",
+        gpu_memory=lambda: (1 << 30, 80 << 30),
+    )
     assert oom.startswith("trial 2 (seed 7): raised OutOfMemoryError") and "1.0 of 80.0 GiB free now" in oom
     other = raised("trial 1", "ValueError: bad shape", gpu_memory=lambda: (1, 2))
     assert other == "trial 1: raised ValueError: bad shape"
@@ -46,9 +51,14 @@ def _judge(bench: bool):
     reference once (untimed), the notes, the clock and the --at sizes."""
     import types
     from kp.judge.clock import StageClock
-    return types.SimpleNamespace(notes=[], clock=StageClock(), at_sizes={},
-                                 baseline_args=("init", 1, {}, False, 1) if bench else None,
-                                 prime_args=None if bench else ("init", 1, 1))
+
+    return types.SimpleNamespace(
+        notes=[],
+        clock=StageClock(),
+        at_sizes={},
+        baseline_args=("init", 1, {}, False, 1) if bench else None,
+        prime_args=None if bench else ("init", 1, 1),
+    )
 
 
 def test_the_reference_runs_in_the_candidates_worker_before_its_import():
@@ -57,6 +67,7 @@ def test_the_reference_runs_in_the_candidates_worker_before_its_import():
     in a user's process); the judge's own in-process runner needs neither. A reference that cannot run there is said
     in the notes, not a failure of the candidate."""
     from kp.judge.construct import ready_worker
+
     timed, untimed, local, short = _Runner(True), _Runner(True), _Runner(False), _Runner(True, primed=False)
     ready_worker(_judge(True), timed)
     assert timed.calls == ["baselines"]
@@ -74,6 +85,7 @@ def test_prime_runs_the_reference_alone_and_says_when_it_cannot(tmp_path):
     from kp.judge.reference import Reference
     from kp.worker.setup import SetupCommands
     from kp.worker.state import WorkerState
+
     ref = Path(__file__).parent / "judge_cases" / "contract" / "graphs" / "ref.py"
     st = WorkerState(Reference.load(("file", str(ref))), "cpu", "fp32")
     setup = SetupCommands(st)
@@ -87,6 +99,7 @@ def test_timing_the_candidates_builds_changes_nothing_the_fingerprint_guards(mon
     look (a list the worker owns), so a candidate that builds is not taken for one that patches the judge."""
     from torch.utils import cpp_extension as ext
     from kp.worker.guards import fingerprint_changes, namespace_fingerprint, record_build_failures
+
     monkeypatch.setattr(ext, "load_inline", lambda *a, **k: "built")
     monkeypatch.setattr(ext, "load", lambda *a, **k: "built")
     sink, seconds = [], [0.0]
@@ -109,6 +122,7 @@ def test_a_build_that_failed_in_another_process_is_said_with_its_compiler_error(
 
     def missing(*a, **k):
         raise ImportError(f"{k['build_directory']}/x.so: cannot open shared object file: No such file or directory")
+
     monkeypatch.setattr(ext, "load_inline", failing)
     monkeypatch.setattr(ext, "load", missing)
     sink = []
@@ -118,8 +132,11 @@ def test_a_build_that_failed_in_another_process_is_said_with_its_compiler_error(
     assert (tmp_path / BUILD_FAILED).read_text() == "kernel.cu(59): error: no suitable conversion function"
     with pytest.raises(RuntimeError, match=r"Error building extension 'x' \(built in another process\): kernel.cu"):
         ext.load(name="x", build_directory=str(tmp_path))
-    assert sink[-1] == {"extension": "x", "error": "kernel.cu(59): error: no suitable conversion function",
-                        "cuda": False}
+    assert sink[-1] == {
+        "extension": "x",
+        "error": "kernel.cu(59): error: no suitable conversion function",
+        "cuda": False,
+    }
 
 
 def test_a_call_after_the_worker_ended_for_a_gpu_fault_says_so(tmp_path):
@@ -128,6 +145,7 @@ def test_a_call_after_the_worker_ended_for_a_gpu_fault_says_so(tmp_path):
     import types
     from kp.worker.replies import ENDED_AFTER_FAULT
     from kp.judge.runners import ProcessRunner
+
     err = tmp_path / "stderr"
     err.write_text(f"{ENDED_AFTER_FAULT} after 'forward' (CUDA error: misaligned address); this process ends here\n")
     runner = object.__new__(ProcessRunner)
@@ -144,6 +162,7 @@ def test_a_verbose_build_that_fails_is_said_with_the_compilers_error(tmp_path, m
     import pytest
     from torch.utils import cpp_extension as ext
     from kp.worker.guards import record_build_failures
+
     monkeypatch.setattr(ext, "load", ext.load)  # put back after: the wrapper below replaces it
     monkeypatch.setattr(ext, "load_inline", ext.load_inline)
     src = tmp_path / "broken.cpp"
@@ -161,11 +180,20 @@ def test_a_candidates_output_is_capped_with_its_cut_said(cli, boxed):
     end (kp.worker.loop.cap_output), the cut said; the verdict is unchanged."""
     from kp.box import sandbox
     from kp.worker.loop import OUTPUT_HEAD, OUTPUT_TAIL
+
     if boxed and sandbox.status()[0] is None:
         pytest.skip(f"no sandbox here: {sandbox.status()[1]}")
     root = Path(__file__).resolve().parent
-    r = cli("--ref", root / "judge_cases" / "relu" / "ref.py", "--candidate", root / "output" / "loud.py",
-            "--device", "cpu", "--allow-torch", *([] if boxed else ["--no-sandbox"]))
+    r = cli(
+        "--ref",
+        root / "judge_cases" / "relu" / "ref.py",
+        "--candidate",
+        root / "output" / "loud.py",
+        "--device",
+        "cpu",
+        "--allow-torch",
+        *([] if boxed else ["--no-sandbox"]),
+    )
     assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith("accepted"), r.stdout[-2000:]
     assert len(r.stdout) + len(r.stderr) < 2 * (OUTPUT_HEAD + OUTPUT_TAIL), (len(r.stdout), len(r.stderr))
     assert re.search(r"\[\.\.\. at least [\d,]+ bytes of the candidate's output cut \.\.\.\]", r.stderr)
@@ -175,10 +203,11 @@ def test_a_candidates_output_is_capped_with_its_cut_said(cli, boxed):
 
 def test_the_judge_cuts_a_candidates_output_at_line_ends():
     from kp.worker.loop import cut_middle
+
     data = b"".join(b"line %05d of the candidate\n" % i for i in range(5000))
     shown = cut_middle(data, head=1000, tail=1000).split(b"\n")
     cut = next(i for i, ln in enumerate(shown) if ln.startswith(b"[... at least"))
-    assert all(ln.startswith(b"line ") and ln.endswith(b"of the candidate") for ln in shown[:cut] + shown[cut + 1:-1])
+    assert all(ln.startswith(b"line ") and ln.endswith(b"of the candidate") for ln in shown[:cut] + shown[cut + 1 : -1])
     assert shown[0] == b"line 00000 of the candidate" and shown[-2] == b"line 04999 of the candidate"
     one = b"x" * 10000  # a line longer than the head and the tail: cut where it must be
     assert len(cut_middle(one, head=1000, tail=1000)) < 2100

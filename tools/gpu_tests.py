@@ -29,6 +29,7 @@ cases of 40-60 s took 100-240 s).
 Ctrl-C, or a time limit's SIGTERM, is passed on to each pytest as Ctrl-C (each runs in a session of its own): each
 ends with its summary line, and with -v every test it ran is named; the runner exits with 128 + the signal.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,9 @@ def prebuild(gpu: str, logs: Path) -> None:
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, **({"KP_CAPABILITY": cap} if cap else {})}
         name = "prebuild" + (f"_sm{cap.replace('.', '')}" if cap else "")
         log = open(logs / f"{name}.log", "w")
-        proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "--build"], cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "run.py"), "--build"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         started.append((name, proc, log, time.perf_counter()))
     while started:
         time.sleep(0.2)
@@ -74,39 +76,55 @@ def prebuild(gpu: str, logs: Path) -> None:
             started.remove((name, proc, log, t))
             log.close()
             tail = [ln for ln in (logs / f"{name}.log").read_text(errors="replace").splitlines() if ln.strip()]
-            print(f"{name}: exit {proc.returncode} in {time.perf_counter() - t:.0f} s: "
-                  f"{tail[-1] if tail else 'no output'}", flush=True)
+            print(
+                f"{name}: exit {proc.returncode} in {time.perf_counter() - t:.0f} s: "
+                f"{tail[-1] if tail else 'no output'}",
+                flush=True,
+            )
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", default=None, help="comma-separated GPU ids (default: every GPU)")
     ap.add_argument("--logs", default=None, help="folder for each GPU's pytest output (default: a temporary one)")
     ap.add_argument("--no-prebuild", action="store_true", help="do not build every kernel before the tests")
-    ap.add_argument("--store-durations", action="store_true",
-                    help="record every GPU test's seconds (setup, call and teardown) in tests/gpu_test_seconds.json, "
-                         "which deals the shares of later runs so that they end together (tests/conftest.py)")
-    ap.add_argument("--lanes", type=int, default=None, metavar="L",
-                    help="pytest processes a GPU, started together, each with its share of that GPU's tests: the "
-                         "first judges the GPU's judge cases in its batch, the others run the rest meanwhile (a "
-                         "test that times holds the GPU against them, as a judge's timing does; default: 2 where "
-                         "the host has 12 cores a GPU or more, else 1)")
-    ap.add_argument("--cpu-tests", action="store_true",
-                    help="then the tests that need no GPU, over every core with the GPUs hidden (as CI runs them)")
-    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    ap.add_argument(
+        "--store-durations",
+        action="store_true",
+        help="record every GPU test's seconds (setup, call and teardown) in tests/gpu_test_seconds.json, "
+        "which deals the shares of later runs so that they end together (tests/conftest.py)",
+    )
+    ap.add_argument(
+        "--lanes",
+        type=int,
+        default=None,
+        metavar="L",
+        help="pytest processes a GPU, started together, each with its share of that GPU's tests: the "
+        "first judges the GPU's judge cases in its batch, the others run the rest meanwhile (a "
+        "test that times holds the GPU against them, as a judge's timing does; default: 2 where "
+        "the host has 12 cores a GPU or more, else 1)",
+    )
+    ap.add_argument(
+        "--cpu-tests",
+        action="store_true",
+        help="then the tests that need no GPU, over every core with the GPUs hidden (as CI runs them)",
+    )
+    args = ap.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     gpus = [g.strip() for g in args.gpus.split(",")] if args.gpus else host_gpus()
     if not gpus:
         print("no GPU found (nvidia-smi -L lists none): run `python -m pytest -q -rs`", file=sys.stderr)
         return 2
     import tempfile
+
     logs = Path(args.logs or tempfile.mkdtemp(prefix="kp-gpu-tests-"))
     logs.mkdir(parents=True, exist_ok=True)
     cpus = os.cpu_count() or 1
 
     def threads(n):
         return {k: os.environ.get(k, str(max(1, n))) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
     procs = []
     t0 = time.perf_counter()
     stop = Stop()
@@ -129,12 +147,24 @@ def main(argv=None) -> int:
         name = f"gpu{g}" + (f"-{lane}" if lanes > 1 else "")
         log = open(logs / f"{name}.log", "w")
         cmd = [*pytest, "-n", "1", "--only", "gpu", "--shard", f"{k}/{shares}", "--lanes", str(lanes), *extra]
-        procs.append((f"GPU {g}" + (f" lane {lane}" if lanes > 1 else ""), f"{name}.log", stop.started(
-            subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)),
-            log))
+        procs.append(
+            (
+                f"GPU {g}" + (f" lane {lane}" if lanes > 1 else ""),
+                f"{name}.log",
+                stop.started(
+                    subprocess.Popen(
+                        cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                    )
+                ),
+                log,
+            )
+        )
     worst = _finish(procs, logs, stop)
-    print(f"{len(gpus)} GPUs, {lanes} lane{'s' * (lanes > 1)} each, {time.perf_counter() - t0:.0f} s in all; each "
-          f"lane's output: {logs}/", flush=True)
+    print(
+        f"{len(gpus)} GPUs, {lanes} lane{'s' * (lanes > 1)} each, {time.perf_counter() - t0:.0f} s in all; each "
+        f"lane's output: {logs}/",
+        flush=True,
+    )
     if args.store_durations:
         n = store_durations([logs / name for _, name, _, _ in procs], GPU_SECONDS, _gpu_name())
         print(f"{n} GPU tests' seconds recorded in {GPU_SECONDS.relative_to(ROOT)}", flush=True)
@@ -145,10 +175,29 @@ def main(argv=None) -> int:
         env = {**os.environ, **threads(2), "CUDA_VISIBLE_DEVICES": ""}
         log = open(logs / "cpu.log", "w")
         cmd = [*pytest, "-n", str(max(1, cpus // 2)), "--only", "cpu", *extra]
-        worst = max(worst, _finish([("CPU tests", "cpu.log", stop.started(subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)), log)], logs, stop))
-        print(f"the tests that need no GPU: {time.perf_counter() - t1:.0f} s; {time.perf_counter() - t0:.0f} s in all",
-              flush=True)
+        worst = max(
+            worst,
+            _finish(
+                [
+                    (
+                        "CPU tests",
+                        "cpu.log",
+                        stop.started(
+                            subprocess.Popen(
+                                cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                            )
+                        ),
+                        log,
+                    )
+                ],
+                logs,
+                stop,
+            ),
+        )
+        print(
+            f"the tests that need no GPU: {time.perf_counter() - t1:.0f} s; {time.perf_counter() - t0:.0f} s in all",
+            flush=True,
+        )
     return 128 + stop.signum if stop.signum else worst
 
 
@@ -157,8 +206,9 @@ GPU_SECONDS = ROOT / "tests" / "gpu_test_seconds.json"
 
 def _gpu_name() -> str:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30).stdout.splitlines()
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        ).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         out = []
     return out[0].strip() if out else "an unnamed GPU"
@@ -186,6 +236,7 @@ def store_durations(logs: list[Path], path: Path, gpu: str) -> int:
     """The GPU tests' seconds of these pytest logs into the record at path (tests a run did not include keep their
     earlier figures); returns how many this run recorded."""
     import json
+
     found: dict[str, float] = {}
     for log in logs:
         if log.exists():
@@ -194,9 +245,11 @@ def store_durations(logs: list[Path], path: Path, gpu: str) -> int:
         old = json.loads(path.read_text()).get("seconds", {})
     except (OSError, ValueError, AttributeError):
         old = {}
-    rec = {"measured": f"python -m tools.gpu_tests --store-durations, {time.strftime('%Y-%m-%d')}, on {gpu}; each "
-                       f"test's setup, call and teardown",
-           "seconds": dict(sorted({**old, **found}.items()))}
+    rec = {
+        "measured": f"python -m tools.gpu_tests --store-durations, {time.strftime('%Y-%m-%d')}, on {gpu}; each "
+        f"test's setup, call and teardown",
+        "seconds": dict(sorted({**old, **found}.items())),
+    }
     path.write_text(json.dumps(rec, indent=1) + "\n")
     return len(found)
 
@@ -204,8 +257,10 @@ def store_durations(logs: list[Path], path: Path, gpu: str) -> int:
 def slowest(lines: list[str], n: int = 3) -> list[str]:
     """The n slowest entries of pytest's --durations list in its output, as 'SECONDSs test' (setup and teardown
     named as such), slowest first."""
-    found = [(float(sec), f"{sec}s {node}" + ("" if phase == "call" else f" ({phase})"))
-             for sec, phase, node in _listed(lines)]
+    found = [
+        (float(sec), f"{sec}s {node}" + ("" if phase == "call" else f" ({phase})"))
+        for sec, phase, node in _listed(lines)
+    ]
     return [t for _, t in sorted(found, key=lambda f: -f[0])[:n]]
 
 

@@ -28,6 +28,7 @@
 The corpora themselves are public (KernelBench's references, its leaderboard's machine-written solutions) and are
 not part of this repository.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,7 +85,7 @@ def cause(verdict: str) -> str:
 
 def kernelbench(line: dict) -> str:
     """KernelBench's own check as 'pass/fail' per tolerance, from the record."""
-    rows = ((line.get("record") or {}).get("rows") or {})
+    rows = (line.get("record") or {}).get("rows") or {}
     kb = (rows.get("candidate") or {}).get("kernelbench") or {}
     if not kb:
         return "-"
@@ -94,6 +95,7 @@ def kernelbench(line: dict) -> str:
 def classify(path: Path, md: bool) -> str:
     """One table per mode (a job file with a mode column judges the same pairs under both)."""
     from kp.batch.jobfile import read_results
+
     lines = read_results(path)
     modes = collections.defaultdict(list)
     for d in lines:
@@ -122,12 +124,14 @@ def _classify(lines: list[dict], md: bool) -> str:
     return "\n".join(out)
 
 
-def leaderboard_jobs(root: Path, csv_path: Path, every: int = 1, modes: tuple[str, ...] = (),
-                     count: int | None = None) -> int:
+def leaderboard_jobs(
+    root: Path, csv_path: Path, every: int = 1, modes: tuple[str, ...] = (), count: int | None = None
+) -> int:
     """Every `every`-th pair (or `count` pairs evenly spread), in the data file's order (levels 1 to 3, problem by
     problem); paths relative to the job file, as run.py --jobs reads them. With `modes`, one row per pair and mode, a
     pair's modes next to each other (the second finds the candidate's extension already built)."""
     import os
+
     assets = root / "docs" / "assets" if (root / "docs" / "assets").is_dir() else root
     data = json.loads((assets / "data.json").read_text())
     rows = []
@@ -162,16 +166,21 @@ def _judge_ref(path: Path, device: str, timeout: float, precision: str = "fp32")
     except subprocess.TimeoutExpired:
         code, out, err = None, "", f"no answer within {timeout:.0f} s"
     lines = [ln for ln in (out + "\n" + err).splitlines() if ln.strip() and not ln.startswith("[kp]")]
-    return {"ref": path.name, "code": code, "traceback": "Traceback" in err,
-            "elapsed_s": round(time.perf_counter() - t0, 1),
-            "eager": next((ln for ln in lines if ln.startswith("eager")), ""),
-            "skipped": [ln.strip() for ln in lines if ln.strip().startswith("skipped")],
-            "notes": [ln.strip() for ln in lines if ln.strip().startswith("note:")],
-            "last": lines[-1] if lines else ""}
+    return {
+        "ref": path.name,
+        "code": code,
+        "traceback": "Traceback" in err,
+        "elapsed_s": round(time.perf_counter() - t0, 1),
+        "eager": next((ln for ln in lines if ln.startswith("eager")), ""),
+        "skipped": [ln.strip() for ln in lines if ln.strip().startswith("skipped")],
+        "notes": [ln.strip() for ln in lines if ln.strip().startswith("note:")],
+        "last": lines[-1] if lines else "",
+    }
 
 
-def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float, precision: str = "fp32",
-               every: int = 1) -> None:
+def judge_refs(
+    folder: Path, out: Path, device: str, procs: int, timeout: float, precision: str = "fp32", every: int = 1
+) -> None:
     """Several references at a time on one GPU share its memory: one left without a verdict for GPU memory (exit 2,
     GpuMemoryShort) is judged again alone once the rest are done, and only that answer is recorded
     (`"alone": true`). Measured: five bf16 references at a time on an 80 GB card left 25_Swish without a verdict."""
@@ -179,14 +188,18 @@ def judge_refs(folder: Path, out: Path, device: str, procs: int, timeout: float,
     todo = [p for p in sorted(folder.glob("*.py"))[::every] if p.name not in done]
     again = []
     with cf.ThreadPoolExecutor(procs) as ex, open(out, "a") as f:
+
         def record(res):
             f.write(json.dumps(res) + "\n")
             f.flush()
             print(f"{res['ref']}: exit {res['code']} {res['elapsed_s']} s {res['last'][:150]}", flush=True)
+
         for path, res in zip(todo, ex.map(lambda p: _judge_ref(p, device, timeout, precision), todo)):
             if device != "cpu" and procs > 1 and res["code"] == 2 and re.search(NO_VERDICT_GPU_MEMORY, res["last"]):
-                print(f"{res['ref']}: short of GPU memory beside the other references: judged again alone at the end",
-                      flush=True)
+                print(
+                    f"{res['ref']}: short of GPU memory beside the other references: judged again alone at the end",
+                    flush=True,
+                )
                 again.append(path)
             else:
                 record(res)
@@ -199,6 +212,7 @@ def warm(csv_path: Path, procs: int, timeout: float, device: str) -> None:
     does (kp.batch.ahead: in its box, into the build folder the judge keeps for it), `procs` at a time; those a
     build ahead imported cleanly before are passed by."""
     from kp.batch import ahead, jobfile
+
     own, jobs = ahead.own_and_unbuilt(jobfile.read_job_file(csv_path, {"device": device}))
     print(f"{len(own) - len(jobs)} found built before", flush=True)
     t0 = time.perf_counter()
@@ -212,6 +226,7 @@ def _reduction_length(ref: Path) -> float:
     import importlib.util
     import torch
     from kp.lib.op_modes import ReductionLength
+
     spec = importlib.util.spec_from_file_location("kp_corpus_ref", ref)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -225,6 +240,7 @@ def _reduction_length(ref: Path) -> float:
 def floors(path: Path) -> str:
     from kp.lib.numerics import accumulation_floor
     from kp.batch.jobfile import read_results
+
     out, ks = [], {}
     for line in read_results(path):
         figs = ((line.get("record") or {}).get("failure") or {}).get("figures") or {}
@@ -242,9 +258,11 @@ def floors(path: Path) -> str:
             continue
         f = accumulation_floor(ks[ref])
         fits = rel <= max(b, f) and row <= max(b_row, f)
-        out.append(f"{line['job']['name']} ({line['job']['opts'].get('mode', 'train')}): K {ks[ref]:.0f}, floor "
-                   f"{f:.2e}; relL2 {rel:.2e} (worst row {row:.2e}) against {max(b, f):.2e} ({max(b_row, f):.2e}): "
-                   f"{'within the budget now' if fits else 'still over'}")
+        out.append(
+            f"{line['job']['name']} ({line['job']['opts'].get('mode', 'train')}): K {ks[ref]:.0f}, floor "
+            f"{f:.2e}; relL2 {rel:.2e} (worst row {row:.2e}) against {max(b, f):.2e} ({max(b_row, f):.2e}): "
+            f"{'within the budget now' if fits else 'still over'}"
+        )
     return "\n".join(out)
 
 
@@ -257,33 +275,43 @@ def pace(paths: list[Path]) -> str:
     reference run once in the candidate's process, or the timing's baselines built there), the rest; how many jobs
     found the reference already run in their box (kp.batch.prime)."""
     from kp.batch.jobfile import read_results
-    out = ["| run | verdicts | job-seconds | waiting for a GPU | build | setup | judging | reference run ahead | "
-           "accepted |", "|---|---|---|---|---|---|---|---|---|"]
+
+    out = [
+        "| run | verdicts | job-seconds | waiting for a GPU | build | setup | judging | reference run ahead | "
+        "accepted |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for path in paths:
         lines = read_results(path)
         total = sum(float(d.get("elapsed_s") or 0) for d in lines)
         recs = [d.get("record") or {} for d in lines]
         wait = sum(float(r.get("gpu_wait_s") or 0) for r in recs)
-        build, setup = (sum(float((r.get("stage_seconds") or {}).get(k, 0)) for r in recs)
-                        for k in ("build", "setup and baselines"))
+        build, setup = (
+            sum(float((r.get("stage_seconds") or {}).get(k, 0)) for r in recs) for k in ("build", "setup and baselines")
+        )
         ahead = sum(any(k.endswith(AHEAD) for k in r.get("stage_detail") or {}) for r in recs)
         share = lambda x: f"{x:,.0f} s ({100 * x / max(total, 1e-9):.0f}%)"
-        out.append(f"| {path.name} | {len(lines)} | {total:,.0f} | {share(wait)} | {share(build)} | {share(setup)} | "
-                   f"{share(total - wait - build - setup)} | {ahead} | {sum(bool(d.get('ok')) for d in lines)} |")
+        out.append(
+            f"| {path.name} | {len(lines)} | {total:,.0f} | {share(wait)} | {share(build)} | {share(setup)} | "
+            f"{share(total - wait - build - setup)} | {ahead} | {sum(bool(d.get('ok')) for d in lines)} |"
+        )
     return "\n".join(out)
 
 
 def compare(before: Path, after: Path) -> str:
     """The jobs whose verdict differs between two runs of the same job file (matched by job key), by cause."""
     from kp.batch.jobfile import read_results
+
     a = {d["key"]: d for d in read_results(before)}
     b = {d["key"]: d for d in read_results(after)}
     both = sorted(set(a) & set(b), key=lambda k: a[k]["job"]["name"])
     moved = [k for k in both if cause(a[k]["verdict"]) != cause(b[k]["verdict"]) or a[k]["ok"] != b[k]["ok"]]
     out = [f"{len(both)} jobs in both runs ({len(a)} and {len(b)} recorded); {len(moved)} changed cause:"]
     for k in moved:
-        out.append(f"- {a[k]['job']['name']}: {cause(a[k]['verdict'])} -> {cause(b[k]['verdict'])}\n"
-                   f"    before: {a[k]['verdict'][:220]}\n    after:  {b[k]['verdict'][:220]}")
+        out.append(
+            f"- {a[k]['job']['name']}: {cause(a[k]['verdict'])} -> {cause(b[k]['verdict'])}\n"
+            f"    before: {a[k]['verdict'][:220]}\n    after:  {b[k]['verdict'][:220]}"
+        )
     return "\n".join(out)
 
 

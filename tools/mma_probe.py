@@ -5,6 +5,7 @@ the fp16 work of one fp32-accurate product of that shape (three fp16 products), 
 floor that row sets for the split-precision GEMM: once as the judge times (GPU time, L2 flushed, a pause before each
 call, interleaved: harness.bench_interleaved) and once sustained, at the power-limited clock sampled in those calls.
 Usage: python -m tools.mma_probe [--seconds S]"""
+
 import argparse
 import statistics
 import subprocess
@@ -26,8 +27,12 @@ def sustained(fn, seconds):
     the same calls, so % of the pipe at that clock is consistent (the interleaved timing, with an L2 flush and a
     pause before each call, runs at a higher clock than a sustained load does)."""
     try:
-        p = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-i", "0",
-                              "-lms", "50"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        p = subprocess.Popen(
+            ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-i", "0", "-lms", "50"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
     except FileNotFoundError:
         p = None
     t0 = time.time()
@@ -51,7 +56,7 @@ def sustained(fn, seconds):
     p.terminate()
     out = p.communicate()[0].strip().splitlines()
     rows = [[v.strip() for v in line.split(",")] for line in out if line.count(",") == 2]
-    rows = rows[len(rows) // 2:]
+    rows = rows[len(rows) // 2 :]
     clk = [float(r[0]) for r in rows if r[0].replace(".", "").isdigit()]
     pw = [float(r[1]) for r in rows if r[1].replace(".", "").isdigit()]
     reasons = sorted({r[2] for r in rows})
@@ -65,7 +70,7 @@ def main():
     torch.manual_seed(0)
     probe = harness.build_path(harness.PROBES / "mma.cu").ops
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    v = torch.rand(96 * 1024, device="cuda") * 2 ** 15  # fp16 values up to 2^15, as the split's scaled rows
+    v = torch.rand(96 * 1024, device="cuda") * 2**15  # fp16 values up to 2^15, as the split's scaled rows
     hi = v.half()
     lo = (v - hi.float()).half()
     src = torch.cat([hi[: 48 * 1024], lo[: 48 * 1024]]).contiguous()
@@ -90,7 +95,7 @@ def main():
     k = harness.Kernel("matmul_gelu_softmax", "2_split_wgmma")
     g3 = harness.LinearGemm("split_wgmma", k, "fp32")
     x = torch.rand(M, K, device="cuda")
-    w = (torch.rand(N, K, device="cuda") * 2 - 1) / K ** 0.5
+    w = (torch.rand(N, K, device="cuda") * 2 - 1) / K**0.5
     a, b = g3._split(x), g3.wsplit(w)
     y = torch.empty(M, N, device="cuda")
     rows["split GEMM kernel (3 products)"] = lambda: k.split_gemm(*a, *b, x, w, y, 3)
@@ -101,16 +106,27 @@ def main():
     for f in rows.values():
         f()
     torch.cuda.synchronize()
-    scal = harness.bench_interleaved({i: (lambda i=i: probe.probe_mma(src, out, nsm, i, 256, False))
-                                      for i in (500, 1000, 2000)}, min_reps=5, max_reps=10, budget_s=5)
-    print("pipelined m64n256k16, ms for 500 / 1000 / 2000 k-blocks per warpgroup: "
-          + " / ".join(f"{v.median_ms:.4f}" for v in scal.values()))
+    scal = harness.bench_interleaved(
+        {i: (lambda i=i: probe.probe_mma(src, out, nsm, i, 256, False)) for i in (500, 1000, 2000)},
+        min_reps=5,
+        max_reps=10,
+        budget_s=5,
+    )
+    print(
+        "pipelined m64n256k16, ms for 500 / 1000 / 2000 k-blocks per warpgroup: "
+        + " / ".join(f"{v.median_ms:.4f}" for v in scal.values())
+    )
     t = harness.bench_interleaved(rows, min_reps=10, max_reps=30, budget_s=30)
-    lim = subprocess.run(["nvidia-smi", "--query-gpu=name,power.limit,clocks.max.sm", "--format=csv,noheader", "-i",
-                          "0"], capture_output=True, text=True).stdout.strip()
+    lim = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,power.limit,clocks.max.sm", "--format=csv,noheader", "-i", "0"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     print(f"device: {lim}; {nsm} SMs; dense fp16 = 2048 FMA per clock per SM (989 TFLOP/s at 1.83 GHz)")
-    print("| row | ms for 3 products' FMAs (interleaved) | IQR ms | sustained ms | TFLOP/s sustained | SM MHz | "
-          "board W | % of the pipe at that clock | clock-event reasons |\n|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| row | ms for 3 products' FMAs (interleaved) | IQR ms | sustained ms | TFLOP/s sustained | SM MHz | "
+        "board W | % of the pipe at that clock | clock-event reasons |\n|---|---|---|---|---|---|---|---|---|"
+    )
     for name, tv in t.items():
         scale = FMA3 / fma[name]
         ms, iqr = tv.median_ms * scale, tv.iqr_ms * scale
@@ -118,8 +134,11 @@ def main():
         sms *= scale
         rate = 2 * FMA3 / (sms * 1e-3) / 1e12
         pipe = f"{100 * FMA3 / (sms * 1e-3) / (nsm * 2048 * clk * 1e6):.1f}%" if clk else "-"
-        print(f"| {name} | {ms:.4f} | {iqr:.4f} | {sms:.4f} | {rate:,.0f} | {clk or '-'} | "
-              f"{f'{pw:.0f}' if pw else '-'} | {pipe} | {why} |", flush=True)
+        print(
+            f"| {name} | {ms:.4f} | {iqr:.4f} | {sms:.4f} | {rate:,.0f} | {clk or '-'} | "
+            f"{f'{pw:.0f}' if pw else '-'} | {pipe} | {why} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ event-timed call with and without an L2 flush before it.
 
   python -m tools.profile_model --problem matmul_sum_max_mean_lse [--variant V] [--opt cache=False]
 """
+
 import argparse
 import time
 
@@ -37,9 +38,12 @@ with torch.no_grad():
     t1 = time.perf_counter()
     torch.cuda.synchronize()
     t2 = time.perf_counter()
-    print(f"{args.problem}/{variant} {opts}: host {1e6 * (t1 - t0) / n:.1f} us/call (enqueue), "
-          f"{1e6 * (t2 - t0) / n:.1f} us/call to completion")
+    print(
+        f"{args.problem}/{variant} {opts}: host {1e6 * (t1 - t0) / n:.1f} us/call (enqueue), "
+        f"{1e6 * (t2 - t0) / n:.1f} us/call to completion"
+    )
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
             m(*inputs)

@@ -15,13 +15,14 @@ value: a sequential sum's rounding is relative to the magnitudes it adds, so a s
 multiplies the honest kernel's output error by about that ratio, and the one-pass kernel's by its square. Not a
 test: nothing is asserted.
 """
+
 from __future__ import annotations
 
 import argparse
 
 import numpy as np
 
-U = 2.0 ** -24
+U = 2.0**-24
 
 
 def _seq_sum(a):
@@ -58,18 +59,22 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     rng = np.random.default_rng(a.seed)
-    floor = 2 * U * a.k ** 0.5
-    print("| shift | inputs' RMS ratio | norm, two passes | norm, one pass | floor 2u sqrt(K) | "
-          "softplus log(1+exp) | softplus log1p(exp) |\n|---|---|---|---|---|---|---|")
+    floor = 2 * U * a.k**0.5
+    print(
+        "| shift | inputs' RMS ratio | norm, two passes | norm, one pass | floor 2u sqrt(K) | "
+        "softplus log(1+exp) | softplus log1p(exp) |\n|---|---|---|---|---|---|---|"
+    )
     for s in (float(v) for v in a.shifts.split(",")):
         x = (rng.standard_normal((a.rows, a.k)) + s).astype(np.float32)
         ref = norm_f64(x)
         sp64 = np.log1p(np.exp(x.astype(np.float64)))
         with np.errstate(over="ignore"):
             naive, good = np.log(np.float32(1) + np.exp(x)), np.log1p(np.exp(x))
-        print(f"| {s:g} | {np.sqrt(1 + s * s):.2f} | {worst_row(norm_two_pass(x), ref):.2e} | "
-              f"{worst_row(norm_one_pass(x), ref):.2e} | {floor:.2e} | {worst_row(naive, sp64):.2e} | "
-              f"{worst_row(good, sp64):.2e} |")
+        print(
+            f"| {s:g} | {np.sqrt(1 + s * s):.2f} | {worst_row(norm_two_pass(x), ref):.2e} | "
+            f"{worst_row(norm_one_pass(x), ref):.2e} | {floor:.2e} | {worst_row(naive, sp64):.2e} | "
+            f"{worst_row(good, sp64):.2e} |"
+        )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ two phases of each version (tools.judge_corpus compare). A job file whose pairs 
 build to warm: its cold and warm differ only by the boxes and kernels each run starts. Not a test: nothing is
 asserted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,7 @@ def halves(cores: list[int]) -> list[set[int]]:
     return [set(cores[:mid]), set(cores[mid:] or cores[:mid])]
 
 
-def command(tree: Path, jobs: Path, res: Path, gpus: list[str], slots: int, device: str,
-            extra: list[str]) -> list[str]:
+def command(tree: Path, jobs: Path, res: Path, gpus: list[str], slots: int, device: str, extra: list[str]) -> list[str]:
     """The version's run.py command. Its slots a GPU: --slots where its run.py takes it (a GPU listed once would
     otherwise get its default), else each GPU listed that many times (a version before --slots)."""
     cmd = [sys.executable, "run.py", "--jobs", str(jobs), "--out", str(res), *extra]
@@ -53,8 +53,15 @@ def command(tree: Path, jobs: Path, res: Path, gpus: list[str], slots: int, devi
 
 def start(tree: Path, cmd: list[str], cache: Path, cores: set[int], log: Path) -> subprocess.Popen:
     env = {**os.environ, "KP_CACHE_DIR": str(cache)}
-    return subprocess.Popen(cmd, cwd=tree, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True, preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    return subprocess.Popen(
+        cmd,
+        cwd=tree,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, cores),
+    )
 
 
 def stop_by(procs: list[subprocess.Popen], deadline: float) -> list[int | None]:
@@ -85,14 +92,21 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default="0/1", help="before's GPUs / after's, e.g. 0,1/2,3")
     ap.add_argument("--slots", type=int, default=3, help="slots per GPU")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    ap.add_argument("--limit", default="1800",
-                    help="seconds each phase may take: one figure for every phase, or one per phase (600,250)")
+    ap.add_argument(
+        "--limit",
+        default="1800",
+        help="seconds each phase may take: one figure for every phase, or one per phase (600,250)",
+    )
     ap.add_argument("--phases", default="cold,warm")
-    ap.add_argument("--args", default="--allow-torch --no-compile --no-bench --timeout 300",
-                    help="run.py's other arguments, the same for both")
+    ap.add_argument(
+        "--args",
+        default="--allow-torch --no-compile --no-bench --timeout 300",
+        help="run.py's other arguments, the same for both",
+    )
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     from tools.judge_corpus import compare, pace
+
     a.out.mkdir(parents=True, exist_ok=True)
     trees = [a.before.resolve(), a.after.resolve()]
     gpus = [g.split(",") for g in a.gpus.split("/")]
@@ -111,8 +125,9 @@ def main(argv=None) -> int:
             if phase == "cold":
                 shutil.rmtree(cache, ignore_errors=True)
             res.unlink(missing_ok=True)
-            procs.append(start(tree, command(tree, a.jobs.resolve(), res, g, a.slots, a.device, a.args.split()),
-                               cache, c, log))
+            procs.append(
+                start(tree, command(tree, a.jobs.resolve(), res, g, a.slots, a.device, a.args.split()), cache, c, log)
+            )
             logs.append(log)
             runs.append(res)
         t0 = time.monotonic()
@@ -122,8 +137,9 @@ def main(argv=None) -> int:
             print(f"  {name} (exit code {code}):\n{last_lines(log)}", flush=True)
     done = [r for r in runs if r.exists()]
     print(pace(done))
-    for x, y in [(runs[i], runs[i + 1]) for i in range(0, len(runs), 2)] + \
-            [(runs[i], runs[i + 2]) for i in range(len(runs) - 2)]:
+    for x, y in [(runs[i], runs[i + 1]) for i in range(0, len(runs), 2)] + [
+        (runs[i], runs[i + 2]) for i in range(len(runs) - 2)
+    ]:
         if x.exists() and y.exists():
             print(f"{x.stem} -> {y.stem}: {compare(x, y)}")
     return 0

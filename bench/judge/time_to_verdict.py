@@ -19,6 +19,7 @@ before the judge started (interpreter, imports, a box's start) and after its ver
 markdown table: the case, what it is, the verdict, the wall seconds and where they went. Not a test: nothing is
 asserted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,25 +39,79 @@ SMALL = ROOT / "tests" / "batch"  # the batch tests' (64, 1000) ReLU, its right 
 # name, what it is, reference (a file, or "problem:ID"), candidate, extra flags, runs on the CPU
 CASES = [
     ("relu_small", "elementwise 64x1000, torch", SMALL / "ref.py", SMALL / "good.py", ["--allow-torch"], True),
-    ("relu_small_wrong", "elementwise 64x1000, wrong at call 1", SMALL / "ref.py", SMALL / "wrong.py",
-     ["--allow-torch"], True),
-    ("relu_kernel", "elementwise 2048x4099, own kernel", JUDGE_CASES / "relu" / "ref.py",
-     JUDGE_CASES / "relu" / "kernel.py", [], False),
-    ("sum_dim", "reduction, torch", JUDGE_CASES / "sum_dim" / "ref.py",
-     JUDGE_CASES / "sum_dim" / "torch_rewrite.py", ["--allow-torch"], True),
-    ("layernorm_kernel", "norm with weights, own kernel", JUDGE_CASES / "layernorm" / "ref.py",
-     JUDGE_CASES / "layernorm" / "kernel.py", [], False),
-    ("layernorm_torch", "norm with weights, torch", JUDGE_CASES / "layernorm" / "ref.py",
-     JUDGE_CASES / "layernorm" / "torch_rewrite.py", ["--allow-torch"], True),
-    ("conv_relu_kernel", "conv + bias + ReLU, own epilogue", JUDGE_CASES / "conv_relu" / "ref.py",
-     JUDGE_CASES / "conv_relu" / "kernel.py", [], False),
-    ("gelu_6.4GB", "GELU 4096x393216, torch", CASES_DIR / "gelu_big" / "ref.py",
-     CASES_DIR / "gelu_big" / "torch_rewrite.py", ["--allow-torch"], False),
-    ("gelu_6.4GB_wrong", "GELU 4096x393216, wrong at call 1", CASES_DIR / "gelu_big" / "ref.py",
-     CASES_DIR / "gelu_big" / "wrong_tanh.py", ["--allow-torch"], False),
+    (
+        "relu_small_wrong",
+        "elementwise 64x1000, wrong at call 1",
+        SMALL / "ref.py",
+        SMALL / "wrong.py",
+        ["--allow-torch"],
+        True,
+    ),
+    (
+        "relu_kernel",
+        "elementwise 2048x4099, own kernel",
+        JUDGE_CASES / "relu" / "ref.py",
+        JUDGE_CASES / "relu" / "kernel.py",
+        [],
+        False,
+    ),
+    (
+        "sum_dim",
+        "reduction, torch",
+        JUDGE_CASES / "sum_dim" / "ref.py",
+        JUDGE_CASES / "sum_dim" / "torch_rewrite.py",
+        ["--allow-torch"],
+        True,
+    ),
+    (
+        "layernorm_kernel",
+        "norm with weights, own kernel",
+        JUDGE_CASES / "layernorm" / "ref.py",
+        JUDGE_CASES / "layernorm" / "kernel.py",
+        [],
+        False,
+    ),
+    (
+        "layernorm_torch",
+        "norm with weights, torch",
+        JUDGE_CASES / "layernorm" / "ref.py",
+        JUDGE_CASES / "layernorm" / "torch_rewrite.py",
+        ["--allow-torch"],
+        True,
+    ),
+    (
+        "conv_relu_kernel",
+        "conv + bias + ReLU, own epilogue",
+        JUDGE_CASES / "conv_relu" / "ref.py",
+        JUDGE_CASES / "conv_relu" / "kernel.py",
+        [],
+        False,
+    ),
+    (
+        "gelu_6.4GB",
+        "GELU 4096x393216, torch",
+        CASES_DIR / "gelu_big" / "ref.py",
+        CASES_DIR / "gelu_big" / "torch_rewrite.py",
+        ["--allow-torch"],
+        False,
+    ),
+    (
+        "gelu_6.4GB_wrong",
+        "GELU 4096x393216, wrong at call 1",
+        CASES_DIR / "gelu_big" / "ref.py",
+        CASES_DIR / "gelu_big" / "wrong_tanh.py",
+        ["--allow-torch"],
+        False,
+    ),
     ("softmax_6.4GB", "built-in softmax 4096x393216, shipped rung", "problem:softmax", "shipped:softmax", [], False),
-    ("argmax_8.6GB", "argmax 128x4096x4095, torch", CASES_DIR / "argmax_big" / "ref.py",
-     CASES_DIR / "argmax_big" / "torch_rewrite.py", ["--allow-torch"], False),
+    (
+        "argmax_8.6GB",
+        "argmax 128x4096x4095, torch",
+        CASES_DIR / "argmax_big" / "ref.py",
+        CASES_DIR / "argmax_big" / "torch_rewrite.py",
+        ["--allow-torch"],
+        False,
+    ),
 ]
 
 
@@ -69,14 +124,14 @@ def command(ref, cand, flags, device: str | None, json_path: Path, tmp: Path) ->
     if str(cand).startswith("shipped:"):  # a shipped model as a candidate file outside the repo
         problem = str(cand).split(":", 1)[1]
         cand = tmp / f"shipped_{problem}.py"
-        cand.write_text(f"from models.{problem} import ModelNew as _Shipped\n\n\nclass ModelNew(_Shipped):\n"
-                        f"    pass\n")
+        cand.write_text(f"from models.{problem} import ModelNew as _Shipped\n\n\nclass ModelNew(_Shipped):\n    pass\n")
     argv += ["--candidate", str(cand), "--no-compile", "--json", str(json_path), *flags]
     return argv + (["--device", device] if device else [])
 
 
-def run_case(case, device: str | None, tmp: Path, timeout: float, warm_judge: bool = False,
-             edit: int | None = None) -> dict:
+def run_case(
+    case, device: str | None, tmp: Path, timeout: float, warm_judge: bool = False, edit: int | None = None
+) -> dict:
     """One command for the case. edit: the candidate is a copy of the case's, rewritten before this command with
     this number in a comment (new contents in the same file, as a loop editing its candidate writes it)."""
     name, what, ref, cand, flags, _ = case
@@ -90,8 +145,9 @@ def run_case(case, device: str | None, tmp: Path, timeout: float, warm_judge: bo
     out.unlink(missing_ok=True)
     t0 = time.perf_counter()
     try:
-        r = subprocess.run(command(ref, cand, flags, device, out, tmp), capture_output=True, text=True,
-                           timeout=timeout, cwd=tmp)
+        r = subprocess.run(
+            command(ref, cand, flags, device, out, tmp), capture_output=True, text=True, timeout=timeout, cwd=tmp
+        )
         lines = r.stdout.strip().splitlines()
         verdict = lines[-1] if lines else (r.stderr.strip().splitlines() or ["no output"])[-1]
     except subprocess.TimeoutExpired:
@@ -102,11 +158,21 @@ def run_case(case, device: str | None, tmp: Path, timeout: float, warm_judge: bo
     if warm_judge and "elapsed_s" in rec:  # the judge ran in the warm judge's process: the rest is the command's
         stages = {"the command around the warm judge": wall - rec["elapsed_s"], **stages}
     elif "process_s_before_judge" in rec and "elapsed_s" in rec:  # the command's wall time around the judge's own
-        stages = {"before the judge": rec["process_s_before_judge"], **stages,
-                  "after the verdict": wall - rec["process_s_before_judge"] - rec["elapsed_s"]}
-    return {"case": name, "what": what, "verdict": verdict, "wall_s": round(wall, 2), "stages": stages,
-            "detail": rec.get("stage_detail", {}), "box_ahead": rec.get("boxes_started_ahead"),
-            "box_missed": rec.get("boxes_passed_over", [])}
+        stages = {
+            "before the judge": rec["process_s_before_judge"],
+            **stages,
+            "after the verdict": wall - rec["process_s_before_judge"] - rec["elapsed_s"],
+        }
+    return {
+        "case": name,
+        "what": what,
+        "verdict": verdict,
+        "wall_s": round(wall, 2),
+        "stages": stages,
+        "detail": rec.get("stage_detail", {}),
+        "box_ahead": rec.get("boxes_started_ahead"),
+        "box_missed": rec.get("boxes_passed_over", []),
+    }
 
 
 def run_batch_case(case, n: int, slots: int, device: str | None, tmp: Path, timeout: float) -> dict:
@@ -129,7 +195,7 @@ def run_batch_case(case, n: int, slots: int, device: str | None, tmp: Path, time
     out = tmp / f"{name}_batch.jsonl"
     out.unlink(missing_ok=True)
     i = argv.index("--candidate")
-    argv = argv[:i + 1] + copies + argv[i + 2:]
+    argv = argv[: i + 1] + copies + argv[i + 2 :]
     argv = [a for a in argv if a not in ("--json", str(tmp / "unused.json"))]
     argv += ["--out", str(out)] + (["--gpus", ",".join(["0"] * slots)] if device != "cpu" else [])
     t0 = time.perf_counter()
@@ -147,16 +213,24 @@ def run_batch_case(case, n: int, slots: int, device: str | None, tmp: Path, time
     mid = min(warm, key=lambda d: abs(float(d["elapsed_s"]) - walls[len(walls) // 2]))
     rec = mid.get("record") or {}
     verdicts = {d["verdict"].split(" (")[0] for d in lines}
-    return {"case": f"{name} x{n}", "what": f"{what}; batch of {n} on {slots} slot(s)",
-            "verdict": " / ".join(sorted(verdicts)), "wall_s": walls[len(walls) // 2], "walls": walls,
-            "batch_wall_s": round(wall, 1), "per_hour": round(len(lines) / wall * 3600),
-            "stages": dict(rec.get("stage_seconds", {})), "detail": rec.get("stage_detail", {})}
+    return {
+        "case": f"{name} x{n}",
+        "what": f"{what}; batch of {n} on {slots} slot(s)",
+        "verdict": " / ".join(sorted(verdicts)),
+        "wall_s": walls[len(walls) // 2],
+        "walls": walls,
+        "batch_wall_s": round(wall, 1),
+        "per_hour": round(len(lines) / wall * 3600),
+        "stages": dict(rec.get("stage_seconds", {})),
+        "detail": rec.get("stage_detail", {}),
+    }
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| case | what | verdict | wall s (range) | box started ahead | stages (s) "
-           "| inside them, largest first (s) |",
-           "|---|---|---|---|---|---|---|"]
+    out = [
+        "| case | what | verdict | wall s (range) | box started ahead | stages (s) | inside them, largest first (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         v = r["verdict"].split(" (")[0] if r["verdict"].startswith("accepted") else r["verdict"][:90]
         st = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
@@ -177,18 +251,34 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="cases whose name contains this")
     ap.add_argument("--warm", action="store_true", help="run each case once untimed first (builds cached)")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs per case (the table shows the median)")
-    ap.add_argument("--warm-judge", action="store_true",
-                    help="each command with run.py --warm (a judge kept warm between commands); the untimed first "
-                         "run of each case (--warm) starts it, and it is stopped at the end")
-    ap.add_argument("--edited", action="store_true",
-                    help="each command's candidate a new version of the case's file (the same path, new contents)")
-    ap.add_argument("--pause", type=float, default=0.0, metavar="S",
-                    help="seconds between commands, not timed (a loop writing its next candidate meanwhile)")
+    ap.add_argument(
+        "--warm-judge",
+        action="store_true",
+        help="each command with run.py --warm (a judge kept warm between commands); the untimed first "
+        "run of each case (--warm) starts it, and it is stopped at the end",
+    )
+    ap.add_argument(
+        "--edited",
+        action="store_true",
+        help="each command's candidate a new version of the case's file (the same path, new contents)",
+    )
+    ap.add_argument(
+        "--pause",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds between commands, not timed (a loop writing its next candidate meanwhile)",
+    )
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", metavar="PATH", help="write every run's figures here")
-    ap.add_argument("--batch", type=int, default=0, metavar="N",
-                    help="judge each case's candidate N times in one batch (warm slots) instead of one command each; "
-                         "the wall column is a job's own seconds, median of all but each slot's first")
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        metavar="N",
+        help="judge each case's candidate N times in one batch (warm slots) instead of one command each; "
+        "the wall column is a job's own seconds, median of all but each slot's first",
+    )
     ap.add_argument("--slots", type=int, default=1, help="with --batch: slots on GPU 0")
     args = ap.parse_args(argv)
     cases = [c for c in CASES if args.only in c[0] and (args.device != "cpu" or c[5])]
@@ -198,8 +288,12 @@ def main(argv=None) -> int:
         for case in cases:
             if args.batch:
                 rows.append(run_batch_case(case, args.batch, args.slots, args.device, tmp, args.timeout))
-                print(table(rows[-1:]).splitlines()[-1] + f" batch wall {rows[-1].get('batch_wall_s')} s, "
-                      f"{rows[-1].get('per_hour')} verdicts/h", file=sys.stderr, flush=True)
+                print(
+                    table(rows[-1:]).splitlines()[-1] + f" batch wall {rows[-1].get('batch_wall_s')} s, "
+                    f"{rows[-1].get('per_hour')} verdicts/h",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if args.json:
                     Path(args.json).write_text(json.dumps(rows, indent=1))
                 continue

@@ -14,8 +14,12 @@ for name, (m, k, n, scale) in {"bench": (1024, 8192, 8192, 1.0), "large_values":
     x = (torch.randn(m, k, device="cuda") * scale) if scale != 1.0 else torch.rand(m, k, device="cuda")
     w, b = lin.weight.detach(), lin.bias.detach()
     wt = w.t().contiguous()
-    fns = {"F.linear": lambda: F.linear(x, w, b), "mm(x,Wt)+b": lambda: torch.mm(x, wt) + b,
-           "addmm(b,x,Wt)": lambda: torch.addmm(b, x, wt), "mm(x,Wt)": lambda: torch.mm(x, wt)}
+    fns = {
+        "F.linear": lambda: F.linear(x, w, b),
+        "mm(x,Wt)+b": lambda: torch.mm(x, wt) + b,
+        "addmm(b,x,Wt)": lambda: torch.addmm(b, x, wt),
+        "mm(x,Wt)": lambda: torch.mm(x, wt),
+    }
     ref = F.linear(x.double(), w.double(), b.double())
     for k_, f in fns.items():
         if k_ == "mm(x,Wt)":
@@ -24,9 +28,11 @@ for name, (m, k, n, scale) in {"bench": (1024, 8192, 8192, 1.0), "large_values":
         e = harness.rel_error(y, ref)
         zs = torch.softmax(F.gelu(y), 1)
         ez = harness.rel_error(zs, torch.softmax(F.gelu(ref), 1))
-        print(f"{name} {k_:14s} y relL2 {e.rel_l2:.2e} worst row {e.worst_row:.2e} | "
-              f"gelu+softmax relL2 {ez.rel_l2:.2e} worst row {ez.worst_row:.2e} | "
-              f"equal to F.linear: {torch.equal(y, F.linear(x, w, b))}")
+        print(
+            f"{name} {k_:14s} y relL2 {e.rel_l2:.2e} worst row {e.worst_row:.2e} | "
+            f"gelu+softmax relL2 {ez.rel_l2:.2e} worst row {ez.worst_row:.2e} | "
+            f"equal to F.linear: {torch.equal(y, F.linear(x, w, b))}"
+        )
     if name == "bench":
         t = harness.bench_interleaved(fns, min_reps=10, max_reps=30, budget_s=15)
         for k_, v in t.items():

@@ -12,6 +12,7 @@ loop would let one combination's dirty lines be paid for by the next.
 
   python -m bench.matmul_sum_max_mean_lse.flush_ab
 """
+
 import torch
 
 import harness
@@ -46,8 +47,10 @@ def main():
         models[f"{var} {'cached' if cache else 'uncached'}"] = m
     other = torch.empty_like(x)
     rows = {k: (lambda m=m: m(x)) for k, m in models.items()}
-    rows["read W + x (bw probe)"] = lambda: (bw.probe_read(ops.w, ops.vb, ops.nsm, 8, True),
-                                             bw.probe_read(x, ops.vb, ops.nsm, 8, True))
+    rows["read W + x (bw probe)"] = lambda: (
+        bw.probe_read(ops.w, ops.vb, ops.nsm, 8, True),
+        bw.probe_read(x, ops.vb, ops.nsm, 8, True),
+    )
     rows["torch copy of x (32 MiB)"] = lambda: other.copy_(x)
     seeds = iter(range(1 << 30))
 
@@ -56,20 +59,28 @@ def main():
         x.copy_(src)
 
     l2 = harness.build_path(harness.PROBES / "l2.cu").ops
-    flushes = {"none": lambda: None, "read": harness.L2Flusher(), "write": WriteFlush(),
-               "write + discard": WriteFlush(l2.discard_l2)}
+    flushes = {
+        "none": lambda: None,
+        "read": harness.L2Flusher(),
+        "write": WriteFlush(),
+        "write + discard": WriteFlush(l2.discard_l2),
+    }
     befores = {"-": None, "inputs refilled": refill}
     res = {}
     with torch.no_grad():
         for fn, flush in flushes.items():
             for bn, before in befores.items():
-                res[(fn, bn)] = harness.bench_interleaved(rows, min_reps=20, max_reps=40, budget_s=15,
-                                                          before=before, flush=flush)
+                res[(fn, bn)] = harness.bench_interleaved(
+                    rows, min_reps=20, max_reps=40, budget_s=15, before=before, flush=flush
+                )
     print(f"{torch.cuda.get_device_name()}, median us (IQR)\n")
     print("| flush | before the call | " + " | ".join(rows) + " |\n|---|---|" + "---|" * len(rows))
     for (fn, bn), t in res.items():
-        print(f"| {fn} | {bn} | " + " | ".join(f"{1e3 * t[k].median_ms:.1f} ({1e3 * t[k].iqr_ms:.1f})"
-                                              for k in rows) + " |")
+        print(
+            f"| {fn} | {bn} | "
+            + " | ".join(f"{1e3 * t[k].median_ms:.1f} ({1e3 * t[k].iqr_ms:.1f})" for k in rows)
+            + " |"
+        )
 
 
 if __name__ == "__main__":

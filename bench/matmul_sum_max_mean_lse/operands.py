@@ -1,6 +1,7 @@
 """The benchmark operands and buffers that bench/matmul_sum_max_mean_lse/ab.py, flush_ab.py and phases_ab.py share: the
 Linear at the problem's bench shape (1024x8192 @ 8192x8192, seeded), x, the float64 reference x @ W.sum(0) + b.sum(),
 and the v / bsum / scratch / out buffers a rung's colsum_gemv_forward takes, sized as ModelNew sizes them."""
+
 from types import SimpleNamespace
 
 import torch
@@ -32,6 +33,19 @@ def bench_operands(seed: int = 0) -> SimpleNamespace:
     ref = (x.double() @ w.double().sum(0) + b.double().sum()).unsqueeze(1)
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
     vb, part, out = buffers(w, x, nsm)
-    return SimpleNamespace(B=B, I=I, O=O, lin=lin, w=w, b=b, x=x, ref=ref, nsm=nsm,
-                           f64=dict(device="cuda", dtype=torch.float64), vb=vb, part=part, out=out,
-                           args=(w, b, x, part, vb[:-1], vb[-1:], out))
+    return SimpleNamespace(
+        B=B,
+        I=I,
+        O=O,
+        lin=lin,
+        w=w,
+        b=b,
+        x=x,
+        ref=ref,
+        nsm=nsm,
+        f64=dict(device="cuda", dtype=torch.float64),
+        vb=vb,
+        part=part,
+        out=out,
+        args=(w, b, x, part, vb[:-1], vb[-1:], out),
+    )

@@ -8,14 +8,24 @@ bench operands and on the problem's declared odd cases; last, per-phase globalti
 
   python -m bench.matmul_sum_max_mean_lse.phases_ab
 """
+
 import torch
 
 import harness
 import models.matmul_sum_max_mean_lse as lse
 from bench.matmul_sum_max_mean_lse.operands import bench_operands, forward_args
 
-CFGS = {0: "P1 XU4", 1: "P2 XU2", 2: "P2 XU4", 3: "P4 XU2", 4: "P4 XU4", 5: "P1, x smem 192K",
-        6: "P1, x smem 192K, early rows", 7: "P1, x smem 192K, early rows, copy at half", 8: "P1, early rows"}
+CFGS = {
+    0: "P1 XU4",
+    1: "P2 XU2",
+    2: "P2 XU4",
+    3: "P4 XU2",
+    4: "P4 XU4",
+    5: "P1, x smem 192K",
+    6: "P1, x smem 192K, early rows",
+    7: "P1, x smem 192K, early rows, copy at half",
+    8: "P1, early rows",
+}
 FLOORS = {10: "P1, no x", 12: "P2, no x", 14: "P4, no x"}
 
 
@@ -73,8 +83,10 @@ def main():
         fns[f"6_phases {n}"] = lambda c=c: k6.tune_forward(*a, c, notrace)
     for var, m in models.items():
         fns[f"ModelNew {var} cache=False"] = lambda m=m: m(ops.x)
-    fns["read W + x (bw probe)"] = lambda: (bw.probe_read(ops.w, ops.vb, ops.nsm, 8, True),
-                                            bw.probe_read(ops.x, ops.vb, ops.nsm, 8, True))
+    fns["read W + x (bw probe)"] = lambda: (
+        bw.probe_read(ops.w, ops.vb, ops.nsm, 8, True),
+        bw.probe_read(ops.x, ops.vb, ops.nsm, 8, True),
+    )
     with torch.no_grad():
         t = harness.bench_interleaved(fns, min_reps=20, max_reps=60, budget_s=60)
     nbytes = 4 * (ops.O * ops.I + ops.B * ops.I)
@@ -82,8 +94,10 @@ def main():
     print(f"\n{torch.cuda.get_device_name()}\n")
     print("| call | median us | IQR us | GB/s (288 MiB) | read / call |\n|---|---|---|---|---|")
     for k, v in t.items():
-        print(f"| {k} | {1e3 * v.median_ms:.1f} | {1e3 * v.iqr_ms:.1f} | {nbytes / (v.median_ms * 1e-3) / 1e9:,.0f} | "
-              f"{100 * read / v.median_ms:.1f}% |")
+        print(
+            f"| {k} | {1e3 * v.median_ms:.1f} | {1e3 * v.iqr_ms:.1f} | {nbytes / (v.median_ms * 1e-3) / 1e9:,.0f} | "
+            f"{100 * read / v.median_ms:.1f}% |"
+        )
 
     # Where the time goes: per-CTA globaltimer stamps (one L2-flushed call each).
     tiles = -(-ops.I // 64)

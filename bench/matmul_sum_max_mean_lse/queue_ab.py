@@ -5,6 +5,7 @@ read-flushed, interleaved (harness.bench_interleaved). Every kernel is checked f
 bit-identical). Then one traced call of the chosen configuration: when the W units, the dot units and the whole
 queue end, relative to the first item's start (--trace-lag3: of the configuration with dots 3 tiles behind).
 """
+
 import sys
 
 import torch
@@ -21,8 +22,14 @@ k4 = harness.Kernel("matmul_sum_max_mean_lse", "4_overlap", experiments=True)
 k5 = harness.Kernel("matmul_sum_max_mean_lse", "5_queue", experiments=True)
 probe = harness.build_path(harness.PROBES / "bw.cu").ops
 notrace = torch.empty(0, dtype=torch.int64, device="cuda")
-CFG5 = {0: "TC512 lag3 UR256", 1: "TC512 lag3 UR512", 2: "TC256 lag4 UR256", 3: "TC512 dots last UR256",
-        4: "TC256 CU8 2/SM lag4 UR256", 5: "TC512 lag6 UR256"}
+CFG5 = {
+    0: "TC512 lag3 UR256",
+    1: "TC512 lag3 UR512",
+    2: "TC256 lag4 UR256",
+    3: "TC512 dots last UR256",
+    4: "TC256 CU8 2/SM lag4 UR256",
+    5: "TC512 lag6 UR256",
+}
 fns = {"4_overlap": lambda: k4.colsum_gemv_forward(*args)}
 for cfg, nm in CFG5.items():
     fns[f"5_queue {nm}"] = lambda cfg=cfg: k5.tune_forward(*args, cfg, notrace)
@@ -79,8 +86,10 @@ assert len(kind) == nitems
 kind, tile = torch.tensor([ord(c) for c in kind]), torch.tensor(tile)
 trace = torch.zeros(2 * nitems + 64, dtype=torch.int64, device="cuda")
 flush = harness.L2Flusher()
-print("\n| call | W units end | dots end | queue end | W unit median / max us | dot unit median / max us | "
-      "last tile's dots start after W end |\n|---|---|---|---|---|---|---|")
+print(
+    "\n| call | W units end | dots end | queue end | W unit median / max us | dot unit median / max us | "
+    "last tile's dots start after W end |\n|---|---|---|---|---|---|---|"
+)
 for rep in range(3):
     trace.zero_()
     flush()
@@ -92,5 +101,7 @@ for rep in range(3):
     wend, dend = tr[wi, 1].max(), tr[di, 1].max()
     wd, dd = tr[wi, 1] - tr[wi, 0], tr[di, 1] - tr[di, 0]
     last = tr[di & (tile == T - 1), 0].min() - wend
-    print(f"| {rep} | {wend:.1f} | {dend:.1f} | {tr[:, 1].max():.1f} | {wd.median():.2f} / {wd.max():.2f} | "
-          f"{dd.median():.2f} / {dd.max():.2f} | {last:.1f} |")
+    print(
+        f"| {rep} | {wend:.1f} | {dend:.1f} | {tr[:, 1].max():.1f} | {wd.median():.2f} / {wd.max():.2f} | "
+        f"{dd.median():.2f} / {dd.max():.2f} | {last:.1f} |"
+    )

@@ -5,6 +5,7 @@ staggers (its A/B hook). Each path is first checked against float64 on ~40 rows.
 
     python -m bench.softmax.backward_ab [--rows 4096] [--cols 393216] [--staggers 0,2246]
 """
+
 import argparse
 
 import torch
@@ -26,8 +27,9 @@ dx = torch.empty_like(y)
 pick = slice(0, args.rows, max(1, args.rows // 40))
 yd, gd = y[pick].double(), dy[pick].double()
 ref = yd * (gd - (yd * gd).sum(1, keepdim=True))
-paths = {v: (lambda k=harness.Kernel("softmax_backward", v): k.softmax_backward(y, dy, dx))
-         for v in args.variants.split(",")}
+paths = {
+    v: (lambda k=harness.Kernel("softmax_backward", v): k.softmax_backward(y, dy, dx)) for v in args.variants.split(",")
+}
 if "3_bulk" in paths:
     ab = harness.Kernel("softmax_backward", "3_bulk", experiments=True)
     for s in (int(v) for v in args.staggers.split(",") if v):
@@ -42,17 +44,24 @@ model = Model()
 compiled = torch.compile(model, dynamic=False)
 src = torch.empty_like(y)
 with torch.no_grad():
-    t = harness.bench_interleaved({"copy_": lambda: dx.copy_(src), "eager": lambda: model(y, dy),
-                                   "compile": lambda: compiled(y, dy), **paths},
-                                  min_reps=8, max_reps=20, budget_s=40)
+    t = harness.bench_interleaved(
+        {"copy_": lambda: dx.copy_(src), "eager": lambda: model(y, dy), "compile": lambda: compiled(y, dy), **paths},
+        min_reps=8,
+        max_reps=20,
+        budget_s=40,
+    )
 floor = 3 * y.numel() * 4
 copy = 2 * y.numel() * 4 / (t["copy_"].median_ms * 1e-3) / 1e9
-print(f"\n{args.rows}x{args.cols} fp32, {torch.cuda.get_device_name()}, copy_ {copy:,.0f} GB/s\n"
-      "| path | median ms | IQR ms | GB/s of the floor | % of copy_ | vs eager | vs compile |\n"
-      "|---|---|---|---|---|---|---|")
+print(
+    f"\n{args.rows}x{args.cols} fp32, {torch.cuda.get_device_name()}, copy_ {copy:,.0f} GB/s\n"
+    "| path | median ms | IQR ms | GB/s of the floor | % of copy_ | vs eager | vs compile |\n"
+    "|---|---|---|---|---|---|---|"
+)
 for k, v in t.items():
     if k == "copy_":
         continue
     gbs = floor / (v.median_ms * 1e-3) / 1e9
-    print(f"| {k} | {v.median_ms:.3f} | {v.iqr_ms:.3f} | {gbs:,.0f} | {100 * gbs / copy:.1f}% | "
-          f"{t['eager'].median_ms / v.median_ms:.2f}x | {t['compile'].median_ms / v.median_ms:.2f}x |")
+    print(
+        f"| {k} | {v.median_ms:.3f} | {v.iqr_ms:.3f} | {gbs:,.0f} | {100 * gbs / copy:.1f}% | "
+        f"{t['eager'].median_ms / v.median_ms:.2f}x | {t['compile'].median_ms / v.median_ms:.2f}x |"
+    )

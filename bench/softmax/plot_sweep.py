@@ -4,6 +4,7 @@
 Needs matplotlib (not in requirements.txt: the plot is optional). The table is the last (newest) one whose header
 starts with '| cols | rows | eager'; its caption above gives the copy ceiling ('copy ceiling N GB/s').
 """
+
 import argparse
 import re
 import sys
@@ -22,11 +23,11 @@ if start is None:
     sys.exit("no sweep table ('| cols | rows | eager ...') in " + args.readme)
 head = [c.strip() for c in lines[start].strip("|").split("|")]
 rows = []
-for l in lines[start + 2:]:
+for l in lines[start + 2 :]:
     if not l.startswith("|"):
         break
     rows.append([c.strip() for c in l.strip("|").split("|")])
-caption = " ".join(lines[max(0, start - 4):start])
+caption = " ".join(lines[max(0, start - 4) : start])
 m = re.search(r"copy ceiling ([\d,]+) GB/s", caption)
 ceiling = float(m.group(1).replace(",", "")) if m else None
 
@@ -38,5 +39,14 @@ def col(name):
 from kp.observe.plot import bandwidth_curve
 
 series = {{"auto": "ours (ModelNew auto)"}.get(n, "torch " + n): col(n) for n in ("eager", "compile", "auto")}
-print("wrote", bandwidth_curve(col("cols"), series, ceiling, args.out,
-                               xlabel="columns (rows chosen for ~6.4 GB of input)", title="fp32 softmax on H200"))
+print(
+    "wrote",
+    bandwidth_curve(
+        col("cols"),
+        series,
+        ceiling,
+        args.out,
+        xlabel="columns (rows chosen for ~6.4 GB of input)",
+        title="fp32 softmax on H200",
+    ),
+)

@@ -10,6 +10,7 @@ there, with its reason. A candidate a build ahead has imported cleanly before (i
 not imported again: on a corpus judged a second time its 200 imports, 16 at a time, took 270 s of the cores beside
 the slots for builds that were all there.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -87,6 +88,7 @@ def own_builders(jobs: list[Job]) -> list[Job]:
 def built_before(path: str | Path) -> bool:
     """Whether a build ahead imported this candidate file (these contents, this torch) cleanly before."""
     from kp.box.builds import BUILT, candidate_build_dir
+
     return (candidate_build_dir(path) / BUILT).exists()
 
 
@@ -121,6 +123,7 @@ def build_one(job: Job, timeout_s: float) -> str | None:
     from kp.box import sandbox
     from kp.box.builds import BUILDING, BUILT, candidate_build_dir
     from kp.judge.runners import candidate_runner
+
     opts = dict(job.opts)
     try:  # a slot whose job reaches the candidate meanwhile waits for this build (kp.box.start.Box.lend)
         mark = candidate_build_dir(job.candidate) / BUILDING
@@ -139,10 +142,17 @@ def build_one(job: Job, timeout_s: float) -> str | None:
 def _build_in_box(job: Job, opts: dict, timeout_s: float, sandbox, candidate_runner) -> tuple[str | None, bool]:
     """(None, or why it did not import; whether what it built is in its cache folder now)."""
     try:
-        runner = candidate_runner(job.ref, job.candidate, "cpu", opts.get("precision") or "fp32", lambda msg: False,
-                                  boxed=sandbox.choice(opts.get("sandbox", True))[0],
-                                  train=opts.get("mode", "train") == "train",
-                                  deadline=time.monotonic() + timeout_s, limit_s=timeout_s)
+        runner = candidate_runner(
+            job.ref,
+            job.candidate,
+            "cpu",
+            opts.get("precision") or "fp32",
+            lambda msg: False,
+            boxed=sandbox.choice(opts.get("sandbox", True))[0],
+            train=opts.get("mode", "train") == "train",
+            deadline=time.monotonic() + timeout_s,
+            limit_s=timeout_s,
+        )
     except Exception as e:
         return f"{type(e).__name__}: {e}", False
     why = None
@@ -166,6 +176,7 @@ def build_ahead(jobs: list[Job], procs: int, timeout_s: float, log=print) -> dic
         return {}
     from kp.batch.usage import CpuUse
     from kp.box import pch
+
     t0, cpu = time.perf_counter(), CpuUse()
     try:  # torch's header precompiled beside the first builds, for all that start after it is there
         pch.start(pch.variants(j.candidate for j in jobs))
@@ -173,13 +184,19 @@ def build_ahead(jobs: list[Job], procs: int, timeout_s: float, log=print) -> dic
         log(f"[kp] torch's header not precompiled ({type(e).__name__}: {e}): the builds parse it each")
     log(f"[kp] building {len(jobs)} candidates' own extensions ahead of judging, {procs} at a time")
     with ThreadPoolExecutor(max_workers=procs) as pool:
-        res = dict(zip((j.candidate for j in jobs),
-                       pool.map(lambda j: build_one(j, timeout_s * min(builds_in(j.candidate), LIMITS_MOST)), jobs)))
+        res = dict(
+            zip(
+                (j.candidate for j in jobs),
+                pool.map(lambda j: build_one(j, timeout_s * min(builds_in(j.candidate), LIMITS_MOST)), jobs),
+            )
+        )
     bad = sum(v is not None for v in res.values())
     busy = cpu.busy()  # near 100%: the builds are bound by the cores (with the slots' judging beside them)
-    log(f"[kp] built ahead in {time.perf_counter() - t0:.0f} s"
+    log(
+        f"[kp] built ahead in {time.perf_counter() - t0:.0f} s"
         + (f", its {len(cpu.cores)} cores {100 * busy:.0f}% busy meanwhile" if busy is not None else "")
-        + (f"; {bad} did not import (the judging says why)" if bad else ""))
+        + (f"; {bad} did not import (the judging says why)" if bad else "")
+    )
     return res
 
 
@@ -208,21 +225,26 @@ def build_ahead_of_slots(jobs: list[Job], gpus: list[str | None], timeout_s: flo
     ahead = enough(todo, len(gpus), procs)
     found = len(own) - len(todo)
     if found:
-        print(f"[kp] {found} candidates' own extensions found built by an earlier batch: not built ahead again",
-              file=sys.stderr, flush=True)
+        print(
+            f"[kp] {found} candidates' own extensions found built by an earlier batch: not built ahead again",
+            file=sys.stderr,
+            flush=True,
+        )
     if not ahead:
         return jobs, None
     import threading
+
     starts, ends = schedule(ahead, procs)
     # the candidates that build nothing first, then the rest as their builds are expected to end
-    order = [j for j in jobs if j.candidate not in ends] + sorted((j for j in jobs if j.candidate in ends),
-                                                                   key=lambda j: ends[j.candidate])
+    order = [j for j in jobs if j.candidate not in ends] + sorted(
+        (j for j in jobs if j.candidate in ends), key=lambda j: ends[j.candidate]
+    )
     env = {"CUDA_VISIBLE_DEVICES": gpus[0]} if gpus[0] is not None else {}
 
     def run() -> None:
         with _environment(env):
-            build_ahead(starts, procs, timeout_s,
-                        log=lambda s: print(s, file=sys.stderr, flush=True))
+            build_ahead(starts, procs, timeout_s, log=lambda s: print(s, file=sys.stderr, flush=True))
+
     thread = threading.Thread(target=run, name="kp-build-ahead", daemon=True)
     thread.start()
     return order, thread

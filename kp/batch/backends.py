@@ -1,5 +1,6 @@
 """Where a batch's jobs run: the slots of this host (kp.batch.slots), one or more per GPU, or Ray tasks that each
 ask for one GPU; the progress bar, and each finished job appended to the results file at once."""
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,7 @@ class Progress:
         except ImportError:  # in requirements.txt; without it, the one line per finished job only
             enabled, tqdm = False, _NoBar
         # a bar on a terminal; elsewhere (a log, a pipe) only the one line per finished job
-        self.bar = tqdm(total=total, unit="job", disable=None if enabled else True, dynamic_ncols=True,
-                        file=sys.stderr)
+        self.bar = tqdm(total=total, unit="job", disable=None if enabled else True, dynamic_ncols=True, file=sys.stderr)
         self.counts = dict.fromkeys(STATUSES, 0)
         self.activity: dict[str, str] = {}
 
@@ -85,17 +85,35 @@ def short_verdict(line: dict) -> str:
     return f"rejected: {said[:100]}{secs}"
 
 
-def _record(out: Path | None, job: Job, key: str, res: dict, where: str, results: list, progress: Progress,
-            twins: dict | None = None) -> None:
+def _record(
+    out: Path | None,
+    job: Job,
+    key: str,
+    res: dict,
+    where: str,
+    results: list,
+    progress: Progress,
+    twins: dict | None = None,
+) -> None:
     """The job's result line, written to `out` at once; then one for each file of the run identical to it (same
     contents and options: `twins`), the same verdict with `same_as` naming the file judged."""
     status = jobfile.status_of(res)
     failure = (res.get("record") or {}).get("failure") or res.get("failure")
-    line = {"key": key, "job": {"name": job.name, **job.as_dict()}, "gpu": where, "status": status,
-            "failure": failure, "ok": res["ok"], "verdict": res["verdict"], "elapsed_s": res.get("elapsed_s"),
-            "gpu_name": res.get("gpu_name"),
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "summary": summary(res), "log": res.get("log", []), "record": res.get("record")}
+    line = {
+        "key": key,
+        "job": {"name": job.name, **job.as_dict()},
+        "gpu": where,
+        "status": status,
+        "failure": failure,
+        "ok": res["ok"],
+        "verdict": res["verdict"],
+        "elapsed_s": res.get("elapsed_s"),
+        "gpu_name": res.get("gpu_name"),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "summary": summary(res),
+        "log": res.get("log", []),
+        "record": res.get("record"),
+    }
     for k in ("traceback", "slot_broken"):  # slot_broken: the job left its slot's GPU context unusable (restarted)
         if res.get(k):
             line[k] = res[k]
@@ -119,12 +137,21 @@ def throughput(results: list[dict], wall_s: float, slots: int | None) -> str:
     per_hour = n / wall_s * 3600 if wall_s > 0 else 0.0
     if not slots:
         return f"{n} verdicts in {wall_s:.0f} s: {per_hour:.0f} verdicts per hour"
-    return (f"{n} verdicts in {wall_s:.0f} s: {per_hour:.0f} verdicts per hour on {slots} slot{'s' * (slots != 1)}; "
-            f"the slots were judging {100 * busy / max(wall_s * slots, 1e-9):.0f}% of the time")
+    return (
+        f"{n} verdicts in {wall_s:.0f} s: {per_hour:.0f} verdicts per hour on {slots} slot{'s' * (slots != 1)}; "
+        f"the slots were judging {100 * busy / max(wall_s * slots, 1e-9):.0f}% of the time"
+    )
 
 
-def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S,
-              progress: bool = True, log_dir: Path | None = None, build_jobs: int | None = None) -> list[dict]:
+def run_local(
+    jobs: list[Job],
+    gpus: list[str | None],
+    out: Path | None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    progress: bool = True,
+    log_dir: Path | None = None,
+    build_jobs: int | None = None,
+) -> list[dict]:
     """Every job on the slots of this host, one per entry of `gpus` (None: a CPU slot). Returns the result lines
     of this run (jobs already in `out` are skipped). build_jobs: candidates built ahead at once (None: one per core,
     kp.batch.ahead.builders). A job that got no verdict for want of GPU memory (beside the
@@ -140,8 +167,10 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
     forks = _forks_workers([job for job, _ in todo])
-    slots = [Slot(g, str(log_dir / f"slot{i}.log") if log_dir else None, forks, job_first=i < len(todo))
-             for i, g in enumerate(gpus)]
+    slots = [
+        Slot(g, str(log_dir / f"slot{i}.log") if log_dir else None, forks, job_first=i < len(todo))
+        for i, g in enumerate(gpus)
+    ]
     names = [f"gpu{g}" if g is not None else f"cpu{i}" for i, g in enumerate(gpus)]
     shared = {g for g in gpus if g is not None and gpus.count(g) > 1}
     again: list[tuple[Job, str]] = []
@@ -153,15 +182,22 @@ def run_local(jobs: list[Job], gpus: list[str | None], out: Path | None, timeout
         # A GPU of its own slot is shared too: with the boxes the slot starts ahead for its next jobs
         if res.get("gpu_memory") and slot.gpu is not None:
             again.append((job, key))
-            bar.bar.write(f"{name:>4}  {job.name}: no verdict for want of GPU memory beside other "
-                          f"{'slots' if slot.gpu in shared else 'processes'}; judged again at the end with the GPU to "
-                          f"itself", file=sys.stderr)
+            bar.bar.write(
+                f"{name:>4}  {job.name}: no verdict for want of GPU memory beside other "
+                f"{'slots' if slot.gpu in shared else 'processes'}; judged again at the end with the GPU to "
+                f"itself",
+                file=sys.stderr,
+            )
         elif res.get("died") and len(slots) > 1:  # killed from outside (the host's memory, most likely): no verdict
             again.append((job, key))
-            bar.bar.write(f"{name:>4}  {job.name}: no verdict: the judge's process died ({res['died']}); judged "
-                          f"again at the end, alone", file=sys.stderr)
+            bar.bar.write(
+                f"{name:>4}  {job.name}: no verdict: the judge's process died ({res['died']}); judged "
+                f"again at the end, alone",
+                file=sys.stderr,
+            )
         else:
             record(slot, name, job, key, res)
+
     try:
         _drain(deque(todo), list(zip(slots, names)), timeout_s, bar, first_try)
         if again:
@@ -206,8 +242,15 @@ def ahead(slots: int) -> int:
     return max(1, min(AHEAD_MOST, (os.cpu_count() or 1) // (2 * max(slots, 1))))
 
 
-def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: Progress, finished,
-           most: int | None = None, spare: bool = False) -> None:
+def _drain(
+    queue: deque,
+    slots: list[tuple[Slot, str]],
+    timeout_s: float,
+    bar: Progress,
+    finished,
+    most: int | None = None,
+    spare: bool = False,
+) -> None:
     """Run the queue's jobs on these slots until every one has finished; finished(slot, name, job, key, result).
     most: jobs a slot holds ahead, their boxes started (None: ahead(), by the cores). spare: a slot left with no
     job ahead starts a box for the file it just judged, and a job goes first to the slot that judged its file last
@@ -241,8 +284,9 @@ def _drain(queue: deque, slots: list[tuple[Slot, str]], timeout_s: float, bar: P
                 bar.set(name, "idle")
 
 
-def run_ray(jobs: list[Job], address: str, out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S,
-            progress: bool = True) -> list[dict]:
+def run_ray(
+    jobs: list[Job], address: str, out: Path | None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: bool = True
+) -> list[dict]:
     """Every job as a Ray task asking for one GPU (one CPU for --device cpu jobs); each task runs the job in a fresh
     slot with the same time limit and death handling. Ray does the scheduling across hosts."""
     try:
@@ -252,8 +296,13 @@ def run_ray(jobs: list[Job], address: str, out: Path | None, timeout_s: float = 
     todo, results, twins = _todo(jobs, out)
     if not todo:
         return results
-    ray.init(address=None if address == "local" else address, ignore_reinit_error=True, include_dashboard=False,
-             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    ray.init(
+        address=None if address == "local" else address,
+        ignore_reinit_error=True,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    )
     bar = Progress(len(todo), progress)
     tasks = {cpu: ray.remote(num_gpus=0 if cpu else 1, num_cpus=1, max_retries=0)(_ray_task) for cpu in (False, True)}
     pending = {tasks[dict(job.opts).get("device") == "cpu"].remote(job, timeout_s): (job, key) for job, key in todo}
@@ -265,9 +314,15 @@ def run_ray(jobs: list[Job], address: str, out: Path | None, timeout_s: float = 
                 try:
                     res, where = ray.get(ref)
                 except Exception as e:  # the task's own process died (the job's slot would have said why)
-                    res, where = {"ok": False, "status": NO_VERDICT,
-                                  "verdict": f"error: ray task failed: {type(e).__name__}: {first_line(e)}",
-                                  "record": None}, "ray"
+                    res, where = (
+                        {
+                            "ok": False,
+                            "status": NO_VERDICT,
+                            "verdict": f"error: ray task failed: {type(e).__name__}: {first_line(e)}",
+                            "record": None,
+                        },
+                        "ray",
+                    )
                 _record(out, job, key, res, where, results, bar, twins)
     finally:
         bar.close()
@@ -276,6 +331,7 @@ def run_ray(jobs: list[Job], address: str, out: Path | None, timeout_s: float = 
 
 def _ray_task(job: Job, timeout_s: float):
     import socket
+
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES")  # what Ray gave this task
     where = f"{socket.gethostname()}:{gpus}" if gpus else socket.gethostname()
     return isolated_job(job, timeout_s, gpus or None), where
@@ -304,12 +360,16 @@ def _todo(jobs: list[Job], out: Path | None) -> tuple[list[tuple[Job, str]], lis
             seen.add(key)
             todo.append((job, key))
     todo = list(zip(with_reference_seeds([job for job, _ in todo], earlier), [key for _, key in todo]))
-    said = [f"{already} of {len(jobs)} jobs already recorded" if already else "",
-            f"{len(copies) + sum(map(len, twins.values()))} identical to another file (judged once, recorded for "
-            f"each)" if copies or twins else ""]
+    said = [
+        f"{already} of {len(jobs)} jobs already recorded" if already else "",
+        f"{len(copies) + sum(map(len, twins.values()))} identical to another file (judged once, recorded for each)"
+        if copies or twins
+        else "",
+    ]
     if any(said):
-        print(f"[kp] {out or 'jobs'}: {', '.join(x for x in said if x)}, {len(todo)} to run", file=sys.stderr,
-              flush=True)
+        print(
+            f"[kp] {out or 'jobs'}: {', '.join(x for x in said if x)}, {len(todo)} to run", file=sys.stderr, flush=True
+        )
     return todo, copies, twins
 
 
@@ -318,6 +378,7 @@ def _own_results_file(out: Path):
     it ends); a second run on the same file is refused at once, naming the first, rather than judging every job
     again beside it."""
     import fcntl
+
     out.parent.mkdir(parents=True, exist_ok=True)
     f = open(out.with_name(out.name + ".lock"), "a+")
     try:
@@ -372,8 +433,11 @@ def run_batch(args, opts: JudgeOptions) -> int:
     if out is not None:
         print(f"records: {out}" + (f"; the judges' own output: {log_dir}/" if log_dir and log_dir.exists() else ""))
     if stopped:
-        print(f"interrupted: {len(lines)} of {len(jobs)} jobs have a verdict" +
-              ("; the same command again judges only the others" if out is not None else ""), file=sys.stderr)
+        print(
+            f"interrupted: {len(lines)} of {len(jobs)} jobs have a verdict"
+            + ("; the same command again judges only the others" if out is not None else ""),
+            file=sys.stderr,
+        )
         return stopped
     return batch_exit_code([jobfile.status_of(d) for d in lines])
 

@@ -1,4 +1,5 @@
 """The GPUs a batch's slots run on: --gpus as GPU ids of this host, and --slots as how many slots each gets."""
+
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ from kp.errors import UsageError
 def gpu_list(spec: str) -> list[str]:
     """'all' -> every visible GPU; '0,1' -> those; a number N -> the first N."""
     import torch
+
     n = torch.cuda.device_count()
     if spec == "all":
         ids = [str(i) for i in range(n)]

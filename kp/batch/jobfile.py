@@ -1,6 +1,7 @@
 """What many judgements are made of and leave behind: a job (one reference with one candidate, or a built-in
 problem's own ladder, keyed by the contents that decide its verdict), the job file that lists them, and the JSON-lines
 file of results a re-run resumes from, with its table."""
+
 from __future__ import annotations
 
 import csv
@@ -94,6 +95,7 @@ def read_job_file(path: str | Path, opts: JudgeOptions | dict) -> list[Job]:
 # ---------------------------------------------------------------------------------------------------------------
 # Results that survive: one JSON line per finished job.
 
+
 def read_results(out: Path) -> list[dict]:
     """The result lines of a JSON-lines file, the latest per job and file (identical files each have theirs; a torn
     last line, from a run killed mid-write, is ignored)."""
@@ -144,9 +146,15 @@ def summary(res: dict) -> dict:
     rec = res.get("record") or {}
     timing = rec.get("timing") or {}
     rows = rec.get("rows") or {}
-    label = "candidate" if "candidate" in rows else min(
-        (k for k, r in rows.items() if r["accepted"] and k in timing), default=None,
-        key=lambda k: timing[k]["median_ms"])
+    label = (
+        "candidate"
+        if "candidate" in rows
+        else min(
+            (k for k, r in rows.items() if r["accepted"] and k in timing),
+            default=None,
+            key=lambda k: timing[k]["median_ms"],
+        )
+    )
     t = timing.get(label) if label else None
     out = {"row": None if label == "candidate" else label, "ms": t["median_ms"] if t else None}
     paired = ((rec.get("speedups") or {}).get(label) or {}) if label else {}
@@ -176,13 +184,16 @@ def format_table(lines: list[dict]) -> str:
     def sort_key(d):
         s = d.get("summary") or {}
         return (not d["ok"], -(s.get("vs_eager") or 0.0), d["job"]["name"])
+
     rows = sorted(lines, key=sort_key)
     w = max([20] + [len(d["job"]["name"]) for d in rows])
     g = max([4] + [len(str(d.get("gpu", "-"))) for d in rows])
-    cols = [("row", 16, lambda s: str(s.get("row") or "-")[-16:], "row"),
-            ("ms", 8, lambda s: f"{s['ms']:.3f}" if s.get("ms") else "-", "ms"),
-            ("vs eager", 12, lambda s: _vs(s, "eager"), "vs_eager"),
-            ("vs comp", 12, lambda s: _vs(s, "torch.compile"), "vs_torch.compile")]
+    cols = [
+        ("row", 16, lambda s: str(s.get("row") or "-")[-16:], "row"),
+        ("ms", 8, lambda s: f"{s['ms']:.3f}" if s.get("ms") else "-", "ms"),
+        ("vs eager", 12, lambda s: _vs(s, "eager"), "vs_eager"),
+        ("vs comp", 12, lambda s: _vs(s, "torch.compile"), "vs_torch.compile"),
+    ]
     cols = [c for c in cols if any((d.get("summary") or {}).get(c[3]) for d in rows)]
     out = [f"{'job':{w}} {'gpu':>{g}} " + "".join(f"{name:>{cw}} " for name, cw, _, _ in cols) + f"{'s':>5}  verdict"]
     for d in rows:
@@ -190,8 +201,11 @@ def format_table(lines: list[dict]) -> str:
         cand = ((d.get("record") or {}).get("rows") or {}).get("candidate") or {}
         frames = own_frames(cand.get("traceback"), cand.get("path"), most=1) if not d["ok"] else []
         where = f" [at {frames[0].split(' in ')[0]}]" if frames else ""
-        start = (f"{d['job']['name']:{w}} {str(d.get('gpu', '-')):>{g}} "
-                 + "".join(f"{f(s):>{cw}} " for _, cw, f, _ in cols) + f"{d.get('elapsed_s', 0):5.0f}  ")
+        start = (
+            f"{d['job']['name']:{w}} {str(d.get('gpu', '-')):>{g}} "
+            + "".join(f"{f(s):>{cw}} " for _, cw, f, _ in cols)
+            + f"{d.get('elapsed_s', 0):5.0f}  "
+        )
         said = d["verdict"]  # a row of at most VERDICT_WIDTH characters where the record can say it shorter
         if d.get("record") and len(start + said + where) > VERDICT_WIDTH and "candidate" in d["record"]["rows"]:
             said = verdict_within(d["record"], max(VERDICT_WIDTH - len(start + where), 80))
@@ -201,11 +215,17 @@ def format_table(lines: list[dict]) -> str:
     only = sum(bool(((d.get("failure") or {}).get("member"))) for d in lines)
     # references a probe passed (kp.judge.probes): counted once per reference file
     weak = {json.dumps(d["job"].get("ref")) for d in lines if ((d.get("record") or {}).get("probes") or {}).get("weak")}
-    out.append(f"{n[ACCEPTED]} accepted, {n[REJECTED]} rejected"
-               + (f" ({only} of them right at the benchmark's shape only)" if only else "")
-               + (f", {n[NO_VERDICT]} no verdict" if n[NO_VERDICT] else "")
-               + (f"; {len(weak)} reference{'s' * (len(weak) != 1)} that cannot tell a right kernel from a probe "
-                  f"(their notes say which)" if weak else ""))
+    out.append(
+        f"{n[ACCEPTED]} accepted, {n[REJECTED]} rejected"
+        + (f" ({only} of them right at the benchmark's shape only)" if only else "")
+        + (f", {n[NO_VERDICT]} no verdict" if n[NO_VERDICT] else "")
+        + (
+            f"; {len(weak)} reference{'s' * (len(weak) != 1)} that cannot tell a right kernel from a probe "
+            f"(their notes say which)"
+            if weak
+            else ""
+        )
+    )
     return "\n".join(out)
 
 

@@ -14,6 +14,7 @@ the judge runs the reference itself, as it does without a slot, moving the model
 where it made them with those arguments (made_ahead) rather than making them again. A reference file that mentions CUDA
 may put its model or inputs on the GPU as it makes them: its run ahead does all of it under the gate.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,7 @@ class RunAhead:
         self.ok, self.seq, self.built, self.reply = True, 0, None, None
         box.conn.send(args)
         box.sent, box.early = args, self
-        self.thread = threading.Thread(target=self._run, args=(prime_args, lock_path), daemon=True,
-                                       name="kp-run-ahead")
+        self.thread = threading.Thread(target=self._run, args=(prime_args, lock_path), daemon=True, name="kp-run-ahead")
         self.thread.start()
 
     def _ask(self, *msg) -> dict | None:
@@ -60,6 +60,7 @@ class RunAhead:
 
     def _run(self, prime_args: tuple, lock_path: str | None) -> None:
         from kp.lib import gpu_lock
+
         try:
             if self._ask("ready") is None:
                 self.ok = False
@@ -69,8 +70,11 @@ class RunAhead:
                 if self.built is None:
                     self.ok = False
                     return
-            gate = gpu_lock.shared_unless(self._called_off, lock_path) if lock_path else \
-                contextlib.nullcontext(not self._called_off())
+            gate = (
+                gpu_lock.shared_unless(self._called_off, lock_path)
+                if lock_path
+                else contextlib.nullcontext(not self._called_off())
+            )
             with gate as held:
                 if not held:
                     return
@@ -98,9 +102,16 @@ def wanted(job: Job) -> bool:
     """Whether this job's judge runs the reference once in its worker (no timing, on the GPU, a seed given) and its
     box (there is one only where the job is boxed) may run it ahead: at the benchmark's shape, so not with --at."""
     import torch
+
     opts = dict(job.opts)
-    return (job.candidate is not None and opts.get("bench") is False and opts.get("seed") is not None
-            and opts.get("device") in (None, "cuda") and not opts.get("at") and torch.cuda.is_available())
+    return (
+        job.candidate is not None
+        and opts.get("bench") is False
+        and opts.get("seed") is not None
+        and opts.get("device") in (None, "cuda")
+        and not opts.get("at")
+        and torch.cuda.is_available()
+    )
 
 
 def run_ahead(job: Job, box) -> None:
@@ -113,6 +124,7 @@ def run_ahead(job: Job, box) -> None:
         from kp.box.start import worker_args
         from kp.judge.reference import Reference
         from kp.lib import gpu_lock
+
         opts = dict(job.opts)
         precision = opts.get("precision") or "fp32"
         ref = Reference.load(job.ref).use_precision(precision)
@@ -139,6 +151,10 @@ def pick(free: list, plan: tuple, job: Job):
     """Of the boxes waiting, one for this job: of its plan, and running the reference ahead for this job or for none
     (a box told another job's arguments serves only that job)."""
     from kp.box.start import fits
-    mine = [b for b in free if fits(b, plan) and (b.early is None and b.sent is None or
-                                                  b.early is not None and b.early.job == job)]
+
+    mine = [
+        b
+        for b in free
+        if fits(b, plan) and (b.early is None and b.sent is None or b.early is not None and b.early.job == job)
+    ]
     return next((b for b in mine if b.early is not None), mine[0] if mine else None)

@@ -17,6 +17,7 @@ connection proves the key kept beside it.
 This module's client side imports nothing heavier than the standard library: a command that finds its server never
 imports torch.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,8 +47,11 @@ def server_key(argv: list[str]) -> str:
     """What a server is for: the device the command asks for (and the GPUs this process sees), the judge's own code,
     the KP_* settings and the interpreter."""
     device = "cpu" if _device(argv) == "cpu" else "cuda:" + os.environ.get("CUDA_VISIBLE_DEVICES", "all")
-    code = [(str(p.relative_to(ROOT)), p.stat().st_size, p.stat().st_mtime_ns)
-            for d in ("kp", "models") for p in sorted((ROOT / d).rglob("*.py"))]
+    code = [
+        (str(p.relative_to(ROOT)), p.stat().st_size, p.stat().st_mtime_ns)
+        for d in ("kp", "models")
+        for p in sorted((ROOT / d).rglob("*.py"))
+    ]
     code += [(f, (ROOT / f).stat().st_size, (ROOT / f).stat().st_mtime_ns) for f in ("run.py", "harness.py")]
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("KP_") and k not in ("KP_WARM",))
     blob = json.dumps([device, code, env, sys.executable]).encode()
@@ -85,8 +89,11 @@ def run_warm(argv: list[str]) -> int | None:
         print(f"[kp] no warm judge ({type(e).__name__}: {e}); judging in this process", file=sys.stderr)
         return None
     if conn is None:
-        print("[kp] a warm judge is starting for the next commands (`python run.py --warm-stop` ends it); this one "
-              "is judged in this process", file=sys.stderr)
+        print(
+            "[kp] a warm judge is starting for the next commands (`python run.py --warm-stop` ends it); this one "
+            "is judged in this process",
+            file=sys.stderr,
+        )
         return None
     log = _paths(key)[2]
     with conn:
@@ -106,8 +113,12 @@ def run_warm(argv: list[str]) -> int | None:
             print("error: the warm judge ended before answering; its log is " + str(log), file=sys.stderr)
             return 2
     sys.stderr.write(res.get("stderr", ""))
-    print(f"[kp] judged by the warm judge (pid {res.get('pid')}, command {res.get('served')} since its start; "
-          f"`python run.py --warm-stop` ends it)", file=sys.stderr, flush=True)
+    print(
+        f"[kp] judged by the warm judge (pid {res.get('pid')}, command {res.get('served')} since its start; "
+        f"`python run.py --warm-stop` ends it)",
+        file=sys.stderr,
+        flush=True,
+    )
     sys.stdout.write(res.get("stdout", ""))  # last: the verdict is the last line, with 2>&1 too
     return int(res.get("rc", 2))
 
@@ -118,6 +129,7 @@ def _connect(key: str, argv: list[str]):
     refuses, its key is stale) is replaced."""
     import fcntl
     from multiprocessing.connection import Client
+
     sock, keyfile, log = _paths(key)
     for attempt in range(2):
         with open(sock.with_suffix(".lock"), "w") as lock:
@@ -142,6 +154,7 @@ def _connect(key: str, argv: list[str]):
 def stop() -> int:
     """--warm-stop: every warm judge of this user ends (each finishes the command it runs first)."""
     from multiprocessing.connection import Client
+
     n = 0
     for sock in _folder().glob("*.sock"):
         try:
@@ -158,9 +171,14 @@ def stop() -> int:
 def _start_server(key: str, argv: list[str]) -> None:
     sock, keyfile, log = _paths(key)
     with open(log, "ab") as f:
-        subprocess.Popen([sys.executable, str(ROOT / "run.py"), "--warm-serve", key,
-                          json.dumps({"argv": argv, "cwd": os.getcwd()})],
-                         stdin=subprocess.DEVNULL, stdout=f, stderr=f, start_new_session=True, cwd=str(ROOT))
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "run.py"), "--warm-serve", key, json.dumps({"argv": argv, "cwd": os.getcwd()})],
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=f,
+            start_new_session=True,
+            cwd=str(ROOT),
+        )
 
 
 def serve(key: str, first: str | None = None, slot_main=None) -> int:
@@ -171,6 +189,7 @@ def serve(key: str, first: str | None = None, slot_main=None) -> int:
     line as the command line does (kp.command.warm_slot_main: handed in, the library does not import it)."""
     import threading
     from multiprocessing.connection import Listener
+
     sock, keyfile, _ = _paths(key)
     authkey = secrets.token_bytes(32)
     sock.unlink(missing_ok=True)
@@ -180,6 +199,7 @@ def serve(key: str, first: str | None = None, slot_main=None) -> int:
     os.write(fd, authkey)
     os.close(fd)
     from kp.batch.slots import DEFAULT_TIMEOUT_S, Slot
+
     # on the GPUs this process sees, as the command that started it saw them; slot_main runs command lines
     slot = Slot(None, None, **({"main": slot_main} if slot_main else {}))
     first = json.loads(first) if first else None
@@ -192,7 +212,7 @@ def serve(key: str, first: str | None = None, slot_main=None) -> int:
     mode = ["--device", "cpu"] if first and _device(first["argv"]) == "cpu" else []
 
     def idle_watch():  # idle too long, or the judge's code or settings changed since the start: a command would get
-        while True:    # a server of its own, and this one would wait out its idle time holding memory
+        while True:  # a server of its own, and this one would wait out its idle time holding memory
             time.sleep(5)
             if not busy.locked() and (time.monotonic() - last[0] > IDLE_S or server_key(mode) != key):
                 _leave(slot, sock, keyfile)

@@ -10,6 +10,7 @@ job.
         v.status, v.failure, v.speedup, v["verdict"], v.record["rows"]["candidate"]["checks"]
         many = judge.many(["a.py", "b.py"], sources=[src])   # spread over the slots, in the order given
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -25,12 +26,17 @@ from kp.judge.options import JudgeOptions
 from kp.lib.registry import problems
 
 
-
 class JudgeSession:
     """Warm slots judging candidates against one reference (a file, or a built-in problem id)."""
 
-    def __init__(self, reference: str | Path, gpus: str | None = None, slots: int = 1,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, **opts):
+    def __init__(
+        self,
+        reference: str | Path,
+        gpus: str | None = None,
+        slots: int = 1,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        **opts,
+    ):
         """gpus: run.py's --gpus ("0,0,0": three slots on GPU 0; "all"); None: `slots` CPU slots (with
         device="cpu") or slots on GPU 0. opts: the judge's options (kp.judge.options.JudgeOptions' fields, its
         defaults where not given), e.g. allow_torch=True, bench=False, device="cpu"."""
@@ -64,9 +70,14 @@ class JudgeSession:
         results: list[dict] = []
         bar = Progress(len(keyed), enabled=False)
         try:  # each slot starts the boxes of its next jobs while it judges one (kp.batch.backends.ahead)
-            _drain(deque(keyed), self.slots, self.timeout_s, bar,
-                   lambda slot, name, job, key, res: _record(None, job, key, res, name, results, _Quiet()),
-                   spare=len(keyed) <= len(self.slots))  # a loop's call of one or a few: its next versions come next
+            _drain(
+                deque(keyed),
+                self.slots,
+                self.timeout_s,
+                bar,
+                lambda slot, name, job, key, res: _record(None, job, key, res, name, results, _Quiet()),
+                spare=len(keyed) <= len(self.slots),
+            )  # a loop's call of one or a few: its next versions come next
         finally:
             bar.close()
         self.seed_of += results
@@ -87,6 +98,7 @@ class JudgeSession:
 
     def close(self) -> None:
         import shutil
+
         end_all([slot for slot, _ in self.slots])
         shutil.rmtree(self.sources, ignore_errors=True)
 
@@ -102,6 +114,7 @@ def _precompile(paths: list[Path]) -> None:
     that builds its own extension: that one builds as always, the next ones find it."""
     from kp.batch.ahead import builds_own_extension
     from kp.box import pch
+
     own = [p for p in paths if builds_own_extension(p)]
     if own:
         try:

@@ -4,6 +4,7 @@ this module before its loop begins, so it can start its first job's box (kp.box.
 its own imports of torch and the judge and CUDA's start, which take 3-10 s on a busy host; the box's own start,
 about as long, then runs beside them instead of after them.
 """
+
 from __future__ import annotations
 
 import gc
@@ -25,27 +26,54 @@ def run_job(job: Job) -> dict:
     from kp.observe import report, verdict
     from kp.errors import KernelBuildError
     from kp.judge.options import JudgeOptions
+
     log: list[str] = []
     t0 = time.perf_counter()
     opts = dict(job.opts)
     opts.pop("seed_from", None)  # said in the job's line of the results file, not the judge's business
     try:
         rec = judge.judge_job(job.ref, job.candidate, JudgeOptions.from_mapping(opts), log=log.append)
-        line = verdict.verdict(rec) if job.candidate else \
-            ("ok" if rec["ok"] else "rejected: " + "; ".join(f"{k}: {r['reason']}" for k, r in rec["rows"].items()
-                                                               if not r["accepted"] and not r["peer"]))
-        out = {"ok": bool(rec["ok"]), "status": rec["status"], "verdict": line, "record": rec,
-               "table": report.format_record(rec)}
+        line = (
+            verdict.verdict(rec)
+            if job.candidate
+            else (
+                "ok"
+                if rec["ok"]
+                else "rejected: "
+                + "; ".join(
+                    f"{k}: {r['reason']}" for k, r in rec["rows"].items() if not r["accepted"] and not r["peer"]
+                )
+            )
+        )
+        out = {
+            "ok": bool(rec["ok"]),
+            "status": rec["status"],
+            "verdict": line,
+            "record": rec,
+            "table": report.format_record(rec),
+        }
     except (UsageError, KernelBuildError) as e:
-        out = {"ok": False, "status": NO_VERDICT, "verdict": f"error: {first_line(e)}", "record": None,
-               "gpu_memory": isinstance(e, GpuMemoryShort)}  # with the GPU to itself, the job may get a verdict
+        out = {
+            "ok": False,
+            "status": NO_VERDICT,
+            "verdict": f"error: {first_line(e)}",
+            "record": None,
+            "gpu_memory": isinstance(e, GpuMemoryShort),
+        }  # with the GPU to itself, the job may get a verdict
     except Exception as e:  # a bug of the judge's own, not the candidate's: said as such
         said = f"the judge raised {type(e).__name__}: {first_line(e)}"
         if is_cuda_error(e):  # asynchronous: the GPU work queued in the judge's process, which is the reference's
-            said = (f"the reference's GPU work in the judge's process faulted ({type(e).__name__}: {first_line(e)}), "
-                    f"seen where the judge next waited for the GPU")
-        out = {"ok": False, "status": NO_VERDICT, "verdict": f"error: {said}", "record": None,
-               "traceback": traceback.format_exc()}
+            said = (
+                f"the reference's GPU work in the judge's process faulted ({type(e).__name__}: {first_line(e)}), "
+                f"seen where the judge next waited for the GPU"
+            )
+        out = {
+            "ok": False,
+            "status": NO_VERDICT,
+            "verdict": f"error: {said}",
+            "record": None,
+            "traceback": traceback.format_exc(),
+        }
     out.update(log=log, elapsed_s=round(time.perf_counter() - t0, 1))
     return out
 
@@ -72,6 +100,7 @@ def run_command(msg: dict, cli, start_early, say=None) -> dict:
     the others go."""
     import contextlib
     import sys
+
     os.chdir(msg["cwd"])
     if not msg.get("ahead_only"):
         start_early(msg["argv"], later=True)
@@ -101,6 +130,7 @@ def _warm_up(forkserver_too: bool) -> None:
     import multiprocessing.forkserver as forkserver
     import torch
     from kp.judge.runners import _context, start_without_main
+
     importlib.import_module("kp.judge.driver")
     ctx = _context()
     if forkserver_too and ctx.get_start_method() == "forkserver":
@@ -115,6 +145,7 @@ def _warm_up(forkserver_too: bool) -> None:
     # a footprint not kept yet is a meta-device run, whose first operators import sympy (and some torch._dynamo:
     # 2-5 s in all): here, not in the first job (kp.judge.reference)
     from kp.lib.op_modes import FlopCount
+
     with FlopCount():
         torch.ones(2, 2, device="meta") @ torch.ones(2, 2, device="meta")
 
@@ -126,6 +157,7 @@ def _box_ahead(job: Job, ahead: list[Job]) -> None:
     meanwhile) go; this job's own stays for it to take."""
     from kp.batch import prime
     from kp.box import start as boxstart
+
     free, kept, missing, nxt = list(boxstart.waiting()), [], [], None
     for j in [job, *ahead]:  # a box per job (two versions of one file have one plan: one box each)
         if j.candidate is None:
@@ -155,9 +187,11 @@ def _start_box_for(job: Job) -> None:
     next version (kp.box.start: a box is its file's, whatever the contents; the next job of another file discards
     it)."""
     from kp.box import start as boxstart
+
     opts = dict(job.opts)
-    boxstart.start_early(job.ref, job.candidate, boxed=opts.get("sandbox", True), later=True,
-                         cuda=opts.get("device") != "cpu")
+    boxstart.start_early(
+        job.ref, job.candidate, boxed=opts.get("sandbox", True), later=True, cuda=opts.get("device") != "cpu"
+    )
 
 
 _NOTHING = object()  # _first_job: no job came
@@ -179,8 +213,9 @@ def _first_job(conn):
     return msg
 
 
-def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool, job_first: bool = False,
-               command=None) -> None:
+def _slot_main(
+    conn, gpu: str | None, log_path: str | None, forkserver_too: bool, job_first: bool = False, command=None
+) -> None:
     """A slot: its own process group (so the judge, its forkserver and the candidate's worker die together), pinned
     to one GPU before CUDA starts; runs the jobs it is sent, one at a time. job_first: its first job is sent as it
     starts (a batch's slot): that job's box is started before the slot's own imports (_first_job). command: what
@@ -193,7 +228,9 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
             time.sleep(1.0)
             if os.getppid() != parent:
                 os.killpg(0, signal.SIGKILL)
+
     import threading
+
     threading.Thread(target=orphaned, daemon=True).start()
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
@@ -206,6 +243,7 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
     import torch
     from kp.lib import gpu_lock
     from kp.box import builds
+
     for waits in (gpu_lock.GPU_WAITS, builds.OFF_THE_CLOCK):  # for the GPU, for a build ahead: not the job's time
         waits.append(lambda seconds: conn.send({"waited": seconds}))
     gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
@@ -219,6 +257,7 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
                 return
         if msg is None:
             from kp.box import start as boxstart
+
             boxstart.discard_early()
             return
         # the job's clock starts now, not while the slot was starting up; the GPU's name stays with a job the slot
@@ -226,8 +265,11 @@ def _slot_main(conn, gpu: str | None, log_path: str | None, forkserver_too: bool
         conn.send({"started": True, "gpu_name": gpu_name})
         if isinstance(msg, dict):  # a warm judge's command line (kp.batch.server), run as run.py runs it
             say = lambda text: conn.send({"say": text})
-            res = command(msg, say) if command else {"rc": 2, "stdout": "", "stderr": "error: this slot runs jobs, "
-                                                                                   "not command lines\n"}
+            res = (
+                command(msg, say)
+                if command
+                else {"rc": 2, "stdout": "", "stderr": "error: this slot runs jobs, not command lines\n"}
+            )
         else:
             job, ahead, spare = msg
             if log_path:  # a batch's slot log: where one job's output ends and the next's begins (a session's

@@ -5,6 +5,7 @@ a job that hangs past its time limit, or whose process dies, gets that reason, t
 worker with it) and a fresh slot takes the GPU. Here the batch's side of a slot; what runs in its process is
 kp.batch.slot_process's. Which slots run which jobs, and the results file, are kp.batch.backends'.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,6 +28,7 @@ def _forks_workers(jobs: list[Job]) -> bool:
     """Whether any job judges a candidate outside the sandbox, in a worker forked from the forkserver (a boxed
     candidate gets a fresh interpreter; a ladder job judges in the slot itself)."""
     from kp.box import sandbox
+
     return any(j.candidate and not sandbox.choice(dict(j.opts).get("sandbox", True))[0] for j in jobs)
 
 
@@ -34,8 +36,14 @@ class Slot:
     """One slot process and the job it runs; `poll` turns its answer, its death or its time running out into a
     result, and a fresh process replaces a dead or killed one."""
 
-    def __init__(self, gpu: str | None, log_path: str | None, forkserver_too: bool = True, job_first: bool = False,
-                 main=_slot_main):
+    def __init__(
+        self,
+        gpu: str | None,
+        log_path: str | None,
+        forkserver_too: bool = True,
+        job_first: bool = False,
+        main=_slot_main,
+    ):
         """job_first: a job is submitted as soon as the slot is made, and again as soon as a fresh process replaces a
         dead or killed one (a batch's slots), so the slot's process starts that job's box before its own imports
         (kp.batch.slot_process)."""
@@ -52,12 +60,14 @@ class Slot:
 
     def _start(self) -> None:
         import multiprocessing as mp
+
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         # not a daemon: the judge in it starts the candidate's worker. A slot whose parent is gone ends at the
         # closed pipe.
-        self.proc = ctx.Process(target=self.main, args=(child, self.gpu, self.log_path, self.forkserver_too,
-                                                        self.job_first))
+        self.proc = ctx.Process(
+            target=self.main, args=(child, self.gpu, self.log_path, self.forkserver_too, self.job_first)
+        )
         start_without_main(self.proc)
         child.close()
 
@@ -103,17 +113,25 @@ class Slot:
             self.proc.join(1)
             # killed from outside (the host's memory, most likely), or a fault below Python in the judge's own
             # process: no verdict on the candidate, whose own process is a worker apart
-            res = {"ok": False, "status": NO_VERDICT, "died": exit_status(self.proc.exitcode),
-                   "verdict": f"error: the judge's process died ({exit_status(self.proc.exitcode)})", "record": None}
+            res = {
+                "ok": False,
+                "status": NO_VERDICT,
+                "died": exit_status(self.proc.exitcode),
+                "verdict": f"error: the judge's process died ({exit_status(self.proc.exitcode)})",
+                "record": None,
+            }
             self.kill()
             self._start()
-        elif res is None and time.monotonic() - self.t0 > timeout_s + KILL_GRACE_S + (0 if self.started else
-                                                                                       STARTUP_S):
+        elif res is None and time.monotonic() - self.t0 > timeout_s + KILL_GRACE_S + (0 if self.started else STARTUP_S):
             self.kill()
-            res = {"ok": False, "verdict": f"rejected: timeout after {timeout_s:.0f} s (the job was killed from "
-                                           f"outside: its judge reached no verdict {KILL_GRACE_S} s past the limit)",
-                   "status": REJECTED, "failure": failure_record("timeout"),
-                   "record": None}
+            res = {
+                "ok": False,
+                "verdict": f"rejected: timeout after {timeout_s:.0f} s (the job was killed from "
+                f"outside: its judge reached no verdict {KILL_GRACE_S} s past the limit)",
+                "status": REJECTED,
+                "failure": failure_record("timeout"),
+                "record": None,
+            }
             self._start()
         if res is None:
             return None

@@ -1,6 +1,7 @@
 """What a batch used of its host, said at its end: each GPU's utilisation (nvidia-smi's samples) and how busy the
 cores it may use were (the kernel's count): a run whose cores were busy all along is bound by them (its candidates'
 builds, say), one whose GPUs idled with cores to spare by something else."""
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,18 @@ class GpuUse:
     def _run(self, every_s: float) -> None:
         while not self.stop.wait(every_s):
             try:
-                text = subprocess.run([self.smi, "--query-gpu=index,uuid,utilization.gpu",
-                                       "--format=csv,noheader,nounits", "-i", ",".join(self.ids)],
-                                      capture_output=True, text=True, timeout=10).stdout
+                text = subprocess.run(
+                    [
+                        self.smi,
+                        "--query-gpu=index,uuid,utilization.gpu",
+                        "--format=csv,noheader,nounits",
+                        "-i",
+                        ",".join(self.ids),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout
             except (OSError, subprocess.SubprocessError):
                 continue
             for ln in text.splitlines():  # a GPU named by its index or its UUID (CUDA_VISIBLE_DEVICES says either)
@@ -50,7 +60,8 @@ class GpuUse:
         if not got:
             return "GPU utilisation: not measured (the run was shorter than one sample)"
         return "GPU utilisation (nvidia-smi, mean over the run): " + ", ".join(
-            f"GPU {g} {sum(v) / len(v):.0f}%" for g, v in got.items())
+            f"GPU {g} {sum(v) / len(v):.0f}%" for g, v in got.items()
+        )
 
 
 class CpuUse:

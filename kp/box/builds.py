@@ -1,6 +1,7 @@
 """A candidate's own extension builds, kept between judgements: the folder they are kept in, the marks a build
 ahead of the job leaves there (kp.batch.ahead), and a job's wait for such a build, which is not the job's time. A box
 never writes the folder: its job is lent a copy (kp.box.start.Box.lend) and what it built goes back when it ends."""
+
 from __future__ import annotations
 
 import functools
@@ -53,8 +54,11 @@ def seal_jit_cache(home: Path) -> None:
     cache = home / JIT_CACHE
     if not cache.is_dir():
         return
-    sums = {str(p.relative_to(cache)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(cache.rglob("*")) if p.is_file()}
+    sums = {
+        str(p.relative_to(cache)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(cache.rglob("*"))
+        if p.is_file()
+    }
     tmp = home / f".{JIT_MANIFEST}.{os.getpid()}"
     tmp.write_text("".join(f"{h}  {name}\n" for name, h in sums.items()))
     os.replace(tmp, home / JIT_MANIFEST)
@@ -186,4 +190,3 @@ def wait_for_build(home: Path, tell_every_s: float = 1.0) -> float:
 def _tell(seconds: float) -> None:
     for told in list(OFF_THE_CLOCK):
         told(seconds)
-

@@ -3,6 +3,7 @@
 capability dropped, rlimits), take the judge's key for shared tensors, import what every job needs (while the judge gets
 ready: the box may be started before the judge imports torch; with `cuda`, CUDA and the judge's GPU tools too), then
 take the job and serve the judge over the inherited socket."""
+
 import ctypes
 import json
 import multiprocessing
@@ -62,6 +63,7 @@ def main() -> None:
     warm_cuda = kind == "cuda"
     confine(settings)
     from multiprocessing.connection import Connection
+
     conn = Connection(fd)
     # A CPU tensor crosses the wall as a file descriptor handed over a socket of the sender's multiprocessing
     # folder: the judge's, which the box shares, holds both sides' sockets; the key authenticates each hand-over.
@@ -70,15 +72,18 @@ def main() -> None:
     early = None
     if warm_cuda:  # CUDA's context made beside torch's import, not after it (kp.lib.cuda_early): this box forks nothing
         from kp.lib import cuda_early
+
         early = cuda_early.start()
     import importlib
     from kp.box.start import DYNAMO_PRELOAD, WORKER_PRELOAD
     from kp.worker.loop import worker_main
+
     # what its job needs, imported while the judge gets ready (the box may start early)
     for name in WORKER_PRELOAD + DYNAMO_PRELOAD * dynamo:
         importlib.import_module(name)
     if warm_cuda:  # a box started ahead of its job: CUDA's context and the judge's GPU tools too (the job's own
         from kp.worker.setup import warm_up  # environment is the box's: CUDA reads the same one now)
+
         cuda_early.wait(early)
         try:
             warm_up("cuda", dynamo)

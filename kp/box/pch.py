@@ -21,6 +21,7 @@ variant was made from are unchanged, so <root> is keyed on torch's version and p
 Which flags: torch's own for an extension that includes CUDA where torch has it, with each candidate's literal
 `extra_cflags` (the main.cpp flags that matter: -O3 makes a variant of its own), as torch's ninja writer puts them.
 """
+
 from __future__ import annotations
 
 import ast
@@ -42,8 +43,10 @@ from kp.box.builds import alive, cache_root, torch_version
 
 HEADER = "torch/extension.h"
 VARIANTS_MOST = 4  # variants built for one batch: the default and the commonest literal extra_cflags
-SAFE_FLAG = re.compile(r"-O[0-3sgz]?|-Ofast|-ffast-math|-funroll-loops|-march=native|-mtune=native|-DNDEBUG"
-                       r"|-std=(c|gnu)\+\+\d\d|-w|-W[\w=-]*|-fopenmp|-g[0-3]?|-fno-[\w-]+|-fPIC")
+SAFE_FLAG = re.compile(
+    r"-O[0-3sgz]?|-Ofast|-ffast-math|-funroll-loops|-march=native|-mtune=native|-DNDEBUG"
+    r"|-std=(c|gnu)\+\+\d\d|-w|-W[\w=-]*|-fopenmp|-g[0-3]?|-fno-[\w-]+|-fPIC"
+)
 BUILD_TIMEOUT_S = 600
 ROOTS_KEPT = 2  # roots of variants kept, this one among them (sweep)
 
@@ -146,12 +149,21 @@ def start(flag_sets: list[list[str]]) -> subprocess.Popen | None:
         return None
     sweep()
     here = str(Path(__file__).resolve().parents[2])
-    e = {**os.environ, "PYTHONPATH": here + (os.pathsep + os.environ["PYTHONPATH"]
-                                             if os.environ.get("PYTHONPATH") else "")}
+    e = {
+        **os.environ,
+        "PYTHONPATH": here + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+    }
     log = open(root().parent / "build.log", "ab") if _mkdir(root().parent) else subprocess.DEVNULL
     try:
-        return subprocess.Popen([sys.executable, "-m", "kp.box.pch", json.dumps(todo)], env=e, cwd=here,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "kp.box.pch", json.dumps(todo)],
+            env=e,
+            cwd=here,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
     finally:
         if log is not subprocess.DEVNULL:
             log.close()
@@ -162,9 +174,10 @@ def sweep(keep: int = ROOTS_KEPT) -> list[Path]:
     (each root is 1.5-3 GB): a root is made only when its variants are first built, so the newest are the installs
     in use. Returns what was removed."""
     here = root()
-    others = sorted((p for p in here.parent.glob("*") if p.is_dir() and p != here),
-                    key=lambda p: p.stat().st_mtime, reverse=True)
-    gone = others[max(0, keep - 1):]
+    others = sorted(
+        (p for p in here.parent.glob("*") if p.is_dir() and p != here), key=lambda p: p.stat().st_mtime, reverse=True
+    )
+    gone = others[max(0, keep - 1) :]
     for p in gone:
         shutil.rmtree(p, ignore_errors=True)
     return gone
@@ -184,20 +197,38 @@ def command(flags: list[str], out: str) -> list[str]:
     and a variant made with one name would not serve another."""
     import torch
     from torch.utils import cpp_extension as ce
+
     with_cuda = torch.version.cuda is not None and ce.CUDA_HOME is not None
     with tempfile.TemporaryDirectory(prefix="kp-pch-") as d:
         main = os.path.join(d, "main.cpp")
         Path(main).write_text(f"#include <{HEADER}>\n")
         ce._write_ninja_file_to_build_library(
-            path=os.path.join(d, "build.ninja"), name="kp_pch", sources=[main], extra_cflags=list(flags),
-            extra_cuda_cflags=[], extra_sycl_cflags=[], extra_ldflags=[], extra_include_paths=[],
-            with_cuda=with_cuda, with_sycl=False, is_standalone=False)
+            path=os.path.join(d, "build.ninja"),
+            name="kp_pch",
+            sources=[main],
+            extra_cflags=list(flags),
+            extra_cuda_cflags=[],
+            extra_sycl_cflags=[],
+            extra_ldflags=[],
+            extra_include_paths=[],
+            with_cuda=with_cuda,
+            with_sycl=False,
+            is_standalone=False,
+        )
         ninja = Path(d, "build.ninja").read_text()
     var = dict(re.findall(r"^(\w+) = (.*)$", ninja, re.M))
     cflags = [f for f in shlex.split(var.get("cflags", "")) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
     header = os.path.join(ce.include_paths()[0], HEADER)
-    return [*shlex.split(var["cxx"]), "-x", "c++-header", header, "-o", out, *cflags,
-            *shlex.split(var.get("post_cflags", ""))]
+    return [
+        *shlex.split(var["cxx"]),
+        "-x",
+        "c++-header",
+        header,
+        "-o",
+        out,
+        *cflags,
+        *shlex.split(var.get("post_cflags", "")),
+    ]
 
 
 def build(flags: list[str]) -> str:
@@ -249,6 +280,7 @@ def _failed(flags: list[str], why: str) -> str:
 
 def main(argv: list[str]) -> int:
     from concurrent.futures import ThreadPoolExecutor
+
     flag_sets = json.loads(argv[0]) if argv else [[]]
     with ThreadPoolExecutor(max_workers=max(1, len(flag_sets))) as pool:
         for line in pool.map(build, flag_sets):

@@ -22,6 +22,7 @@ Why these choices:
 
 `KP_BWRAP` names the bwrap binary when it is not on PATH; `KP_SANDBOX_MEM_GB` sets the host-memory limit.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,12 +42,34 @@ GiB = 1 << 30
 # variables torch.utils.cpp_extension reads into a build's command line (compilers, nvcc, include paths) stay as
 # the judge has them, so a candidate's extension built outside the box (a warm corpus run, an earlier
 # unboxed judgement) is the same build inside it and ninja finds nothing to redo.
-KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH",
-            "LD_LIBRARY_PATH", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "PYTHONHASHSEED", "MAX_JOBS",
-            "CC", "CXX", "CUDAHOSTCXX", "PYTORCH_NVCC", "CUDA_INC_PATH", "CUDNN_HOME", "CUDNN_PATH",
-            "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "TORCH_DONT_CHECK_COMPILER_ABI",
-            "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES", "ATEN_CPU_CAPABILITY", "MKL_NUM_THREADS",
-            "THP_MEM_ALLOC_ENABLE")
+KEEP_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "LD_LIBRARY_PATH",
+    "TORCH_CUDA_ARCH_LIST",
+    "OMP_NUM_THREADS",
+    "PYTHONHASHSEED",
+    "MAX_JOBS",
+    "CC",
+    "CXX",
+    "CUDAHOSTCXX",
+    "PYTORCH_NVCC",
+    "CUDA_INC_PATH",
+    "CUDNN_HOME",
+    "CUDNN_PATH",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "TORCH_DONT_CHECK_COMPILER_ABI",
+    "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES",
+    "ATEN_CPU_CAPABILITY",
+    "MKL_NUM_THREADS",
+    "THP_MEM_ALLOC_ENABLE",
+)
 KEEP_PREFIXES = ("KP_", "NVIDIA_")
 
 
@@ -67,8 +90,12 @@ class Limits:
 
     def settings(self) -> dict[str, int]:
         """What `kp.box.entry` sets before anything else runs: rlimits, and the namespace's pid_max for root."""
-        out = {"RLIMIT_NPROC": self.nproc, "RLIMIT_NOFILE": self.nofile, "RLIMIT_DATA": self.data_bytes(),
-               "RLIMIT_CORE": 0}
+        out = {
+            "RLIMIT_NPROC": self.nproc,
+            "RLIMIT_NOFILE": self.nofile,
+            "RLIMIT_DATA": self.data_bytes(),
+            "RLIMIT_CORE": 0,
+        }
         if process_limit() == "pid_max":
             out["pid_max"] = self.pid_max()
         return out
@@ -91,8 +118,12 @@ def status() -> tuple[str | None, str]:
     if not b:
         return None, "no bwrap found (install bubblewrap, or set KP_BWRAP to its binary)"
     try:
-        r = subprocess.run([b, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent",
-                            "true"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [b, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent", "true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, f"{b} does not run: {e}"
     if r.returncode:
@@ -155,14 +186,25 @@ def _parents(p: str) -> list[str]:
     return out
 
 
-def command(argv: list[str], *, read_only: list[str], writable: list = (), cwd: str, env: dict,
-            limits: Limits) -> list[str]:
+def command(
+    argv: list[str], *, read_only: list[str], writable: list = (), cwd: str, env: dict, limits: Limits
+) -> list[str]:
     """The bwrap command line that runs argv in a box (see the module's docstring)."""
     b, why = status()
     if b is None:
         raise RuntimeError(why)
-    args = [b, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "kp-box"]
+    args = [
+        b,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "kp-box",
+    ]
     if os.geteuid() != 0:
         args += ["--unshare-user", "--disable-userns"]
     else:  # root keeps capabilities unless told; kp.box.entry drops the two it is left after setting pid_max
@@ -209,9 +251,17 @@ def choice(wanted: bool) -> tuple[bool, str]:
 def box_env(env: dict, root: str) -> dict:
     """The judge's environment scrubbed to what a candidate needs; home, caches and builds go to the private /tmp."""
     out = {k: v for k, v in env.items() if k in KEEP_ENV or k.startswith(KEEP_PREFIXES)}
-    out.update(HOME="/tmp/home", TMPDIR="/tmp", XDG_CACHE_HOME="/tmp/cache", PYTHONPATH=root,
-               TORCH_EXTENSIONS_DIR="/tmp/torch_extensions", TRITON_CACHE_DIR="/tmp/triton",
-               TORCHINDUCTOR_CACHE_DIR="/tmp/inductor", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    out.update(
+        HOME="/tmp/home",
+        TMPDIR="/tmp",
+        XDG_CACHE_HOME="/tmp/cache",
+        PYTHONPATH=root,
+        TORCH_EXTENSIONS_DIR="/tmp/torch_extensions",
+        TRITON_CACHE_DIR="/tmp/triton",
+        TORCHINDUCTOR_CACHE_DIR="/tmp/inductor",
+        PYTHONUNBUFFERED="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     torch = sys.modules.get("torch")  # a box started after this process imported torch runs the CPU kernels this
     if torch is not None and "ATEN_CPU_CAPABILITY" not in out:  # process picked (one PyTorch can round an operator
         out["ATEN_CPU_CAPABILITY"] = torch.backends.cpu.get_cpu_capability().lower()  # differently on each)
@@ -220,6 +270,7 @@ def box_env(env: dict, root: str) -> dict:
 
 # ---------------------------------------------------------------------------------------------------------------
 # A pids cgroup for root, whom RLIMIT_NPROC does not bind.
+
 
 def _pids_cgroup_parent() -> Path | None:
     """A cgroup folder under which this process may make a child with a pids limit, or None."""
@@ -306,10 +357,30 @@ def _pid_max_settable() -> bool:
         return False
     want = str(Limits().pid_max())
     try:
-        r = subprocess.run([b, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid",
-                            "--die-with-parent", "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "sh", "-c",
-                            f"echo {want} > /proc/sys/kernel/pid_max && cat /proc/sys/kernel/pid_max"],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                b,
+                "--ro-bind",
+                "/",
+                "/",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "--unshare-pid",
+                "--die-with-parent",
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "CAP_SYS_ADMIN",
+                "sh",
+                "-c",
+                f"echo {want} > /proc/sys/kernel/pid_max && cat /proc/sys/kernel/pid_max",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return r.returncode == 0 and r.stdout.strip() == want

@@ -4,6 +4,7 @@ torch itself (`start_early`), and the judge adopts it when it adds the candidate
 match the job the judge then sets up is killed and a new one started here. What the box reads and writes and the
 environment it gets are decided here once, early or not (kp.box.sandbox says how the box is made; kp.box.entry is its
 entry point; kp.worker.loop talks to it)."""
+
 from __future__ import annotations
 
 import json
@@ -142,6 +143,7 @@ def _plan(ref_spec, read_only: list[str], builds: bool) -> tuple:
     from multiprocessing import util
     from kp.box import pch, sandbox
     from kp.lib import bytecode
+
     ro = [str(ROOT), *read_only]
     if ref_spec[0] == "file":
         ro += [str(Path(ref_spec[1]).resolve().parent), str(Path(ref_spec[1]).resolve())]
@@ -173,22 +175,38 @@ def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     import multiprocessing
     from multiprocessing.connection import Connection
     from kp.box import sandbox
+
     ro, writable, env, dynamo, builds, _ = plan
     limits = sandbox.Limits()
     stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
     ours, theirs = socket.socketpair()
-    inside = [sys.executable, "-m", "kp.box.entry", str(theirs.fileno()), json.dumps(limits.settings()), writable[0],
-              "cuda" if warm_cuda else "gpu" if gpu else "-", "dynamo" if dynamo else "-"]
+    inside = [
+        sys.executable,
+        "-m",
+        "kp.box.entry",
+        str(theirs.fileno()),
+        json.dumps(limits.settings()),
+        writable[0],
+        "cuda" if warm_cuda else "gpu" if gpu else "-",
+        "dynamo" if dynamo else "-",
+    ]
     own = None
     if builds:  # the box's own build folder, beside the cache (a copy within one file system)
         (cache_root() / "boxes").mkdir(parents=True, exist_ok=True)
         _sweep_boxes()
         own = tempfile.mkdtemp(prefix=f"box-{os.getpid()}-", dir=cache_root() / "boxes")
-    argv = sandbox.command(inside, read_only=ro, writable=[*writable, *([(own, BOX_BUILDS)] if own else [])],
-                           cwd=BOX_CWD, env=env, limits=limits)
+    argv = sandbox.command(
+        inside,
+        read_only=ro,
+        writable=[*writable, *([(own, BOX_BUILDS)] if own else [])],
+        cwd=BOX_CWD,
+        env=env,
+        limits=limits,
+    )
     cgroup = sandbox.PidsCgroup(limits.nproc if sandbox.process_limit() == "cgroup" else 0)
-    popen = subprocess.Popen(argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL,
-                             stderr=stderr)
+    popen = subprocess.Popen(
+        argv, pass_fds=[theirs.fileno()], preexec_fn=cgroup.enter, stdin=subprocess.DEVNULL, stderr=stderr
+    )
     theirs.close()
     conn = Connection(ours.detach())
     conn.send_bytes(bytes(multiprocessing.current_process().authkey))
@@ -248,6 +266,7 @@ def start_forkserver_early() -> None:
     try:
         import multiprocessing as mp
         from multiprocessing import forkserver
+
         if "forkserver" in mp.get_all_start_methods():
             forkserver.set_forkserver_preload(FORKSERVER_PRELOAD)
             forkserver.ensure_running()
@@ -255,8 +274,9 @@ def start_forkserver_early() -> None:
         pass
 
 
-def start_early(ref_spec, candidate: str, boxed: bool = True, later: bool = False, cuda: bool = False,
-                one_waiting: bool = False) -> None:
+def start_early(
+    ref_spec, candidate: str, boxed: bool = True, later: bool = False, cuda: bool = False, one_waiting: bool = False
+) -> None:
     """Start the box for one candidate now, before its job is set up; the judge adopts it (`take`). The command line
     starts its one candidate's box before torch is imported there; a batch's slot starts its next job's box while
     the job before it runs (later=True: kept until that job takes it or `discard_early`). cuda: the box starts CUDA
@@ -266,6 +286,7 @@ def start_early(ref_spec, candidate: str, boxed: bool = True, later: bool = Fals
     go, and none is started where one for this plan waits already."""
     try:
         from kp.box import sandbox
+
         if not Path(candidate).is_file():
             return
         if not boxed or sandbox.status()[0] is None:
@@ -303,8 +324,9 @@ def fits(box: Box, plan: tuple) -> bool:
     process's choice (kp.judge.parity). Both the command line's box, started before its torch import, and a new
     slot's first box are such boxes."""
     unpinned = {k: v for k, v in plan[2].items() if k != "ATEN_CPU_CAPABILITY"}
-    return box.plan == plan or ("ATEN_CPU_CAPABILITY" not in box.plan[2] and
-                                box.plan == (*plan[:2], unpinned, *plan[3:]))
+    return box.plan == plan or (
+        "ATEN_CPU_CAPABILITY" not in box.plan[2] and box.plan == (*plan[:2], unpinned, *plan[3:])
+    )
 
 
 def passed_over(box: Box, plan: tuple) -> str:
@@ -319,12 +341,17 @@ def passed_over(box: Box, plan: tuple) -> str:
             tail = []
         return f"it had exited ({code})" + (f": {tail[-1][:160]}" if tail else "")
     if not fits(box, plan):
-        names = ("folders read", "folders written", "environment", "compile preload", "own build folder",
-                 "candidate file")
+        names = (
+            "folders read",
+            "folders written",
+            "environment",
+            "compile preload",
+            "own build folder",
+            "candidate file",
+        )
         what = [n for n, a, b in zip(names, box.plan, plan) if a != b and n != "environment"]
         env_a, env_b = box.plan[2], plan[2]
-        keys = sorted(k for k in set(env_a) | set(env_b)
-                      if env_a.get(k) != env_b.get(k) and k != "ATEN_CPU_CAPABILITY")
+        keys = sorted(k for k in set(env_a) | set(env_b) if env_a.get(k) != env_b.get(k) and k != "ATEN_CPU_CAPABILITY")
         if keys:
             what.append("environment (" + ", ".join(keys) + ")")
         return "made to another plan: " + ("; ".join(what) or "its CPU kernels")
@@ -342,8 +369,14 @@ def worker_args(ref_spec, device: str, precision: str, env: dict, train: bool) -
     return ref_spec, device, precision, str(ROOT), env, BOX_CWD, train
 
 
-def take(ref_spec, read_only: list[str], build_dir: str | None, gpu: bool = True,
-         deadline: float | None = None, worker: tuple | None = None) -> Box:
+def take(
+    ref_spec,
+    read_only: list[str],
+    build_dir: str | None,
+    gpu: bool = True,
+    deadline: float | None = None,
+    worker: tuple | None = None,
+) -> Box:
     """A box for a candidate (read_only: its folder and file) against a reference: one started ahead for the same
     plan (folders, environment, the same file, whatever its contents now) that still runs and was sent no other
     worker arguments than its job's, else a new one (gpu=False: for a job on the CPU), lent the candidate's cached

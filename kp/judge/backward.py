@@ -11,6 +11,7 @@ Gradients accumulate as PyTorch's do: at the second call of the sequence the par
 what it must hold is the sum of both calls' gradients (a backward that assigns .grad instead of adding fails there).
 The candidate's worker side is kp.worker.backward_pass; this side is GradientCheck, a part of the judge built from what
 it reads."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,6 +36,7 @@ BACKWARD_MARK = ": backward (upstream seed"  # in every rejection of a call's gr
 class Grads:
     """What one call's backward must give: the upstream gradients sent with the call, and per gradient (an input's
     index or a reference parameter's name) PyTorch's fp32 gradient, the float64 one and the floor's K."""
+
     upstream: list
     seed: int
     inputs: dict  # index -> (g32, g64, k)
@@ -51,8 +53,11 @@ class Grads:
         """This call's expectations with the parameters' gradients of the call before added (accumulation)."""
         if before is None:
             return self
-        params = {k: (a[0] + before.params[k][0].to(a[0].device), a[1] + before.params[k][1].to(a[1].device), a[2])
-                  for k, a in self.params.items() if k in before.params}
+        params = {
+            k: (a[0] + before.params[k][0].to(a[0].device), a[1] + before.params[k][1].to(a[1].device), a[2])
+            for k, a in self.params.items()
+            if k in before.params
+        }
         return dataclasses.replace(self, params=params, zero=False)
 
 
@@ -104,9 +109,12 @@ class GradientCheck:
                 ys32 = _outs(refs.r32(*xs32))
             gen = torch.Generator(device=ys32[0].device if isinstance(ys32[0], torch.Tensor) else "cpu")
             gen.manual_seed(seed + UPSTREAM_SEED)
-            ups = [torch.randn(y.shape, generator=gen, device=y.device, dtype=torch.float32).to(y.dtype)
-                   if isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad else None
-                   for y in ys32]
+            ups = [
+                torch.randn(y.shape, generator=gen, device=y.device, dtype=torch.float32).to(y.dtype)
+                if isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad
+                else None
+                for y in ys32
+            ]
             if not any(u is not None for u in ups):
                 return self.no_backward("the reference's output does not require grad: nothing to train")
             with reductions:
@@ -130,9 +138,12 @@ class GradientCheck:
             refs.restore_buffers(saved)
             set_precision("fp32")
         k = lambda g: max(reductions.k, out_n / max(g.numel(), 1))
-        return Grads(upstream=ups, seed=seed + UPSTREAM_SEED,
-                     inputs={i: (g, gi64[i], k(g)) for i, g in gi32.items() if i in gi64},
-                     params={n: (g, gp64[n], k(g)) for n, g in gp32.items() if n in gp64})
+        return Grads(
+            upstream=ups,
+            seed=seed + UPSTREAM_SEED,
+            inputs={i: (g, gi64[i], k(g)) for i, g in gi32.items() if i in gi64},
+            params={n: (g, gp64[n], k(g)) for n, g in gp32.items() if n in gp64},
+        )
 
     def widener(self, refs, pristine: list, exp: Grads, state: dict | None):
         """A function giving, once computed, the most each float64 gradient of this call moves over three runs of
@@ -166,6 +177,7 @@ class GradientCheck:
             except Exception:  # no room for its runs, or the reference under the rounding mode: budgets as they were
                 out = {}
             return out
+
         return widen
 
     def no_backward(self, why: str) -> None:
@@ -178,44 +190,64 @@ class GradientCheck:
     def check(self, row, label: str, got: dict | None, exp: Grads) -> dict:
         """A row's gradients against the references': every one the reference has must be there, of its shape and
         within its budget. Returns each gradient's relL2."""
-        where = f"{label}{BACKWARD_MARK} {exp.seed}" + ("" if exp.zero else ", .grad accumulated over "
-                                                                  "this call and the one before") + ")"
+        where = (
+            f"{label}{BACKWARD_MARK} {exp.seed}"
+            + ("" if exp.zero else ", .grad accumulated over this call and the one before")
+            + ")"
+        )
         if got is None:
             raise Rejected(f"{where}: the worker returned no gradients", kind="gradient")
         errs = {}
         names = row.names or {}
         if exp.params and not names:
             self.no_backward("the candidate's parameters do not map to the reference's by name or in order")
-        checks = [(("input", i), f"input {i}", got["inputs"][i] if i < len(got["inputs"]) else None, e, True)
-                  for i, e in exp.inputs.items()]
-        checks += [(("param", n), f"parameter {names[n]!r}", got["params"].get(names[n]), e, names[n] in got["params"])
-                   for n, e in exp.params.items() if n in names]
+        checks = [
+            (("input", i), f"input {i}", got["inputs"][i] if i < len(got["inputs"]) else None, e, True)
+            for i, e in exp.inputs.items()
+        ]
+        checks += [
+            (("param", n), f"parameter {names[n]!r}", got["params"].get(names[n]), e, names[n] in got["params"])
+            for n, e in exp.params.items()
+            if n in names
+        ]
         for key, what, g, (g32, g64, k), trainable in checks:
             if g is None:
                 why = "got no gradient" if trainable else "is not trainable in the model (it does not require grad)"
                 raise Rejected(f"{where}: {what}, which the reference trains, {why}", kind="gradient")
             if tuple(g.shape) != tuple(g64.shape):
-                raise Rejected(f"{where}: the gradient of {what} has shape {tuple(g.shape)}, the reference's "
-                               f"{tuple(g64.shape)}", kind="gradient")
+                raise Rejected(
+                    f"{where}: the gradient of {what} has shape {tuple(g.shape)}, the reference's {tuple(g64.shape)}",
+                    kind="gradient",
+                )
             e_ref = rel_error(g32, g64)
             budget = budget_from(e_ref, k, g32.dtype)
             e = rel_error(g.to(g32.device), g64)
             moved = exp.widen().get(key) if exp.widen and exp.zero and not e.within(budget) else None
             if moved is not None and e.nonfinite_mismatch == 0:  # within how far honest roundings move it there?
-                wide = budget_from(Err(max(e_ref.rel_l2, moved.rel_l2), max(e_ref.worst_row, moved.worst_row), 0), k,
-                                   g32.dtype)
+                wide = budget_from(
+                    Err(max(e_ref.rel_l2, moved.rel_l2), max(e_ref.worst_row, moved.worst_row), 0), k, g32.dtype
+                )
                 if e.within(wide):
-                    self.notes.append(f"{row.label} at {label}: the gradient of {what} over its budget, within how "
-                                      f"far honest fp32 roundings move the reference's there (relL2 {e.rel_l2:.2e}, "
-                                      f"worst row {e.worst_row:.2e}, row budget {wide.worst_row:.2e})")
+                    self.notes.append(
+                        f"{row.label} at {label}: the gradient of {what} over its budget, within how "
+                        f"far honest fp32 roundings move the reference's there (relL2 {e.rel_l2:.2e}, "
+                        f"worst row {e.worst_row:.2e}, row budget {wide.worst_row:.2e})"
+                    )
                     budget = wide
             figs = error_figures(f"{where}: the gradient of {what}", e, budget, e_ref)
             if e.nonfinite_mismatch:
-                raise Rejected(f"{where}: the gradient of {what} has {e.nonfinite_mismatch} NaN/Inf positions that "
-                               f"differ from the reference's", figures=figs, kind="gradient")
+                raise Rejected(
+                    f"{where}: the gradient of {what} has {e.nonfinite_mismatch} NaN/Inf positions that "
+                    f"differ from the reference's",
+                    figures=figs,
+                    kind="gradient",
+                )
             if not e.within(budget):
-                raise Rejected(f"{where}: the gradient of {what}: relL2 {e.rel_l2:.2e} over budget "
-                               f"{budget.rel_l2:.2e} (worst row {e.worst_row:.2e}, row budget {budget.worst_row:.2e})",
-                               figures=figs, kind="gradient")
+                raise Rejected(
+                    f"{where}: the gradient of {what}: relL2 {e.rel_l2:.2e} over budget "
+                    f"{budget.rel_l2:.2e} (worst row {e.worst_row:.2e}, row budget {budget.worst_row:.2e})",
+                    figures=figs,
+                    kind="gradient",
+                )
             errs[what] = e.rel_l2
         return errs

@@ -1,6 +1,7 @@
 """One checked call of the parity stage (check_call, over the judge's run): the candidate's own copy of the inputs
 (refilled at the addresses it has seen, or moved to new ones), the call, its inputs compared bit for bit afterwards,
 its output judged against the float64 reference, its BatchNorm buffers against the reference's."""
+
 from __future__ import annotations
 
 import time
@@ -94,8 +95,17 @@ def drop_input_buffers(run) -> None:
     release_if_short(run)
 
 
-def check_call(run, row: Row, label: str, pristine: list, exp: Expected, widen=None, moved: bool = False,
-               buffers: list | None = None, grads=None) -> dict:
+def check_call(
+    run,
+    row: Row,
+    label: str,
+    pristine: list,
+    exp: Expected,
+    widen=None,
+    moved: bool = False,
+    buffers: list | None = None,
+    grads=None,
+) -> dict:
     """One checked call. widen: at a derived input, a function giving the budgets widened to how far honest
     fp32 roundings move the reference there, asked only where the output is over its budget. moved: the inputs
     at new addresses (_candidate_inputs); buffers: the inputs as given (the diagnosis of a moved call)."""
@@ -106,18 +116,22 @@ def check_call(run, row: Row, label: str, pristine: list, exp: Expected, widen=N
     if row.runner.isolated and torch.cuda.is_initialized():
         _release(hint + (256 << 20))
     t0 = time.perf_counter()
-    reply = row.runner.call(label, "forward", row.label, cand_inputs, hint,
-                            *([grads.request()] if grads is not None else []))
+    reply = row.runner.call(
+        label, "forward", row.label, cand_inputs, hint, *([grads.request()] if grads is not None else [])
+    )
     inside = reply.get("seconds") if isinstance(reply.get("seconds"), dict) else {}
     inside = {k: s for k, s in inside.items() if isinstance(s, (int, float))}  # the worker's own account
     for part, s in inside.items():
         run.clock.tally(f"check: worker: {part}", s)
-    run.clock.tally("check: the call's round trip, outside the worker's parts",
-                    time.perf_counter() - t0 - sum(inside.values()))
+    run.clock.tally(
+        "check: the call's round trip, outside the worker's parts", time.perf_counter() - t0 - sum(inside.values())
+    )
     if reply.get("nan_fill_short") and not any(n.startswith("unwritten memory") for n in run.notes):
-        run.notes.append(f"unwritten memory NaN-filled only in part at {label}: "
-                         f"{reply['nan_fill_short'] / 2**30:.1f} GiB of the worker's headroom had no room on "
-                         f"the GPU")
+        run.notes.append(
+            f"unwritten memory NaN-filled only in part at {label}: "
+            f"{reply['nan_fill_short'] / 2**30:.1f} GiB of the worker's headroom had no room on "
+            f"the GPU"
+        )
     if run.precision == "fp32" and reply["tf32_after"]:
         raise Rejected(f"{label}: the model switched TF32 on in fp32 mode", kind="tampering", check=label)
     with run.clock.timed("check: the inputs compared bit for bit"):
@@ -130,9 +144,11 @@ def check_call(run, row: Row, label: str, pristine: list, exp: Expected, widen=N
         with run.clock.timed("check: the gradients against the float64 reference's"):
             res["grads"] = run.gradients.check(row, label, reply.get("grads"), grads)
     if res.get("widened"):
-        run.notes.append(f"{row.label} at {label}: over its budget, within how far honest fp32 "
-                         f"roundings move the reference there (relL2 {res['rel_l2']:.2e}, budget "
-                         f"{res['budget']:.2e})")
+        run.notes.append(
+            f"{row.label} at {label}: over its budget, within how far honest fp32 "
+            f"roundings move the reference there (relL2 {res['rel_l2']:.2e}, budget "
+            f"{res['budget']:.2e})"
+        )
     with run.clock.timed("check: the output and the inputs' copies dropped"):  # the output mapped from the worker
         del reply, cand_inputs
     with run.clock.timed("check: the GPU's cached memory handed back"):
@@ -151,8 +167,7 @@ def check_buffers(run, row: Row, label: str, refs: _Refs) -> None:
     """The state the reference's calls change (BatchNorm running statistics in training mode) must be kept and
     match. A buffer the calls leave as built is the reference's constant, not state: a candidate may fold it
     away. BatchNorm's num_batches_tracked is read only when its momentum is None (a cumulative average)."""
-    b32 = {k: v for k, v in refs.r32.named_buffers()
-           if k not in refs.initial or not _same_buffer(v, refs.initial[k])}
+    b32 = {k: v for k, v in refs.r32.named_buffers() if k not in refs.initial or not _same_buffer(v, refs.initial[k])}
     if not b32:
         return
     cand = row.runner.call(label, "buffers", row.label)["buffers"]
@@ -163,20 +178,32 @@ def check_buffers(run, row: Row, label: str, refs: _Refs) -> None:
             if _unread_counter(refs.r32, k):
                 continue
             mode = "training" if refs.r32.training else "eval"
-            raise Rejected(f"{label}: the model has no buffer {k!r}, which the reference carries between its "
-                           f"{mode}-mode calls as state, so the candidate's state cannot be checked",
-                           kind="wrong_state", check=label)
+            raise Rejected(
+                f"{label}: the model has no buffer {k!r}, which the reference carries between its "
+                f"{mode}-mode calls as state, so the candidate's state cannot be checked",
+                kind="wrong_state",
+                check=label,
+            )
         c = cand[ck]
         if not v.is_floating_point():
             if not torch.equal(c.cpu(), v.cpu()):
-                raise Rejected(f"{label}: buffer {k} is {c.tolist()}, the reference's {v.tolist()}",
-                               kind="wrong_state", check=label)
+                raise Rejected(
+                    f"{label}: buffer {k} is {c.tolist()}, the reference's {v.tolist()}",
+                    kind="wrong_state",
+                    check=label,
+                )
             continue
         if c.shape != v.shape:
-            raise Rejected(f"{label}: buffer {k} has shape {tuple(c.shape)}, the reference's {tuple(v.shape)}",
-                           kind="wrong_state", check=label)
+            raise Rejected(
+                f"{label}: buffer {k} has shape {tuple(c.shape)}, the reference's {tuple(v.shape)}",
+                kind="wrong_state",
+                check=label,
+            )
         e_ref, e = rel_error(v, b64[k]), rel_error(c.to(v.device), b64[k])
         budget = budget_from(e_ref, refs.k, v.dtype)
         if not e.within(budget):
-            raise Rejected(f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget "
-                           f"{budget.rel_l2:.2e})", kind="wrong_state", check=label)
+            raise Rejected(
+                f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget {budget.rel_l2:.2e})",
+                kind="wrong_state",
+                check=label,
+            )

@@ -1,6 +1,7 @@
 """The judge's ceilings stage: the fewest bytes and FLOPs of a call, the memory it held, the copy bandwidth and GEMM
 rates measured in the same run, and the medians that cannot be a call's time (below reading its inputs once at
 that bandwidth, or under half the GPU work the profiler saw the same call do) rejected."""
+
 from __future__ import annotations
 
 import torch
@@ -27,9 +28,11 @@ def below_floor(median_ms: float, input_bytes: int, bandwidth: float) -> str | N
     away, but inputs drawn anew for every call must be read)."""
     floor_ms = INPUT_FLOOR_FRACTION * input_bytes / bandwidth * 1e3
     if floor_ms >= FLOOR_MIN_MS and median_ms < floor_ms:
-        return (f"timing: median {median_ms * 1e3:.1f} us is below {INPUT_FLOOR_FRACTION:g} x the "
-                f"{input_bytes / bandwidth * 1e6:.1f} us it takes to read the inputs once at the copy bandwidth "
-                f"measured now ({bandwidth / 1e9:,.0f} GB/s): the reported time is impossible")
+        return (
+            f"timing: median {median_ms * 1e3:.1f} us is below {INPUT_FLOOR_FRACTION:g} x the "
+            f"{input_bytes / bandwidth * 1e6:.1f} us it takes to read the inputs once at the copy bandwidth "
+            f"measured now ({bandwidth / 1e9:,.0f} GB/s): the reported time is impossible"
+        )
     return None
 
 
@@ -40,8 +43,10 @@ def below_busy(median_ms: float, busy: float | None, what: str = "call") -> str 
     call (a start event recorded again from inside it). what: "call", or "training step" (--backward's timing)."""
     if busy and busy - median_ms > FLOOR_MIN_MS and median_ms < BUSY_FRACTION * busy:
         timing = "timing" if what == "call" else f"{what} timing"
-        return (f"{timing}: median {median_ms * 1e3:.1f} us is under {BUSY_FRACTION:g} x the {busy * 1e3:.1f} us "
-                f"the profiler saw the {what}'s own GPU work take: the timed events did not bound the {what}")
+        return (
+            f"{timing}: median {median_ms * 1e3:.1f} us is under {BUSY_FRACTION:g} x the {busy * 1e3:.1f} us "
+            f"the profiler saw the {what}'s own GPU work take: the timed events did not bound the {what}"
+        )
     return None
 
 
@@ -96,9 +101,12 @@ def contradicted(rec: dict, row, input_bytes: int) -> str | None:
     median cannot be the step's (the forward's busy time measured apart, kp.judge.window.forward_busy_ms)."""
     med = rec["timing"][row.label]["median_ms"]
     step = (rec.get("timing_backward") or {}).get(row.label)
-    return below_busy(med, (row.escape or {}).get("busy_ms")) or \
-        ("bandwidth" in rec and below_floor(med, input_bytes, rec["bandwidth"])) or \
-        (step and below_busy(step["median_ms"], (row.escape or {}).get("busy_step_ms"), "training step")) or None
+    return (
+        below_busy(med, (row.escape or {}).get("busy_ms"))
+        or ("bandwidth" in rec and below_floor(med, input_bytes, rec["bandwidth"]))
+        or (step and below_busy(step["median_ms"], (row.escape or {}).get("busy_step_ms"), "training step"))
+        or None
+    )
 
 
 def ceilings(ref, precision: str, traffic: dict, log) -> dict:
@@ -108,16 +116,19 @@ def ceilings(ref, precision: str, traffic: dict, log) -> dict:
     _release()
     free = free_gpu_bytes()
     copy_bytes = max(min(4 << 30, int(0.4 * free)) >> 28 << 28, 256 << 20)  # far above L2 either way
-    gemm_n = 8192 if 38 * 8192 ** 2 < 0.5 * free else 4096  # 38 n^2 bytes: fp32, fp16, fp64 operands + results
+    gemm_n = 8192 if 38 * 8192**2 < 0.5 * free else 4096  # 38 n^2 bytes: fp32, fp16, fp64 operands + results
     if copy_bytes < 4 << 30 or gemm_n < 8192:
-        log(f"{ref.name}: ceilings measured on a {copy_bytes >> 20} MiB copy and {gemm_n}^3 GEMMs: "
-            f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)")
+        log(
+            f"{ref.name}: ceilings measured on a {copy_bytes >> 20} MiB copy and {gemm_n}^3 GEMMs: "
+            f"{free / 2**30:.1f} GiB of GPU memory free (the GPU is shared)"
+        )
     gpu = torch.cuda.current_device() if torch.cuda.is_available() else None
     bw = _measured(("copy", gpu, copy_bytes), lambda: copy_bandwidth(copy_bytes))
     out = {"bandwidth": bw, "flops_rate": None, "rates": {}}
     if traffic.get("flops"):
-        out["rates"] = dict(_measured(("gemm", gpu, gemm_n, precision),
-                                      lambda: gemm_rates(n=gemm_n, precision=precision)))
+        out["rates"] = dict(
+            _measured(("gemm", gpu, gemm_n, precision), lambda: gemm_rates(n=gemm_n, precision=precision))
+        )
         out["flops_rate"] = max(out["rates"].values())
     bound = ref.bound
     if bound is None:

@@ -1,5 +1,6 @@
 """Where a run's seconds go inside its stages: the parts of each stage (the record's stage_detail), tallied by one
 part of the judge that the stages, the escape check and the checked calls are handed."""
+
 from __future__ import annotations
 
 import contextlib

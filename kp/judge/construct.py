@@ -1,6 +1,7 @@
 """The judge's construct stage and what comes before it: the memory plan, the baselines (or the reference run once) in
 every worker, each candidate's import, and each row's model built after the reference's seed with the reference's
 state loaded as far as it maps. Functions of the judge's run (kp.judge.driver.Judge)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,9 @@ from kp.judge.reference import partial_map, state_map, unmapped
 from kp.lib.numerics import cpu_kernels
 
 
-def build_row(run, row: Row, refs: _Refs, init, seed: int, stage: str = "construct", state=None,
-              load: bool = True) -> None:
+def build_row(
+    run, row: Row, refs: _Refs, init, seed: int, stage: str = "construct", state=None, load: bool = True
+) -> None:
     """Construct the row's model after the seed and load the reference's state (its state now, or `state`) as
     far as it maps: whole (kp.judge.reference.state_map: by name, in order, or by name and shape), else
     KernelBench's same-seed contract (what has the same name and shape is loaded, the rest keeps the
@@ -25,10 +27,12 @@ def build_row(run, row: Row, refs: _Refs, init, seed: int, stage: str = "constru
     keys = [(k, tuple(s)) for k, s in reply["keys"]]
     if run.train and reply.get("eval_modules"):
         kinds = reply["eval_modules"]
-        what = "BatchNorm would use running statistics" if any("Norm" in k for k in kinds) else \
-            "Dropout would be off"
-        raise Rejected(f"{stage}: ModelNew is in eval mode (self.training is False) but the reference trains: "
-                       f"{what} ({', '.join(kinds)}); --mode eval judges inference semantics", kind="construct")
+        what = "BatchNorm would use running statistics" if any("Norm" in k for k in kinds) else "Dropout would be off"
+        raise Rejected(
+            f"{stage}: ModelNew is in eval mode (self.training is False) but the reference trains: "
+            f"{what} ({', '.join(kinds)}); --mode eval judges inference semantics",
+            kind="construct",
+        )
     ref_keys = refs.keys()
     names = state_map(ref_keys, keys) if ref_keys else {}
     if names is None:  # in order again without the counters nothing reads (a rewrite need not keep them)
@@ -39,10 +43,15 @@ def build_row(run, row: Row, refs: _Refs, init, seed: int, stage: str = "constru
             params = {k for k, _ in refs.r32.named_parameters()}
             moved = sorted(k for k in names if k in params)
             left = unmapped(ref_keys, keys, names)
-            row.weights = ("same-seed init; " + (f"loaded and changed between calls: {len(moved)} of "
-                                                 f"{len(params)} parameters by name" if moved else
-                                                 "not changed between calls: no parameter maps")
-                           + (f" ({left})" if left else ""))
+            row.weights = (
+                "same-seed init; "
+                + (
+                    f"loaded and changed between calls: {len(moved)} of {len(params)} parameters by name"
+                    if moved
+                    else "not changed between calls: no parameter maps"
+                )
+                + (f" ({left})" if left else "")
+            )
             run.log(f"{run.ref.name}: {row.label} weights: {row.weights}")
     row.names = names
     if names and load:
@@ -54,8 +63,10 @@ def build_row(run, row: Row, refs: _Refs, init, seed: int, stage: str = "constru
                 raise
             row.runner.call(stage, "build", row.label, init, seed)  # as built: nothing half loaded
             row.names = {}
-            row.weights = (f"same-seed init: the reference's weights could not be loaded into it "
-                           f"({str(e).split('raised ', 1)[-1][:120]}); not changed between calls")
+            row.weights = (
+                f"same-seed init: the reference's weights could not be loaded into it "
+                f"({str(e).split('raised ', 1)[-1][:120]}); not changed between calls"
+            )
             run.log(f"{run.ref.name}: {row.label} weights: {row.weights}")
 
 
@@ -80,20 +91,25 @@ def cuda_builds_on_cpu(run) -> None:
     if run.device != "cpu":
         return
     for row in run.rows:
-        langs = gpu_languages(row.path) if getattr(row, "path", None) and not row.accepted and not row.peer \
-            else []
+        langs = gpu_languages(row.path) if getattr(row, "path", None) and not row.accepted and not row.peer else []
         if langs:  # its kernels cannot run on this host (their compiler is often not even installed here)
-            raise NoVerdict(f"{run.ref.name}: no verdict on the CPU: {row.label} writes its kernels in "
-                            f"{' and '.join(langs)}, a GPU kernel language, which this host cannot run "
-                            f"({row.reason[:120] if row.reason else 'rejected'}); judge it on a GPU")
+            raise NoVerdict(
+                f"{run.ref.name}: no verdict on the CPU: {row.label} writes its kernels in "
+                f"{' and '.join(langs)}, a GPU kernel language, which this host cannot run "
+                f"({row.reason[:120] if row.reason else 'rejected'}); judge it on a GPU"
+            )
         if not row.accepted and not row.peer and (row.failure or {}).get("needs") == "cuda":
-            raise NoVerdict(f"{run.ref.name}: no verdict on the CPU: {row.label} asks for CUDA, which this host "
-                            f"does not have ({row.reason[:160]}); judge it on a GPU")
+            raise NoVerdict(
+                f"{run.ref.name}: no verdict on the CPU: {row.label} asks for CUDA, which this host "
+                f"does not have ({row.reason[:160]}); judge it on a GPU"
+            )
         failed = [f for f in getattr(row.runner, "build_failures", None) or [] if f.get("cuda")]
         if failed and not row.accepted and not row.peer:
-            raise NoVerdict(f"{run.ref.name}: no verdict on the CPU: {row.label}'s extension "
-                            f"{failed[0]['extension']!r} compiles CUDA code, which this host cannot build or run "
-                            f"({failed[0]['error'][:160]}); judge it on a GPU")
+            raise NoVerdict(
+                f"{run.ref.name}: no verdict on the CPU: {row.label}'s extension "
+                f"{failed[0]['extension']!r} compiles CUDA code, which this host cannot build or run "
+                f"({failed[0]['error'][:160]}); judge it on a GPU"
+            )
 
 
 def stage_setup(run, rec: dict, init) -> None:
@@ -116,12 +132,14 @@ def _setup(run, init, gpu: bool) -> None:
         on_gpu, why = float64_on_gpu(run.fp, len(run.rows), free)
         run.f64_chunks = 0 if on_gpu else float64_chunks(run.fp, len(run.rows), free)
         run.f64_device = run.device if on_gpu or run.f64_chunks else "cpu"
-        run.f64_where = f"{'the GPU' if on_gpu else 'the host'} ({why})" if not run.f64_chunks else \
-            f"the GPU in {run.f64_chunks} slices of the batch where it can be sliced, else the host ({why})"
+        run.f64_where = (
+            f"{'the GPU' if on_gpu else 'the host'} ({why})"
+            if not run.f64_chunks
+            else f"the GPU in {run.f64_chunks} slices of the batch where it can be sliced, else the host ({why})"
+        )
         run.log(f"{run.ref.name}: the float64 reference runs on {run.f64_where}")
     if gpu and run.bench:  # the baselines hold the reference's weights as built after the seed
-        run.log(f"{run.ref.name}: building the eager{' and torch.compile' if run.compile_baseline else ''}"
-                f" baselines")
+        run.log(f"{run.ref.name}: building the eager{' and torch.compile' if run.compile_baseline else ''} baselines")
         state = run.ref.model(init, run.seed, run.device, run.train).state_dict()
         run.baseline_args = (init, run.seed, state, run.compile_baseline, run.seed)
     elif gpu:
@@ -151,8 +169,10 @@ def ready_worker(run, runner) -> None:
                     r = runner.call("prime", "prime", *run.prime_args, made)
             else:
                 run.clock.tally("setup: the reference run once in the candidate's process, ahead of the job", 0.0)
-            note = (f"the reference could not run in the candidate's process before it ({r.get('why')}): a "
-                    f"library the candidate's first call uses may be set up inside that call")
+            note = (
+                f"the reference could not run in the candidate's process before it ({r.get('why')}): a "
+                f"library the candidate's first call uses may be set up inside that call"
+            )
             if not r.get("primed") and note not in run.notes:
                 run.notes.append(note)
     except OutOfMemory:
@@ -160,8 +180,10 @@ def ready_worker(run, runner) -> None:
     # only the reference's code has run there yet (its device-side assert, say): no row is to blame, and no verdict
     # can follow
     except Rejected as e:
-        raise UsageError(f"the reference, run once in the candidate's process before the candidate's file was "
-                         f"imported, failed there: {e}") from None
+        raise UsageError(
+            f"the reference, run once in the candidate's process before the candidate's file was "
+            f"imported, failed there: {e}"
+        ) from None
 
 
 def _import_rows(run) -> None:
@@ -181,8 +203,10 @@ def _import_rows(run) -> None:
                     r = row.runner.call("import", "load", str(Path(row.path).resolve()))
                 if r.get("cpu") not in (None, mine):  # still, or threads alone: said beside the verdict
                     said = "{} CPU kernels on {} threads".format
-                    run.notes.append(f"the candidate's process runs PyTorch's {said(*r['cpu'])}, the judge's "
-                                     f"its {said(*mine)}: PyTorch's own operators may round differently there")
+                    run.notes.append(
+                        f"the candidate's process runs PyTorch's {said(*r['cpu'])}, the judge's "
+                        f"its {said(*mine)}: PyTorch's own operators may round differently there"
+                    )
                 if not r["has_model_new"]:
                     row.reject(Rejected("import: the file defines no class ModelNew", kind="import"))
                 elif run.at_sizes:  # --at: the candidate's own copies of the sizes, as at any member

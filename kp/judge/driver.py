@@ -39,6 +39,7 @@ kp.judge.timed (escape and own kernel, kp.judge.escape; timing), kp.judge.ceilin
 kp.judge.observe (--profile, --ncu). Every stage has one interface, ``stage_<name>(run, rec, init)``; a new check is
 a function in the stage it belongs to, or a new stage (a function and one entry of STAGES).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,8 +79,7 @@ MIN_CHECKED = MIN_TRIALS  # checked calls a row must pass to be accepted, on any
 # The judge.
 
 
-def row_specs(ref: Reference, variant_list: list[str],
-              precision: str = "fp32") -> list[tuple[str, str, dict, bool]]:
+def row_specs(ref: Reference, variant_list: list[str], precision: str = "fp32") -> list[tuple[str, str, dict, bool]]:
     """(label, variant, ModelNew options, peer) of every row of a built-in problem: each variant as is, plus each
     variant under each of the problem's ROW_OPTIONS (e.g. matmul_sum_max_mean_lse's cache=False) that applies to
     the precision judged."""
@@ -116,9 +116,11 @@ def enough_checks(rows: list[Row], rec: dict, no_room: str | None, name: str, lo
         if rec.get("notes"):  # the whole reason, its figures, before the verdict
             log(f"{name}: {rec['notes']}")
         why = no_room or rec.get("notes") or "too few calls could be checked here"
-        raise NoVerdict(f"{name}: no verdict: {', '.join(r.label for r in short)} passed "
-                        f"{min(len(r.checks) for r in short)} of the {MIN_CHECKED} checked calls it needs ({why}); "
-                        f"judge it on a GPU or a larger host")
+        raise NoVerdict(
+            f"{name}: no verdict: {', '.join(r.label for r in short)} passed "
+            f"{min(len(r.checks) for r in short)} of the {MIN_CHECKED} checked calls it needs ({why}); "
+            f"judge it on a GPU or a larger host"
+        )
 
 
 @contextlib.contextmanager
@@ -133,6 +135,7 @@ def still_in(stage: str, say, first_s: float = STILL_FIRST_S, every_s: float = S
         while not done.wait(wait):
             say(f"{stage}: {time.monotonic() - t0:.0f} s so far")
             wait = every_s
+
     ticker = threading.Thread(target=tick, name="kp-still-in", daemon=True)
     ticker.start()
     try:
@@ -142,8 +145,17 @@ def still_in(stage: str, say, first_s: float = STILL_FIRST_S, every_s: float = S
 
 
 class Judge:
-    def __init__(self, ref: Reference, opts: JudgeOptions | None = None, *, min_reps: int = 10, max_reps: int = 100,
-                 budget_s: float = 20.0, log=progress, **options):
+    def __init__(
+        self,
+        ref: Reference,
+        opts: JudgeOptions | None = None,
+        *,
+        min_reps: int = 10,
+        max_reps: int = 100,
+        budget_s: float = 20.0,
+        log=progress,
+        **options,
+    ):
         """opts: how to judge (kp.judge.options.JudgeOptions; or its fields as keywords, `options`). min_reps,
         max_reps, budget_s: the timing's bounds (the tests shorten them)."""
         opts = opts if opts is not None else JudgeOptions.from_mapping(options)
@@ -154,8 +166,10 @@ class Judge:
         profile, ncu, mode, timeout_s, shapes = opts.profile, opts.ncu, opts.mode, opts.timeout_s, opts.shapes
         if device is None:
             if not torch.cuda.is_available():
-                raise UsageError("no CUDA device visible: use a GPU machine (or --device cpu for the host-side "
-                                 "parity checks of a pure-torch candidate)")
+                raise UsageError(
+                    "no CUDA device visible: use a GPU machine (or --device cpu for the host-side "
+                    "parity checks of a pure-torch candidate)"
+                )
             device = "cuda"
         if device == "cuda" and not torch.cuda.is_available():
             raise UsageError("no CUDA device visible")
@@ -216,8 +230,14 @@ class Judge:
         self.at_bench: str | None = None
         self.gradients = GradientCheck(self.notes, log, ref.name, self.clock)
         self.probes = Probes(precision)  # what no kernel computes, judged at the benchmark shape's calls
-        self.escape_check = EscapeCheck(self.seed, allow_torch, opts.backward,
-                                        lambda: self.device == "cuda" and not self.gpu_own, log, self.clock.tally)
+        self.escape_check = EscapeCheck(
+            self.seed,
+            allow_torch,
+            opts.backward,
+            lambda: self.device == "cuda" and not self.gpu_own,
+            log,
+            self.clock.tally,
+        )
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -235,19 +255,30 @@ class Judge:
         if not path.is_file():
             raise UsageError(f"candidate file {str(path)!r} does not exist")
         if path.suffix != ".py":  # Python imports no other name; said as what it is, not as an import's traceback
-            raise UsageError(f"candidate file {str(path)!r} is not a Python file: a candidate is a .py file that "
-                             f"defines ModelNew")
+            raise UsageError(
+                f"candidate file {str(path)!r} is not a Python file: a candidate is a .py file that defines ModelNew"
+            )
         boxed, self.box_note = sandbox.choice(self.sandbox)
         if boxed:
             self.log(f"candidate {path.name}: in a sandbox ({self.box_note})")
 
         def start() -> ProcessRunner:
-            runner = candidate_runner(self.ref.spec, path, self.device, self.precision, self._told, boxed=boxed,
-                                      train=self.train, deadline=self.deadline, limit_s=self.timeout_s)
+            runner = candidate_runner(
+                self.ref.spec,
+                path,
+                self.device,
+                self.precision,
+                self._told,
+                boxed=boxed,
+                train=self.train,
+                deadline=self.deadline,
+                limit_s=self.timeout_s,
+            )
             self.runners.append(runner)
             self._off_the_clock(getattr(runner, "build_wait_s", 0.0))  # its wait for its build ahead
             runner.passed = row.checks
             return runner
+
         row = Row("candidate", None, path=str(path), respawn=start)
         row.runner = start()
         self.rows.append(row)
@@ -266,8 +297,14 @@ class Judge:
     def add_reference_row(self) -> Row:
         """The reference's own fp32 Model as a judged row ("eager"): what `--ref FILE` alone checks on the CPU, where
         nothing is timed (every parity stage against the float64 reference, PyTorch's own error in the table)."""
-        runner = LocalRunner(self.ref.spec, self.device, self.precision, self._told,
-                             {"eager": lambda *init: self.ref.module.Model(*init)}, self.train)
+        runner = LocalRunner(
+            self.ref.spec,
+            self.device,
+            self.precision,
+            self._told,
+            {"eager": lambda *init: self.ref.module.Model(*init)},
+            self.train,
+        )
         self.runners.append(runner)
         row = Row("eager", runner, reference=True)
         self.rows.append(row)
@@ -310,8 +347,11 @@ class Judge:
             if self.opts.at:
                 bench, self.at_sizes, self._fp = self.fp["shapes"], apply_at(self.ref, self.opts.at), None
                 self.at_bench = bench if self.at_sizes else None
-                self.notes.append(f"judged at {self.fp['shapes']} (--at {self.opts.at}), not the benchmark's {bench}"
-                                  if self.at_sizes else f"--at {self.opts.at}: the benchmark's own sizes")
+                self.notes.append(
+                    f"judged at {self.fp['shapes']} (--at {self.opts.at}), not the benchmark's {bench}"
+                    if self.at_sizes
+                    else f"--at {self.opts.at}: the benchmark's own sizes"
+                )
             return drive(self)
         finally:
             vars(self.ref.module).update(sizes)
@@ -354,8 +394,10 @@ def drive(run) -> dict:
     rec = record_head(run, run.device == "cuda")  # measures the footprint: a meta-device forward
     init = run.ref.init()
     built = run._build_s()  # a box lent its candidate's build folder waits there for the build running ahead
-    seconds: dict[str, float] = {"judge start": t0 - run.t_start - built,  # its CUDA context, workers started
-                                 "footprint": time.perf_counter() - t0}
+    seconds: dict[str, float] = {
+        "judge start": t0 - run.t_start - built,  # its CUDA context, workers started
+        "footprint": time.perf_counter() - t0,
+    }
     if built > 0:
         seconds[BUILD_STAGE] = built
     gpu_lock.GPU_WAITS.append(run._waited_for_gpu)
@@ -391,20 +433,30 @@ def run_stages(run, stages, rec: dict, init, seconds: dict) -> None:
         t0, waited, built = time.perf_counter(), run.gpu_wait_s, run._build_s()
         shared = stage.shares_gpu(run) and run.device == "cuda" and not run.gpu_own
         try:
-            with gpu_lock.gpu_shared(run.log) if shared else contextlib.nullcontext(), \
-                    still_in(stage.name, lambda said: run.log(f"{run.ref.name}: {said}")):
+            with (
+                gpu_lock.gpu_shared(run.log) if shared else contextlib.nullcontext(),
+                still_in(stage.name, lambda said: run.log(f"{run.ref.name}: {said}")),
+            ):
                 stage.run(run, rec, init)
         finally:
             name_failures(run.rows, stage.name)
         waited, built = run.gpu_wait_s - waited, max(run._build_s() - built, 0.0)
-        for name, s in ((stage.name, time.perf_counter() - t0 - waited - built), (WAIT_STAGE, waited),
-                        (BUILD_STAGE, built)):
+        for name, s in (
+            (stage.name, time.perf_counter() - t0 - waited - built),
+            (WAIT_STAGE, waited),
+            (BUILD_STAGE, built),
+        ):
             if s > 0 or name == stage.name:
                 seconds[name] = seconds.get(name, 0.0) + max(s, 0.0)
 
 
-def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants: list[str] | None = None,
-             opts: JudgeOptions | None = None, **kw) -> dict:
+def evaluate(
+    ref: Reference | str,
+    candidate: str | Path | None = None,
+    variants: list[str] | None = None,
+    opts: JudgeOptions | None = None,
+    **kw,
+) -> dict:
     """Judge a candidate file and/or the playground's variants against a reference (a Reference, or a built-in
     problem id), with `opts` (or JudgeOptions' fields as keywords, beside Judge's own: log, the timing's bounds).
     Returns the record: its status and failure, and rec['rows'][label] each row's."""
@@ -425,8 +477,13 @@ def evaluate(ref: Reference | str, candidate: str | Path | None = None, variants
     return j.run()
 
 
-def judge_job(ref: Reference | tuple[str, str], candidate: str | Path | None, opts: JudgeOptions,
-              variants: list[str] | None = None, log=progress) -> dict:
+def judge_job(
+    ref: Reference | tuple[str, str],
+    candidate: str | Path | None,
+    opts: JudgeOptions,
+    variants: list[str] | None = None,
+    log=progress,
+) -> dict:
     """One job, judged as every way in judges it (the command line, a batch's slot, JudgeSession, the warm judge):
     a reference (or its spec: ("file", path) or ("problem", id)) and a candidate file; or, with no candidate, a
     built-in problem's rows (`variants`, else the ladder this GPU runs in the precision), their kernels built first

@@ -1,5 +1,6 @@
 """The judge's escape and own-kernel check: one call inside a profiler window bounded by marker kernels and a
 host clock around it, then the kernels that ran, matched against the row's own shared objects."""
+
 from __future__ import annotations
 
 import time
@@ -21,8 +22,15 @@ class EscapeCheck:
     step (--backward), whether its tries share the GPU with other judges now (a question: the judge holds the GPU
     alone from the timed stages on), where it says it waits, and where its seconds are tallied."""
 
-    def __init__(self, seed: int, allow_torch: bool, backward: bool, beside_other_judges=lambda: False,
-                 log=None, tally=lambda what, seconds: None):
+    def __init__(
+        self,
+        seed: int,
+        allow_torch: bool,
+        backward: bool,
+        beside_other_judges=lambda: False,
+        log=None,
+        tally=lambda what, seconds: None,
+    ):
         self.seed, self.allow_torch, self.backward = seed, allow_torch, backward
         self.beside_other_judges, self.log, self.tally = beside_other_judges, log, tally
 
@@ -54,11 +62,15 @@ class EscapeCheck:
             with gpu_to_itself(self.log):
                 e, ev_ms, excess, bad, window = self._try(row, self.seed + 2001 + ESCAPE_RETRIES)
         waits = [s[3] for s in e["samples"] if len(s) > 3]  # discounted from the excess (guards)
-        info = {"host_excess_ms": excess, "threshold_ms": escape_threshold_ms(ev_ms), "event_ms": ev_ms,
-                "cpu_wait_ms": median_high(waits) if waits else None,
-                "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
-                "outside_window": [(x["name"][:80], x["stream"]) for x in bad],
-                "busy_ms": busy_ms(e["events"], e["marker"], window)}
+        info = {
+            "host_excess_ms": excess,
+            "threshold_ms": escape_threshold_ms(ev_ms),
+            "event_ms": ev_ms,
+            "cpu_wait_ms": median_high(waits) if waits else None,
+            "streams": sorted({str(x["stream"]) for x in e["events"] if x["name"] != e["marker"]}),
+            "outside_window": [(x["name"][:80], x["stream"]) for x in bad],
+            "busy_ms": busy_ms(e["events"], e["marker"], window),
+        }
         # the profiled call was a training step: the forward's own work and the step's, for the forward's median and the
         # step's
         if self.backward:
@@ -70,14 +82,20 @@ class EscapeCheck:
         if bad:
             x = bad[0]
             where = "after" if x["ts"] + x["dur"] > window[1] else "before"
-            raise Rejected(f"escape: GPU work outside the timed window ({len(bad)} activities, e.g. "
-                           f"{kernel_base_name(x['name'])[:60]} on stream {x['stream']} ending {where} the window): "
-                           f"work escaped the timed stream", kind="escape")
+            raise Rejected(
+                f"escape: GPU work outside the timed window ({len(bad)} activities, e.g. "
+                f"{kernel_base_name(x['name'])[:60]} on stream {x['stream']} ending {where} the window): "
+                f"work escaped the timed stream",
+                kind="escape",
+            )
         if excess > escape_threshold_ms(ev_ms):
             cpu = f"; {info['cpu_wait_ms']:.3f} ms waiting for a CPU not counted" if info["cpu_wait_ms"] else ""
-            raise Rejected(f"escape: the host clock saw {excess:.3f} ms more than the CUDA events per call "
-                           f"(events {ev_ms:.3f} ms{cpu}), beyond what it sees around no call: work escaped the timed "
-                           f"stream", kind="escape")
+            raise Rejected(
+                f"escape: the host clock saw {excess:.3f} ms more than the CUDA events per call "
+                f"(events {ev_ms:.3f} ms{cpu}), beyond what it sees around no call: work escaped the timed "
+                f"stream",
+                kind="escape",
+            )
         row.own_kernels = e["own"]
         row.kernels = sorted({x["name"][:120] for x in e["events"] if x["name"] != e["marker"]})
         if not e["own"]:
@@ -86,7 +104,9 @@ class EscapeCheck:
                 row.pure_torch = not (row.peer or row.reference or row.library_kernels)
             else:
                 seen = label_foreign([kernel_base_name(k) for k in row.kernels[:4]], e.get("foreign") or {})
-                raise Rejected(f"own kernel: no kernel of the row's own ran (kernels seen: "
-                               f"{', '.join(seen) or 'none'}); --allow-torch judges a pure-PyTorch rewrite",
-                               kind="own_kernel")
+                raise Rejected(
+                    f"own kernel: no kernel of the row's own ran (kernels seen: "
+                    f"{', '.join(seen) or 'none'}); --allow-torch judges a pure-PyTorch rewrite",
+                    kind="own_kernel",
+                )
         return info

@@ -1,5 +1,6 @@
 """What one judged call must return and how it is judged: the row being judged, the fp32 and float64 references
 it is compared with, the expected output and its budget, and the verdict on an output."""
+
 from __future__ import annotations
 
 import contextlib
@@ -72,8 +73,9 @@ def _unread_counter(model: torch.nn.Module, key: str) -> bool:
         m = model.get_submodule(owner) if owner else model
     except AttributeError:
         return False
-    return name == "num_batches_tracked" and isinstance(m, torch.nn.modules.batchnorm._NormBase) and \
-        m.momentum is not None
+    return (
+        name == "num_batches_tracked" and isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.momentum is not None
+    )
 
 
 class _Refs:
@@ -81,8 +83,9 @@ class _Refs:
     judged models, with the same weight changes applied. `how` says what the float64 side is: FLOAT64, PROMOTED
     (kp.judge.float64.Promote), or 'fp32 only: <why>' when no float64 reference could be run."""
 
-    def __init__(self, ref: Reference, init, seed: int, device: str, f64_device: str, train: bool = True,
-                 chunks: int = 1):
+    def __init__(
+        self, ref: Reference, init, seed: int, device: str, f64_device: str, train: bool = True, chunks: int = 1
+    ):
         self.r32 = ref.model(init, seed, device, train)
         self.r64 = float64_copy(self.r32, f64_device)
         self.f64_device = f64_device
@@ -119,8 +122,9 @@ class _Refs:
 
     def save_buffers(self) -> dict:
         """The state a call may change, buffers and plain tensor attributes, of both references."""
-        out = {k: b.clone() for m in (self.r32, self.r64) for k, b in
-               ((f"{id(m)}:{n}", b) for n, b in m.named_buffers())}
+        out = {
+            k: b.clone() for m in (self.r32, self.r64) for k, b in ((f"{id(m)}:{n}", b) for n, b in m.named_buffers())
+        }
         out["plain"] = [(sub, k, v) for m in (self.r32, self.r64) for sub, k, v in plain_tensors(m)]
         return out
 
@@ -172,8 +176,11 @@ class _Refs:
         while not self.fp32_only():
             saved = {k: b.clone() for k, b in self.r64.named_buffers()}
             try:
-                with torch.no_grad(), float64_default(), (Promote() if self.how == PROMOTED else
-                                                          contextlib.nullcontext()):
+                with (
+                    torch.no_grad(),
+                    float64_default(),
+                    Promote() if self.how == PROMOTED else contextlib.nullcontext(),
+                ):
                     if self.chunks > 1:
                         return self._by_rows(pristine, device)
                     return self.r64(*as_float64(pristine, device))
@@ -183,8 +190,11 @@ class _Refs:
                         b.copy_(saved[k])
                 if isinstance(e, torch.OutOfMemoryError):
                     raise
-                self.how = PROMOTED if self.how == FLOAT64 else \
-                    f"fp32 only: the float64 copy raised {type(e).__name__}: {first_line(e)[:160]}"
+                self.how = (
+                    PROMOTED
+                    if self.how == FLOAT64
+                    else f"fp32 only: the float64 copy raised {type(e).__name__}: {first_line(e)[:160]}"
+                )
         return None
 
     def _by_rows(self, pristine: list, device: str):
@@ -199,7 +209,7 @@ class _Refs:
             if out is None:
                 out = [torch.empty((rows, *p.shape[1:]), dtype=p.dtype, device=p.device) for p in _as_list(part)]
             for o, p in zip(out, _as_list(part)):
-                o[i:i + p.shape[0]].copy_(p)
+                o[i : i + p.shape[0]].copy_(p)
             del part
         return tuple(out) if several else out[0]
 
@@ -232,15 +242,21 @@ class _Refs:
         set_precision(precision)
         try:
             counter, reductions = FlopCount(), ReductionLength()
-            before = None if self._state_calls >= 2 else \
-                {k: v.detach().clone() for k, (_, _, v) in _named_plain(self.r32).items()}
+            before = (
+                None
+                if self._state_calls >= 2
+                else {k: v.detach().clone() for k, (_, _, v) in _named_plain(self.r32).items()}
+            )
             with torch.no_grad(), counter, reductions:
                 r32 = self.r32(*[clone_layout(x) for x in pristine])
             _settled()  # a fault of the reference's kernels surfaces here, as the reference's, not at a later line
             if before is not None:
                 self._state_calls += 1
-                self.state_attrs = sorted(k for k, (_, _, v) in _named_plain(self.r32).items()
-                                          if k not in before or not _same_buffer(v.detach(), before[k]))
+                self.state_attrs = sorted(
+                    k
+                    for k, (_, _, v) in _named_plain(self.r32).items()
+                    if k not in before or not _same_buffer(v.detach(), before[k])
+                )
             if self.chunks > 1 and self.chunk_proof is None:
                 why = self._rows_apart(pristine, r32)
                 self.chunk_proof = why or f"in {self.chunks} slices of the batch"
@@ -249,25 +265,40 @@ class _Refs:
                     self.to_host()
                     self.moved = f"on the host: its forward does not fit the GPU whole and cannot be sliced ({why})"
             # fp32, bf16, fp16: PyTorch's other algorithms; tf32: TF32 tensor cores fed fp32 inputs as they are
-            alts = other_algorithms(self, pristine, counter) if precision != "tf32" else \
-                tf32_truncating(self, pristine, counter)
+            alts = (
+                other_algorithms(self, pristine, counter)
+                if precision != "tf32"
+                else tf32_truncating(self, pristine, counter)
+            )
             r64 = self._float64(pristine)
             _settled()
         finally:
             set_precision("fp32")
         numel = lambda ts: sum(t.numel() for t in ts if isinstance(t, torch.Tensor) and t.is_floating_point())
-        self.k = max(reductions.k, reduction_length(counter.get_total_flops(),
-                                                    max((numel([x]) for x in pristine), default=0),
-                                                    numel(_as_list(r32))))
+        self.k = max(
+            reductions.k,
+            reduction_length(
+                counter.get_total_flops(), max((numel([x]) for x in pristine), default=0), numel(_as_list(r32))
+            ),
+        )
         if r64 is None:
             return Expected.of(r32, r32, fp32_only=True)
         if self.f64_device == "cpu" and torch.cuda.is_available():  # pinned: each chunk of the comparison crosses
-            r64 = tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64)) \
-                if isinstance(r64, (tuple, list)) else r64.pin_memory()  # PCIe at full speed
+            r64 = (
+                tuple(t.pin_memory() if isinstance(t, torch.Tensor) else t for t in _as_list(r64))
+                if isinstance(r64, (tuple, list))
+                else r64.pin_memory()
+            )  # PCIe at full speed
         spread = rounding_spread(self, pristine, r64) if self.bench_rms is not None else None
-        return Expected.of(r32, r64, k=self.k, alts=alts,  # PyTorch's error: the worst of its legal algorithms
-                           scale=self.bench_rms, spread=spread, grow=grow)
-
+        return Expected.of(
+            r32,
+            r64,
+            k=self.k,
+            alts=alts,  # PyTorch's error: the worst of its legal algorithms
+            scale=self.bench_rms,
+            spread=spread,
+            grow=grow,
+        )
 
 
 def rounding_spread(refs: "_Refs", pristine: list, r64) -> list | None:
@@ -283,8 +314,9 @@ def rounding_spread(refs: "_Refs", pristine: list, r64) -> list | None:
     return None if moves is None else [m.rel_l2 if m is not None else None for m in moves]
 
 
-def honest_spread(refs: "_Refs", pristine: list, r64, only: list | None = None,
-                  state: dict | None = None) -> list | None:
+def honest_spread(
+    refs: "_Refs", pristine: list, r64, only: list | None = None, state: dict | None = None
+) -> list | None:
     """For each floating output (those `only` marks): the most the float64 reference's output moves over three
     runs with every operator's result rounded at random as an honest fp32 kernel may round it
     (kp.lib.op_modes.RoundingNoise), as an Err against it (relL2, worst row). None where the float64 reference
@@ -367,11 +399,16 @@ def other_algorithms(refs: "_Refs", pristine: list, counter) -> list:
         torch.backends.cudnn.benchmark = True
         try:
             with torch.no_grad():
-                xs = [_layouts_other(x) if channels_last else clone_layout(x) if isinstance(x, torch.Tensor)
-                      else x for x in pristine]
+                xs = [
+                    _layouts_other(x) if channels_last else clone_layout(x) if isinstance(x, torch.Tensor) else x
+                    for x in pristine
+                ]
                 y = refs.r32(*xs)
-            out.append(tuple(t.contiguous() if isinstance(t, torch.Tensor) else t for t in _as_list(y))
-                       if isinstance(y, (tuple, list)) else y.contiguous())
+            out.append(
+                tuple(t.contiguous() if isinstance(t, torch.Tensor) else t for t in _as_list(y))
+                if isinstance(y, (tuple, list))
+                else y.contiguous()
+            )
         except Exception:
             pass  # an algorithm PyTorch cannot run here is no choice a candidate has
         finally:

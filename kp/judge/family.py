@@ -5,6 +5,7 @@ N members besides the benchmark's (family): those the file declares (SHAPE_FAMIL
 of one, larger; with timing on, each member is timed too (kp.judge.timed), the speed curve. A global the file
 computes from a size at import (`input_shape = (num_classes,)`) follows it: its top-level assignment is evaluated
 again with the size's new value, so the member's inputs agree with each other as the file means them to."""
+
 from __future__ import annotations
 
 import ast
@@ -70,9 +71,15 @@ class ShapeFamily:
         import) and neither get_init_inputs() nor Model's code does (nor through such a global)."""
         g = vars(self.module)
         reads = lambda f: _code_names(getattr(f, "__code__", None))
-        model_names = set().union(*(_code_names(getattr(v, "__code__", None))
-                                    for c in self.module.Model.__mro__ if c.__module__ == self.module.__name__
-                                    for v in vars(c).values()), set())
+        model_names = set().union(
+            *(
+                _code_names(getattr(v, "__code__", None))
+                for c in self.module.Model.__mro__
+                if c.__module__ == self.module.__name__
+                for v in vars(c).values()
+            ),
+            set(),
+        )
         inputs, fixed = reads(self.module.get_inputs), reads(self.module.get_init_inputs) | model_names
         out = []
         for n in sorted(k for k, v in g.items() if type(v) is int and v > 0 and not k.startswith("__")):
@@ -135,8 +142,9 @@ class ShapeFamily:
         follow = self._following(sizes)
         return None if follow is None else {**{k: (g[k], v) for k, v in sizes.items()}, **follow}
 
-    def family(self, n, spares: bool = False, train: bool = True
-               ) -> tuple[list[tuple[str, dict[str, tuple[int, int]]]], str | None]:
+    def family(
+        self, n, spares: bool = False, train: bool = True
+    ) -> tuple[list[tuple[str, dict[str, tuple[int, int]]]], str | None]:
         """Up to n members of the family besides the shape the sizes have now (n: a count, or the members' names,
         MEMBERS): [(name, {size: (now, there)})], and why none where there are none. With a count, the members the
         file declares (SHAPE_FAMILY) come first, spread over its list; the generic ones fill up to n, and with
@@ -161,10 +169,12 @@ class ShapeFamily:
             batch[name] = dims is not None and any(dims) and all(d <= {0} for d in dims)
         if isinstance(n, int):
             declared = self.declared_members(names)
-            picks = sorted({round(i * (len(declared) - 1) / (n - 1)) for i in range(n)} if n > 1 else
-                           {len(declared) // 2}) if declared and n else []
-            candidates = [declared[i] for i in picks] + \
-                [(m, {k: f(g[k], batch[k]) for k in names}) for m, f in MEMBERS]
+            picks = (
+                sorted({round(i * (len(declared) - 1) / (n - 1)) for i in range(n)} if n > 1 else {len(declared) // 2})
+                if declared and n
+                else []
+            )
+            candidates = [declared[i] for i in picks] + [(m, {k: f(g[k], batch[k]) for k in names}) for m, f in MEMBERS]
         else:
             wanted = set(member_names(n))
             candidates = [(m, {k: f(g[k], batch[k]) for k in names}) for m, f in MEMBERS if m in wanted]
@@ -192,8 +202,10 @@ class ShapeFamily:
         for entry in getattr(self.module, "SHAPE_FAMILY", None) or []:
             bad = sorted(set(entry) - set(names))
             if bad or not all(type(v) is int and v > 0 for v in entry.values()):
-                raise UsageError(f"{self.name}: SHAPE_FAMILY entry {entry} sets {', '.join(bad) or 'a size'} that is "
-                                 f"not a positive size get_inputs() alone reads (the family's: {', '.join(names)})")
+                raise UsageError(
+                    f"{self.name}: SHAPE_FAMILY entry {entry} sets {', '.join(bad) or 'a size'} that is "
+                    f"not a positive size get_inputs() alone reads (the family's: {', '.join(names)})"
+                )
             out.append(("declared", dict(entry)))
         return out
 
@@ -280,13 +292,17 @@ def apply_at(ref, at: str) -> dict[str, tuple]:
         return _set_at(g, members[0][1])
     wanted = getattr(ref.module, "TEST_SIZES", None) if at == "test" else at_values(at)
     if at == "test" and not (isinstance(wanted, dict) and wanted):
-        raise UsageError(f"--at test: {ref.name} declares no TEST_SIZES (a dict of its sizes, e.g. "
-                         f"{{'batch_size': 64}}); name the sizes (--at batch_size=64) or a member (--at half)")
+        raise UsageError(
+            f"--at test: {ref.name} declares no TEST_SIZES (a dict of its sizes, e.g. "
+            f"{{'batch_size': 64}}); name the sizes (--at batch_size=64) or a member (--at half)"
+        )
     names = ref.family_sizes()
     bad = sorted(k for k, v in wanted.items() if k not in names or type(v) is not int or v < 1)
     if bad:
-        raise UsageError(f"--at {at}: {', '.join(bad)} is not a positive size get_inputs() alone reads (the "
-                         f"family's: {', '.join(names) or 'none'})")
+        raise UsageError(
+            f"--at {at}: {', '.join(bad)} is not a positive size get_inputs() alone reads (the "
+            f"family's: {', '.join(names) or 'none'})"
+        )
     sizes = ref._with_following({k: v for k, v in wanted.items() if g[k] != v})
     if sizes is None:
         raise UsageError(f"--at {at}: the file's globals computed from these sizes raise: they do not go together")

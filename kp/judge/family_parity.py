@@ -1,6 +1,7 @@
 """Parity over the reference's shape family (--shapes N): the same stateful sequence of checked calls at other
 members of the family (kp.judge.family), the sizes set in every worker, a row right at the benchmark's shape and
 wrong at a member rejected naming both. Functions of the judge's run (kp.judge.driver.Judge)."""
+
 from __future__ import annotations
 
 import torch
@@ -30,8 +31,9 @@ def parity_shapes(run, rec: dict, init) -> None:
         run.skip(f"other shapes (--shapes {said}): {none}")
         return
     if run.ref.held_sizes:
-        run.notes.append(f"--shapes: {', '.join(run.ref.held_sizes)} held at the file's value (its model takes "
-                         f"no other)")
+        run.notes.append(
+            f"--shapes: {', '.join(run.ref.held_sizes)} held at the file's value (its model takes no other)"
+        )
     g = vars(run.ref.module)
     judged, refused = {bench}, 0
     for member, sizes in members:
@@ -94,8 +96,9 @@ def parity_shapes(run, rec: dict, init) -> None:
     skipped = [f"{e['member']} ({_short(e['skipped'])})" for e in rec["family"] if e.get("skipped")]
     if skipped:  # the verdict line says it too: an acceptance under --shapes is only as wide as what was judged
         judged_n = sum(1 for e in rec["family"] if e.get("passed") is not None)
-        run.notes.append(f"--shapes: {judged_n} other shape{'s' * (judged_n != 1)} judged; not judged at "
-                         f"{', '.join(skipped)}")
+        run.notes.append(
+            f"--shapes: {judged_n} other shape{'s' * (judged_n != 1)} judged; not judged at {', '.join(skipped)}"
+        )
 
 
 def _refused(run, entry: dict, e: UsageError, where: str) -> int:
@@ -104,9 +107,11 @@ def _refused(run, entry: dict, e: UsageError, where: str) -> int:
     Skipped and said, in the record too; 1, a member that does not count towards --shapes N."""
     broken = cuda_broken() if run.device == "cuda" else None
     if broken:  # its fault was a sticky one: nothing more can run on this process's GPU
-        raise UsageError(f"at {where} the reference raised a CUDA error that leaves the judge's GPU context "
-                         f"unusable ({broken}): a shape it does not take; name the members it takes "
-                         f"(--shapes odd,half, ...)") from None
+        raise UsageError(
+            f"at {where} the reference raised a CUDA error that leaves the judge's GPU context "
+            f"unusable ({broken}): a shape it does not take; name the members it takes "
+            f"(--shapes odd,half, ...)"
+        ) from None
     why = e.cause if isinstance(e, ReferenceRaised) else str(e)  # the exception's own words
     entry["skipped"] = f"the reference raises there ({why})"
     run.skip(f"at {where}: the reference raises there ({why[:160]})")
@@ -152,8 +157,10 @@ def no_room_for(fp: dict, bench_fp: dict, device: str, f64_device: str, rows: in
 
     grow, free = need(fp) - need(bench_fp), free_gpu_bytes()
     if grow > 0.8 * free:
-        return (f"it needs {grow / 2**30:.1f} GiB of GPU memory more than the benchmark's shape, "
-                f"{free / 2**30:.1f} GiB are free")
+        return (
+            f"it needs {grow / 2**30:.1f} GiB of GPU memory more than the benchmark's shape, "
+            f"{free / 2**30:.1f} GiB are free"
+        )
     return None
 
 

@@ -9,6 +9,7 @@ floating argument of every torch operation promoted to float64 (`Promote`). Wher
 float64 reference: the caller judges against PyTorch's fp32 result with the wider budget `FP32_ONLY_BUDGET`, and the
 record says why.
 """
+
 from __future__ import annotations
 
 import contextlib

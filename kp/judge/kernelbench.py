@@ -1,6 +1,7 @@
 """KernelBench's own correctness check, run beside the judge's and reported next to the verdict, never deciding it:
 what a candidate would get from KernelBench itself (a kernel the judge rejects and KernelBench passes is a gap that
 check leaves open)."""
+
 from __future__ import annotations
 
 import time
@@ -24,8 +25,9 @@ def kernelbench_tols(precision: str) -> tuple[str, ...]:
 
 def _not_run(out: dict, tols, why: str) -> dict:
     """The check stopped part-way: each tolerance not yet failed is 'not run (why)'; those already failed keep it."""
-    return {t: f"not run ({why})" for t in tols if out.get(t, "pass") == "pass"} \
-        | {k: v for k, v in out.items() if v != "pass"}
+    return {t: f"not run ({why})" for t in tols if out.get(t, "pass") == "pass"} | {
+        k: v for k, v in out.items() if v != "pass"
+    }
 
 
 # KernelBench's own correctness check, reported beside the verdict, never deciding it. The stage takes the
@@ -33,17 +35,27 @@ def _not_run(out: dict, tols, why: str) -> dict:
 def stage_kernelbench(run, rec: dict, init) -> None:
     _kernelbench(run, init, runs=run.bench_parity)
     if not run.rows:  # the reference alone, timed: nothing of its own is checked here
-        run.log(f"{run.ref.name}: no parity to check (the reference alone is timed against torch.compile; "
-                f"--no-bench checks its own Model against float64 instead)")
+        run.log(
+            f"{run.ref.name}: no parity to check (the reference alone is timed against torch.compile; "
+            f"--no-bench checks its own Model against float64 instead)"
+        )
         return
     cuda_builds_on_cpu(run)  # no verdict said now, not after a line that calls the rows rejected
     live = [r for r in run.rows if r.accepted]
     checked = min((len(r.checks) for r in live), default=0)
     called = any(r.checks for r in run.rows)
-    run.log(f"{run.ref.name}: parity done in {time.perf_counter() - run.t_parity:.0f} s: " +
-            (f"{len(live)} of {len(run.rows)} rows pass, at least {checked} checked calls each" if checked else
-             f"{len(live)} of {len(run.rows)} rows not rejected, no call checked here" if live else
-             "every row rejected" if called else "every row rejected before its first checked call"))
+    run.log(
+        f"{run.ref.name}: parity done in {time.perf_counter() - run.t_parity:.0f} s: "
+        + (
+            f"{len(live)} of {len(run.rows)} rows pass, at least {checked} checked calls each"
+            if checked
+            else f"{len(live)} of {len(run.rows)} rows not rejected, no call checked here"
+            if live
+            else "every row rejected"
+            if called
+            else "every row rejected before its first checked call"
+        )
+    )
 
 
 def _kernelbench(run, init, runs: bool = True) -> None:

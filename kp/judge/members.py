@@ -1,6 +1,7 @@
 """The members of a reference's shape family that --shapes names, and what each does to a size: plain Python, no
 torch, so that the judge's options (kp.judge.options) check a command line's members where a slot's first imports
 are kept light."""
+
 from __future__ import annotations
 
 from kp.errors import UsageError
@@ -36,8 +37,10 @@ def member_names(names) -> list[str]:
     out = [str(x).strip().replace("-", " ") for x in names]
     bad = [x for x in out if x not in known]
     if bad:
-        raise UsageError(f"--shapes: no member {', '.join(map(repr, bad))}; a count, or some of "
-                         f"{', '.join(m.replace(' ', '-') for m in known)}")
+        raise UsageError(
+            f"--shapes: no member {', '.join(map(repr, bad))}; a count, or some of "
+            f"{', '.join(m.replace(' ', '-') for m in known)}"
+        )
     return out
 
 
@@ -61,15 +64,19 @@ def parse_at(text) -> str | None:
         name = text.replace("-", " ")
         known = [m for m, _ in MEMBERS]
         if name != "test" and name not in known:
-            raise UsageError(f"--at: no member {text!r}; sizes (batch_size=64,dim=8192), test (the file's TEST_SIZES) "
-                             f"or one of {', '.join(m.replace(' ', '-') for m in known)}")
+            raise UsageError(
+                f"--at: no member {text!r}; sizes (batch_size=64,dim=8192), test (the file's TEST_SIZES) "
+                f"or one of {', '.join(m.replace(' ', '-') for m in known)}"
+            )
         return name
     sizes = {}
     for part in text.split(","):
         name, _, value = (x.strip() for x in part.partition("="))
         if not name.isidentifier() or not value.isdigit() or int(value) < 1 or name in sizes:
-            raise UsageError(f"--at: {part.strip()!r} is not a size: NAME=VALUE, a module-level size of the reference "
-                             f"and a positive integer, each named once (batch_size=64,dim=8192)")
+            raise UsageError(
+                f"--at: {part.strip()!r} is not a size: NAME=VALUE, a module-level size of the reference "
+                f"and a positive integer, each named once (batch_size=64,dim=8192)"
+            )
         sizes[name] = int(value)
     return ",".join(f"{k}={v}" for k, v in sorted(sizes.items()))
 

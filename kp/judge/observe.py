@@ -1,5 +1,6 @@
 """The judge's optional observation stages: one call of each row under PyTorch's profiler (--profile) and under
 Nsight Compute (--ncu)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,7 @@ def _profile(run) -> dict:
         if run.rows and not rows:
             continue
         try:
-            out.update(runner.call("profile", "profile", [r.label for r in rows],
-                                   (run.seed + 3000) % 2**32)["profile"])
+            out.update(runner.call("profile", "profile", [r.label for r in rows], (run.seed + 3000) % 2**32)["profile"])
         except Rejected as e:
             run.log(f"{run.ref.name}: no profile: {e}")
     return out
@@ -38,20 +38,33 @@ def _ncu(run, init, rec: dict) -> dict:
     after the judge's rows are released; a boxed candidate is left out (kp.observe.ncu says why)."""
     from kp.observe import ncu
     from kp.observe.report import row_traffic
+
     rows, notes = [], []
     for r in run.live():
         if r.runner.isolated:
             if r.runner.sandboxed:
-                notes.append(f"{r.label} not profiled: it runs in the sandbox, which ncu cannot reach into "
-                             f"(--no-sandbox includes it)")
+                notes.append(
+                    f"{r.label} not profiled: it runs in the sandbox, which ncu cannot reach into "
+                    f"(--no-sandbox includes it)"
+                )
                 continue
             rows.append({"label": r.label, "candidate": str(Path(r.path).resolve())})
         else:
             rows.append({"label": r.label, "variant": r.variant, "opts": r.opts})
-    min_bytes = {k: row_traffic(rec, k)["bytes"] for k in ["eager", "torch.compile"] + [r["label"] for r in rows]
-                 } if rec.get("traffic") else {}
-    spec = {"ref_spec": list(run.ref.spec), "precision": run.precision, "init": init, "seed": run.seed,
-            "compile": run.compile_baseline, "rows": rows, "notes": notes}
+    min_bytes = (
+        {k: row_traffic(rec, k)["bytes"] for k in ["eager", "torch.compile"] + [r["label"] for r in rows]}
+        if rec.get("traffic")
+        else {}
+    )
+    spec = {
+        "ref_spec": list(run.ref.spec),
+        "precision": run.precision,
+        "init": init,
+        "seed": run.seed,
+        "compile": run.compile_baseline,
+        "rows": rows,
+        "notes": notes,
+    }
     run.log(f"{run.ref.name}: one call of each row under Nsight Compute")
     _release()
     return ncu.run(spec, min_bytes, rec.get("bandwidth"))

@@ -1,6 +1,7 @@
 """The judge's options: one frozen value with every default, checked once when it is made. The command line
 (kp.command), a batch's jobs (kp.batch.jobfile), JudgeSession and the warm judge all make this one type, and the
 judge (kp.judge.driver) reads it; a job's key is made from its pairs."""
+
 from __future__ import annotations
 
 import dataclasses

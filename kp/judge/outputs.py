@@ -1,6 +1,7 @@
 """An output judged against what it must be: the expected output of a call (the float64 reference and the budget from
 PyTorch's own error on the same inputs), the verdict on an output, and KernelBench's own allclose, compared in
 slices."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,17 @@ import torch
 
 from kp.errors import Rejected, is_cuda_error
 from kp.judge.float64 import fp32_only_budget
-from kp.lib.numerics import (CPU_CHUNK_ELEMS, HALF_DTYPES, Err, all_finite, budget_from, budget_reason, dtype_name,
-                              rel_error, unit_roundoff)
+from kp.lib.numerics import (
+    CPU_CHUNK_ELEMS,
+    HALF_DTYPES,
+    Err,
+    all_finite,
+    budget_from,
+    budget_reason,
+    dtype_name,
+    rel_error,
+    unit_roundoff,
+)
 from kp.judge.reference import _as_list, describe
 
 # A derived input counts only where PyTorch's own fp32 result is a fair answer there: NaN/Inf where the float64
@@ -56,14 +66,24 @@ def few_scale(r64: torch.Tensor, bench_rms: float | None) -> float:
 class Expected:
     """What a call must return: per output element the float64 reference and the budget from PyTorch's own fp32
     error on the same inputs (or, for a non-tensor element, the value itself)."""
+
     is_tuple: bool
     specs: list  # per element: (shape, dtype, device) of PyTorch's fp32 output, or the non-tensor value
     r64: list
     errs: list  # per element: (PyTorch's own Err, budget Err), None for a non-tensor element
 
     @classmethod
-    def of(cls, r32, r64, fp32_only: bool = False, k: float = 1.0, alts: list = (),
-           scale: list | None = None, spread: list | None = None, grow: float = 1.0) -> "Expected":
+    def of(
+        cls,
+        r32,
+        r64,
+        fp32_only: bool = False,
+        k: float = 1.0,
+        alts: list = (),
+        scale: list | None = None,
+        spread: list | None = None,
+        grow: float = 1.0,
+    ) -> "Expected":
         """fp32_only: r64 is PyTorch's fp32 output itself (no float64 reference could be made); the budget is then
         kp.judge.float64.FP32_ONLY_BUDGET. k: the reduction length behind each output element (the budget's floor).
         alts: PyTorch's fp32 outputs under its other legal algorithms; its own error is the worst of them all.
@@ -98,14 +118,16 @@ class Expected:
     def widened(self, spread: list) -> "Expected":
         """The same with each output's budget at least how far honest fp32 roundings move it (spread: per output an
         Err or None, kp.judge.expected.honest_spread)."""
-        errs = [e if e is None or m is None else
-                (e[0], Err(max(e[1].rel_l2, m.rel_l2), max(e[1].worst_row, m.worst_row), 0))
-                for e, m in zip(self.errs, list(spread) + [None] * (len(self.errs) - len(spread)))]
+        errs = [
+            e
+            if e is None or m is None
+            else (e[0], Err(max(e[1].rel_l2, m.rel_l2), max(e[1].worst_row, m.worst_row), 0))
+            for e, m in zip(self.errs, list(spread) + [None] * (len(self.errs) - len(spread)))
+        ]
         return dataclasses.replace(self, errs=errs)
 
     def finite(self) -> bool:
-        return all(all_finite(t) for t in self.r64 if isinstance(t, torch.Tensor)
-                   and t.is_floating_point())
+        return all(all_finite(t) for t in self.r64 if isinstance(t, torch.Tensor) and t.is_floating_point())
 
     def torch_unfair(self) -> str | None:
         """Why PyTorch's own fp32 result fails this call's check (then a derived input is not held against a
@@ -140,25 +162,41 @@ def judge_output(label: str, out, out_type: str, exp: Expected, widen=None) -> d
             continue
         shape, dtype, device = spec
         if type(o) is not torch.Tensor or tuple(o.shape) != shape or o.dtype != dtype or o.device != device:
-            raise Rejected(f"{where}: output is {o if isinstance(o, str) else describe(o)}, expected "
-                           f"torch.Tensor {shape} {dtype} {device}", kind="wrong_shape", check=where)
+            raise Rejected(
+                f"{where}: output is {o if isinstance(o, str) else describe(o)}, expected "
+                f"torch.Tensor {shape} {dtype} {device}",
+                kind="wrong_shape",
+                check=where,
+            )
         e = rel_error(o, b)
         e_ref, budget = errs
         if not e.within(budget) and widen is not None and not e.nonfinite_mismatch:
             budget, widened = widen().errs[i][1], True
         if not e.within(budget):
-            raise Rejected(budget_reason(where, e, budget), figures=error_figures(where, e, budget, e_ref),
-                           kind="non_finite" if e.nonfinite_mismatch else "wrong_output")
-        worst = {"rel_l2": max(worst["rel_l2"], e.rel_l2), "worst_row": max(worst["worst_row"], e.worst_row),
-                 "torch_rel_l2": max(worst["torch_rel_l2"], e_ref.rel_l2),
-                 "budget": max(worst["budget"], budget.rel_l2)}
+            raise Rejected(
+                budget_reason(where, e, budget),
+                figures=error_figures(where, e, budget, e_ref),
+                kind="non_finite" if e.nonfinite_mismatch else "wrong_output",
+            )
+        worst = {
+            "rel_l2": max(worst["rel_l2"], e.rel_l2),
+            "worst_row": max(worst["worst_row"], e.worst_row),
+            "torch_rel_l2": max(worst["torch_rel_l2"], e_ref.rel_l2),
+            "budget": max(worst["budget"], budget.rel_l2),
+        }
     return {**worst, "widened": True} if widened else worst
 
 
 def error_figures(check: str, e: Err, budget: Err, e_ref: Err | None = None) -> dict:
     """A failed comparison's numbers, as the record keeps them (rows.<label>.checks[check])."""
-    out = {"check": check, "rel_l2": e.rel_l2, "worst_row": e.worst_row, "budget": budget.rel_l2,
-           "row_budget": budget.worst_row, "nonfinite_mismatch": e.nonfinite_mismatch}
+    out = {
+        "check": check,
+        "rel_l2": e.rel_l2,
+        "worst_row": e.worst_row,
+        "budget": budget.rel_l2,
+        "row_budget": budget.worst_row,
+        "nonfinite_mismatch": e.nonfinite_mismatch,
+    }
     return {**out, "torch_rel_l2": e_ref.rel_l2} if e_ref is not None else out
 
 
@@ -189,7 +227,7 @@ def _allclose(got: list, want: list, tols: list[float]) -> list[str]:
         worst = None  # the largest difference (NaN counted as infinite), over the slices
         step = ALLCLOSE_CPU_CHUNK if w.device.type == "cpu" else ALLCLOSE_CHUNK
         for i0 in range(0, wf.numel(), step):
-            gc, wc = gf[i0:i0 + step], wf[i0:i0 + step]
+            gc, wc = gf[i0 : i0 + step], wf[i0 : i0 + step]
             d, a = (gc - wc).abs(), wc.abs()
             same, finite = gc == wc, torch.isfinite(d)  # a NaN or infinite difference is close only between equals
             for i, tol in enumerate(tols):

@@ -3,6 +3,7 @@ kp.judge.kernelbench): one stateful sequence of checked calls (trials with weigh
 cases), each call checked the same way (kp.judge.calls.check_call) against the float64 reference; the hints a
 first wrong call gets (the candidate's own initialisation, eval semantics). Functions of the judge's run
 (kp.judge.driver.Judge); the stage that orders them is kp.judge.parity_stage."""
+
 from __future__ import annotations
 
 import functools
@@ -11,8 +12,15 @@ import math
 import torch
 
 from kp.errors import ReferenceRaised, Rejected, failed_figures, first_line, raised_by_judge
-from kp.judge.calls import (STALE_INPUTS, check_buffers, check_call, in_retired_buffers, moved_call, release_if_short,
-                            room_to_move)
+from kp.judge.calls import (
+    STALE_INPUTS,
+    check_buffers,
+    check_call,
+    in_retired_buffers,
+    moved_call,
+    release_if_short,
+    room_to_move,
+)
 from kp.judge.construct import build_row
 from kp.judge.expected import Row, _Refs, honest_spread, tf32_truncated_output
 from kp.judge.float64 import FP32_ONLY_BUDGET
@@ -60,10 +68,11 @@ def _overflowed(base: list, derived: list) -> str | None:
     """Why a derived input is out of its dtype's range (finite values made infinite: x100 overflows fp16 from 655.4,
     where fp32 goes to 3.4e38), or None."""
     for x, y in zip(base, derived):
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and \
-                not all_finite(y) and all_finite(x):
-            return (f"the derived input overflows {x.dtype} (its largest finite value is "
-                    f"{torch.finfo(x.dtype).max:.5g}), outside the problem's domain in this precision")
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and not all_finite(y) and all_finite(x):
+            return (
+                f"the derived input overflows {x.dtype} (its largest finite value is "
+                f"{torch.finfo(x.dtype).max:.5g}), outside the problem's domain in this precision"
+            )
     return None
 
 
@@ -72,6 +81,7 @@ def widener(timed, refs: _Refs, pristine: list, exp: Expected, where: str, state
     to how far honest fp32 roundings move the reference there (computed once, for every row that needs it, from
     `state`, the references' state before the call; the budget stays as it was where it cannot be computed).
     timed: the judge's stage timer."""
+
     @functools.cache
     def widen():
         try:
@@ -83,6 +93,7 @@ def widener(timed, refs: _Refs, pristine: list, exp: Expected, where: str, state
             spread = None
             _release()
         return exp if spread is None else exp.widened(spread)
+
     return widen
 
 
@@ -103,17 +114,24 @@ def tf32_hint(refs: _Refs, pristine: list, exp: Expected, e: Rejected) -> tuple[
     y = tf32_truncated_output(refs, pristine)
     if y is None:
         return None
-    errs = [rel_error(o.to(w.device), w).rel_l2 for o, w in zip(_as_list(y), exp.r64)
-            if isinstance(o, torch.Tensor) and isinstance(w, torch.Tensor) and w.dtype == torch.float64
-            and o.shape == w.shape]
+    errs = [
+        rel_error(o.to(w.device), w).rel_l2
+        for o, w in zip(_as_list(y), exp.r64)
+        if isinstance(o, torch.Tensor)
+        and isinstance(w, torch.Tensor)
+        and w.dtype == torch.float64
+        and o.shape == w.shape
+    ]
     t = max(errs, default=0.0)
     lo, hi = TF32_SIGNATURE
     if not (t > figs["budget"] and lo * t <= figs["rel_l2"] <= hi * t):
         return None
-    return (f"its error is what TF32 tensor cores fed fp32 inputs err (the reference with its products' inputs "
-            f"truncated to TF32 errs {t:.2e} here): Triton's tl.dot reads fp32 operands as TF32 unless told "
-            f"otherwise; input_precision=\"ieee\" (or \"tf32x3\") computes in fp32, or judge it with --precision tf32",
-            {**figs, "tf32_rel_l2": t})
+    return (
+        f"its error is what TF32 tensor cores fed fp32 inputs err (the reference with its products' inputs "
+        f"truncated to TF32 errs {t:.2e} here): Triton's tl.dot reads fp32 operands as TF32 unless told "
+        f'otherwise; input_precision="ieee" (or "tf32x3") computes in fp32, or judge it with --precision tf32',
+        {**figs, "tf32_rel_l2": t},
+    )
 
 
 def own_init_hint(run, row: Row, init, label: str, pristine: list, exp: Expected) -> str | None:
@@ -125,8 +143,10 @@ def own_init_hint(run, row: Row, init, label: str, pristine: list, exp: Expected
     except Rejected:
         return None
     how = "by name" if all(k == v for k, v in row.names.items()) else "in order"
-    return (f"right at its own same-seed initialisation, wrong with the reference's weights loaded {how}: its "
-            f"parameters mean something else (e.g. pre-scaled, transposed or folded)")
+    return (
+        f"right at its own same-seed initialisation, wrong with the reference's weights loaded {how}: its "
+        f"parameters mean something else (e.g. pre-scaled, transposed or folded)"
+    )
 
 
 def eval_semantics_hint(run, row: Row, init, label: str, pristine: list) -> str | None:
@@ -135,19 +155,27 @@ def eval_semantics_hint(run, row: Row, init, label: str, pristine: list) -> str 
     uses the batch's, the defect of BatchNorm folded or fused for inference, and the reason says so. Only the
     first call comes here, before any weight change: the reference's state as built is its state now with the
     buffers that call moved put back."""
-    if not (run.train and any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats
-                              for m in run.refs.r32.modules())):
+    if not (
+        run.train
+        and any(
+            isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats
+            for m in run.refs.r32.modules()
+        )
+    ):
         return None
     try:
         exp = _Refs(run.ref, init, run.seed, run.device, run.refs.f64_device, train=False).expected(
-            pristine, run.precision)
+            pristine, run.precision
+        )
         as_built = {**run.refs.state(), **run.refs.initial}
         build_row(run, row, run.refs, init, run.seed, stage=label, state=as_built)
         check_call(run, row, label, pristine, exp)
     except Rejected:
         return None
-    return ("it matches the reference in eval mode: it normalises with BatchNorm's running statistics where a "
-            "training-mode Model uses the batch's (--mode eval judges inference semantics)")
+    return (
+        "it matches the reference in eval mode: it normalises with BatchNorm's running statistics where a "
+        "training-mode Model uses the batch's (--mode eval judges inference semantics)"
+    )
 
 
 def parity_sequence(run) -> list[tuple[str, int, str | None, str | None]]:
@@ -157,8 +185,7 @@ def parity_sequence(run) -> list[tuple[str, int, str | None, str | None]]:
     calls = []
     for i in range(run.trials):
         upd = UPDATES[(i - 1) % len(UPDATES)] if i else None
-        calls.append((f"trial {i + 1} (seed {seeds[i]}{', after an ' + upd if upd else ''})", seeds[i], upd,
-                      None))
+        calls.append((f"trial {i + 1} (seed {seeds[i]}{', after an ' + upd if upd else ''})", seeds[i], upd, None))
     for j, name in enumerate(DERIVED):
         s = seeds[run.trials + j]
         calls.append((f"inputs {name} (seed {s})", s, None, name))
@@ -169,8 +196,9 @@ def parity_bench(run, init, at: str | None = None) -> None:
     """The stateful sequence of checked calls on the shape the reference's sizes have now: the benchmark's, or a
     member of its family (`at`: its shape, which every check's label starts with)."""
     with run.clock.timed("parity: the references (fp32 and its float64 copy) built"):
-        refs = run.refs = _Refs(run.ref, init, run.seed, run.device, run.f64_device, run.train,
-                                chunks=max(run.f64_chunks, 1))
+        refs = run.refs = _Refs(
+            run.ref, init, run.seed, run.device, run.f64_device, run.train, chunks=max(run.f64_chunks, 1)
+        )
     if at:  # a member's outputs of a few elements: their floor against the benchmark's magnitude (few_scale)
         refs.bench_rms = run.bench_rms
     else:
@@ -202,8 +230,9 @@ def parity_bench(run, init, at: str | None = None) -> None:
             continue
         else:
             base = pristine
-            pristine = [DERIVED[derive](x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                        for x in pristine]
+            pristine = [
+                DERIVED[derive](x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in pristine
+            ]
             out_of_range = _overflowed(base, pristine)
             if out_of_range:
                 run.skip(f"{label}: {out_of_range}")
@@ -228,8 +257,7 @@ def parity_bench(run, init, at: str | None = None) -> None:
             continue
         finite = exp.finite()
         if not at and run.bench_rms is None:  # the benchmark's first call: each output's typical magnitude
-            run.bench_rms = [rms(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else None
-                             for t in exp.r64]
+            run.bench_rms = [rms(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else None for t in exp.r64]
         if base_finite is None:
             base_finite = finite
         why = None
@@ -248,8 +276,10 @@ def parity_bench(run, init, at: str | None = None) -> None:
         widen = widener(run.clock.timed, refs, pristine, exp, "a derived input", saved)
         moved = moved_call(index) and room_to_move(run, pristine)
         if moved_call(index) and not moved:
-            run.skip(f"{label}: its inputs at new addresses: no room for a second copy of them beside the "
-                     f"first (a graph captured on an earlier call's inputs is not checked at this call)")
+            run.skip(
+                f"{label}: its inputs at new addresses: no room for a second copy of them beside the "
+                f"first (a graph captured on an earlier call's inputs is not checked at this call)"
+            )
 
         if grads is not None and index == 1:  # the second call's backward adds to the first's .grad
             grads = grads.plus(prev_grads)
@@ -259,28 +289,44 @@ def parity_bench(run, init, at: str | None = None) -> None:
 
         def one(row):
             try:
-                row.checks[label] = check_call(run, row, label, pristine, exp, widen if derive else None,
-                                               moved=moved, grads=grads)
+                row.checks[label] = check_call(
+                    run, row, label, pristine, exp, widen if derive else None, moved=moved, grads=grads
+                )
             except Rejected as e:
                 if e.kind == "gradient":  # the forward was right: what follows explains a wrong forward
                     raise
-                stale = moved and passed_before.get(row.label) and _follows_old_inputs(run, row, label, pristine,
-                                                                                       exp, widen, derive)
+                stale = (
+                    moved
+                    and passed_before.get(row.label)
+                    and _follows_old_inputs(run, row, label, pristine, exp, widen, derive)
+                )
                 if stale:  # the cause first, the figures short: the record keeps them whole
                     figs = failed_figures(e) or {}
                     err = f"relL2 {figs['rel_l2']:.2e}" if "rel_l2" in figs else str(e).split(": ", 1)[-1][:60]
-                    raise Rejected(f"{label}: {STALE_INPUTS}: {err} at this call's, {stale}",
-                                   kind="stale_inputs", check=label) from e
+                    raise Rejected(
+                        f"{label}: {STALE_INPUTS}: {err} at this call's, {stale}", kind="stale_inputs", check=label
+                    ) from e
                 if refs.state_attrs and passed_before.get(row.label):
-                    raise Rejected(f"{e}; it passed the call before: the reference carries state from call to "
-                                   f"call ({', '.join(refs.state_attrs)}) and the candidate's output does not "
-                                   f"follow it", figures=failed_figures(e), kind=e.kind) from None
+                    raise Rejected(
+                        f"{e}; it passed the call before: the reference carries state from call to "
+                        f"call ({', '.join(refs.state_attrs)}) and the candidate's output does not "
+                        f"follow it",
+                        figures=failed_figures(e),
+                        kind=e.kind,
+                    ) from None
                 if changed and passed_before.get(row.label) and stale_cache_shaped(e):
-                    raise Rejected(f"{e}; it passed before the weights changed ({upd}): a value derived from "
-                                   f"the weights is not recomputed (stale weight cache)",
-                                   figures=failed_figures(e), kind=e.kind) from None
-                first = not passed_before.get(row.label) and not upd and not derive and \
-                    e.kind in ("wrong_output", "non_finite")
+                    raise Rejected(
+                        f"{e}; it passed before the weights changed ({upd}): a value derived from "
+                        f"the weights is not recomputed (stale weight cache)",
+                        figures=failed_figures(e),
+                        kind=e.kind,
+                    ) from None
+                first = (
+                    not passed_before.get(row.label)
+                    and not upd
+                    and not derive
+                    and e.kind in ("wrong_output", "non_finite")
+                )
                 hint = first and row.names and own_init_hint(run, row, init, label, pristine, exp)
                 hint = hint or (first and eval_semantics_hint(run, row, init, label, pristine))
                 if hint:
@@ -300,13 +346,17 @@ def parity_bench(run, init, at: str | None = None) -> None:
     premises.forget()
     notes = []
     if refs.state_attrs:
-        notes.append(f"the reference carries state from call to call ({', '.join(refs.state_attrs)}): every "
-                     f"checked call is judged against it advanced through the same calls")
+        notes.append(
+            f"the reference carries state from call to call ({', '.join(refs.state_attrs)}): every "
+            f"checked call is judged against it advanced through the same calls"
+        )
     if refs.moved:
         notes.append(f"the float64 reference {refs.moved}" + (f" at {at}" if at else ""))
     if refs.fp32_only():
-        notes.append(f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
-                     f"relL2 budget {FP32_ONLY_BUDGET:g}")
+        notes.append(
+            f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
+            f"relL2 budget {FP32_ONLY_BUDGET:g}"
+        )
     run.notes += [n for n in notes if n not in run.notes]
 
 
@@ -318,8 +368,15 @@ def _follows_old_inputs(run, row: Row, label: str, pristine: list, exp: Expected
     if old is None:
         return None
     try:
-        check_call(run, row, f"{label}, at the previous call's addresses", pristine, exp,
-                   widen if derive else None, buffers=old)
+        check_call(
+            run,
+            row,
+            f"{label}, at the previous call's addresses",
+            pristine,
+            exp,
+            widen if derive else None,
+            buffers=old,
+        )
     except Rejected:
         return None
     return "right with its values at the previous call's addresses"
@@ -333,8 +390,7 @@ def each_update(run, refs: _Refs, kind: str, seed: int) -> bool:
     if not upd:
         return False
     refs.update(upd)
-    run._each(lambda row: row.runner.call(f"weights ({kind})", "update", row.label,
-                                          rename_update(upd, row.names)))
+    run._each(lambda row: row.runner.call(f"weights ({kind})", "update", row.label, rename_update(upd, row.names)))
     return True
 
 

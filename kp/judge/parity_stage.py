@@ -1,6 +1,7 @@
 """The parity stage: the benchmark shape's checked calls (where it can run here; on the CPU, else the largest smaller
 shape of the reference's own family that fits), the members of its shape family (--shapes), then the declared
 cases. It orders the parts of kp.judge.parity and kp.judge.family_parity over the judge's run."""
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,10 @@ def stage_parity(run, rec: dict, init) -> None:
             run._fp = run.ref.footprint(run.device, run.train)
             said = said_sizes(scaled)
             run.notes.append(f"judged at {run.fp['shapes']}")  # the record: how and why in full
-            rec["not_proven"] = (f"not proven at {bench}: {need / 2**30:.1f} GiB needed, {room / 2**30:.1f} "
-                                 f"here")  # an acceptance's caution (kp.observe.report)
+            rec["not_proven"] = (
+                f"not proven at {bench}: {need / 2**30:.1f} GiB needed, {room / 2**30:.1f} "
+                f"here"
+            )  # an acceptance's caution (kp.observe.report)
             rec["judged_shape_why"] = f"{why_not}; {said}"
             why_not = None
             scale_workers(run, scaled)
@@ -44,7 +47,9 @@ def stage_parity(run, rec: dict, init) -> None:
             parity_shapes(run, rec, init)
     else:
         rec["notes"] = f"{why_not}; no smaller shape of its family: {run.ref.no_smaller_shape}"
-        run.no_room = (f"its shape needs {cpu_need(run.fp) / 2**30:.1f} GiB of host memory, {room / 2**30:.1f} "
-                       f"GiB here, none smaller fits")  # the verdict's short form
+        run.no_room = (
+            f"its shape needs {cpu_need(run.fp) / 2**30:.1f} GiB of host memory, {room / 2**30:.1f} "
+            f"GiB here, none smaller fits"
+        )  # the verdict's short form
     parity_cases(run)
     drop_input_buffers(run)

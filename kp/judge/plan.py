@@ -1,5 +1,6 @@
 """The judge's plan before any work: the GPU memory a problem needs for the judge and its models, and on the CPU
 whether benchmark-shape calls can run in the host's memory at all."""
+
 from __future__ import annotations
 
 import os
@@ -58,9 +59,11 @@ def cpu_bench_refusal(fp: dict, budget: int, what: str = "the benchmark shape") 
     if need <= budget:
         return None
     io = fp["inputs"] + fp["outputs"]
-    return (f"{what} needs about {need / 2**30:.1f} GiB of host memory with the judge's copies "
-            f"(inputs and outputs {io / 2**30:.1f} GiB, a forward's peak {fp.get('peak', 0) / 2**30:.1f} GiB), "
-            f"{budget / 2**30:.1f} GiB planned here")
+    return (
+        f"{what} needs about {need / 2**30:.1f} GiB of host memory with the judge's copies "
+        f"(inputs and outputs {io / 2**30:.1f} GiB, a forward's peak {fp.get('peak', 0) / 2**30:.1f} GiB), "
+        f"{budget / 2**30:.1f} GiB planned here"
+    )
 
 
 def footprint_bytes(fp: dict) -> int:
@@ -71,6 +74,7 @@ def footprint_bytes(fp: dict) -> int:
 def free_gpu_bytes() -> int:
     """GPU memory free now, the figure the plan and the ceilings' probe sizes are made from."""
     import torch
+
     return torch.cuda.mem_get_info()[0]
 
 
@@ -84,6 +88,7 @@ def gpu_snapshot() -> tuple[int, int]:
     """(bytes the GPU has free, bytes this process's allocator holds) now: taken with the plan and again when a call
     runs out of memory, to tell whose memory filled the GPU."""
     import torch
+
     return torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved()
 
 
@@ -96,6 +101,7 @@ def held_by_others(snapshot: tuple[int, int]) -> int:
     """GPU bytes neither free nor in this process's allocator at a gpu_snapshot(): other processes' memory, and every
     CUDA context's (this process's and its workers' included: about CONTEXT_BYTES each)."""
     import torch
+
     free, reserved = snapshot
     return torch.cuda.mem_get_info()[1] - free - reserved
 
@@ -125,8 +131,10 @@ def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
     seconds where the host takes minutes); otherwise on the host."""
     need = memory_need(fp, models)
     f64 = float64_peak(fp)
-    where = (f"{(need + f64) / 2**30:.1f} GiB needed with the float64 forward's peak of {f64 / 2**30:.1f} GiB, "
-             f"{free / 2**30:.1f} GiB free")
+    where = (
+        f"{(need + f64) / 2**30:.1f} GiB needed with the float64 forward's peak of {f64 / 2**30:.1f} GiB, "
+        f"{free / 2**30:.1f} GiB free"
+    )
     return need + f64 <= free, where
 
 
@@ -152,7 +160,9 @@ def check_memory(name: str, fp: dict, models: int, free: int) -> None:
     need = memory_need(fp, models)
     fbytes = footprint_bytes(fp)
     if need > free:
-        raise GpuMemoryShort(f"{name} needs about {need / 2**30:.1f} GiB of GPU memory ({MEMORY_FACTOR} x "
-                            f"{fbytes / 2**30:.1f} GiB of inputs, outputs and weights"
-                            + (f", and the weights of {models} models" if models > 1 and fp["weights"] else "")
-                            + f"); {free / 2**30:.1f} GiB are free")
+        raise GpuMemoryShort(
+            f"{name} needs about {need / 2**30:.1f} GiB of GPU memory ({MEMORY_FACTOR} x "
+            f"{fbytes / 2**30:.1f} GiB of inputs, outputs and weights"
+            + (f", and the weights of {models} models" if models > 1 and fp["weights"] else "")
+            + f"); {free / 2**30:.1f} GiB are free"
+        )

@@ -8,13 +8,17 @@ derived inputs exist to catch; where a range matters to the problem itself, the 
 range, PyTorch's own fp32 result fails its check, or the reference raises, and the derived input is skipped for that
 reason instead (kp.judge.driver).
 """
+
 from __future__ import annotations
 
 import torch
 
 # What each derived input keeps of the premises (the judge's DERIVED transforms, by name).
-KEEPS = {"negated": {"zero pattern", "symmetric"}, "scaled x100": {"zero pattern", "symmetric"},
-         "shifted -10": {"symmetric"}}
+KEEPS = {
+    "negated": {"zero pattern", "symmetric"},
+    "scaled x100": {"zero pattern", "symmetric"},
+    "shifted -10": {"symmetric"},
+}
 
 
 def _zero_kind(where: torch.Tensor, shape: tuple) -> str:
@@ -64,8 +68,12 @@ class Premises:
                 else:
                     where = where[torch.isin(where, self.zeros[i])]
                 self.zeros[i] = where if where.numel() else None
-            sym = x.dim() >= 2 and x.shape[-1] == x.shape[-2] and x.shape[-1] > 1 and \
-                bool(torch.equal(x, x.transpose(-1, -2)))
+            sym = (
+                x.dim() >= 2
+                and x.shape[-1] == x.shape[-2]
+                and x.shape[-1] > 1
+                and bool(torch.equal(x, x.transpose(-1, -2)))
+            )
             self.symmetric[i] = self.symmetric.get(i, True) and sym
 
     def facts(self) -> dict[int, list[str]]:

@@ -15,6 +15,7 @@ A probe is dropped at the first call that rejects it; one that every call passes
 verdict and the record say so, once (`Probes.weak`). What it costs is the probes' comparisons and the two
 low-precision forwards at the first call (the record's stage detail, "parity: the reference's probes").
 """
+
 from __future__ import annotations
 
 import copy
@@ -46,6 +47,7 @@ def _constant(exp: Expected):
         ref = exp.r64[i]
         mean = float(ref[torch.isfinite(ref)].mean()) if ref.numel() and torch.isfinite(ref).any() else 0.0
         return torch.full(s[0], mean, dtype=s[1], device=s[2])
+
     return _like(exp, fill)
 
 
@@ -82,16 +84,19 @@ class Probes:
         tensors = [i for i, x in enumerate(pristine) if isinstance(x, torch.Tensor)]
         for i in tensors:
             x = pristine[i]
-            if any(errs is not None and tuple(x.shape) == spec[0] and x.dtype == spec[1] and x.device == spec[2]
-                   for spec, errs in zip(exp.specs, exp.errs)):
+            if any(
+                errs is not None and tuple(x.shape) == spec[0] and x.dtype == spec[1] and x.device == spec[2]
+                for spec, errs in zip(exp.specs, exp.errs)
+            ):
                 candidates.append((f"input {i} passed through", lambda x=x: _like(exp, lambda j, s: x)))
         if self.prev is not None:
             candidates.append((STALE, lambda prev=self.prev: prev))
         if self.precision in ("fp32", "tf32"):
             # fp16 keeps TF32's 10-bit mantissa: in the tf32 mode it is no shortcut, bf16's 7 bits are
             for name, dtype in [(n, d) for n, d in LOW_PRECISIONS.items() if self.precision == "fp32" or n == "bf16"]:
-                candidates.append((f"the reference in {name}",
-                                   lambda dtype=dtype: _low_precision(r32, pristine, dtype, exp)))
+                candidates.append(
+                    (f"the reference in {name}", lambda dtype=dtype: _low_precision(r32, pristine, dtype, exp))
+                )
         for name, make in candidates:
             if not self._alive(name):
                 continue
@@ -103,19 +108,30 @@ class Probes:
                 r["calls"] += 1
             except Rejected as e:
                 figs = failed_figures(e) or {}
-                self.results[name] = {"accepted": False, "calls": r["calls"], "at": label, "kind": e.kind,
-                                      **({"rel_l2": figs["rel_l2"], "budget": figs["budget"]} if "rel_l2" in figs
-                                         else {})}
+                self.results[name] = {
+                    "accepted": False,
+                    "calls": r["calls"],
+                    "at": label,
+                    "kind": e.kind,
+                    **({"rel_l2": figs["rel_l2"], "budget": figs["budget"]} if "rel_l2" in figs else {}),
+                }
             except Exception as e:  # a probe that cannot be made or compared here (no room; no bf16 kernel)
-                self.results[name] = {"accepted": False, "calls": r["calls"], "at": label,
-                                      "why": f"not judged: {type(e).__name__}: {str(e).splitlines()[0][:100]}"}
+                self.results[name] = {
+                    "accepted": False,
+                    "calls": r["calls"],
+                    "at": label,
+                    "why": f"not judged: {type(e).__name__}: {str(e).splitlines()[0][:100]}",
+                }
             del out
         _release()
         size = sum(t.numel() * t.element_size() for t in exp.r64 if isinstance(t, torch.Tensor)) // 2
         self.prev = _like(exp, lambda i, s: exp.r64[i].to(s[1]).to(s[2])) if size <= KEEP_BYTES else None
         if self.prev is None and self._alive(STALE):
-            self.results[STALE] = {"accepted": False, "calls": 0, "why": f"not judged: outputs over "
-                                                                         f"{KEEP_BYTES >> 30} GiB"}
+            self.results[STALE] = {
+                "accepted": False,
+                "calls": 0,
+                "why": f"not judged: outputs over {KEEP_BYTES >> 30} GiB",
+            }
 
     def weak(self) -> list[str]:
         """The probes every call they saw accepted."""
@@ -126,8 +142,10 @@ class Probes:
         weak = self.weak()
         if not weak:
             return None
-        return (f"this reference cannot tell a right kernel from {', '.join(weak)} at {self.shape}: each passes "
-                f"every benchmark-shape call's check (a candidate returning it would be accepted)")
+        return (
+            f"this reference cannot tell a right kernel from {', '.join(weak)} at {self.shape}: each passes "
+            f"every benchmark-shape call's check (a candidate returning it would be accepted)"
+        )
 
     def record(self) -> dict:
         return {"shape": self.shape, "probes": self.results, "weak": self.weak()}

@@ -1,5 +1,6 @@
 """The judge's record: its head (what was judged, how, with which seeds) written before the stages, its tail (each
 row's verdict and evidence, the timings) after them, from the judge's run (kp.judge.driver.Judge)."""
+
 from __future__ import annotations
 
 import os
@@ -21,6 +22,7 @@ def validate_record(rec: dict) -> None:
     tests run every judgement with KP_VALIDATE_RECORDS=1, which calls this on each record made."""
     import json
     import jsonschema  # imported here: only a run that validates needs it
+
     jsonschema.validate(json.loads(json.dumps(rec, default=str)), json.loads(SCHEMA.read_text()))
 
 
@@ -36,22 +38,34 @@ def process_age_s() -> float | None:
 
 def record_head(run, gpu: bool) -> dict:
     seeds = [s for _, s, _, _ in parity_sequence(run)]
-    run.log(f"{run.ref.name}: every input of the run is drawn from --seed {run.seed} (give it again to "
-            f"replay them)")
+    run.log(f"{run.ref.name}: every input of the run is drawn from --seed {run.seed} (give it again to replay them)")
     run.skipped = []
-    rec = {"schema_version": SCHEMA_VERSION, "reference": run.ref.name, "ref_spec": list(run.ref.spec),
-           "seed": run.seed, "mode": run.mode,
-           "notes_list": run.notes, "timeout_s": run.timeout_s,
-           "trial_seeds": seeds[:run.trials], "precision": run.precision, "allow_torch": run.allow_torch,
-           "device":
-           torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "footprint": run.fp,
-           "shape": run.fp["shapes"],
-           "rows": {}, "skipped": run.skipped}
+    rec = {
+        "schema_version": SCHEMA_VERSION,
+        "reference": run.ref.name,
+        "ref_spec": list(run.ref.spec),
+        "seed": run.seed,
+        "mode": run.mode,
+        "notes_list": run.notes,
+        "timeout_s": run.timeout_s,
+        "trial_seeds": seeds[: run.trials],
+        "precision": run.precision,
+        "allow_torch": run.allow_torch,
+        "device": torch.cuda.get_device_name() if gpu else "cpu",
+        "torch": torch.__version__,
+        "footprint": run.fp,
+        "shape": run.fp["shapes"],
+        "rows": {},
+        "skipped": run.skipped,
+    }
     if run.box_note:
         rec["sandbox"] = run.box_note
     if run.at_sizes:  # --at: judged at this shape, not the benchmark's
-        rec["at"] = {"asked": run.opts.at, "benchmark_shape": run.at_bench,
-                     "sizes": {k: list(v) for k, v in run.at_sizes.items()}}
+        rec["at"] = {
+            "asked": run.opts.at,
+            "benchmark_shape": run.at_bench,
+            "sizes": {k: list(v) for k, v in run.at_sizes.items()},
+        }
     return rec
 
 
@@ -61,13 +75,24 @@ def record_tail(run, rec: dict, gpu: bool) -> dict:
         rec["process_s_before_judge"] = round(run.before_judge_s, 2)
     for row in run.rows:
         rec["rows"][row.label] = {
-            "accepted": row.accepted, "reason": row.reason, "peer": row.peer, "checks": row.checks,
+            "accepted": row.accepted,
+            "reason": row.reason,
+            "peer": row.peer,
+            "checks": row.checks,
             # which kernels ran is seen on the GPU alone (the escape stage's profile): None where it was not
-            "pure_torch": row.pure_torch if gpu else None, "library_kernels": row.library_kernels if gpu else None,
+            "pure_torch": row.pure_torch if gpu else None,
+            "library_kernels": row.library_kernels if gpu else None,
             "own_kernels": row.own_kernels,
-            "kernels": row.kernels, "escape": row.escape, "path": row.path, "opts": row.opts,
-            "weights": row.weights, "kernelbench": row.kernelbench, "traceback": row.traceback,
-            "build_failures": getattr(row.runner, "build_failures", []), "failure": row.failure}
+            "kernels": row.kernels,
+            "escape": row.escape,
+            "path": row.path,
+            "opts": row.opts,
+            "weights": row.weights,
+            "kernelbench": row.kernelbench,
+            "traceback": row.traceback,
+            "build_failures": getattr(row.runner, "build_failures", []),
+            "failure": row.failure,
+        }
     if run.refs is not None:
         rec["reference_precision"] = run.refs.how
         if run.refs.chunk_proof:
@@ -79,7 +104,7 @@ def record_tail(run, rec: dict, gpu: bool) -> dict:
     rec["status"] = ACCEPTED if rec["ok"] else REJECTED
     failed = [r for r in run.rows if not r.accepted and not r.peer]
     rec["failure"] = failed[0].failure if failed else None  # a candidate's, or the first rejected row's
-    rec["stages_not_run"] = ([] if gpu else ["timing", "escape", "own kernel"])
+    rec["stages_not_run"] = [] if gpu else ["timing", "escape", "own kernel"]
     if os.environ.get("KP_VALIDATE_RECORDS"):
         validate_record(rec)
     return rec

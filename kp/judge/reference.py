@@ -1,5 +1,6 @@
 """The reference: any KernelBench-format file (``Model``, ``get_inputs()``, ``get_init_inputs()``) or a built-in
 problem, with its inputs under a seed, its declared cases and its footprint (FLOPs and the byte floor)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,10 @@ warnings.filterwarnings("ignore", message="Initializing zero-element tensors is 
 def update_size(dtype: torch.dtype) -> float:
     return max(UPDATE_SIZE, UPDATE_ROUNDINGS * unit_roundoff(dtype)) if dtype.is_floating_point else UPDATE_SIZE
 
+
 # ---------------------------------------------------------------------------------------------------------------
 # The reference.
+
 
 class Reference(ShapeFamily):
     """A KernelBench-format reference: a built-in problem module or any file with Model, get_inputs and
@@ -73,8 +76,10 @@ class Reference(ShapeFamily):
         if not path.is_file():
             raise UsageError(f"reference file {what!r} does not exist")
         if path.suffix != ".py":
-            raise UsageError(f"reference file {what!r} is not a Python file: a reference is a .py file that defines "
-                             f"Model, get_inputs() and get_init_inputs()")
+            raise UsageError(
+                f"reference file {what!r} is not a Python file: a reference is a .py file that defines "
+                f"Model, get_inputs() and get_init_inputs()"
+            )
         name = f"kp_ref_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
         sp = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(sp)
@@ -101,8 +106,10 @@ class Reference(ShapeFamily):
             except torch.OutOfMemoryError:
                 raise  # the GPU's memory, not the file: the plan and the stages say so
             except Exception as e:
-                self.host_draw = (f"get_inputs() raised {type(e).__name__} with {device} as the default device "
-                                  f"({first_line(e)[:120]}): inputs drawn on the host and moved")
+                self.host_draw = (
+                    f"get_inputs() raised {type(e).__name__} with {device} as the default device "
+                    f"({first_line(e)[:120]}): inputs drawn on the host and moved"
+                )
                 torch.manual_seed(seed)
                 xs = self.module.get_inputs()
         else:
@@ -118,6 +125,7 @@ class Reference(ShapeFamily):
         """Model(*init) after the seed, every tensor it holds on `device` (plain tensor attributes too), in training
         mode (a fresh module's) or, with train=False, in eval mode."""
         from kp.judge.float64 import hold_on
+
         torch.manual_seed(seed)
         return hold_on(self.module.Model(*init), device, self.dtype).train(train)
 
@@ -138,8 +146,11 @@ class Reference(ShapeFamily):
             except torch.OutOfMemoryError:
                 raise
             except Exception as e:  # the reference's own defect: a usage error, not the judge's traceback
-                raise ReferenceRaised(f"{self.name}: the reference itself raised on its own inputs (one forward on "
-                                      f"{device}, to measure its footprint)", e) from None
+                raise ReferenceRaised(
+                    f"{self.name}: the reference itself raised on its own inputs (one forward on "
+                    f"{device}, to measure its footprint)",
+                    e,
+                ) from None
         _footprints_write(key, fp)
         return fp
 
@@ -151,8 +162,11 @@ class Reference(ShapeFamily):
             text = Path(self.module.__file__).read_bytes()
         except (OSError, TypeError, AttributeError):
             return None
-        plain = sorted((k, repr(v)) for k, v in vars(self.module).items()
-                       if not k.startswith("__") and isinstance(v, (int, float, bool, str, tuple)))
+        plain = sorted(
+            (k, repr(v))
+            for k, v in vars(self.module).items()
+            if not k.startswith("__") and isinstance(v, (int, float, bool, str, tuple))
+        )
         key = (text, plain, self.dtype, torch.__version__, device) + (() if train else ("eval",))
         return hashlib.sha256(repr(key).encode()).hexdigest()[:32]
 
@@ -163,6 +177,7 @@ class Reference(ShapeFamily):
         """get_inputs() and the Model as the judge makes them (precision, mode: as model() makes it), under seed 0,
         on `device` (meta: nothing allocated). Call it inside `with torch.device(device)`."""
         from kp.judge.float64 import hold_on
+
         torch.manual_seed(0)
         xs = cast_floats(self.module.get_inputs(), self.dtype)
         return xs, hold_on(self.module.Model(*self.init()), device, self.dtype).train(train)
@@ -175,11 +190,18 @@ class Reference(ShapeFamily):
             weights = nbytes(list(m.parameters()) + list(m.buffers()))
             with counter, torch.no_grad(), LivePeak(nbytes(xs) + weights) as live:
                 out = m(*xs)
-        return {"shapes": ", ".join("x".join(map(str, t.shape)) for t in xs if isinstance(t, torch.Tensor)),
-                "inputs": nbytes(xs), "outputs": nbytes(_as_list(out)), "weights": weights,
-                "flops": int(counter.get_total_flops()), "peak": live.peak, "rows": batch_rows(list(xs)),
-                "float_bytes": max((t.element_size() for t in xs if isinstance(t, torch.Tensor)
-                                    and t.is_floating_point()), default=4)}
+        return {
+            "shapes": ", ".join("x".join(map(str, t.shape)) for t in xs if isinstance(t, torch.Tensor)),
+            "inputs": nbytes(xs),
+            "outputs": nbytes(_as_list(out)),
+            "weights": weights,
+            "flops": int(counter.get_total_flops()),
+            "peak": live.peak,
+            "rows": batch_rows(list(xs)),
+            "float_bytes": max(
+                (t.element_size() for t in xs if isinstance(t, torch.Tensor) and t.is_floating_point()), default=4
+            ),
+        }
 
     def traffic(self, inputs, init, fp: dict, opts: dict | None = None) -> dict:
         """Fewest bytes and FLOPs of one call: the file's own `traffic` when it has one, else the unique bytes of
@@ -193,6 +215,7 @@ class Reference(ShapeFamily):
 # on a small job); the same file at the same sizes has the same footprint, kept here between runs.
 def _footprints_dir() -> Path:
     from kp.box.builds import cache_root
+
     return cache_root() / "footprints"
 
 
@@ -232,16 +255,18 @@ class LivePeak:
         class _Mode(EagerMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
-                for t in (out if isinstance(out, (tuple, list)) else [out]):
+                for t in out if isinstance(out, (tuple, list)) else [out]:
                     if isinstance(t, torch.Tensor) and not t._is_view():
                         outer._add(t, t.numel() * t.element_size())
                 return out
+
         self.mode = _Mode()
         self.mode.__enter__()
         return self
 
     def _add(self, t, n: int) -> None:
         import weakref
+
         self.live += n
         self.peak = max(self.peak, self.live)
         weakref.finalize(t, self._free, n)
@@ -259,6 +284,7 @@ def _as_list(out) -> list:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Pure helpers (no GPU, unit-tested in CI).
+
 
 def trial_seeds(seed: int, n: int) -> list[int]:
     """Call i draws its inputs from seed + i: `--seed S` replays every call of a run that printed S."""
@@ -306,12 +332,14 @@ def partial_map(ref_keys: list[tuple[str, tuple]], cand_keys: list[tuple[str, tu
 def unmapped(ref_keys: list[tuple[str, tuple]], cand_keys: list[tuple[str, tuple]], names: dict[str, str]) -> str:
     """What a partial mapping leaves out, with shapes: 'reference fc.weight (10, 5); candidate w_packed (50,)'."""
     used = set(names.values())
-    fmt = lambda ks: ", ".join(f"{k} {tuple(s)}" for k, s in ks[:4]) + (f" (+{len(ks) - 4} more)" if len(ks) > 4
-                                                                          else "")
+    fmt = lambda ks: (
+        ", ".join(f"{k} {tuple(s)}" for k, s in ks[:4]) + (f" (+{len(ks) - 4} more)" if len(ks) > 4 else "")
+    )
     ref_left = [(k, s) for k, s in ref_keys if k not in names]
     cand_left = [(k, s) for k, s in cand_keys if k not in used]
-    parts = ([f"reference-only {fmt(ref_left)}"] if ref_left else []) + \
-        ([f"candidate-only {fmt(cand_left)}"] if cand_left else [])
+    parts = ([f"reference-only {fmt(ref_left)}"] if ref_left else []) + (
+        [f"candidate-only {fmt(cand_left)}"] if cand_left else []
+    )
     return "; ".join(parts)
 
 
@@ -319,8 +347,11 @@ def make_update(kind: str, model: torch.nn.Module, seed: int, only: set[str] | N
     """A change of the floating-point parameters, the way training makes one, as data both sides apply alike
     (`only`: the parameters every judged model maps; None: all)."""
     g = torch.Generator().manual_seed(seed)
-    params = [(k, p) for k, p in model.named_parameters() if p.is_floating_point() and p.numel()
-              and (only is None or k in only)]
+    params = [
+        (k, p)
+        for k, p in model.named_parameters()
+        if p.is_floating_point() and p.numel() and (only is None or k in only)
+    ]
     if not params:
         return {}
     size = update_size(params[0][1].dtype)

@@ -1,6 +1,7 @@
 """Runners: the judge's side of a worker. The same commands, to a worker in a process of its own (a candidate file:
 forked from a forkserver, or in its box) with the request/reply protocol, or to one in this process (the
 playground's own variants). A worker that dies, hangs or answers out of turn becomes a rejection here."""
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,15 @@ from kp.box.builds import candidate_build_dir
 from kp.box.start import FORKSERVER_PRELOAD, candidate_paths
 from kp.errors import FAILURE_KINDS, OutOfMemory, Rejected, oom_request_bytes
 from kp.worker.guards import late_message
-from kp.worker.replies import (ENDED_AFTER_FAULT, _settle_before_sending, asks_for_cuda, error_kind, error_text,
-                               raised, raised_kind)
+from kp.worker.replies import (
+    ENDED_AFTER_FAULT,
+    _settle_before_sending,
+    asks_for_cuda,
+    error_kind,
+    error_text,
+    raised,
+    raised_kind,
+)
 from kp.worker.loop import REPLY_TIMEOUT_S, Worker, cut_middle, worker_main
 from kp.lib import gpu_lock
 from kp.lib.registry import ROOT
@@ -29,13 +37,12 @@ def _context():
     server that has imported torch and the judge but has run no candidate and initialised no GPU; else spawn."""
     import multiprocessing as mp
     import torch.multiprocessing as tmp
+
     if "forkserver" in mp.get_all_start_methods():
         ctx = tmp.get_context("forkserver")
         ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
         return ctx
     return tmp.get_context("spawn")
-
-
 
 
 def start_without_main(proc) -> None:
@@ -60,8 +67,10 @@ def exit_status(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-FOREIGN = ("an answer that is not the worker's reply to this command came back: something in the candidate's "
-           "process wrote to the judge's channel (a forged reply)")
+FOREIGN = (
+    "an answer that is not the worker's reply to this command came back: something in the candidate's "
+    "process wrote to the judge's channel (a forged reply)"
+)
 
 
 class Reply(dict):
@@ -73,16 +82,35 @@ class Reply(dict):
         self.stage = stage
 
     def __missing__(self, key):
-        raise Rejected(f"{self.stage}: {FOREIGN}: its reply has no {key!r}", kind="tampering",
-                       check=self.stage)
+        raise Rejected(f"{self.stage}: {FOREIGN}: its reply has no {key!r}", kind="tampering", check=self.stage)
 
 
-def candidate_runner(ref_spec, path: str | Path, device: str, precision: str, on_interim, *, boxed: bool,
-                     train: bool, deadline: float | None, limit_s: float | None) -> "ProcessRunner":
+def candidate_runner(
+    ref_spec,
+    path: str | Path,
+    device: str,
+    precision: str,
+    on_interim,
+    *,
+    boxed: bool,
+    train: bool,
+    deadline: float | None,
+    limit_s: float | None,
+) -> "ProcessRunner":
     """A candidate file's worker as the judge starts it: its folder and file readable, its own build folder
     (kept per file contents) writable, in a box where boxed."""
-    return ProcessRunner(ref_spec, device, precision, on_interim, sandbox=boxed, read_only=candidate_paths(path),
-                         train=train, deadline=deadline, limit_s=limit_s, build_dir=str(candidate_build_dir(path)))
+    return ProcessRunner(
+        ref_spec,
+        device,
+        precision,
+        on_interim,
+        sandbox=boxed,
+        read_only=candidate_paths(path),
+        train=train,
+        deadline=deadline,
+        limit_s=limit_s,
+        build_dir=str(candidate_build_dir(path)),
+    )
 
 
 class ProcessRunner:
@@ -90,15 +118,27 @@ class ProcessRunner:
     The worker runs in a scratch working directory of its own (fresh, writable, removed with it) and its stderr is
     kept in a file, whose last lines a verdict on its death carries (and which is echoed to this process's stderr
     when the worker closes)."""
+
     isolated = True
 
-    def __init__(self, ref_spec, device: str, precision: str, on_interim, sandbox: bool = False,
-                 read_only: list[str] = (), train: bool = True, deadline: float | None = None,
-                 limit_s: float | None = None, build_dir: str | None = None):
+    def __init__(
+        self,
+        ref_spec,
+        device: str,
+        precision: str,
+        on_interim,
+        sandbox: bool = False,
+        read_only: list[str] = (),
+        train: bool = True,
+        deadline: float | None = None,
+        limit_s: float | None = None,
+        build_dir: str | None = None,
+    ):
         """sandbox: run the worker in a box (kp.box.sandbox) that can read read_only and the judge's own files.
         deadline: time.monotonic() by which the whole job must be done (limit_s: its length, for the message).
         build_dir: the candidate's own extension folder (kp.box.builds.candidate_build_dir), writable in the box."""
         import tempfile
+
         self.on_interim, self.sandboxed, self.device = on_interim, sandbox, device
         self.deadline, self.limit_s = deadline, limit_s
         self.passed: dict = {}  # the judged row's passed checks (what a timeout's verdict lists)
@@ -124,9 +164,22 @@ class ProcessRunner:
         self.conn, child = ctx.Pipe()
         env = pch.env({**os.environ, **({"TORCH_EXTENSIONS_DIR": build_dir} if build_dir else {})})
         # the last: this judge's pid, which the worker ends with (kp.worker.loop.end_with_judge)
-        self.proc = ctx.Process(target=worker_main, args=(child, ref_spec, device, precision, str(ROOT),
-                                                          env, self.scratch, train, self.stderr.name, os.getpid()),
-                                daemon=True)
+        self.proc = ctx.Process(
+            target=worker_main,
+            args=(
+                child,
+                ref_spec,
+                device,
+                precision,
+                str(ROOT),
+                env,
+                self.scratch,
+                train,
+                self.stderr.name,
+                os.getpid(),
+            ),
+            daemon=True,
+        )
         start_without_main(self.proc)
         child.close()
 
@@ -136,19 +189,29 @@ class ProcessRunner:
         code = self.proc.exitcode
         why = f"{stage}: the candidate's process died ({exit_status(code)})"
         if code == 0 and ENDED_AFTER_FAULT in tail:  # it answered its faulted command, then ended on purpose
-            return Rejected(f"{stage}: the candidate's process had ended after its GPU work faulted in an earlier "
-                            f"call (its CUDA context unusable); its stderr ended: {tail}", kind="crash", check=stage)
+            return Rejected(
+                f"{stage}: the candidate's process had ended after its GPU work faulted in an earlier "
+                f"call (its CUDA context unusable); its stderr ended: {tail}",
+                kind="crash",
+                check=stage,
+            )
         if code == 0:  # the worker answers every command, a Python exit included: this ended below Python
-            why += (" in the middle of the judge's command, without a Python error: code that exits the process "
-                    "directly (os._exit, or exit() from native code or a library)")
-        return Rejected(why + (f"; its stderr ended: {tail}" if tail else "; nothing on its stderr"), kind="crash",
-                        check=stage)
+            why += (
+                " in the middle of the judge's command, without a Python error: code that exits the process "
+                "directly (os._exit, or exit() from native code or a library)"
+            )
+        return Rejected(
+            why + (f"; its stderr ended: {tail}" if tail else "; nothing on its stderr"), kind="crash", check=stage
+        )
 
     def _timed_out(self, stage: str) -> Rejected:
         self.proc.kill()
         passed = ", ".join(self.passed) or "nothing yet"
-        return Rejected(f"{stage}: timeout after {self.limit_s:.0f} s, in this stage (passed before it: {passed})",
-                        kind="timeout", check=stage)
+        return Rejected(
+            f"{stage}: timeout after {self.limit_s:.0f} s, in this stage (passed before it: {passed})",
+            kind="timeout",
+            check=stage,
+        )
 
     def call(self, stage: str, *msg, timeout: float = REPLY_TIMEOUT_S) -> dict:
         gpu_lock.pulse()  # a judge waiting to time on this GPU goes first (kp.lib.gpu_lock); waits move deadlines
@@ -178,23 +241,33 @@ class ProcessRunner:
             raise self._died(stage) from None
         self.answered = True
         if reply.get("seq") != self.seq:
-            raise Rejected(f"{stage}: {FOREIGN} (numbered {reply.get('seq')!r}, the command was {self.seq})",
-                           kind="tampering", check=stage)
+            raise Rejected(
+                f"{stage}: {FOREIGN} (numbered {reply.get('seq')!r}, the command was {self.seq})",
+                kind="tampering",
+                check=stage,
+            )
         reply = Reply(stage, reply)
         self.build_failures = reply.get("build_failures") or self.build_failures
         if isinstance(reply.get("build_s"), (int, float)):
             self.build_s = self.build_wait_s + float(reply["build_s"])
         if reply.get("patched"):
-            raise Rejected(f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "
-                           f"(judge, timer and baselines depend on them)", kind="tampering", check=stage)
+            raise Rejected(
+                f"{stage}: the candidate replaced {', '.join(reply['patched'][:4])} in its process "
+                f"(judge, timer and baselines depend on them)",
+                kind="tampering",
+                check=stage,
+            )
         if reply.get("late_threads"):
             raise Rejected(f"{stage}: {late_message(reply['late_threads'])}", kind="tampering", check=stage)
         if not reply.get("ok"):
             why = raised(stage, str(reply.get("error")))
             held, asked = reply.get("gpu_held"), reply.get("gpu_asked")
             kind = reply.get("error_kind") if reply.get("error_kind") in FAILURE_KINDS else raised_kind(msg[0], None)
-            e = OutOfMemory(why, held, asked) if isinstance(held, int) and isinstance(asked, int) else \
-                Rejected(why, kind=kind, check=stage)
+            e = (
+                OutOfMemory(why, held, asked)
+                if isinstance(held, int) and isinstance(asked, int)
+                else Rejected(why, kind=kind, check=stage)
+            )
             e.check = e.check or stage
             e.asks_for_cuda = bool(reply.get("asks_for_cuda"))
             e.traceback = reply.get("traceback") if isinstance(reply.get("traceback"), str) else None
@@ -248,13 +321,16 @@ class ProcessRunner:
         try:
             text = cut_middle(Path(self.stderr.name).read_bytes()).decode(errors="replace")
             if text.strip():  # said as the candidate's, apart from the judge's own lines around it
-                sys.stderr.write("[kp] the candidate's output (its process's stdout and stderr):\n"
-                                 f"{text.rstrip(chr(10))}\n[kp] end of the candidate's output\n")
+                sys.stderr.write(
+                    "[kp] the candidate's output (its process's stdout and stderr):\n"
+                    f"{text.rstrip(chr(10))}\n[kp] end of the candidate's output\n"
+                )
             os.unlink(self.stderr.name)
         except OSError:
             pass
         if self.scratch:
             import shutil
+
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -265,23 +341,33 @@ def stderr_tail(path: str, lines: int = 3, chars: int = 400) -> str:
     except OSError:
         return ""
     if "Fatal Python error:" in text:  # faulthandler's report of a crash: the error and where it happened, not the
-        crash = text[text.rindex("Fatal Python error:"):].splitlines()  # module list it ends with
+        crash = text[text.rindex("Fatal Python error:") :].splitlines()  # module list it ends with
         frames = [ln.strip() for ln in crash if ln.strip().startswith("File ")]
         return " | ".join([crash[0].strip(), *frames[:lines]])[:chars]
     tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
     return " | ".join(tail)[-chars:]
 
 
-def _start_boxed(ref_spec, device: str, precision: str, read_only: list[str], train: bool,
-                 build_dir: str | None = None, deadline: float | None = None):
+def _start_boxed(
+    ref_spec,
+    device: str,
+    precision: str,
+    read_only: list[str],
+    train: bool,
+    build_dir: str | None = None,
+    deadline: float | None = None,
+):
     """The candidate's box (the one started ahead for it, if it matches) given its job."""
     from kp.box import start as boxstart
-    return boxstart.take(ref_spec, read_only, build_dir, gpu=device != "cpu", deadline=deadline,
-                         worker=(device, precision, train))
+
+    return boxstart.take(
+        ref_spec, read_only, build_dir, gpu=device != "cpu", deadline=deadline, worker=(device, precision, train)
+    )
 
 
 class LocalRunner:
     """The Worker in this process: for the playground's own variants (trusted code, same stages)."""
+
     isolated = False
 
     def __init__(self, ref_spec, device: str, precision: str, on_interim, factories: dict, train: bool = True):
@@ -295,9 +381,13 @@ class LocalRunner:
             raise
         except Exception as e:
             import torch
+
             why = raised(stage, error_text(e))
-            err = OutOfMemory(why, 0, oom_request_bytes(str(e))) if isinstance(e, torch.OutOfMemoryError) else \
-                Rejected(why, kind=raised_kind(cmd, error_kind(e)), check=stage)
+            err = (
+                OutOfMemory(why, 0, oom_request_bytes(str(e)))
+                if isinstance(e, torch.OutOfMemoryError)
+                else Rejected(why, kind=raised_kind(cmd, error_kind(e)), check=stage)
+            )
             err.check = err.check or stage
             err.asks_for_cuda = asks_for_cuda(e)
             err.traceback = traceback.format_exc(limit=-40)
@@ -306,5 +396,3 @@ class LocalRunner:
     def close(self):
         self.worker.state.models.clear()
         self.worker.state.baselines.clear()
-
-

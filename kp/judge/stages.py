@@ -1,6 +1,7 @@
 """The judge's stages in the order the driver runs them (kp.judge.driver.Judge.run), and the stage table's rows
 that are not stages. A stage is a function of its stage module over the judge's run, the record and the reference's
 init arguments; the predicates take the judge's run."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,6 +26,7 @@ class Stage:
     """One stage of the judge: its name (its key in the record's stage_seconds), the function that runs it, called
     with the judge's run, the record and the reference's init arguments (a failure there rejects a row, through
     Row.reject, or raises for the whole job), and whether it applies to this judge."""
+
     name: str
     run: Callable[[Any, dict, Any], None]
     applies: Callable[[Any], bool] = lambda judge: True

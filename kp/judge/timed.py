@@ -4,6 +4,7 @@ measured in the same run: kp.judge.ceilings). Running out of GPU memory while ti
 parity at the same shapes, and what timing adds is the judge's (a pool of fresh inputs, the baselines' outputs
 beside the rows'). It is never an acceptance either; a row that takes more memory with every call is not told apart
 from that here."""
+
 from __future__ import annotations
 
 import copy
@@ -27,17 +28,20 @@ MAX_TIMED_CHECKS = 1
 EXTRA_CHECK_P = 0.05
 
 
-
 def reduce_samples(timing: dict, wall_ms: float) -> dict:
     """A worker's timing reply, reduced in the judge's process: median and quartiles from each entry's samples (the
     worker's own summary is not used), host_us as reported. Raises Rejected when the samples add up to more than
     `wall_ms`, the time the whole command took as seen from here: each sample is GPU time between two events inside
     it, one timed call after another."""
     from kp.lib.timing import summarize
+
     total = sum(sum(v.get("samples") or []) for v in timing.values())
     if total > wall_ms:
-        raise Rejected(f"timing: the reported samples add up to {total:.1f} ms, more than the {wall_ms:.1f} ms the "
-                       f"timing command took: they were not measured", kind="timing")
+        raise Rejected(
+            f"timing: the reported samples add up to {total:.1f} ms, more than the {wall_ms:.1f} ms the "
+            f"timing command took: they were not measured",
+            kind="timing",
+        )
     out = {}
     for k, v in timing.items():
         if not v.get("samples"):
@@ -55,9 +59,11 @@ def check_told(timing: dict, told: dict) -> None:
     for k, v in timing.items():
         mine = told.get(k, [])
         if [float(x) for x in v.get("samples") or []] != mine:
-            raise Rejected(f"timing: the {len(v.get('samples') or [])} samples of {k} returned at the end differ from "
-                           f"the {len(mine)} told to the judge after each call: changed in the worker's process",
-                           kind="timing")
+            raise Rejected(
+                f"timing: the {len(v.get('samples') or [])} samples of {k} returned at the end differ from "
+                f"the {len(mine)} told to the judge after each call: changed in the worker's process",
+                kind="timing",
+            )
 
 
 def stage_escape(run, rec: dict, init) -> None:
@@ -88,8 +94,7 @@ def stage_timing(run, rec: dict, init) -> None:
         rec["timing_backward"] = _timing_backward(run)
     if run.bench and rec.get("family"):
         _time_family(run, rec, init)
-    run.log(f"{run.ref.name}: escape checks and timing done in "
-            f"{time.perf_counter() - run.t_gpu_stages:.0f} s")
+    run.log(f"{run.ref.name}: escape checks and timing done in {time.perf_counter() - run.t_gpu_stages:.0f} s")
 
 
 def _time_family(run, rec: dict, init) -> None:
@@ -149,8 +154,9 @@ def interim(run, msg: dict):
         return False
     if msg.get("ask"):
         n = run.timed_checks.setdefault(row.label, 0)
-        want = msg["rep"] == run.check_at.setdefault(row.label, run.rng.randrange(run.reps[0])) or \
-            (n < MAX_TIMED_CHECKS and run.rng.random() < EXTRA_CHECK_P)
+        want = msg["rep"] == run.check_at.setdefault(row.label, run.rng.randrange(run.reps[0])) or (
+            n < MAX_TIMED_CHECKS and run.rng.random() < EXTRA_CHECK_P
+        )
         run.timed_checks[row.label] = n + want
         return want
     seed = msg["seed"]
@@ -159,8 +165,10 @@ def interim(run, msg: dict):
         pristine = run.ref.inputs(seed, run.device)
         for i, (a, b) in enumerate(zip(msg["inputs"], pristine)):
             if isinstance(b, torch.Tensor) and not same_values(a, b):
-                raise Rejected(f"{label}: input {i} was modified (or is not the draw of the seed it reported)",
-                               kind="input_modified")
+                raise Rejected(
+                    f"{label}: input {i} was modified (or is not the draw of the seed it reported)",
+                    kind="input_modified",
+                )
         with run.clock.timed("timing: the checked timed calls' references"):
             exp = _advanced(run, row.label, seed).expected(pristine, run.precision)
         row.checks[label] = judge_output(label, msg["out"], msg["type"], exp)
@@ -178,8 +186,9 @@ def _advanced(run, label: str, seed: int):
         return run.refs
     refs, log = run.row_refs[label], run.call_log[label]
     if not log or log[-1] != seed:
-        raise Rejected(f"timing: the calls the worker reported do not end with the checked call's seed {seed}",
-                       kind="timing")
+        raise Rejected(
+            f"timing: the calls the worker reported do not end with the checked call's seed {seed}", kind="timing"
+        )
     for s in log[:-1]:
         refs.advance(run.ref.inputs(s, run.device), run.precision)
     log.clear()
@@ -212,12 +221,14 @@ def time_rows(run) -> dict:
             if isinstance(e, OutOfMemory):  # the harness's memory, not the row's (module doc)
                 why = str(e)
                 held = why.find(" [the raising process:")  # the worker's own figures: kept past the cut
-                held = why[held:why.index("]", held) + 1] if held > 200 else ""
+                held = why[held : why.index("]", held) + 1] if held > 200 else ""
                 why = why[:200] + ("..." if len(why) > 200 else "") + held
-                raise GpuMemoryShort(f"{run.ref.name}: the GPU ran out of memory while timing, after parity "
-                                     f"passed at the same shapes: the timing's input pool and baselines beside "
-                                     f"the rows did not fit on this GPU, so there is no verdict; judge again with "
-                                     f"the GPU to itself or on one with more memory ({why})") from None
+                raise GpuMemoryShort(
+                    f"{run.ref.name}: the GPU ran out of memory while timing, after parity "
+                    f"passed at the same shapes: the timing's input pool and baselines beside "
+                    f"the rows did not fit on this GPU, so there is no verdict; judge again with "
+                    f"the GPU to itself or on one with more memory ({why})"
+                ) from None
             for r in rows:
                 r.reject(e)
             continue
@@ -239,8 +250,11 @@ def _time_command(run, runner, rows: list, stateful: bool, backward: bool = Fals
     checked against those told call by call and against the wall time this process saw the command take."""
     t0 = time.perf_counter()
     run.timed_samples = {}
-    with run.clock.timed("timing: forward and backward, interleaved" if backward else
-                         "timing: the interleaved timing command (its checked calls included)"):
+    with run.clock.timed(
+        "timing: forward and backward, interleaved"
+        if backward
+        else "timing: the interleaved timing command (its checked calls included)"
+    ):
         t = runner.call("timing", "time", [r.label for r in rows], 2, *run.reps, stateful, backward)
     check_told(t["timing"], run.timed_samples)
     return t, reduce_samples(t["timing"], (time.perf_counter() - t0) * 1e3)

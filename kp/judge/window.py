@@ -2,6 +2,7 @@
 clock around it: the activities outside the window, how long the call's own work kept the GPU busy (and, for a
 training step with a marker between its passes, the forward's part), the host clock's excess over the CUDA events,
 and the threshold past which that excess is work that escaped the timed stream."""
+
 from __future__ import annotations
 
 from statistics import median_high

@@ -1,6 +1,7 @@
 """Compile and cache: a variant is built at first use with ``torch.utils.cpp_extension.load_inline`` into a
 directory named by a sha256 over everything that can change the binary (``cache_key``); a warm load is one dlopen.
 What a source exports and includes is read in kp/lib/sources.py; the CPU-side checks CI runs are in kp/lib/checks.py."""
+
 from __future__ import annotations
 
 import contextlib
@@ -30,9 +31,11 @@ KEY_VERSION = "kp-cache-1"  # bump when the build recipe below changes in a way 
 # ---------------------------------------------------------------------------------------------------------------
 # Cache key.
 
+
 @functools.lru_cache(maxsize=None)
 def nvcc_version() -> str:
     from torch.utils.cpp_extension import CUDA_HOME
+
     nvcc = Path(CUDA_HOME or "/usr/local/cuda") / "bin" / "nvcc"
     if not nvcc.exists():
         nvcc = Path(shutil.which("nvcc") or "nvcc")
@@ -72,9 +75,15 @@ def build_flags(capability: tuple[int, int] | None, experiments: bool = False) -
     std = cxx_std()
     return {
         "cflags": ["-O2", std],
-        "cuda_cflags": ["-O3", std, arch_flag(capability), "-lineinfo", "--expt-relaxed-constexpr",
-                        "-diag-suppress=3306"]  # 3306: C++20 bit-field initialisers in torch headers
-                       + (["-DKP_EXPERIMENTS=1"] if experiments else []),
+        "cuda_cflags": [
+            "-O3",
+            std,
+            arch_flag(capability),
+            "-lineinfo",
+            "--expt-relaxed-constexpr",
+            "-diag-suppress=3306",
+        ]  # 3306: C++20 bit-field initialisers in torch headers
+        + (["-DKP_EXPERIMENTS=1"] if experiments else []),
         "include_paths": [str(KERNELS)],
     }
 
@@ -125,6 +134,7 @@ def _load_shared(module: str, key: str) -> Path | None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Build and load.
+
 
 @contextlib.contextmanager
 def _flock(path: Path):
@@ -204,13 +214,16 @@ def build(problem: str, variant: str, quiet: bool = False, experiments: bool = F
 
 def require_gpu() -> None:
     if not torch.cuda.is_available():
-        raise UsageError("no CUDA GPU: kernels are built and run on a machine with an NVIDIA GPU (compute "
-                         "capability 8.0 or newer) and a CUDA build of torch; this one has torch "
-                         f"{torch.__version__} and no usable GPU")
+        raise UsageError(
+            "no CUDA GPU: kernels are built and run on a machine with an NVIDIA GPU (compute "
+            "capability 8.0 or newer) and a CUDA build of torch; this one has torch "
+            f"{torch.__version__} and no usable GPU"
+        )
 
 
-def build_path(path: Path, problem: str = "probe", variant: str | None = None, quiet: bool = False,
-               experiments: bool = False) -> Built:
+def build_path(
+    path: Path, problem: str = "probe", variant: str | None = None, quiet: bool = False, experiments: bool = False
+) -> Built:
     """Build any .cu with KP_EXPORTs (a variant, or a measurement probe under tools/probes) through the same cache.
     experiments: also compile the `#if KP_EXPERIMENTS` A/B hooks and traces (the bench scripts' build)."""
     path = Path(path).resolve()
@@ -300,13 +313,15 @@ def _replace_dir(src: Path, dst: Path) -> None:
     os.rename(src, dst)
 
 
-def _build_and_publish(path: Path, module: str, key: str, bdir: Path, flags: dict, exports, problem: str,
-                       variant: str) -> None:
+def _build_and_publish(
+    path: Path, module: str, key: str, bdir: Path, flags: dict, exports, problem: str, variant: str
+) -> None:
     """Build in a private folder beside the entry (same filesystem, so the publishing rename is atomic)."""
     tmp = bdir.with_name(f".build-{module}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     from torch.utils.cpp_extension import load_inline
+
     try:
         load_inline(
             name=module,
@@ -325,8 +340,10 @@ def _build_and_publish(path: Path, module: str, key: str, bdir: Path, flags: dic
         log = str(e)
         (tmp / "build_error.log").write_text(log)
         _replace_dir(tmp, bdir)  # no kp_complete: the next use builds again; the log stays where it is said to be
-        raise KernelBuildError(f"{problem}/{variant} failed to compile:\n{summarize_build_error(log)}\n"
-                               f"(full log: {bdir / 'build_error.log'})") from None
+        raise KernelBuildError(
+            f"{problem}/{variant} failed to compile:\n{summarize_build_error(log)}\n"
+            f"(full log: {bdir / 'build_error.log'})"
+        ) from None
     publish_entry(tmp, bdir, f"{module}.so", key)
 
 
@@ -334,6 +351,7 @@ def build_all(jobs: int | None = None, items: list[tuple[str, str]] | None = Non
     """Build every variant of every problem in parallel processes; returns (problem, variant, seconds, error)."""
     import concurrent.futures as cf
     import multiprocessing as mp
+
     items = items or [(p, v) for p in problems() for v in runnable_variants(p, include_records=True)]
     jobs = jobs or min(len(items), os.cpu_count() or 1)
     results = []

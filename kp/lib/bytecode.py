@@ -7,6 +7,7 @@ so the command line keeps the bytecode in a folder of the playground's cache (`s
 by the judge's own processes, read by the others (a box binds the cache read-only, so a candidate can read it and
 never write it). Nothing is written beside any source. Where bytecode is written as usual, or the user set a prefix
 of their own, nothing changes; KP_NO_BYTECODE_CACHE=1 turns it off."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """The CPU-side checks CI runs on every .cu, with no GPU: nvcc -c with the shipped build's flags for each
 architecture a source claims, and its generated binding through g++ (many sources in one g++ run)."""
+
 from __future__ import annotations
 
 import re
@@ -14,12 +15,17 @@ from kp.lib.sources import EXPERIMENTS_RE, binding_source, local_headers, parse_
 
 def has_experiments(path: Path) -> bool:
     """Whether the source or a local header it includes has `#if KP_EXPERIMENTS` blocks (A/B hooks, traces)."""
-    return any(re.search(EXPERIMENTS_RE.pattern, f.read_text(), re.M)
-               for f in [Path(path), *local_headers(Path(path))])
+    return any(re.search(EXPERIMENTS_RE.pattern, f.read_text(), re.M) for f in [Path(path), *local_headers(Path(path))])
 
 
-def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] = ("sm_90a",),
-                  experiments: bool = False, optimise: bool = True, host: bool = True) -> tuple[bool, str]:
+def compile_check(
+    path: Path,
+    out_dir: Path,
+    archs: tuple[str, ...] | list[str] = ("sm_90a",),
+    experiments: bool = False,
+    optimise: bool = True,
+    host: bool = True,
+) -> tuple[bool, str]:
     """nvcc -c for the given architectures ('sm_XY[a]' names) in one invocation (device passes in parallel), with
     the shipped build's flags (experiments: the bench scripts' build, A/B hooks compiled in). The plain targets
     share one PTX (the lowest) with SASS for each of them, which is what a portable build runs on those GPUs; an
@@ -30,6 +36,7 @@ def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] 
     type-checks every host function of the file (an undefined name or a missing member in a launch wrapper fails
     there too), what is left out is the host compiler's own diagnostics, in a third of the time."""
     from torch.utils.cpp_extension import include_paths
+
     flags = build_flags(parse_arch(archs[0]), experiments)
     plain = sorted((parse_arch(a) for a in archs if not a.endswith("a")))
     gencodes = [arch_flag(parse_arch(a)) for a in archs if a.endswith("a")]
@@ -41,8 +48,9 @@ def compile_check(path: Path, out_dir: Path, archs: tuple[str, ...] | list[str] 
         cuda_flags += ["-Xcicc", "-O0", "-Xptxas", "-O0"]
     py_inc = sysconfig.get_paths()["include"]
     incs = [f"-I{p}" for p in include_paths()] + [f"-I{py_inc}"] + [f"-I{p}" for p in flags["include_paths"]]
-    obj = out_dir / (path.parent.name + "__" + path.stem + ("_experiments" if experiments else "")
-                     + (".o" if host else ".cubin"))
+    obj = out_dir / (
+        path.parent.name + "__" + path.stem + ("_experiments" if experiments else "") + (".o" if host else ".cubin")
+    )
     if not host and len(archs) != 1:
         raise ValueError("a device-only check builds one cubin: one architecture")
     mode = ["-c", str(path), "-o", str(obj), "-Xcompiler", "-fPIC"] if host else ["-cubin", str(path), "-o", str(obj)]
@@ -57,6 +65,7 @@ def binding_check_many(paths: list[Path], out_dir: Path, experiments: bool = Fal
     goes into its own header, inside its own namespace, and a compiler message is charged to the header it names.
     experiments: the exports of the bench scripts' build (A/B hooks included)."""
     from torch.utils.cpp_extension import include_paths
+
     out: dict[Path, tuple[bool, str]] = {}
     headers: dict[Path, Path] = {}
     for i, path in enumerate(paths):
@@ -70,15 +79,18 @@ def binding_check_many(paths: list[Path], out_dir: Path, experiments: bool = Fal
         h.write_text(f"namespace kp_check_{i} {{\n{body}\n}}\n")
         headers[path] = h
     main = out_dir / "all_bindings.cpp"
-    main.write_text("#include <torch/library.h>\n#include <ATen/core/TensorBase.h>\n"
-                    + "".join(f'#include "{h}"\n' for h in headers.values()))
+    main.write_text(
+        "#include <torch/library.h>\n#include <ATen/core/TensorBase.h>\n"
+        + "".join(f'#include "{h}"\n' for h in headers.values())
+    )
     cmd = ["g++", "-fsyntax-only", build_flags(None)["cflags"][1], str(main)] + [f"-I{p}" for p in include_paths()]
     r = subprocess.run(cmd, capture_output=True, text=True)
     log = r.stdout + r.stderr
     for path, h in headers.items():
         mine = [ln for ln in log.splitlines() if ln.startswith(str(h))]
-        bad = any(" error" in ln for ln in mine) or (r.returncode != 0 and not any(
-            ln.startswith(str(hh)) for hh in headers.values() for ln in log.splitlines()))
+        bad = any(" error" in ln for ln in mine) or (
+            r.returncode != 0 and not any(ln.startswith(str(hh)) for hh in headers.values() for ln in log.splitlines())
+        )
         out[path] = (not bad, "\n".join(mine) or log)
     return out
 
@@ -93,16 +105,21 @@ def check_rungs(rungs: list, jobs: int | None = None) -> int:
     import sys
     import tempfile
     import time
+
     out = Path(tempfile.mkdtemp(prefix="kp_check_"))
     t0 = time.perf_counter()
-    print(f"no GPU: compile-checking {len(rungs)} rungs with nvcc for the architectures each claims (nothing is "
-          f"linked or run)", file=sys.stderr)
+    print(
+        f"no GPU: compile-checking {len(rungs)} rungs with nvcc for the architectures each claims (nothing is "
+        f"linked or run)",
+        file=sys.stderr,
+    )
 
     def one(r):
         archs = r.claimed_archs()
         ok, log = compile_check(r.path, out, archs)
         print(f"{r.problem}/{r.name} ({' '.join(archs)}): {'ok' if ok else 'FAILED'}", file=sys.stderr, flush=True)
         return r, ok, log
+
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs or (os.cpu_count() or 1))) as ex:
         res = list(ex.map(one, rungs))
     bad = [(r, log) for r, ok, log in res if not ok]

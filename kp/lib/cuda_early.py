@@ -7,6 +7,7 @@ uses as its own): made through the driver's library directly it needs no torch, 
 and torch's first CUDA call finds it made. Nothing here raises: without a driver or a GPU the thread ends and torch
 meets CUDA as it always did. Only for a process that forks nothing afterwards (a child forked after the driver
 starts cannot use it). KP_CUDA_EARLY=0 turns it off."""
+
 from __future__ import annotations
 
 import ctypes
@@ -28,8 +29,11 @@ def _make() -> bool:
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
         dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-        return (cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
-                and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0)
+        return (
+            cuda.cuInit(0) == 0
+            and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
+            and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+        )
     except (OSError, AttributeError):
         return False
 

@@ -16,6 +16,7 @@ and the host clock of the escape check. The escape check's other evidence (the p
 for its own process only) does not; without timing the escape check runs shared and asks for the GPU alone only for
 a try whose host clock objects (kp.judge.escape).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,6 +40,7 @@ def _shared() -> list["GpuShare"]:
 
 def gpu_lock_path() -> str:
     import torch
+
     try:
         uid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
     except Exception:  # no such property on this build: the index, which slots pin to a physical GPU
@@ -149,6 +151,7 @@ class GpuShare:
         finally:
             os.close(turn)
         import torch
+
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
         self._leave()

@@ -1,4 +1,5 @@
 """Helpers ModelNew classes share: weight-derived caches, IEEE fp32 GEMMs, input checks."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,6 +13,7 @@ from kp.errors import UsageError
 
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers ModelNew classes share: weight-derived caches, IEEE fp32 GEMMs, input checks.
+
 
 class DerivedCache:
     """A value computed from some tensors (e.g. W^T or W.sum(0)), recomputed whenever any of them may have changed.
@@ -148,8 +150,7 @@ class LinearGemm:
         elif mode in ("split", "split_wgmma"):
             self.wsplit = DerivedCache(self._split)
         # the one-product mode's GEMM on cuBLAS (only the tf32 precision ever takes one product)
-        self.hgemm = (mode == "split" and precision == "tf32" and "split_unscale" in kernel.exports()
-                      and _mm_out_dtype())
+        self.hgemm = mode == "split" and precision == "tf32" and "split_unscale" in kernel.exports() and _mm_out_dtype()
 
     def _split(self, t: torch.Tensor, with_lo: bool = True):
         r, k = t.shape
@@ -186,6 +187,7 @@ class LinearGemm:
             return torch.mm(x.double(), self.wt(w)).float()
         if self.mode == "triton":
             from peers import triton_gemm
+
             return triton_gemm.linear(x, w, self.precision)
         if self.precision == "tf32":
             with tf32_matmul():
@@ -214,6 +216,7 @@ def set_precision(precision: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # Training: a kernel's output given a backward.
 
+
 class _Trained(torch.autograd.Function):
     @staticmethod
     def forward(ctx, kernel, reference, *tensors):
@@ -226,14 +229,21 @@ class _Trained(torch.autograd.Function):
     def backward(ctx, *grads):
         tensors = ctx.saved_tensors
         wanted = [i for i, t in enumerate(tensors) if ctx.needs_input_grad[2 + i]]
-        leaves = [t.detach().requires_grad_(i in wanted) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                  else t for i, t in enumerate(tensors)]
+        leaves = [
+            t.detach().requires_grad_(i in wanted) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+            for i, t in enumerate(tensors)
+        ]
         with torch.enable_grad():
             out = ctx.reference(*leaves)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
-        got = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in wanted], [g for _, g in pairs],
-                                  allow_unused=True) if pairs and wanted else []
+        got = (
+            torch.autograd.grad(
+                [o for o, _ in pairs], [leaves[i] for i in wanted], [g for _, g in pairs], allow_unused=True
+            )
+            if pairs and wanted
+            else []
+        )
         result = [None] * len(tensors)
         for i, g in zip(wanted, got):
             result[i] = g

@@ -1,5 +1,6 @@
 """Numerics: relative L2 error against a float64 reference (overall and per row), bitwise equality through views,
 the error budget, and layout-keeping copies of inputs."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,6 +10,7 @@ import torch
 # ---------------------------------------------------------------------------------------------------------------
 # Numerics.
 
+
 @dataclasses.dataclass
 class Err:
     rel_l2: float  # ||out - ref|| / ||ref|| over elements where both are finite
@@ -16,8 +18,7 @@ class Err:
     nonfinite_mismatch: int  # positions where NaN/±Inf patterns differ
 
     def within(self, budget: "Err") -> bool:
-        return (self.nonfinite_mismatch == 0 and self.rel_l2 <= budget.rel_l2
-                and self.worst_row <= budget.worst_row)
+        return self.nonfinite_mismatch == 0 and self.rel_l2 <= budget.rel_l2 and self.worst_row <= budget.worst_row
 
 
 # elements per step of the error measure (256 MiB in float64): large outputs never need a full float64 copy on the
@@ -87,10 +88,10 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
         rn = torch.zeros(min(rstep, rows - r0), dtype=torch.float64, device=dev)
         rd = torch.zeros_like(rn)
         for c0 in range(0, cols, cstep):
-            o = o2[r0:r0 + rstep, c0:c0 + cstep]
+            o = o2[r0 : r0 + rstep, c0 : c0 + cstep]
             if o.dtype == torch.bool or o.is_complex():  # as the reference is taken: a mask's values as
                 o = o.to(torch.float64)  # numbers (torch subtracts no bool tensor), a complex output's real part
-            r = r2[r0:r0 + rstep, c0:c0 + cstep].to(dev, torch.float64)
+            r = r2[r0 : r0 + rstep, c0 : c0 + cstep].to(dev, torch.float64)
             # one float64 temporary (the difference, promoted as it is taken) and two norms that square as they
             # reduce: few passes and few operators a step (each a parallel region on the host, where judges
             # sharing cores wait at every one). A 2-core host, 1024 x 393216: 5.9 s with the output's float64
@@ -117,10 +118,13 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) ->
         # row_resolution): a row of values at 1e-40 beside rows at 1e2 (a Mish whose input was scaled x100,
         # underflowed to zero by one formula and kept as a denormal by another) has no error worth the name, while
         # a wrong row of the typical size, or garbage where the reference is zero, stays far over any budget.
-        floor = resolution ** 2 * rd.mean()
-        floor = torch.where(floor > 0, torch.clamp_min(floor, cols * tiny ** 2), floor)  # zeros: as they are
-        per_row = torch.where(torch.maximum(rd, floor) > 0, (rn / torch.maximum(rd, floor).clamp_min(
-            torch.finfo(torch.float64).tiny)).sqrt(), rn.sqrt())
+        floor = resolution**2 * rd.mean()
+        floor = torch.where(floor > 0, torch.clamp_min(floor, cols * tiny**2), floor)  # zeros: as they are
+        per_row = torch.where(
+            torch.maximum(rd, floor) > 0,
+            (rn / torch.maximum(rd, floor).clamp_min(torch.finfo(torch.float64).tiny)).sqrt(),
+            rn.sqrt(),
+        )
         worst = torch.maximum(worst, per_row.max())
     num, den = float(num2.sqrt()), float(den2.sqrt())
     den = max(den, o2.numel() ** 0.5 * tiny) if den > 0 else den  # a reference of zeros: the error as it is
@@ -135,7 +139,7 @@ def all_finite(t: torch.Tensor, chunk: int | None = None) -> bool:
         return True
     flat = t.reshape(-1)
     chunk = chunk or chunk_for(t.device)
-    return all(bool(torch.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.numel(), chunk))
+    return all(bool(torch.isfinite(flat[i : i + chunk]).all()) for i in range(0, flat.numel(), chunk))
 
 
 _SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -150,7 +154,7 @@ def same_values(a: torch.Tensor, b: torch.Tensor, chunk: int | None = None) -> b
     fa, fb = a.reshape(-1), b.reshape(-1)
     bits = _SAME_SIZE_INT.get(a.element_size()) if a.is_floating_point() else None
     for i in range(0, fa.numel(), chunk):
-        x, y = fa[i:i + chunk], fb[i:i + chunk].to(a.device)
+        x, y = fa[i : i + chunk], fb[i : i + chunk].to(a.device)
         if bits is not None and torch.equal(x.view(bits), y.view(bits)):
             continue  # the same bits: equal values (the usual case, in one pass); else NaNs may differ in payload
         if a.is_floating_point():
@@ -173,7 +177,7 @@ REF_MULTIPLE = 4.0  # candidates may be up to 4x PyTorch-fp32's own error on the
 # the reduction length K: 2 u sqrt(K) (K = 4096: 7.6e-6; K = 131072: 4.3e-5). Precision shortcuts stay far above
 # it (TF32 products ~1e-4 to 1e-3, fp16/bf16 storage or accumulation 1e-4 to 1e-2).
 ACCUMULATION_FACTOR = 2.0
-FP32_UNIT_ROUNDOFF = 2.0 ** -24
+FP32_UNIT_ROUNDOFF = 2.0**-24
 
 
 # The judged precisions and the dtype each runs the reference, its inputs and weights and the candidate in. fp32 and
@@ -223,13 +227,19 @@ def cast_floats(xs, dtype: torch.dtype | None):
 def budget_reason(label: str, err: Err, budget: Err) -> str:
     """Why an output is over its budget, on one line, for a person (the figures travel beside it: error_figures)."""
     if err.nonfinite_mismatch:
-        return (f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference (an overflow, "
-                f"or elements never written: the judge's output memory reads as NaN until written)")
+        return (
+            f"{label}: {err.nonfinite_mismatch} NaN/Inf positions differ from the reference (an overflow, "
+            f"or elements never written: the judge's output memory reads as NaN until written)"
+        )
     if err.rel_l2 <= budget.rel_l2:  # the whole output within its budget, one row not: the row is named first
-        return (f"{label}: worst row {err.worst_row:.2e} over budget {budget.worst_row:.2e} (relL2 "
-                f"{err.rel_l2:.2e}, within its budget {budget.rel_l2:.2e})")
-    return (f"{label}: relL2 {err.rel_l2:.2e} over budget {budget.rel_l2:.2e} (worst row {err.worst_row:.2e}, "
-            f"row budget {budget.worst_row:.2e})")
+        return (
+            f"{label}: worst row {err.worst_row:.2e} over budget {budget.worst_row:.2e} (relL2 "
+            f"{err.rel_l2:.2e}, within its budget {budget.rel_l2:.2e})"
+        )
+    return (
+        f"{label}: relL2 {err.rel_l2:.2e} over budget {budget.rel_l2:.2e} (worst row {err.worst_row:.2e}, "
+        f"row budget {budget.worst_row:.2e})"
+    )
 
 
 def budget_from(ref_err: Err, k: float = 1.0, dtype: torch.dtype = torch.float32, grow: float = 1.0) -> Err:
@@ -243,6 +253,7 @@ def budget_from(ref_err: Err, k: float = 1.0, dtype: torch.dtype = torch.float32
 # ---------------------------------------------------------------------------------------------------------------
 # Inputs.
 
+
 def clone_layout(x):
     """A copy that keeps shape, strides and storage offset (plain .clone() drops the offset)."""
     if not isinstance(x, torch.Tensor):
@@ -252,7 +263,6 @@ def clone_layout(x):
     view = buf.as_strided(x.shape, x.stride(), x.storage_offset())
     view.copy_(x)
     return view
-
 
 
 def cpu_kernels() -> tuple[str, int]:

@@ -1,6 +1,7 @@
 """The dispatch modes the judge runs a reference under, eagerly (never under torch.compile): its FLOPs by torch's
 own formulas, the length of the reductions its operators make (what an honest kernel summing in another order
 rounds like), and its operators' results rounded at random as an honest fp32 kernel may round them."""
+
 from __future__ import annotations
 
 import torch
@@ -19,10 +20,12 @@ def reduction_length(flops: float, in_numel: int, out_numel: int) -> float:
 
 # Operators that sum their input's terms into each output element, so an honest kernel summing in another order
 # rounds like a reduction of length numel(in) / numel(out). Max, min and their arg variants round nothing.
-_SUMMING = frozenset("""sum mean nansum var std var_mean std_mean norm linalg_vector_norm linalg_norm frobenius_norm
+_SUMMING = frozenset(
+    """sum mean nansum var std var_mean std_mean norm linalg_vector_norm linalg_norm frobenius_norm
     logsumexp prod avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d _adaptive_avg_pool2d _adaptive_avg_pool3d
     mse_loss l1_loss smooth_l1_loss huber_loss kl_div binary_cross_entropy binary_cross_entropy_with_logits
-    nll_loss_forward nll_loss2d_forward soft_margin_loss cosine_similarity _cdist_forward dot vdot trace""".split())
+    nll_loss_forward nll_loss2d_forward soft_margin_loss cosine_similarity _cdist_forward dot vdot trace""".split()
+)
 # Operators whose every output element depends on a sum along one dimension, with the input's shape kept.
 _ALONG_DIM = frozenset("_softmax _log_softmax cumsum cumprod logcumsumexp _logcumsumexp".split())
 # Their backwards, (grad_output, output, dim, input_dtype): each element depends on a sum along dim of the upstream
@@ -92,6 +95,7 @@ class FlopCount(EagerMode):
     def __init__(self):
         super().__init__()
         from torch.utils.flop_counter import flop_registry
+
         self.registry, self.counts = flop_registry, {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -132,6 +136,7 @@ class ReductionLength(EagerMode):
             pass
         return out
 
+
 class RoundingNoise(EagerMode):
     """Monte Carlo arithmetic over a float64 forward: every fresh floating result of every operator times
     (1 + delta xi), delta the budget's floor for that operator's own reduction length (2 u sqrt(K) of fp32; K = 1 for
@@ -164,8 +169,11 @@ class RoundingNoise(EagerMode):
             s = self._noisy(aten.sum.dim_IntList, (self._noisy(aten.mul.Tensor, (grad, out), {}), [dim], True), {})
             return self._noisy(aten.mul.Tensor, (out, self._noisy(aten.sub.Tensor, (grad, s), {})), {})
         s = self._noisy(aten.sum.dim_IntList, (grad, [dim], True), {})
-        return self._noisy(aten.sub.Tensor, (grad, self._noisy(aten.mul.Tensor, (
-            self._noisy(aten.exp.default, (out,), {}), s), {})), {})
+        return self._noisy(
+            aten.sub.Tensor,
+            (grad, self._noisy(aten.mul.Tensor, (self._noisy(aten.exp.default, (out,), {}), s), {})),
+            {},
+        )
 
     def _noisy(self, func, args, kwargs):
         out = func(*args, **kwargs)
@@ -183,14 +191,25 @@ class RoundingNoise(EagerMode):
                 return t
             xi = torch.randn(t.shape, generator=self._gen(t.device), dtype=t.dtype, device=t.device)
             return t * (1 + delta * xi)
+
         return type(out)(noisy(t) for t in out) if isinstance(out, (tuple, list)) else noisy(out)
 
 
 # Products and their multiplicands, by place among the arguments (addmm(bias, a, b): a and b; the bias is added in
 # fp32): what a TF32 tensor core reads at TF32's 10-bit mantissa.
-_MULTIPLICANDS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "addbmm": (1, 2), "addmv": (1, 2),
-                  "mv": (0, 1), "convolution": (0, 1), "_convolution": (0, 1), "convolution_overrideable": (0, 1),
-                  "cudnn_convolution": (0, 1)}
+_MULTIPLICANDS = {
+    "mm": (0, 1),
+    "bmm": (0, 1),
+    "addmm": (1, 2),
+    "baddbmm": (1, 2),
+    "addbmm": (1, 2),
+    "addmv": (1, 2),
+    "mv": (0, 1),
+    "convolution": (0, 1),
+    "_convolution": (0, 1),
+    "convolution_overrideable": (0, 1),
+    "cudnn_convolution": (0, 1),
+}
 TF32_DROPPED_BITS = 13  # fp32's 23 mantissa bits less TF32's 10
 
 

@@ -10,6 +10,7 @@ A rung without a Requires line is taken to need sm_90a (the safe reading). ``KP_
 behave as on a GPU of that capability (rung choice, build target with PTX the real GPU can JIT): the way to exercise
 the non-Hopper path on a Hopper machine.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,8 +75,11 @@ class Rung:
 
     def why_not(self, cap: tuple[int, int] | None) -> str:
         have = "no CUDA GPU" if cap is None else f"this GPU has compute capability {cap[0]}.{cap[1]}"
-        need = (f"compute capability {self.min_capability[0]}.{self.min_capability[1]} exactly" if self.arch_specific
-                else f"compute capability {self.min_capability[0]}.{self.min_capability[1]} or newer")
+        need = (
+            f"compute capability {self.min_capability[0]}.{self.min_capability[1]} exactly"
+            if self.arch_specific
+            else f"compute capability {self.min_capability[0]}.{self.min_capability[1]} or newer"
+        )
         return f"{self.problem}/{self.name} needs {self.requires} ({need}); {have}"
 
 
@@ -85,9 +89,15 @@ def read_rung(path: Path, problem: str | None = None) -> Rung:
     cap, specific = ((int(m.group(1)), int(m.group(2))), bool(m.group(3))) if m else ((9, 0), True)
     rec = _RECORD_RE.search(head)
     prec = _PRECISIONS_RE.search(head)
-    return Rung(problem or Path(path).parent.name, Path(path).stem, Path(path), cap, specific,
-                rec.group(1).strip() if rec else None,
-                tuple(prec.group(1).split()) if prec else FLOAT32_PRECISIONS)
+    return Rung(
+        problem or Path(path).parent.name,
+        Path(path).stem,
+        Path(path),
+        cap,
+        specific,
+        rec.group(1).strip() if rec else None,
+        tuple(prec.group(1).split()) if prec else FLOAT32_PRECISIONS,
+    )
 
 
 def rung(problem: str, name: str) -> Rung:
@@ -108,6 +118,7 @@ def capability() -> tuple[int, int] | None:
             raise UsageError(f"KP_CAPABILITY must look like 8.0 or 9.0, got {forced!r}")
         return int(m.group(1)), int(m.group(2))
     import torch
+
     return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
 
 

@@ -1,6 +1,7 @@
 """What the playground reads from a kernel source without compiling it: its exports (`KP_EXPORT void name(params)`
 becomes torch.ops.<module>.<name>) and the binding generated for them, its `#if KP_EXPERIMENTS` blocks (A/B hooks,
 traces, stripped from a shipped build), and the local headers it includes (part of its cache key)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,8 +59,10 @@ def parse_exports(src: str, where: str = "<source>", experiments: bool = False) 
             pm = re.fullmatch(r"(.+?)\s*(\w+)", raw)
             ctype = re.sub(r"\s+", " ", pm.group(1)).replace(" &", "&").strip() if pm else raw
             if not pm or ctype not in _PARAM_TYPES:
-                raise KernelBuildError(f"{where}: KP_EXPORT {m.group(1)}: unsupported parameter {raw!r} "
-                                       f"(allowed types: {', '.join(_PARAM_TYPES)})")
+                raise KernelBuildError(
+                    f"{where}: KP_EXPORT {m.group(1)}: unsupported parameter {raw!r} "
+                    f"(allowed types: {', '.join(_PARAM_TYPES)})"
+                )
             params.append((ctype, pm.group(2)))
         out.append(Export(m.group(1), tuple(params)))
     if not out:
@@ -74,8 +77,7 @@ def binding_source(module: str, exports: list[Export]) -> str:
         decl = ", ".join(f"{t} {n}" for t, n in e.params)
         wrap = ", ".join(f"{_PARAM_TYPES[t]} {n}" for t, n in e.params)
         args = ", ".join(n for _, n in e.params)
-        lines += [f"void {e.name}({decl});",
-                  f"static void {e.name}__kp({wrap}) {{ {e.name}({args}); }}"]
+        lines += [f"void {e.name}({decl});", f"static void {e.name}__kp({wrap}) {{ {e.name}({args}); }}"]
     lines += ["", f"TORCH_LIBRARY({module}, m) {{"]
     lines += [f'  m.def("{e.name}", &{e.name}__kp);' for e in exports]
     lines += ["}", ""]

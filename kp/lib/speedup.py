@@ -9,6 +9,7 @@ No assumption of normality or of independence between a baseline's and a row's n
 cancels in its ratio. The interval covering 1.0 is `not significant`: the samples cannot tell the row from the
 baseline. docs/judge.md ('Speedups and their interval') gives its coverage measured on a row that is the baseline.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,7 @@ def _order_k(n: int, level: float) -> int:
     """The largest k (1-based) with P(Binomial(n, 1/2) < k) <= (1 - level) / 2; 0 where none is (n too small)."""
     tail, k, cdf = (1 - level) / 2, 0, 0.0
     for j in range(n + 1):
-        cdf += math.comb(n, j) / 2 ** n
+        cdf += math.comb(n, j) / 2**n
         if cdf > tail:
             break
         k = j + 1
@@ -48,8 +49,11 @@ def paired_speedups(timing: dict, rows: list[str]) -> dict:
     out = {}
     for label in rows:
         mine = (timing.get(label) or {}).get("samples") or []
-        got = {base: paired_speedup(timing[base].get("samples") or [], mine)
-               for base in ("eager", "torch.compile") if base in timing}
+        got = {
+            base: paired_speedup(timing[base].get("samples") or [], mine)
+            for base in ("eager", "torch.compile")
+            if base in timing
+        }
         got = {k: v for k, v in got.items() if v is not None}
         if got:
             out[label] = got

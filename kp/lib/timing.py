@@ -1,5 +1,6 @@
 """Timing: CUDA events behind an L2 flush and a stream hold, several callables interleaved, median and spread;
 and the ceilings measured in the same run (copy bandwidth, GEMM rates)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,6 +14,7 @@ from kp.lib.numerics import HALF, precision_dtype
 
 # ---------------------------------------------------------------------------------------------------------------
 # Timing.
+
 
 @dataclasses.dataclass
 class Timing:
@@ -43,8 +45,9 @@ def median_known(t: Timing, rel: float) -> bool:
 
 
 def summarize(samples: list[float]) -> Timing:
-    return Timing(_quantile(samples, 0.5), _quantile(samples, 0.25), _quantile(samples, 0.75), len(samples),
-                  samples=list(samples))
+    return Timing(
+        _quantile(samples, 0.5), _quantile(samples, 0.25), _quantile(samples, 0.75), len(samples), samples=list(samples)
+    )
 
 
 class L2Flusher:
@@ -78,9 +81,19 @@ class L2Flusher:
 HOLD_CYCLES = 2_000_000  # ~1 ms at H200 clocks: longer than any call here takes to enqueue (host_us shows it)
 
 
-def bench_interleaved(fns: dict[str, callable], min_reps: int = 10, max_reps: int = 100, budget_s: float = 20.0,
-                      target_rel_ci: float = 0.01, warmup: int = 3, before=None,
-                      precede: bool = True, flush=None, clock: str = "cuda", after=None) -> dict[str, Timing]:
+def bench_interleaved(
+    fns: dict[str, callable],
+    min_reps: int = 10,
+    max_reps: int = 100,
+    budget_s: float = 20.0,
+    target_rel_ci: float = 0.01,
+    warmup: int = 3,
+    before=None,
+    precede: bool = True,
+    flush=None,
+    clock: str = "cuda",
+    after=None,
+) -> dict[str, Timing]:
     """Time several callables side by side: each round runs each once; rounds repeat until every median is known
     to +-target_rel_ci (`median_known`), or max_reps or the wall budget is spent.
 
@@ -164,14 +177,17 @@ def copy_bandwidth(nbytes: int = 4 << 30) -> float:
         src.uniform_()
         t = bench_interleaved({"copy": lambda: dst.copy_(src)}, min_reps=10, max_reps=30, budget_s=5)
         return t["copy"].median_ms
+
     apart = copy_ms(floats(n), floats(n))  # both freed before the second placement is allocated
     buf = floats(2 * n + skew)
-    skewed = copy_ms(buf[:n], buf[n + skew:])
+    skewed = copy_ms(buf[:n], buf[n + skew :])
     del buf
     return 2 * nbytes / (min(apart, skewed) * 1e-3)
 
+
 # ---------------------------------------------------------------------------------------------------------------
 # Compute ceilings.
+
 
 def gemm_rates(n: int = 8192, precision: str = "fp32") -> dict[str, float]:
     """FLOP/s on n^3, measured now, of what bounds a GEMM at the given precision; the compute ceiling for
@@ -188,19 +204,21 @@ def gemm_rates(n: int = 8192, precision: str = "fp32") -> dict[str, float]:
         del a, b
         name = "HGEMM" if precision == "fp16" else "BF16 GEMM"
         t = bench_interleaved({name: lambda: al @ bl}, min_reps=5, max_reps=15, budget_s=8)
-        return {k: 2 * n ** 3 / (v.median_ms * 1e-3) for k, v in t.items()}
+        return {k: 2 * n**3 / (v.median_ms * 1e-3) for k, v in t.items()}
     ah, bh = a.half(), b.half()
     fns = {"HGEMM": lambda: ah @ bh}
     if precision == "tf32":
+
         def tf32():
             with tf32_matmul():
                 return a @ b
+
         fns["TF32"] = tf32
     else:
         ad, bd = a.double(), b.double()
         fns.update({"SGEMM": lambda: mm_fp32(a, b), "DGEMM": lambda: ad @ bd})
     t = bench_interleaved(fns, min_reps=5, max_reps=15, budget_s=8)
-    rates = {k: 2 * n ** 3 / (v.median_ms * 1e-3) for k, v in t.items()}
+    rates = {k: 2 * n**3 / (v.median_ms * 1e-3) for k, v in t.items()}
     if precision != "tf32":
         rates["HGEMM/3"] = rates.pop("HGEMM") / 3
     return rates

@@ -20,6 +20,7 @@ Per row: DRAM bytes against the minimum the problem declares (`traffic()` bytes:
 A boxed candidate is not profiled: ncu's injection cannot reach into the box, and running it outside would run an
 untrusted file unsandboxed. `--no-sandbox` includes it.
 """
+
 from __future__ import annotations
 
 import csv
@@ -47,8 +48,13 @@ METRICS = {
     "occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
 }
 # Messages by which ncu says it cannot read the counters here (permissions, a sandboxed runtime).
-REFUSALS = ("ERR_NVGPUCTRPERM", "LibraryNotLoaded", "Failed to initialize the profiler", "not supported",
-            "Profiling is not supported")
+REFUSALS = (
+    "ERR_NVGPUCTRPERM",
+    "LibraryNotLoaded",
+    "Failed to initialize the profiler",
+    "not supported",
+    "Profiling is not supported",
+)
 
 
 def ncu_path() -> str | None:
@@ -65,9 +71,22 @@ def version(path: str) -> str:
 
 
 def command(path: str, spec_file: str) -> list[str]:
-    return [path, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw",
-            "--metrics", ",".join(METRICS.values()),
-            sys.executable, "-m", "kp.observe.ncu", spec_file]
+    return [
+        path,
+        "--clock-control",
+        "none",
+        "--profile-from-start",
+        "off",
+        "--csv",
+        "--page",
+        "raw",
+        "--metrics",
+        ",".join(METRICS.values()),
+        sys.executable,
+        "-m",
+        "kp.observe.ncu",
+        spec_file,
+    ]
 
 
 def _number(s: str) -> float | None:
@@ -86,7 +105,7 @@ def parse_csv(text: str) -> list[dict]:
     starts = [i for i, ln in enumerate(lines) if ln.startswith('"ID",')]
     if not starts:
         return []
-    rows = list(csv.reader(io.StringIO("\n".join(ln for ln in lines[starts[-1]:] if not ln.startswith("==")))))
+    rows = list(csv.reader(io.StringIO("\n".join(ln for ln in lines[starts[-1] :] if not ln.startswith("==")))))
     head, out = rows[0], []
     col = {name: i for i, name in enumerate(head)}
     for r in rows[1:]:
@@ -105,7 +124,7 @@ def split_rows(kernels: list[dict], labels: list[str]) -> dict[str, list[dict]]:
     if len(marks) != len(labels):
         raise ValueError(f"expected {len(labels)} marker kernels, ncu saw {len(marks)}")
     bounds = marks + [len(kernels)]
-    return {lab: kernels[bounds[i] + 1:bounds[i + 1]] for i, lab in enumerate(labels)}
+    return {lab: kernels[bounds[i] + 1 : bounds[i + 1]] for i, lab in enumerate(labels)}
 
 
 def summarize(per_row: dict[str, list[dict]], min_bytes: dict[str, float], copy_bw: float | None) -> dict:
@@ -117,14 +136,25 @@ def summarize(per_row: dict[str, list[dict]], min_bytes: dict[str, float], copy_
             moved = (k["dram_read"] or 0) + (k["dram_write"] or 0)
             t = (k["time_ns"] or 0) * 1e-9
             bw = moved / t if t else None
-            items.append({**k, "dram_bw": bw, "dram_pct": 100 * bw / copy_bw if bw and copy_bw else None,
-                          "local_bytes": (k["local_ld"] or 0) + (k["local_st"] or 0)})
+            items.append(
+                {
+                    **k,
+                    "dram_bw": bw,
+                    "dram_pct": 100 * bw / copy_bw if bw and copy_bw else None,
+                    "local_bytes": (k["local_ld"] or 0) + (k["local_st"] or 0),
+                }
+            )
         read = sum(k["dram_read"] or 0 for k in ks)
         write = sum(k["dram_write"] or 0 for k in ks)
         floor = min_bytes.get(label)
-        out[label] = {"kernels": items, "dram_read": read, "dram_write": write,
-                      "time_ns": sum(k["time_ns"] or 0 for k in ks),
-                      "min_bytes": floor, "x_min": (read + write) / floor if floor else None}
+        out[label] = {
+            "kernels": items,
+            "dram_read": read,
+            "dram_write": write,
+            "time_ns": sum(k["time_ns"] or 0 for k in ks),
+            "min_bytes": floor,
+            "x_min": (read + write) / floor if floor else None,
+        }
     return out
 
 
@@ -135,27 +165,37 @@ def _f(v, fmt: str) -> str:
 def format_ncu(res: dict, width: int = 44) -> list[str]:
     """The table's ncu section."""
     from kp.observe.profile import kernel_base_name
+
     if res.get("error"):
         return [f"  ncu: {res['error']}"]
-    lines = [f"  ncu {res.get('version', '')} (clocks as they were, caches flushed before each kernel; "
-             f"DRAM GB/s % of the copy ceiling {res['copy_bw'] / 1e9:,.0f} GB/s):" if res.get("copy_bw") else
-             f"  ncu {res.get('version', '')} (clocks as they were, caches flushed before each kernel):"]
+    lines = [
+        f"  ncu {res.get('version', '')} (clocks as they were, caches flushed before each kernel; "
+        f"DRAM GB/s % of the copy ceiling {res['copy_bw'] / 1e9:,.0f} GB/s):"
+        if res.get("copy_bw")
+        else f"  ncu {res.get('version', '')} (clocks as they were, caches flushed before each kernel):"
+    ]
     for note in res.get("notes", []):
         lines.append(f"  ncu: {note}")
     for label, r in res["rows"].items():
         xm = f", {r['x_min']:.2f}x the minimum {r['min_bytes'] / 1e9:,.3f} GB" if r["x_min"] else ""
-        lines.append(f"  ncu {label}: {len(r['kernels'])} kernels, {r['time_ns'] / 1e6:.3f} ms, DRAM "
-                     f"{r['dram_read'] / 1e9:,.3f} GB read + {r['dram_write'] / 1e9:,.3f} GB written{xm}")
+        lines.append(
+            f"  ncu {label}: {len(r['kernels'])} kernels, {r['time_ns'] / 1e6:.3f} ms, DRAM "
+            f"{r['dram_read'] / 1e9:,.3f} GB read + {r['dram_write'] / 1e9:,.3f} GB written{xm}"
+        )
         if r["kernels"]:
-            lines.append(f"    {'kernel':{width}s} {'ms':>7s} {'rd GB':>7s} {'wr GB':>7s} {'%copy':>6s} "
-                         f"{'SM%':>5s} {'TC%':>5s} {'regs':>4s} {'local B':>8s} {'occ%':>5s}")
+            lines.append(
+                f"    {'kernel':{width}s} {'ms':>7s} {'rd GB':>7s} {'wr GB':>7s} {'%copy':>6s} "
+                f"{'SM%':>5s} {'TC%':>5s} {'regs':>4s} {'local B':>8s} {'occ%':>5s}"
+            )
         for k in r["kernels"]:
-            lines.append(f"    {kernel_base_name(k['name'])[:width]:{width}s} "
-                         f"{_f(k['time_ns'] and k['time_ns'] / 1e6, '7.3f')} "
-                         f"{_f(k['dram_read'] and k['dram_read'] / 1e9, '7.3f')} "
-                         f"{_f(k['dram_write'] and k['dram_write'] / 1e9, '7.3f')} {_f(k['dram_pct'], '6.1f')} "
-                         f"{_f(k['sm_pct'], '5.1f')} {_f(k['tensor_pct'], '5.1f')} {_f(k['regs'], '4.0f')} "
-                         f"{_f(k['local_bytes'], '8.0f')} {_f(k['occupancy_pct'], '5.1f')}")
+            lines.append(
+                f"    {kernel_base_name(k['name'])[:width]:{width}s} "
+                f"{_f(k['time_ns'] and k['time_ns'] / 1e6, '7.3f')} "
+                f"{_f(k['dram_read'] and k['dram_read'] / 1e9, '7.3f')} "
+                f"{_f(k['dram_write'] and k['dram_write'] / 1e9, '7.3f')} {_f(k['dram_pct'], '6.1f')} "
+                f"{_f(k['sm_pct'], '5.1f')} {_f(k['tensor_pct'], '5.1f')} {_f(k['regs'], '4.0f')} "
+                f"{_f(k['local_bytes'], '8.0f')} {_f(k['occupancy_pct'], '5.1f')}"
+            )
     return lines
 
 
@@ -195,8 +235,12 @@ def run(spec: dict, min_bytes: dict[str, float], copy_bw: float | None, timeout:
         per_row = split_rows(parse_csv(p.stdout), labels)
     except (ValueError, KeyError) as e:
         return {"error": f"ncu's output could not be read: {e}"}
-    return {"version": version(path), "copy_bw": copy_bw, "rows": summarize(per_row, min_bytes, copy_bw),
-            "notes": spec.get("notes", [])}
+    return {
+        "version": version(path),
+        "copy_bw": copy_bw,
+        "rows": summarize(per_row, min_bytes, copy_bw),
+        "notes": spec.get("notes", []),
+    }
 
 
 def main(spec_file: str) -> None:
@@ -204,6 +248,7 @@ def main(spec_file: str) -> None:
     import torch
     from kp.lib.registry import variant_factory
     from kp.worker.loop import Worker
+
     with open(spec_file) as f:
         spec = json.load(f)
     ref_spec, precision, init, seed = tuple(spec["ref_spec"]), spec["precision"], spec["init"], spec["seed"]

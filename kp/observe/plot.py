@@ -6,6 +6,7 @@ point's distance to its line is what is left to win.
 matplotlib is optional (it is not in requirements.txt): `require()` fails in one line, before a run, when it is
 missing.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,14 +22,17 @@ def require() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError("--plot needs matplotlib, which is not installed (pip install matplotlib); the judge "
-                         "itself does not") from None
+        raise UsageError(
+            "--plot needs matplotlib, which is not installed (pip install matplotlib); the judge itself does not"
+        ) from None
 
 
 def _pyplot():
     import matplotlib
+
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -47,10 +51,17 @@ def points(rec: dict) -> list[dict]:
         tr, secs = row_traffic(rec, k), t["median_ms"] * 1e-3
         row = rec["rows"].get(k)
         kind = "baseline" if row is None else ("accepted" if row["accepted"] else "rejected")
-        out.append({"label": row_label(rec, k), "kind": kind, "ms": t["median_ms"],
-                    "bytes_per_s": tr["bytes"] / secs, "flops_per_s": tr["flops"] / secs,
-                    "intensity": tr["flops"] / tr["bytes"] if tr["bytes"] else math.inf,
-                    "roof": row_floor_s(rec, k) / secs})
+        out.append(
+            {
+                "label": row_label(rec, k),
+                "kind": kind,
+                "ms": t["median_ms"],
+                "bytes_per_s": tr["bytes"] / secs,
+                "flops_per_s": tr["flops"] / secs,
+                "intensity": tr["flops"] / tr["bytes"] if tr["bytes"] else math.inf,
+                "roof": row_floor_s(rec, k) / secs,
+            }
+        )
     return out
 
 
@@ -74,14 +85,21 @@ def roofline(rec: dict, path: str | Path) -> Path:
         hi = max(p["intensity"] for p in with_flops) * 8
         xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
         for i, (name, rate) in enumerate(sorted(rec.get("rates", {}).items(), key=lambda kv: -kv[1])):
-            ax.plot(xs, [min(bw * x, rate) / 1e12 for x in xs], ls="--", color=f"{0.2 + 0.2 * i:.1f}",
-                    label=f"ceiling: cuBLAS {name} {rate / 1e12:,.1f} TFLOP/s, device copy {bw / 1e9:,.0f} GB/s")
+            ax.plot(
+                xs,
+                [min(bw * x, rate) / 1e12 for x in xs],
+                ls="--",
+                color=f"{0.2 + 0.2 * i:.1f}",
+                label=f"ceiling: cuBLAS {name} {rate / 1e12:,.1f} TFLOP/s, device copy {bw / 1e9:,.0f} GB/s",
+            )
         for p in with_flops:
             ax.scatter(p["intensity"], p["flops_per_s"] / 1e12, color=COLORS[p["kind"]], zorder=3)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        _labels(ax, [(p["intensity"], p["flops_per_s"] / 1e12, f"{p['label']} ({100 * p['roof']:.0f}%)")
-                     for p in with_flops])
+        _labels(
+            ax,
+            [(p["intensity"], p["flops_per_s"] / 1e12, f"{p['label']} ({100 * p['roof']:.0f}%)") for p in with_flops],
+        )
         ax.set_xlabel("arithmetic intensity (flops per byte of the minimum traffic)")
         ax.set_ylabel("TFLOP/s (the problem's flops over the median time)")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8)  # below: clear of the labels
@@ -89,8 +107,9 @@ def roofline(rec: dict, path: str | Path) -> Path:
         ys = list(range(len(pts)))[::-1]
         ax.barh(ys, [p["bytes_per_s"] / 1e9 for p in pts], color=[COLORS[p["kind"]] for p in pts])
         for y, p in zip(ys, pts):
-            ax.annotate(f" {p['ms']:.3f} ms, {100 * p['roof']:.1f}%", (p["bytes_per_s"] / 1e9, y), va="center",
-                        fontsize=8)
+            ax.annotate(
+                f" {p['ms']:.3f} ms, {100 * p['roof']:.1f}%", (p["bytes_per_s"] / 1e9, y), va="center", fontsize=8
+            )
         ax.set_yticks(ys, [p["label"] for p in pts], fontsize=8)
         ax.axvline(bw / 1e9, color="0.3", ls="--", label=f"ceiling: device copy {bw / 1e9:,.0f} GB/s")
         ax.set_xlim(0, bw / 1e9 * 1.3)
@@ -111,14 +130,21 @@ def _labels(ax, items: list[tuple[float, float, str]], gap: float = 0.045) -> No
         ly = min(math.log10(y), prev - step)
         prev = ly
         moved = abs(ly - math.log10(y)) > 1e-9
-        ax.annotate(text, (x, y), xytext=(x * 1.15, 10 ** ly), fontsize=8, va="center",
-                    arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6} if moved else None)
+        ax.annotate(
+            text,
+            (x, y),
+            xytext=(x * 1.15, 10**ly),
+            fontsize=8,
+            va="center",
+            arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6} if moved else None,
+        )
     if prev < lo + step:  # room for the lowest label
-        ax.set_ylim(10 ** (prev - step), 10 ** hi)
+        ax.set_ylim(10 ** (prev - step), 10**hi)
 
 
-def bandwidth_curve(xs: list[float], series: dict[str, list[float]], ceiling: float | None, path: str | Path, *,
-                    xlabel: str, title: str) -> Path:
+def bandwidth_curve(
+    xs: list[float], series: dict[str, list[float]], ceiling: float | None, path: str | Path, *, xlabel: str, title: str
+) -> Path:
     """GB/s of each series over a sweep (log2 x), with the copy ceiling as a line."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -141,27 +167,36 @@ def shape_curve(rec: dict, path: str | Path) -> Path:
     eager (solid) and torch.compile (dashed) at every shape timed, and, where the ceilings were measured, its share
     of them below; shapes by size (the inputs' elements, then their row lengths), each named with its member."""
     from kp.observe.report import curve, curve_label
+
     pts = sorted(curve(rec), key=_size)
     if not pts:
         raise UsageError("no speed curve in this record: it was not timed at other shapes (--shapes with timing)")
     plt = _pyplot()
     roof = any(p["roof"] for p in pts)
-    fig, axes = plt.subplots(2 if roof else 1, 1, figsize=(max(7, 1.1 * len(pts)), 6.5 if roof else 4),
-                             sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        2 if roof else 1, 1, figsize=(max(7, 1.1 * len(pts)), 6.5 if roof else 4), sharex=True, squeeze=False
+    )
     xs = list(range(len(pts)))
     names = [f"{p['shape']}\n({p['member']})" for p in pts]
     rows = [k for k in rec["rows"] if any(k in p["vs_eager"] for p in pts)]
     for k in rows:
         ys = [p["vs_eager"].get(k) for p in pts]
         name = curve_label(rec, pts, k)
-        line, = axes[0][0].plot(xs, [y if y is not None else math.nan for y in ys], "o-", label=f"{name} vs eager")
+        (line,) = axes[0][0].plot(xs, [y if y is not None else math.nan for y in ys], "o-", label=f"{name} vs eager")
         yc = [p["vs_compile"].get(k) for p in pts]
         if any(y is not None for y in yc):
-            axes[0][0].plot(xs, [y if y is not None else math.nan for y in yc], "s--", color=line.get_color(),
-                            alpha=0.6, label=f"{name} vs torch.compile")
+            axes[0][0].plot(
+                xs,
+                [y if y is not None else math.nan for y in yc],
+                "s--",
+                color=line.get_color(),
+                alpha=0.6,
+                label=f"{name} vs torch.compile",
+            )
         if roof:
-            axes[1][0].plot(xs, [100 * p["roof"].get(k, math.nan) for p in pts], "o-", color=line.get_color(),
-                            label=name)
+            axes[1][0].plot(
+                xs, [100 * p["roof"].get(k, math.nan) for p in pts], "o-", color=line.get_color(), label=name
+            )
     axes[0][0].axhline(1.0, color="gray", ls=":")
     axes[0][0].set_ylabel("speedup (x)")
     axes[0][0].set_title(_title(rec) + ": speed at each shape")
@@ -192,6 +227,7 @@ def _save(fig, path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     import matplotlib.pyplot as plt
+
     plt.close(fig)
     return path
 
@@ -200,6 +236,7 @@ def draw(rec: dict, path: str | Path) -> str:
     """A record's picture: the speed curve where it was timed at several shapes (the roofline of its benchmark
     shape beside it, named PATH-roofline), else the roofline. Returns what was drawn, in words."""
     from kp.observe.report import curve
+
     path = Path(path)
     if curve(rec):
         beside = roofline(rec, path.with_name(f"{path.stem}-roofline{path.suffix}"))
@@ -212,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     without a GPU (the README's pictures are drawn this way from the records of their runs)."""
     import argparse
     import json
+
     ap = argparse.ArgumentParser(prog="python -m kp.observe.plot", description=main.__doc__)
     ap.add_argument("record", help="a record written by run.py --json (one problem's, or a list of them)")
     ap.add_argument("png")

@@ -1,6 +1,7 @@
 """Where a call's time goes (`run.py --profile`): the kernels one call of a row launched, from PyTorch's profiler,
 grouped by name with their count, GPU time and share of the call's GPU time. On the CPU (`--device cpu`) the same
 table lists the operators by their own (self) CPU time. The escape check reads the same GPU events."""
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ def profiler(gpu: bool = True):
     wrapper's start reads a torch._inductor setting, which imports torch._inductor and torch._dynamo on first use
     (4.3 s of a small job's start on an H200 host), for nothing a profile here reads."""
     from torch.autograd import profiler as autograd_profiler
+
     return autograd_profiler.profile(use_cpu=not gpu, use_device="cuda" if gpu else None, use_kineto=True)
 
 
@@ -24,7 +26,7 @@ def kernel_base_name(name: str) -> str:
     s = name.strip().replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")  # profiler / ncu
     for prefix in ("void ", "__global__ "):
         if s.startswith(prefix):
-            s = s[len(prefix):]
+            s = s[len(prefix) :]
     cut = next((i for i, ch in enumerate(s) if ch in "(<"), len(s))  # parameters or template arguments end the name
     return s[:cut].split("::")[-1].strip()
 
@@ -46,8 +48,15 @@ def trace_events(trace: dict) -> list[dict]:
         k = GPU_KINDS.get(str(e.get("cat", "")).lower())
         if k and e.get("ph") == "X":
             args = e.get("args", {})
-            out.append({"name": e.get("name", ""), "kind": k, "ts": float(e["ts"]), "dur": float(e.get("dur", 0)),
-                        "stream": args.get("stream")})
+            out.append(
+                {
+                    "name": e.get("name", ""),
+                    "kind": k,
+                    "ts": float(e["ts"]),
+                    "dur": float(e.get("dur", 0)),
+                    "stream": args.get("stream"),
+                }
+            )
     out.sort(key=lambda e: e["ts"])
     return out
 
@@ -55,8 +64,11 @@ def trace_events(trace: dict) -> list[dict]:
 def cpu_ops(prof) -> list[dict]:
     """The operators of a finished CPU profile as events of their own time (self time: nested operators are not
     counted twice)."""
-    return [{"name": a.key, "kind": "cpu op", "dur": float(a.self_cpu_time_total), "count": int(a.count)}
-            for a in prof.key_averages() if a.self_cpu_time_total > 0]
+    return [
+        {"name": a.key, "kind": "cpu op", "dur": float(a.self_cpu_time_total), "count": int(a.count)}
+        for a in prof.key_averages()
+        if a.self_cpu_time_total > 0
+    ]
 
 
 def summarize(events: list[dict]) -> dict:
@@ -79,13 +91,19 @@ def format_profile(profiles: dict[str, dict], top: int = 6, width: int = 70) -> 
     for label, p in profiles.items():
         items = p["items"]
         what = "GPU" if not items or items[0]["kind"] != "cpu op" else "CPU (self time)"
-        lines.append(f"  profile {label}: {len(items)} distinct, {sum(i['count'] for i in items)} launched, "
-                     f"{p['total_us'] / 1e3:.3f} ms {what}")
+        lines.append(
+            f"  profile {label}: {len(items)} distinct, {sum(i['count'] for i in items)} launched, "
+            f"{p['total_us'] / 1e3:.3f} ms {what}"
+        )
         for i in items[:top]:
-            lines.append(f"    {100 * i['share']:5.1f}% {i['us'] / 1e3:9.3f} ms x{i['count']:<4d} {i['kind']:7s} "
-                         f"{kernel_base_name(i['name'])[:width]}")
+            lines.append(
+                f"    {100 * i['share']:5.1f}% {i['us'] / 1e3:9.3f} ms x{i['count']:<4d} {i['kind']:7s} "
+                f"{kernel_base_name(i['name'])[:width]}"
+            )
         if len(items) > top:
             rest = items[top:]
-            lines.append(f"    {100 * sum(i['share'] for i in rest):5.1f}% {sum(i['us'] for i in rest) / 1e3:9.3f} ms "
-                         f"in {len(rest)} more")
+            lines.append(
+                f"    {100 * sum(i['share'] for i in rest):5.1f}% {sum(i['us'] for i in rest) / 1e3:9.3f} ms "
+                f"in {len(rest)} more"
+            )
     return lines

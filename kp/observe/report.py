@@ -1,4 +1,5 @@
 """The report: one table for the playground's variants and for candidates (the verdict line: kp.observe.verdict)."""
+
 from __future__ import annotations
 
 from kp.lib import speedup
@@ -7,6 +8,7 @@ from kp.observe.verdict import own_frames
 
 # ---------------------------------------------------------------------------------------------------------------
 # The report: one table for the playground's variants and for candidates.
+
 
 def backward_lines(rec: dict, w: int = 16) -> list[str]:
     """--backward's timing under the forward's table: a row per baseline and judged row, each call a training step
@@ -20,8 +22,7 @@ def backward_lines(rec: dict, w: int = 16) -> list[str]:
         t = tb[k]
         ve = tb["eager"]["median_ms"] / t["median_ms"] if "eager" in tb else float("nan")
         vc = f"{tb['torch.compile']['median_ms'] / t['median_ms']:.2f}x" if "torch.compile" in tb else "-"
-        lines.append(f"{row_label(rec, k):{w}} {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {ve:7.2f}x "
-                     f"{vc:>7}")
+        lines.append(f"{row_label(rec, k):{w}} {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {ve:7.2f}x {vc:>7}")
     return lines
 
 
@@ -56,8 +57,9 @@ def row_floor_s(rec: dict, label: str) -> float:
 
 def floor_s(traffic: dict, rec: dict) -> float:
     """The fewest seconds a call of this traffic takes at the record's ceilings (copy bandwidth, best GEMM rate)."""
-    return max(traffic["bytes"] / rec["bandwidth"],
-               traffic["flops"] / rec["flops_rate"] if rec.get("flops_rate") else 0.0)
+    return max(
+        traffic["bytes"] / rec["bandwidth"], traffic["flops"] / rec["flops_rate"] if rec.get("flops_rate") else 0.0
+    )
 
 
 def curve(rec: dict) -> list[dict]:
@@ -65,15 +67,28 @@ def curve(rec: dict) -> list[dict]:
     family's members in order): shape, member, each timed label's median ms, and, per judged row, its speedup over
     eager and torch.compile and its share of the copy/GEMM ceiling measured in the run (None where not measured)."""
     out = []
-    members = [{"shape": rec.get("shape"), "member": "benchmark", "timing": rec.get("timing") or {},
-                "traffic": rec.get("traffic") or {}, "rungs": rec.get("rungs") or {}}] + \
-        [e for e in rec.get("family") or [] if e.get("timing")]
+    members = [
+        {
+            "shape": rec.get("shape"),
+            "member": "benchmark",
+            "timing": rec.get("timing") or {},
+            "traffic": rec.get("traffic") or {},
+            "rungs": rec.get("rungs") or {},
+        }
+    ] + [e for e in rec.get("family") or [] if e.get("timing")]
     if len(members) < 2 or not members[0]["timing"]:
         return []
     for e in members:
         t = {k: v["median_ms"] for k, v in e["timing"].items()}
-        point = {"shape": e["shape"], "member": e["member"], "ms": t, "vs_eager": {}, "vs_compile": {}, "roof": {},
-                 "rungs": e.get("rungs") or {}}
+        point = {
+            "shape": e["shape"],
+            "member": e["member"],
+            "ms": t,
+            "vs_eager": {},
+            "vs_compile": {},
+            "roof": {},
+            "rungs": e.get("rungs") or {},
+        }
         for k in rec["rows"]:
             if k not in t or k == "eager":
                 continue
@@ -103,20 +118,25 @@ def family_lines(rec: dict) -> list[str]:
     w = max([14] + [len(str(p["shape"])) for p in points])
     cols = [max(9, len(curve_label(rec, points, k))) for k in labels]
     fw = max([7] + [len(ran_label(k, p["rungs"])) for p in points for k in p["vs_eager"]])
-    lines = ["  at each shape timed (--shapes): median ms; the fastest judged row (the rung it ran there) against "
-             "eager and torch.compile, and its share of the ceiling",
-             f"  {'shape':{w}} {'member':>10} " + " ".join(f"{curve_label(rec, points, k):>{c}}"
-                                                           for k, c in zip(labels, cols))
-             + f" {'fastest':>{fw}} {'vs eager':>8} {'vs comp':>7} {'%roof':>6}"]
+    lines = [
+        "  at each shape timed (--shapes): median ms; the fastest judged row (the rung it ran there) against "
+        "eager and torch.compile, and its share of the ceiling",
+        f"  {'shape':{w}} {'member':>10} "
+        + " ".join(f"{curve_label(rec, points, k):>{c}}" for k, c in zip(labels, cols))
+        + f" {'fastest':>{fw}} {'vs eager':>8} {'vs comp':>7} {'%roof':>6}",
+    ]
     for p in points:
         ms = " ".join(f"{p['ms'][k]:{c}.3f}" if k in p["ms"] else f"{'-':>{c}}" for k, c in zip(labels, cols))
         judged = [k for k in p["vs_eager"] if rec["rows"][k]["accepted"]] or list(p["vs_eager"])
         best = min(judged, key=lambda k: p["ms"][k]) if judged else None
         fmt = lambda v, suffix: f"{v:.2f}{suffix}" if v is not None else "-"
-        tail = (f" {ran_label(best, p['rungs']):>{fw}} {fmt(p['vs_eager'][best], 'x'):>8} "
-                f"{fmt(p['vs_compile'][best], 'x'):>7} "
-                f"{fmt(100 * p['roof'][best] if best in p['roof'] else None, '%'):>6}"
-                if best else "")
+        tail = (
+            f" {ran_label(best, p['rungs']):>{fw}} {fmt(p['vs_eager'][best], 'x'):>8} "
+            f"{fmt(p['vs_compile'][best], 'x'):>7} "
+            f"{fmt(100 * p['roof'][best] if best in p['roof'] else None, '%'):>6}"
+            if best
+            else ""
+        )
         lines.append(f"  {str(p['shape']):{w}} {p['member']:>10} {ms}{tail}")
     return lines
 
@@ -142,12 +162,17 @@ def probes_lines(rec: dict) -> list[str]:
     p = rec.get("probes")
     if not p:
         return ["probes: not run (parity did not run at the benchmark's shape here)"]
-    out = [f"probes at {p['shape']}: what no kernel computes, judged as a candidate's output",
-           f"{'probe':<36} {'verdict':<9} {'calls':>5}  rejected at"]
+    out = [
+        f"probes at {p['shape']}: what no kernel computes, judged as a candidate's output",
+        f"{'probe':<36} {'verdict':<9} {'calls':>5}  rejected at",
+    ]
     for name, r in p["probes"].items():
         said = "accepted" if r["accepted"] else "rejected"
-        why = r.get("why") or (f"{r['at']}: relL2 {r['rel_l2']:.2e} over budget {r['budget']:.2e}" if "rel_l2" in r
-                               else f"{r.get('at', '-')} ({r.get('kind', '')})")
+        why = r.get("why") or (
+            f"{r['at']}: relL2 {r['rel_l2']:.2e} over budget {r['budget']:.2e}"
+            if "rel_l2" in r
+            else f"{r.get('at', '-')} ({r.get('kind', '')})"
+        )
         out.append(f"{name:<36} {said:<9} {r['calls']:>5}  {'-' if r['accepted'] else why}")
     out.append(f"weak: {', '.join(p['weak'])}" if p["weak"] else "weak: none (every probe was rejected)")
     return out
@@ -156,38 +181,53 @@ def probes_lines(rec: dict) -> list[str]:
 def checks_line(r: dict) -> str:
     """How many checked calls a row passed, by kind, in words, and at how many its gradients were checked too."""
     shapes = len({c.split(":")[0] for c in r["checks"] if c.startswith("at ")})
-    kinds = {"trial": "on fresh inputs", "inputs": "on derived inputs", "case": "on declared cases",
-             "at": f"at {shapes} other shape{'s' * (shapes != 1)} of its family (--shapes)",
-             "timed": "timed calls checked"}
+    kinds = {
+        "trial": "on fresh inputs",
+        "inputs": "on derived inputs",
+        "case": "on declared cases",
+        "at": f"at {shapes} other shape{'s' * (shapes != 1)} of its family (--shapes)",
+        "timed": "timed calls checked",
+    }
     passed = {c: v for c, v in r["checks"].items() if v.get("passed") is not False}
     n = {k: sum(1 for c in passed if c.split(" ")[0] == k) for k in kinds}
     changed = sum(1 for c in passed if c.startswith("trial") and ", after a" in c)
-    parts = [f"{v} {kinds[k]}" + (f" ({changed} after a change of the weights)" if k == "trial" and changed else "")
-             for k, v in n.items() if v]
+    parts = [
+        f"{v} {kinds[k]}" + (f" ({changed} after a change of the weights)" if k == "trial" and changed else "")
+        for k, v in n.items()
+        if v
+    ]
     n_all, n_failed = len(passed), len(r["checks"]) - len(passed)
     grads = sum(1 for c in passed.values() if c.get("grads") is not None)
-    return (f"{n_all} checked call{'' if n_all == 1 else 's'} passed" + (f": {', '.join(parts)}" if parts else "")
-            + (f"; gradients checked at {'every one' if grads == n_all else f'{grads} of them'}" if grads else "")
-            + (f"; {n_failed} failed" if n_failed else ""))
+    return (
+        f"{n_all} checked call{'' if n_all == 1 else 's'} passed"
+        + (f": {', '.join(parts)}" if parts else "")
+        + (f"; gradients checked at {'every one' if grads == n_all else f'{grads} of them'}" if grads else "")
+        + (f"; {n_failed} failed" if n_failed else "")
+    )
 
 
 def format_record(rec: dict, verdict_follows: bool = False) -> str:
     """The table (and the notes above it). verdict_follows: a verdict line with the reason and the judge's notes
     comes after the table, so a rejected row's column says only that and the notes are said there, once."""
     gpu_peak = rec.get("peak_gpu_bytes")
-    mode = {"train": "training mode (a fresh Model trains, as KernelBench builds it)",
-            "eval": "eval mode (inference: both models in eval mode, calls under no_grad)"}.get(rec.get("mode"))
-    head = (f"{rec['reference']} [{rec.get('shape', '')}] seed {rec['seed']} on {rec['device']}, torch {rec['torch']}"
-            + (f", {mode}" if mode else "")
-            + (f", precision {rec['precision']} (budget from PyTorch in that mode)"
-               if rec["precision"] != "fp32" else ""))
+    mode = {
+        "train": "training mode (a fresh Model trains, as KernelBench builds it)",
+        "eval": "eval mode (inference: both models in eval mode, calls under no_grad)",
+    }.get(rec.get("mode"))
+    head = (
+        f"{rec['reference']} [{rec.get('shape', '')}] seed {rec['seed']} on {rec['device']}, torch {rec['torch']}"
+        + (f", {mode}" if mode else "")
+        + (f", precision {rec['precision']} (budget from PyTorch in that mode)" if rec["precision"] != "fp32" else "")
+    )
     lines = [head]
     if gpu_peak is not None:
         fp = rec["footprint"]
-        lines.append(f"peak GPU memory {gpu_peak / 2**30:.1f} GiB "
-                     f"(inputs + outputs {(fp['inputs'] + fp['outputs']) / 2**30:.2f} GiB, "
-                     f"weights {fp['weights'] / 2**30:.2f} GiB, {len(rec['rows'])} judged model(s); planned "
-                     f"{rec['memory_need'] / 2**30:.1f} GiB)")
+        lines.append(
+            f"peak GPU memory {gpu_peak / 2**30:.1f} GiB "
+            f"(inputs + outputs {(fp['inputs'] + fp['outputs']) / 2**30:.2f} GiB, "
+            f"weights {fp['weights'] / 2**30:.2f} GiB, {len(rec['rows'])} judged model(s); planned "
+            f"{rec['memory_need'] / 2**30:.1f} GiB)"
+        )
     if "bandwidth" in rec:
         c = f"ceilings measured now: device copy {rec['bandwidth'] / 1e9:,.0f} GB/s"
         if rec.get("flops_rate"):
@@ -200,8 +240,10 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
     for n in [] if verdict_follows else rec.get("notes_list") or []:  # else the verdict's (kp.observe.verdict)
         lines.append(f"  note: {n}")
     if list(rec["rows"]) == ["eager"] and not rec.get("timing"):
-        lines.append(f"  the reference's own {rec.get('precision') or 'fp32'} Model judged against its float64 copy, "
-                     f"every parity stage (on {rec['device']}: nothing timed)")
+        lines.append(
+            f"  the reference's own {rec.get('precision') or 'fp32'} Model judged against its float64 copy, "
+            f"every parity stage (on {rec['device']}: nothing timed)"
+        )
     timing = rec.get("timing", {})
     timed = bool(timing) and "bandwidth" in rec  # no timing columns where nothing was timed (the CPU)
     compute = rec.get("bound") == "compute"
@@ -209,21 +251,29 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
     names = row_names(rec)
     label_of = lambda k: row_label(rec, k)
     w = max([16] + [len(label_of(k)) for k in names])
-    lines.append(f"{'':{w}} " + (f"{'median ms':>9} {'IQR ms':>7} {unit:>8} {'%roof':>6} {'vs eager':>8} "
-                                 f"{'vs comp':>7} {'host us':>7} " if timed else "")
-                 + f"{'relL2':>8} {'worst row':>9}  verdict")
-    torch_err = max([c.get("torch_rel_l2", 0.0) for r in rec["rows"].values() for c in r["checks"].values()],
-                    default=None)
+    lines.append(
+        f"{'':{w}} "
+        + (
+            f"{'median ms':>9} {'IQR ms':>7} {unit:>8} {'%roof':>6} {'vs eager':>8} {'vs comp':>7} {'host us':>7} "
+            if timed
+            else ""
+        )
+        + f"{'relL2':>8} {'worst row':>9}  verdict"
+    )
+    torch_err = max(
+        [c.get("torch_rel_l2", 0.0) for r in rec["rows"].values() for c in r["checks"].values()], default=None
+    )
     for k in names:
         t = timing.get(k)
         cols = f"{label_of(k):{w}}"
         if t and "bandwidth" in rec:
             tr, secs, floor = row_traffic(rec, k), t["median_ms"] * 1e-3, row_floor_s(rec, k)
             ve = timing["eager"]["median_ms"] / t["median_ms"] if "eager" in timing else float("nan")
-            vc = (f"{timing['torch.compile']['median_ms'] / t['median_ms']:.2f}x" if "torch.compile" in timing
-                  else "-")
-            cols += (f" {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {tr[what] / secs / scale:8,.0f} "
-                     f"{100 * floor / secs:5.1f}% {ve:7.2f}x {vc:>7} {t['host_us']:7.0f}")
+            vc = f"{timing['torch.compile']['median_ms'] / t['median_ms']:.2f}x" if "torch.compile" in timing else "-"
+            cols += (
+                f" {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {tr[what] / secs / scale:8,.0f} "
+                f"{100 * floor / secs:5.1f}% {ve:7.2f}x {vc:>7} {t['host_us']:7.0f}"
+            )
         elif timed:
             cols += " " * 62
         r = rec["rows"].get(k)
@@ -233,40 +283,59 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
             wr = f"{max(c['worst_row'] for c in errs):9.1e}" if errs else f"{'-':>9}"
             if not r["accepted"]:  # a rejected row: the call that failed, where its reason has the figures
                 failed = (r.get("failure") or {}).get("figures") or {}
-                e, wr = (f"{failed['rel_l2']:8.1e}", f"{failed['worst_row']:9.1e}") if "rel_l2" in failed else \
-                    (f"{'-':>8}", f"{'-':>9}")
+                e, wr = (
+                    (f"{failed['rel_l2']:8.1e}", f"{failed['worst_row']:9.1e}")
+                    if "rel_l2" in failed
+                    else (f"{'-':>8}", f"{'-':>9}")
+                )
             kind = ""
             if r["pure_torch"]:
                 kind = " (pure PyTorch)"
             elif r.get("library_kernels"):
                 kind = " (a library's kernels)"
-            v = "accepted" + kind if r["accepted"] else \
-                (f"rejected{' (peer, not gated)' if r['peer'] else ''}" +
-                 ("" if verdict_follows else f": {r['reason']}"))
+            v = (
+                "accepted" + kind
+                if r["accepted"]
+                else (
+                    f"rejected{' (peer, not gated)' if r['peer'] else ''}"
+                    + ("" if verdict_follows else f": {r['reason']}")
+                )
+            )
             cols += f" {e} {wr}  {v}"
         elif k == "eager" and torch_err is not None:
             cols += f" {torch_err:8.1e} {'':9}  (PyTorch fp32's own error, worst call)"
         lines.append(cols)
     lines += backward_lines(rec, w)
     for k, got in (rec.get("speedups") or {}).items():  # each row's speedups, paired round by round (kp.lib.speedup)
-        lines.append(f"  {label_of(k)}: speedup with its {100 * speedup.LEVEL:.0f}% paired interval: "
-                     + ", ".join(f"{speedup.said(v)} vs {base}" for base, v in got.items()))
-    over = [label_of(k) for k in names if timing.get(k) and "bandwidth" in rec
-            and row_floor_s(rec, k) > 1.02 * timing[k]["median_ms"] * 1e-3]
+        lines.append(
+            f"  {label_of(k)}: speedup with its {100 * speedup.LEVEL:.0f}% paired interval: "
+            + ", ".join(f"{speedup.said(v)} vs {base}" for base, v in got.items())
+        )
+    over = [
+        label_of(k)
+        for k in names
+        if timing.get(k) and "bandwidth" in rec and row_floor_s(rec, k) > 1.02 * timing[k]["median_ms"] * 1e-3
+    ]
     if over:
-        lines.append(f"  note: {', '.join(over)} ran faster than the ceiling measured in this run allows: the ceiling "
-                     f"measured low (another process on the GPU, or the copy's placement), so %roof above 100 is not "
-                     f"a real figure; run again for one that holds")
+        lines.append(
+            f"  note: {', '.join(over)} ran faster than the ceiling measured in this run allows: the ceiling "
+            f"measured low (another process on the GPU, or the copy's placement), so %roof above 100 is not "
+            f"a real figure; run again for one that holds"
+        )
     for k, r in rec["rows"].items():
         if r.get("own_kernels"):
-            lines.append(f"  {k}: own kernels " + "; ".join(f"{kernel_base_name(n)} ({lib})" for n, lib in
-                                                           list(r["own_kernels"].items())[:4]))
+            lines.append(
+                f"  {k}: own kernels "
+                + "; ".join(f"{kernel_base_name(n)} ({lib})" for n, lib in list(r["own_kernels"].items())[:4])
+            )
     lines += family_lines(rec)
     if rec.get("profile"):
         from kp.observe.profile import format_profile
+
         lines += format_profile(rec["profile"])
     if rec.get("ncu"):
         from kp.observe.ncu import format_ncu
+
         lines += format_ncu(rec["ncu"])
     if rec.get("family"):
         lines.append(f"  shapes judged: {shapes_judged(rec)}")
@@ -278,7 +347,6 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
     for k, r in rec["rows"].items():
         frames = own_frames(r.get("traceback"), r.get("path"))
         if frames:
-            lines.append(f"  {k} raised in its own code (innermost last; the whole traceback is in the --json "
-                         f"record):")
+            lines.append(f"  {k} raised in its own code (innermost last; the whole traceback is in the --json record):")
             lines += [f"    {f}" for f in frames]
     return "\n".join(lines)

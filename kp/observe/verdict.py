@@ -1,5 +1,6 @@
 """The verdict: one line saying accepted or rejected with its reason, the notes it adds, and the judge's seconds; as a
 command prints it (its last line at most VERDICT_WIDTH characters) and as a table's row holds it."""
+
 from __future__ import annotations
 
 import re
@@ -23,6 +24,7 @@ def own_frames(traceback: str | None, path: str | None, most: int = 3) -> list[s
     innermost last: where in its code the author should look. Frames of other files (torch, the judge) are left
     out; the record keeps the whole traceback."""
     import os
+
     if not traceback or not path:
         return []
     folder = os.path.dirname(os.path.realpath(path))
@@ -32,8 +34,7 @@ def own_frames(traceback: str | None, path: str | None, most: int = 3) -> list[s
         m = re.match(r'\s*File "([^"]+)", line (\d+), in (.+)', ln)
         # "<frozen ...>": Python's own, not a file
         if m and not m[1].startswith("<") and os.path.dirname(os.path.realpath(m[1])) == folder:
-            code = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") \
-                else ""
+            code = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") else ""
             out.append(f"{os.path.basename(m[1])}:{m[2]} in {m[3]}" + (f": {code}" if code else ""))
     return out[-most:]
 
@@ -45,8 +46,10 @@ def row_notes(rec: dict, r: dict) -> list[str]:
     if r.get("weights"):
         notes.append(f"weights: {r['weights']}")
     for f in {(f["extension"], f["error"]): f for f in r.get("build_failures") or []}.values():  # each build once
-        notes.append(f"its extension {f['extension']!r} failed to build ({f['error']})"
-                     + ("; judged as the PyTorch code it fell back to" if r["accepted"] else ""))
+        notes.append(
+            f"its extension {f['extension']!r} failed to build ({f['error']})"
+            + ("; judged as the PyTorch code it fell back to" if r["accepted"] else "")
+        )
     notes += rec.get("notes_list") or []
     kb = kernelbench_line(r)
     if kb:
@@ -81,7 +84,7 @@ def verdict_lines(rec: dict, label: str = "candidate") -> list[str]:
     head, notes = _verdict_parts(rec, label)
     above = [f"  note: {n}" for n in notes]
     if not rec["rows"][label]["accepted"]:
-        reason = head[len("rejected: "):]
+        reason = head[len("rejected: ") :]
         core, why = split_explanation(reason)
         if why:
             above.append(f"  why: {why}")
@@ -108,7 +111,7 @@ def _short_verdict(rec: dict, label: str, width: int, notes_where: str) -> str:
     took = _took(rec)
     if rec["rows"][label]["accepted"]:
         return f"{head}{took}" + (f" (notes {notes_where})" if notes else "")
-    core, _ = split_explanation(head[len("rejected: "):])
+    core, _ = split_explanation(head[len("rejected: ") :])
     return f"rejected: {shorten(core, width - len(took) - len('rejected: '))}{took}"
 
 
@@ -129,7 +132,7 @@ def shorten(text: str, width: int) -> str:
         if len(groups) < 2:
             break
         a, b = max(groups[:-1], key=lambda g: g[1] - g[0])
-        text = text[:a] + "(...)" + text[b + 1:]
+        text = text[:a] + "(...)" + text[b + 1 :]
     return cut_middle(text, width)
 
 
@@ -139,9 +142,9 @@ def cut_middle(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     room = width - len(" ... ")
-    head, tail = text[:room // 2], text[len(text) - (room - room // 2):]
-    head = head[:head.rfind(" ")] if " " in head else head
-    tail = tail[tail.find(" ") + 1:] if " " in tail else tail
+    head, tail = text[: room // 2], text[len(text) - (room - room // 2) :]
+    head = head[: head.rfind(" ")] if " " in head else head
+    tail = tail[tail.find(" ") + 1 :] if " " in tail else tail
     return f"{head} ... {tail}"
 
 
@@ -152,8 +155,8 @@ def split_explanation(reason: str) -> tuple[str, str]:
     depth = 0
     for i, ch in enumerate(reason):
         depth += (ch in "([") - (ch in ")]")
-        if depth == 0 and reason.startswith("; ", i) and reason[i + 2:].strip():
-            return reason[:i], reason[i + 2:]
+        if depth == 0 and reason.startswith("; ", i) and reason[i + 2 :].strip():
+            return reason[:i], reason[i + 2 :]
     return reason, ""
 
 
@@ -178,8 +181,9 @@ def _verdict_parts(rec: dict, label: str) -> tuple[str, list[str]]:
     if r.get("pure_torch"):
         notes.append("pure PyTorch: no kernel of its own ran (--allow-torch)")
     elif r.get("library_kernels"):
-        notes.append(f"a library's kernels: {', '.join(r['library_kernels'][:3])}; no kernel of its own ran "
-                     f"(--allow-torch)")
+        notes.append(
+            f"a library's kernels: {', '.join(r['library_kernels'][:3])}; no kernel of its own ran (--allow-torch)"
+        )
     elif r.get("own_kernels"):
         notes.append(own_kernels_note(r["own_kernels"]))
     if rec.get("mode") == "eval":

@@ -2,12 +2,15 @@
 its floating inputs made leaves that require grad, then one backward pass from the upstream gradients the judge drew
 for this call, and the gradients every floating input and every trainable parameter received, sent back as copies
 (kp.judge.backward judges them)."""
+
 from __future__ import annotations
 
 import torch
 
-NO_GRAD_FN = ("its output has no grad_fn (computed under no_grad or detached, or by a kernel with no backward: "
-              "wrap it in a torch.autograd.Function), so it cannot be trained")
+NO_GRAD_FN = (
+    "its output has no grad_fn (computed under no_grad or detached, or by a kernel with no backward: "
+    "wrap it in a torch.autograd.Function), so it cannot be trained"
+)
 
 
 class NotTrainable(RuntimeError):
@@ -20,8 +23,9 @@ def _outputs(out) -> list:
 
 def leaves(inputs: list) -> list:
     """The inputs as autograd leaves: each floating tensor detached (its storage shared) and requiring grad."""
-    return [x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-            for x in inputs]
+    return [
+        x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs
+    ]
 
 
 def backward_pass(model, inputs: list, upstream: list, between=None):
@@ -33,8 +37,11 @@ def backward_pass(model, inputs: list, upstream: list, between=None):
         out = model(*xs)
     if between is not None:
         between()
-    pairs = [(o, g) for o, g in zip(_outputs(out), upstream)
-             if g is not None and isinstance(o, torch.Tensor) and o.is_floating_point()]
+    pairs = [
+        (o, g)
+        for o, g in zip(_outputs(out), upstream)
+        if g is not None and isinstance(o, torch.Tensor) and o.is_floating_point()
+    ]
     if not pairs or not all(o.requires_grad for o, _ in pairs):
         raise NotTrainable(NO_GRAD_FN)
     torch.autograd.backward([o for o, _ in pairs], [g.to(o.device, o.dtype) for o, g in pairs])
@@ -43,23 +50,26 @@ def backward_pass(model, inputs: list, upstream: list, between=None):
 
 def upstream_like(out) -> list:
     """An upstream gradient for each floating output (None for the rest): standard normal values."""
-    return [torch.randn_like(o) if isinstance(o, torch.Tensor) and o.is_floating_point() else None
-            for o in _outputs(out)]
+    return [
+        torch.randn_like(o) if isinstance(o, torch.Tensor) and o.is_floating_point() else None for o in _outputs(out)
+    ]
 
 
 def call_with_backward(model, inputs: list, upstream: list, zero: bool):
     """(output, gradients) of one call: gradients = {"inputs": [grad or None per input], "params": {name: grad or
     None}} for every floating input and every parameter that requires grad. zero: the parameters' .grad cleared
     first (else this backward adds to what the call before left, as PyTorch's does)."""
-    params = {k: p for k, p in model.named_parameters() if p.requires_grad} \
-        if isinstance(model, torch.nn.Module) else {}
+    params = (
+        {k: p for k, p in model.named_parameters() if p.requires_grad} if isinstance(model, torch.nn.Module) else {}
+    )
     if zero:
         for p in params.values():
             p.grad = None
     out, xs = backward_pass(model, inputs, upstream)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()  # device-wide: a backward's side-stream work is finished before its grads leave
-    grads = {"inputs": [x.grad.detach().clone() if isinstance(x, torch.Tensor) and x.grad is not None else None
-                        for x in xs],
-             "params": {k: p.grad.detach().clone() if p.grad is not None else None for k, p in params.items()}}
+    grads = {
+        "inputs": [x.grad.detach().clone() if isinstance(x, torch.Tensor) and x.grad is not None else None for x in xs],
+        "params": {k: p.grad.detach().clone() if p.grad is not None else None for k, p in params.items()},
+    }
     return out, grads

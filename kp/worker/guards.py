@@ -2,6 +2,7 @@
 the baselines reach was replaced or changed in place (the namespace fingerprint), threads the candidate left
 working after a call, extension builds that failed before the candidate fell back to PyTorch, the libraries it
 loaded, and its modules' train/eval sensitivity. The escape check's arithmetic is kp.judge.window's."""
+
 from __future__ import annotations
 
 import os
@@ -16,19 +17,36 @@ import torch
 def _namespaces():
     import time as time_mod
     import torch.nn.functional as F
+
     own = [(name, mod) for name, mod in list(sys.modules.items()) if mod is not None and _own_module(name)]
-    return {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
-            "torch._C.TensorBase": torch._C.TensorBase, "torch.nn.Module": torch.nn.Module,
-            "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
-            "torch.profiler": torch.profiler, "torch.autograd.profiler": torch.autograd.profiler,
-            "torch.autograd.profiler.profile": torch.autograd.profiler.profile,  # what the escape check profiles with
-            "torch.special": torch.special, "torch.linalg": torch.linalg,
-            "torch.optim.SGD": torch.optim.SGD, "time": time_mod, "threading.Thread": threading.Thread, "os": os,
-            # the playground's own modules a candidate could patch (the façade and everything behind it), and the
-            # classes they define (kp.lib.timing.L2Flusher, Timing, the Worker itself)
-            **{name: mod for name, mod in own},
-            **{f"{name}.{k}": c for name, mod in own for k, c in list(vars(mod).items())
-               if isinstance(c, type) and c.__module__ == name}}
+    return {
+        "torch": torch,
+        "torch.nn.functional": F,
+        "torch.Tensor": torch.Tensor,
+        "torch._C.TensorBase": torch._C.TensorBase,
+        "torch.nn.Module": torch.nn.Module,
+        "torch.cuda": torch.cuda,
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.Stream": torch.cuda.Stream,
+        "torch.profiler": torch.profiler,
+        "torch.autograd.profiler": torch.autograd.profiler,
+        "torch.autograd.profiler.profile": torch.autograd.profiler.profile,  # what the escape check profiles with
+        "torch.special": torch.special,
+        "torch.linalg": torch.linalg,
+        "torch.optim.SGD": torch.optim.SGD,
+        "time": time_mod,
+        "threading.Thread": threading.Thread,
+        "os": os,
+        # the playground's own modules a candidate could patch (the façade and everything behind it), and the
+        # classes they define (kp.lib.timing.L2Flusher, Timing, the Worker itself)
+        **{name: mod for name, mod in own},
+        **{
+            f"{name}.{k}": c
+            for name, mod in own
+            for k, c in list(vars(mod).items())
+            if isinstance(c, type) and c.__module__ == name
+        },
+    }
 
 
 def _behaviour(v) -> tuple:
@@ -79,8 +97,15 @@ def namespace_fingerprint() -> dict[str, tuple]:
                 snap[f"{ns_name}.{k}"] = (v, *_behaviour(v))
             elif own and not (k.startswith("__") and k.endswith("__")):  # not __doc__, __spec__, ...
                 const = k.isupper() and not k.startswith("_")
-                contents = () if not const else tuple(v.items()) if isinstance(v, dict) else \
-                    tuple(v) if isinstance(v, (list, set)) else ()
+                contents = (
+                    ()
+                    if not const
+                    else tuple(v.items())
+                    if isinstance(v, dict)
+                    else tuple(v)
+                    if isinstance(v, (list, set))
+                    else ()
+                )
                 snap[f"{ns_name}.{k}"] = (v, *contents)
     return snap
 
@@ -93,12 +118,16 @@ def torchs_own_rebinding(old, new) -> bool:
     object) and the function it wraps and calls is the very object that was there, so it behaves as `old`."""
     try:
         from torch._compile import _disable_dynamo
+
         codes = (_disable_dynamo(_noop).__code__, torch.optim.Optimizer.profile_hook_step(_noop).__code__)
     except (ImportError, AttributeError, TypeError):
         return False
     cells = [c.cell_contents for c in (getattr(new, "__closure__", None) or ()) if _filled(c)]
-    return any(getattr(new, "__code__", None) is code for code in codes) and \
-        getattr(new, "__wrapped__", None) is old and any(c is old for c in cells)
+    return (
+        any(getattr(new, "__code__", None) is code for code in codes)
+        and getattr(new, "__wrapped__", None) is old
+        and any(c is old for c in cells)
+    )
 
 
 def _noop():
@@ -141,8 +170,17 @@ def loaded_objects() -> set[str]:
 def system_prefixes() -> list[str]:
     import site
     from torch.utils.cpp_extension import CUDA_HOME
-    pre = [os.path.dirname(torch.__file__), sys.prefix, sys.base_prefix, "/usr/lib", "/lib", "/usr/local/lib",
-           "/usr/local/nvidia", "/usr/local/cuda"]
+
+    pre = [
+        os.path.dirname(torch.__file__),
+        sys.prefix,
+        sys.base_prefix,
+        "/usr/lib",
+        "/lib",
+        "/usr/local/lib",
+        "/usr/local/nvidia",
+        "/usr/local/cuda",
+    ]
     pre += site.getsitepackages() + [site.getusersitepackages()]
     if CUDA_HOME:
         pre.append(CUDA_HOME)
@@ -153,8 +191,11 @@ def first_compiler_error(text: str) -> str:
     """The compiler's first error line in a failed extension build's message (nvcc, gcc and ninja alike)."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     for ln in lines:
-        if "error" in ln.lower() and not ln.lower().startswith(("ninja: build stopped", "[")) \
-                and "Error building extension" not in ln:
+        if (
+            "error" in ln.lower()
+            and not ln.lower().startswith(("ninja: build stopped", "["))
+            and "Error building extension" not in ln
+        ):
             return ln[:240]
     return lines[0][:240] if lines else ""
 
@@ -165,6 +206,7 @@ BUILD_FAILED = "kp_build_failed.txt"  # in an extension's build folder: the comp
 def _failure_note(ext, name: str, kwargs: dict):
     """Where a failed build of extension `name` leaves its compiler error for the next process that loads it."""
     from pathlib import Path
+
     try:
         return Path(kwargs.get("build_directory") or ext._get_build_directory(name, False)) / BUILD_FAILED
     except Exception:
@@ -220,8 +262,9 @@ def record_build_failures(sink: list, seconds: list | None = None) -> None:
                     # found no library; the compiler's error is what this process would have met building it
                     error = note.read_text(errors="replace")[:240]
                     sink.append({"extension": name, "error": error, "cuda": builds_cuda(attr, args, kwargs)})
-                    raise RuntimeError(f"Error building extension '{name}' (built in another process): {error}") \
-                        from None
+                    raise RuntimeError(
+                        f"Error building extension '{name}' (built in another process): {error}"
+                    ) from None
                 if note and not isinstance(e, ImportError):
                     try:
                         note.write_text(error)
@@ -232,8 +275,10 @@ def record_build_failures(sink: list, seconds: list | None = None) -> None:
             finally:
                 if seconds is not None:
                     seconds[0] += time.perf_counter() - t0
+
         recorded._kp_records_failures = True
         return recorded
+
     for attr in ("load", "load_inline"):
         setattr(ext, attr, wrap(getattr(ext, attr), attr))
 
@@ -244,19 +289,23 @@ def settle_torch() -> None:
     not mistaken for one that patches torch."""
     try:
         from torch._dynamo.mutation_guard import install_generation_tagging_init
+
         install_generation_tagging_init()
     except (ImportError, AttributeError):
         pass
     try:
         from torch._dynamo.eval_frame import TorchPatcher
+
         TorchPatcher.patch()
     except (ImportError, AttributeError):
         pass
 
 
 def late_message(threads: list[str]) -> str:
-    return (f"a thread the candidate started is still working after the call returned ({'; '.join(threads[:3])}):"
-            f" work finished outside the call escapes the timer")
+    return (
+        f"a thread the candidate started is still working after the call returned ({'; '.join(threads[:3])}):"
+        f" work finished outside the call escapes the timer"
+    )
 
 
 _POOL = os.path.join("concurrent", "futures", "thread.py")
@@ -283,6 +332,7 @@ def watch_thread_starts(folder: str) -> None:
                 break
             f = f.f_back
         return orig(self, *args, **kwargs)
+
     start._kp_watch = True
     threading.Thread.start = start
 
@@ -328,9 +378,13 @@ def train_sensitive(model) -> list[str]:
     from torch.nn.modules.batchnorm import _BatchNorm
     from torch.nn.modules.dropout import _DropoutNd
     from torch.nn.modules.instancenorm import _InstanceNorm
+
     out = []
-    for m in (model.modules() if isinstance(model, torch.nn.Module) else []):
-        if isinstance(m, _BatchNorm) or (isinstance(m, _InstanceNorm) and m.track_running_stats) or \
-                (isinstance(m, _DropoutNd) and m.p > 0):
+    for m in model.modules() if isinstance(model, torch.nn.Module) else []:
+        if (
+            isinstance(m, _BatchNorm)
+            or (isinstance(m, _InstanceNorm) and m.track_running_stats)
+            or (isinstance(m, _DropoutNd) and m.p > 0)
+        ):
             out.append(type(m).__name__)
     return list(dict.fromkeys(out))

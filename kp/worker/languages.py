@@ -12,6 +12,7 @@ launches is not counted, and a name a library's kernel also has is not counted f
 
 Also here: the JIT compilers' time booked as build time (Triton's compile and its autotuner's benchmarking happen at
 a kernel's first call), and a JIT compiler's error said in one line at the kernel's file:line."""
+
 from __future__ import annotations
 
 import functools
@@ -26,13 +27,21 @@ from weakref import ProxyTypes, ReferenceType
 from kp.errors import exception_chain
 
 TRITON, CUPY, NUMBA = "Triton", "CuPy", "Numba CUDA"
-GPU_JIT_MARKERS = {b"triton": TRITON, b"cupy": CUPY, b"numba": NUMBA, b"tilelang": "TileLang",
-                   b"cutlass.cute": "CuTe DSL", b"cutlass import cute": "CuTe DSL"}
-_IMPORTS = {TRITON: re.compile(rb"^\s*(import|from)\s+triton\b", re.M),
-            CUPY: re.compile(rb"^\s*(import|from)\s+cupy\b", re.M),
-            NUMBA: re.compile(rb"^\s*(import|from)\s+numba\b", re.M),
-            "TileLang": re.compile(rb"^\s*(import|from)\s+tilelang\b", re.M),
-            "CuTe DSL": re.compile(rb"^\s*(import|from)\s+cutlass\b", re.M)}
+GPU_JIT_MARKERS = {
+    b"triton": TRITON,
+    b"cupy": CUPY,
+    b"numba": NUMBA,
+    b"tilelang": "TileLang",
+    b"cutlass.cute": "CuTe DSL",
+    b"cutlass import cute": "CuTe DSL",
+}
+_IMPORTS = {
+    TRITON: re.compile(rb"^\s*(import|from)\s+triton\b", re.M),
+    CUPY: re.compile(rb"^\s*(import|from)\s+cupy\b", re.M),
+    NUMBA: re.compile(rb"^\s*(import|from)\s+numba\b", re.M),
+    "TileLang": re.compile(rb"^\s*(import|from)\s+tilelang\b", re.M),
+    "CuTe DSL": re.compile(rb"^\s*(import|from)\s+cutlass\b", re.M),
+}
 WALK_MOST = 200_000  # objects visited from the candidate's roots when looking for the CuPy kernels it holds
 
 
@@ -48,6 +57,7 @@ def gpu_languages(path) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Whose code a file is.
+
 
 def _real(p: str) -> str:
     try:
@@ -75,6 +85,7 @@ def _generated_dirs() -> tuple[str, ...]:
 def _library_dirs() -> tuple[str, ...]:
     import site
     import sysconfig
+
     dirs = {sysconfig.get_paths().get(k) for k in ("purelib", "platlib", "stdlib")}
     try:
         dirs.update(site.getsitepackages())
@@ -93,6 +104,7 @@ class Origins:
         self.generated = _generated_dirs()
         self.libraries = _library_dirs()
         import sysconfig
+
         self.stdlib = _real(sysconfig.get_paths()["stdlib"]) + os.sep
         torch = sys.modules.get("torch")
         self.torch = _real(os.path.dirname(torch.__file__)) + os.sep if torch is not None else None
@@ -116,7 +128,7 @@ def package_of(path: str, libraries: tuple[str, ...], stdlib: str | None = None)
         if path.startswith(lib):
             if lib == stdlib:
                 return "Python's"
-            top = path[len(lib):].split(os.sep)[0]
+            top = path[len(lib) :].split(os.sep)[0]
             name = top[:-3] if top.endswith(".py") else top
             return f"{name}'s" if name else "a library's"
     return "a library's"
@@ -124,6 +136,7 @@ def package_of(path: str, libraries: tuple[str, ...], stdlib: str | None = None)
 
 # ---------------------------------------------------------------------------------------------------------------
 # The kernel objects of each language in this process.
+
 
 def _is(o, kinds: tuple) -> bool:
     """isinstance by the object's own type alone: asking an object its __class__ runs its code (a dead weak proxy
@@ -173,12 +186,18 @@ def _cupy_kernels(roots: list) -> list[tuple[str, str, str, bool]]:
     cupy = sys.modules.get("cupy")
     if cupy is None:
         return []
-    kinds = tuple(t for t in (getattr(cupy, n, None) for n in ("RawKernel", "RawModule", "ElementwiseKernel",
-                                                               "ReductionKernel")) if isinstance(t, type))
+    kinds = tuple(
+        t
+        for t in (getattr(cupy, n, None) for n in ("RawKernel", "RawModule", "ElementwiseKernel", "ReductionKernel"))
+        if isinstance(t, type)
+    )
     out = []
     for k in _reachable(roots, kinds):
-        names = _GLOBAL_FN.findall(getattr(k, "code", "") or "") if isinstance(k, getattr(cupy, "RawModule", ())) \
+        names = (
+            _GLOBAL_FN.findall(getattr(k, "code", "") or "")
+            if isinstance(k, getattr(cupy, "RawModule", ()))
             else [getattr(k, "name", None)]
+        )
         out += [(n, CUPY, "own", True) for n in names if n]
     return out
 
@@ -193,8 +212,11 @@ def _reachable(roots: list, kinds: tuple) -> list:
     seen, found, todo = set(), [], list(roots)
     while todo and len(seen) < WALK_MOST:
         o = todo.pop()
-        if id(o) in seen or type(o) in ProxyTypes or _is(o, (types.ModuleType, str, bytes, int, float, bool,
-                                                             type(None), ReferenceType)):
+        if (
+            id(o) in seen
+            or type(o) in ProxyTypes
+            or _is(o, (types.ModuleType, str, bytes, int, float, bool, type(None), ReferenceType))
+        ):
             continue  # a weak proxy: what it stands for is reached where it is held
         seen.add(id(o))
         if _is(o, kinds):
@@ -235,7 +257,7 @@ def jit_kernels(candidate_dir: str, roots: list) -> dict:
     the candidate's code, foreign ones (torch.compile's, PyTorch's, a library's) by the name they run under."""
     origins = Origins(candidate_dir)
     own, foreign = {}, {}
-    for name, lang, whose, compiled in (_triton_kernels(origins) + _numba_kernels(origins) + _cupy_kernels(roots)):
+    for name, lang, whose, compiled in _triton_kernels(origins) + _numba_kernels(origins) + _cupy_kernels(roots):
         if whose == "own":
             if compiled:
                 own[name] = lang
@@ -256,6 +278,7 @@ def match(event_name: str, table: dict) -> str | None:
         m = re.search(r"cudapy::(?:[\w.]+::)*(\w+)", event_name)
         return m.group(1) if m and m.group(1) in table else None
     from kp.observe.profile import kernel_base_name
+
     base = kernel_base_name(event_name)
     return base if base in table and "(" in event_name else None
 
@@ -286,6 +309,7 @@ def label_foreign(names: list[str], foreign: dict) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------
 # A JIT's compile booked as build time; its errors in one line.
 
+
 def watch_jit_builds(path, seconds: list) -> None:
     """Before the candidate's file is imported, where it uses Triton: Triton's compiler and its autotuner's
     benchmarking wrapped so their seconds add up in seconds[0] (the record's build stage), wherever the candidate
@@ -313,6 +337,7 @@ def watch_jit_builds(path, seconds: list) -> None:
                 depth[0] -= 1
                 if depth[0] == 0:
                     seconds[0] += time.perf_counter() - t0
+
         run._kp_build_timed = True
         return run
 
@@ -324,8 +349,11 @@ def watch_jit_builds(path, seconds: list) -> None:
 def jit_error(e: BaseException) -> str | None:
     """A Triton compile error in one line: the kernel, its file:line, and the compiler's own message (its first
     meaningful line), never the excerpt or an IR dump; None for any other error."""
-    errs = [c for c in exception_chain(e)
-            if type(c).__module__.startswith("triton") and hasattr(c, "node") and hasattr(c, "src")]
+    errs = [
+        c
+        for c in exception_chain(e)
+        if type(c).__module__.startswith("triton") and hasattr(c, "node") and hasattr(c, "src")
+    ]
     if not errs:
         return None
     inner = errs[-1]  # the innermost: the kernel and the line where the compiler stopped

@@ -1,5 +1,6 @@
 """The worker: holds the judged models and runs the judge's commands on them, in a process of its own for a candidate
 file or in the judge's own process for the playground's variants."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,18 @@ from kp.worker.guards import fingerprint_changes, late_threads
 from kp.worker.measuring import TimingCommands
 from kp.worker.parity_calls import CallCommands
 from kp.worker.profiling import ProfileCommands
-from kp.worker.replies import (ENDED_AFTER_FAULT, _settle_before_sending, asks_for_cuda, error_kind, error_text,
-                               fault_text, gpu_fault, raised_kind, send, without_tensors)
+from kp.worker.replies import (
+    ENDED_AFTER_FAULT,
+    _settle_before_sending,
+    asks_for_cuda,
+    error_kind,
+    error_text,
+    fault_text,
+    gpu_fault,
+    raised_kind,
+    send,
+    without_tensors,
+)
 from kp.worker.setup import SetupCommands
 from kp.worker.state import WorkerState
 
@@ -33,16 +44,24 @@ class Worker:
     part that owns it (setup, the parity calls, timing, profiling); `run` serves one, `loop` serves a judge's channel
     until it says quit."""
 
-    def __init__(self, ref_spec, device: str, precision: str, factories: dict | None = None, conn=None,
-                 train: bool = True, interim=None):
+    def __init__(
+        self,
+        ref_spec,
+        device: str,
+        precision: str,
+        factories: dict | None = None,
+        conn=None,
+        train: bool = True,
+        interim=None,
+    ):
         ref = Reference.load(ref_spec).use_precision(precision)
         self.state = WorkerState(ref, device, precision, factories, conn, train, interim)
         self.commands: dict = {}
         parts = (SetupCommands, CallCommands, TimingCommands, ProfileCommands)
         for part in (make(self.state) for make in parts):
             for name in (n for n in dir(part) if n.startswith("cmd_")):
-                assert name[len("cmd_"):] not in self.commands, f"two parts serve {name}"
-                self.commands[name[len("cmd_"):]] = getattr(part, name)
+                assert name[len("cmd_") :] not in self.commands, f"two parts serve {name}"
+                self.commands[name[len("cmd_") :]] = getattr(part, name)
 
     def run(self, cmd: str, *args) -> dict:
         """The command `cmd` on its arguments; its reply."""
@@ -74,9 +93,13 @@ class Worker:
             # which would end this process with exit code 0 and nothing said
             except BaseException as e:
                 fault = gpu_fault(st.device)
-                reply = {"ok": False, "error": fault_text(fault, error_text(e)) if fault else error_text(e),
-                         "error_kind": raised_kind(cmd, error_kind(e, fault)), "asks_for_cuda": asks_for_cuda(e),
-                         "traceback": traceback.format_exc(limit=-40)}  # the innermost frames: the raise
+                reply = {
+                    "ok": False,
+                    "error": fault_text(fault, error_text(e)) if fault else error_text(e),
+                    "error_kind": raised_kind(cmd, error_kind(e, fault)),
+                    "asks_for_cuda": asks_for_cuda(e),
+                    "traceback": traceback.format_exc(limit=-40),
+                }  # the innermost frames: the raise
                 if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_initialized():
                     reply["gpu_held"] = torch.cuda.memory_reserved()  # what this process held: see OutOfMemory
                     reply["gpu_asked"] = oom_request_bytes(str(e))
@@ -88,16 +111,18 @@ class Worker:
                 if reply["late_threads"]:
                     reply = without_tensors(reply)
             if isinstance(reply.get("seconds"), dict):  # where a command's time went, for the record's stage detail
-                reply["seconds"].update({"the command received": t_recv,
-                                         "its checks after the call": time.perf_counter() - t_after})
+                reply["seconds"].update(
+                    {"the command received": t_recv, "its checks after the call": time.perf_counter() - t_after}
+                )
             reply["build_failures"] = st.build_failures
             reply["build_s"] = st.build_seconds[0]
             reply["seq"] = seq  # which command this answers: anything else on the channel is not this loop's
             _settle_before_sending(st.device)
             send(st.conn, reply)
             if not reply["ok"] and fault:
-                print(f"{ENDED_AFTER_FAULT} after {cmd!r} ({fault}); this process ends here",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{ENDED_AFTER_FAULT} after {cmd!r} ({fault}); this process ends here", file=sys.stderr, flush=True
+                )
                 return  # a sticky CUDA error: this context is gone; the judge has the reply that says so
 
 
@@ -130,6 +155,7 @@ def cap_output(head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL, every_s: float 
     size every `every_s` and replaces its middle, through a descriptor of its own, once it outgrows head + 2 x
     tail (a write that lands while it does so may be cut with the middle). Returns the file, for faulthandler."""
     import fcntl
+
     fcntl.fcntl(2, fcntl.F_SETFL, fcntl.fcntl(2, fcntl.F_GETFL) | os.O_APPEND)
     os.dup2(2, 1)
     try:
@@ -154,6 +180,7 @@ def cap_output(head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL, every_s: float 
                 state["mark"] = len(body) - len(keep)
             except OSError:
                 return
+
     threading.Thread(target=watch, name="kp-output-cap", daemon=True).start()
     return os.fdopen(os.dup(2), "w")
 
@@ -164,21 +191,35 @@ def end_with_judge(pid: int, every_s: float = 1.0) -> None:
     (SIGTERM, a time limit), so a hanging candidate would otherwise hold its cores, its GPU memory and the judge's
     terminal for good. A thread of the judge's, started before the candidate's file is imported (not one of its
     threads)."""
+
     def watch():
         while alive(pid):
             time.sleep(every_s)
         os._exit(1)
+
     threading.Thread(target=watch, name="kp-end-with-judge", daemon=True).start()
 
 
-def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dict, cwd: str, train: bool = True,
-                stderr_path: str | None = None, judge_pid: int | None = None):
+def worker_main(
+    conn,
+    ref_spec,
+    device: str,
+    precision: str,
+    root: str,
+    env: dict,
+    cwd: str,
+    train: bool = True,
+    stderr_path: str | None = None,
+    judge_pid: int | None = None,
+):
     import warnings
+
     if stderr_path:  # the judge reads its last lines when this process dies
         fd = os.open(stderr_path, os.O_WRONLY)
         os.dup2(fd, 2)
         os.close(fd)
     import faulthandler
+
     # a crash in native code (a signal) leaves its Python stack in the file, for the verdict
     faulthandler.enable(cap_output())
     warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
@@ -193,7 +234,7 @@ def worker_main(conn, ref_spec, device: str, precision: str, root: str, env: dic
     if judge_pid:  # unboxed (a box's pids are its own; bwrap ends it with its judge)
         end_with_judge(judge_pid)
     if device == "cuda":  # the CUDA context now (a second or two), while the judge measures the footprint and plans,
-        try:              # not on its first command; a failure here is left for that command to report
+        try:  # not on its first command; a failure here is left for that command to report
             torch.zeros(1, device="cuda")
         except Exception:
             pass

@@ -2,6 +2,7 @@
 sample told to the judge as it is taken. A part of kp.worker.loop.Worker over the worker's one state
 (kp.worker.state.WorkerState: the models, the baselines, the reference, the channel to the judge); the profiling
 commands (the escape check's runs, the profile tables, the memory peak) are kp.worker.profiling's."""
+
 from __future__ import annotations
 
 import contextlib
@@ -46,8 +47,16 @@ class TimingCommands:
         self.state = state
 
     # -- timing -------------------------------------------------------------------------------------------------
-    def cmd_time(self, labels: list[str], pool_size: int, min_reps: int, max_reps: int, budget_s: float,
-                 every_call: bool = False, backward: bool = False):
+    def cmd_time(
+        self,
+        labels: list[str],
+        pool_size: int,
+        min_reps: int,
+        max_reps: int,
+        budget_s: float,
+        every_call: bool = False,
+        backward: bool = False,
+    ):
         """Baselines and rows interleaved; every call gets inputs drawn just before it from a seed drawn from the
         OS then (a pool slot refilled outside the timed region), so no input can be known before its call. After each
         timed call, outside the timed region and before any other code of the models runs, the judge is told its
@@ -101,8 +110,16 @@ class TimingCommands:
                     # reason
                     torch.cuda.synchronize()
                 if st.interim({"label": label, "rep": rep, "seed": seed, "ms": ms, "ask": label in labels_asked}):
-                    st.interim({"label": label, "rep": rep, "seed": seed, "out": export_output(out, pool[slot]),
-                                  "type": describe(out), "inputs": pool[slot]})
+                    st.interim(
+                        {
+                            "label": label,
+                            "rep": rep,
+                            "seed": seed,
+                            "out": export_output(out, pool[slot]),
+                            "type": describe(out),
+                            "inputs": pool[slot],
+                        }
+                    )
                     del out
                     if dev == "cuda":  # the judge has let go of the output it checked: its memory comes back now,
                         torch.cuda.ipc_collect()  # not when the allocator next runs short
@@ -137,6 +154,7 @@ class TimingCommands:
                 if timed is not None:  # a baseline's output is not kept: only its sample is told
                     tally["kept"] = [*timed[:3], out if name in labels_asked else None, timed[3], None]
                     tally["timed"] = None
+
             return f
 
         def after(name, rep, ms):
@@ -146,12 +164,22 @@ class TimingCommands:
         fns = {k: call(k, m) for k, m in fns_models.items()}
         set_precision(st.precision)
         with contextlib.nullcontext() if backward else torch.no_grad():
-            times = bench_interleaved(fns, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
-                                      warmup=WARMUP, before=before, clock="cuda" if dev == "cuda" else "host",
-                                      after=after)
+            times = bench_interleaved(
+                fns,
+                min_reps=min_reps,
+                max_reps=max_reps,
+                budget_s=budget_s,
+                warmup=WARMUP,
+                before=before,
+                clock="cuda" if dev == "cuda" else "host",
+                after=after,
+            )
             hand_over()
-        reply = {"timing": {k: dataclasses.asdict(t) for k, t in times.items()}, "calls": dict(tally["n"]),
-                 "rungs": rungs}
+        reply = {
+            "timing": {k: dataclasses.asdict(t) for k, t in times.items()},
+            "calls": dict(tally["n"]),
+            "rungs": rungs,
+        }
         if dev == "cuda":
             torch.cuda.synchronize()
             reply["memory"] = {**mem, "peak_allocated": torch.cuda.max_memory_allocated()}

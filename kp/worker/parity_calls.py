@@ -1,6 +1,7 @@
 """The worker's parity commands: one call on the judge's inputs (with its backward pass under --backward), the
 inputs let go, the buffers a call changed. A part of kp.worker.loop.Worker over the worker's one state
 (kp.worker.state.WorkerState: the models, the inputs it holds, the device and the precision)."""
+
 from __future__ import annotations
 
 import time
@@ -35,8 +36,12 @@ def nan_fill_cached_free(reserve_bytes: int) -> int:
     small = 1 << 20  # requests up to 1 MiB come from the small pool
     last_free = None
     for _ in range(512):
-        free = [(b["size"], seg.get("segment_type", "large")) for seg in torch.cuda.memory_snapshot()
-                for b in seg["blocks"] if b["state"] == "inactive"]
+        free = [
+            (b["size"], seg.get("segment_type", "large"))
+            for seg in torch.cuda.memory_snapshot()
+            for b in seg["blocks"]
+            if b["state"] == "inactive"
+        ]
         total = sum(s for s, _ in free)
         if not free or total == last_free:
             break
@@ -79,10 +84,18 @@ class CallCommands:
             torch.cuda.synchronize()  # device-wide: side-stream work finishes before the output leaves
         t2 = time.perf_counter()
         sent = export_output(out, inputs)
-        return {"out": sent, "type": describe(out), "tf32_after": torch.backends.cuda.matmul.allow_tf32,
-                "grads": grads, "nan_fill_short": short,
-                "seconds": {"unwritten memory filled with NaN": t1 - t0, "the model's call": t2 - t1,
-                            "the output made ready to send": time.perf_counter() - t2}}
+        return {
+            "out": sent,
+            "type": describe(out),
+            "tf32_after": torch.backends.cuda.matmul.allow_tf32,
+            "grads": grads,
+            "nan_fill_short": short,
+            "seconds": {
+                "unwritten memory filled with NaN": t1 - t0,
+                "the model's call": t2 - t1,
+                "the output made ready to send": time.perf_counter() - t2,
+            },
+        }
 
     def cmd_release_inputs(self):
         self.state.held_inputs = None

@@ -2,6 +2,7 @@
 kernels of the row's own ran, from its libraries or its JIT languages), the profile tables and the memory peak. A
 part of kp.worker.loop.Worker over the worker's one state (kp.worker.state.WorkerState); the timing command is
 kp.worker.measuring's."""
+
 from __future__ import annotations
 
 import os
@@ -81,9 +82,12 @@ class ProfileCommands:
                 torch.cuda.synchronize()
         events = gpu_events(prof)
         caches = tuple(str(c) for c in (cache_root(), shared_cache()) if c)
-        libs = sorted(p for p in loaded_objects()
-                      if p.startswith(caches) or (p not in st.objects_before
-                                                 and not any(p.startswith(pre) for pre in system_prefixes())))
+        libs = sorted(
+            p
+            for p in loaded_objects()
+            if p.startswith(caches)
+            or (p not in st.objects_before and not any(p.startswith(pre) for pre in system_prefixes()))
+        )
         own, blobs = {}, {}
         for p in libs:
             try:
@@ -93,8 +97,10 @@ class ProfileCommands:
         jit = {"own": {}, "foreign": {}}
         if st.candidate_dir:
             try:
-                jit = jit_kernels(st.candidate_dir, [vars(m) for n, m in sys.modules.items() if n == "kp_candidate"]
-                                  + list(st.models.values()))
+                jit = jit_kernels(
+                    st.candidate_dir,
+                    [vars(m) for n, m in sys.modules.items() if n == "kp_candidate"] + list(st.models.values()),
+                )
             except Exception as e:  # the judge's own look failed: said in the record, no kernel counted by it
                 jit["error"] = f"{type(e).__name__}: {e}"[:200]
         for e in events:
@@ -108,8 +114,15 @@ class ProfileCommands:
             hit = next((p for p, b in blobs.items() if base and base in b), None)
             if hit:
                 own.setdefault(e["name"], f"CUDA C++, {os.path.basename(hit)}")
-        return {"samples": samples, "control": control, "events": events, "marker": marker, "own": own,
-                "foreign": jit["foreign"], "jit_error": jit.get("error")}
+        return {
+            "samples": samples,
+            "control": control,
+            "events": events,
+            "marker": marker,
+            "own": own,
+            "foreign": jit["foreign"],
+            "jit_error": jit.get("error"),
+        }
 
     def cmd_profile(self, labels: list[str], seed: int):
         """One call of each baseline and row under PyTorch's profiler, after a warm call (and on the GPU an L2
@@ -135,5 +148,7 @@ class ProfileCommands:
 
     def cmd_memory(self):
         cuda = torch.cuda.is_available()
-        return {"peak": torch.cuda.max_memory_reserved() if cuda else 0,
-                "held": torch.cuda.memory_reserved() if cuda else 0}
+        return {
+            "peak": torch.cuda.max_memory_reserved() if cuda else 0,
+            "held": torch.cuda.memory_reserved() if cuda else 0,
+        }

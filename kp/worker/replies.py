@@ -1,6 +1,7 @@
 """What a worker answers the judge, and how: a command that raised (its error in one line, out of GPU memory with what
 the GPU and the process held, a fault of the call's GPU work named as the fault), and a reply sent whole, with owned
 copies of tensors that cannot cross as they are."""
+
 from __future__ import annotations
 
 import pickle
@@ -78,14 +79,18 @@ def error_text(e: BaseException) -> str:
     allocator holds then (taken here, in that process: a worker's figures, not the judge's), since its own
     tensors are the ones a reader can act on. An exit asked for from inside a command (sys.exit, exit()) says so."""
     if isinstance(e, SystemExit):
-        return (f"SystemExit: the candidate's code asked its process to exit (sys.exit or exit() with code "
-                f"{e.code!r}) in the middle of the judge's command")
+        return (
+            f"SystemExit: the candidate's code asked its process to exit (sys.exit or exit() with code "
+            f"{e.code!r}) in the middle of the judge's command"
+        )
     text = jit_error(e) or f"{type(e).__name__}: {first_line(e)}"
     if isinstance(e, torch.OutOfMemoryError) and torch.cuda.is_available() and torch.cuda.is_initialized():
         g = 2**30
-        text += (f" [the raising process: {torch.cuda.memory_allocated() / g:.1f} GiB allocated, "
-                 f"{torch.cuda.memory_reserved() / g:.1f} GiB reserved, "
-                 f"peak {torch.cuda.max_memory_allocated() / g:.1f} GiB]")
+        text += (
+            f" [the raising process: {torch.cuda.memory_allocated() / g:.1f} GiB allocated, "
+            f"{torch.cuda.memory_reserved() / g:.1f} GiB reserved, "
+            f"peak {torch.cuda.max_memory_allocated() / g:.1f} GiB]"
+        )
     return text
 
 

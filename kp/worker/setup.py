@@ -2,6 +2,7 @@
 candidate's file imported (and, ahead of judging, its builds started), a model built, its weights changed or dropped,
 the sizes of another shape taken. A part of kp.worker.loop.Worker over the worker's one state
 (kp.worker.state.WorkerState)."""
+
 from __future__ import annotations
 
 import importlib
@@ -20,8 +21,14 @@ from kp.lib.layers import set_precision
 from kp.lib.numerics import cpu_kernels
 from kp.lib.timing import L2Flusher
 from kp.observe.profile import profiler
-from kp.worker.guards import (loaded_objects, namespace_fingerprint, record_build_failures, settle_torch,
-                             train_sensitive, watch_thread_starts)
+from kp.worker.guards import (
+    loaded_objects,
+    namespace_fingerprint,
+    record_build_failures,
+    settle_torch,
+    train_sensitive,
+    watch_thread_starts,
+)
 from kp.worker.languages import watch_jit_builds
 from kp.worker.replies import error_text
 
@@ -171,8 +178,10 @@ class SetupCommands:
             pass
         record_build_failures(st.build_failures, st.build_seconds)
         if self._import(Path(path).resolve()):
-            steps = (lambda: st.factories["candidate"](*st.ref.init()),
-                     lambda: st.models["ahead"](*st.ref.module.get_inputs()))
+            steps = (
+                lambda: st.factories["candidate"](*st.ref.init()),
+                lambda: st.models["ahead"](*st.ref.module.get_inputs()),
+            )
             for step in steps:
                 try:
                     with torch.device("meta"), torch.no_grad():

@@ -4,6 +4,7 @@ and the channel a timed call's output reaches the judge through. One object, mad
 passed to each of its command parts (kp.worker.setup, kp.worker.parity_calls, kp.worker.measuring,
 kp.worker.profiling): the only state a worker has, so a part's inputs are all here, and a test builds one with what
 it needs."""
+
 from __future__ import annotations
 
 from kp.worker.guards import loaded_objects
@@ -15,8 +16,16 @@ class WorkerState:
     in the judge's own process); interim: how a timed call's output reaches the judge for checking (default: a round
     trip over conn; in the judge's own process, a plain call)."""
 
-    def __init__(self, ref, device: str, precision: str, factories: dict | None = None, conn=None,
-                 train: bool = True, interim=None):
+    def __init__(
+        self,
+        ref,
+        device: str,
+        precision: str,
+        factories: dict | None = None,
+        conn=None,
+        train: bool = True,
+        interim=None,
+    ):
         self.ref, self.device, self.precision, self.conn, self.train = ref, device, precision, conn, train
         self.interim = interim or self._interim_pipe
         self.factories = dict(factories or {})

@@ -1,4 +1,5 @@
 """LeakyReLU over a batch of long rows: 4096 x 16384 fp32 (256 MiB), too large for a small CPU budget."""
+
 import torch
 import torch.nn as nn
 

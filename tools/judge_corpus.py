@@ -4,8 +4,9 @@
                              --out refs.jsonl
       `run.py --ref FILE` alone for every *.py in DIR (on the CPU: the reference's own Model against its float64
       copy, every parity stage): one JSON line per reference with the exit code, the last line and whether a
-      traceback was printed. Re-running skips the references already recorded. A reference left without a verdict
-      for GPU memory the others held is judged again alone at the end.
+      traceback was printed, and the reference's probes that passed (kp.judge.probes). Re-running skips the
+      references already recorded. A reference left without a verdict for GPU memory the others held is judged
+      again alone at the end.
   python -m tools.judge_corpus jobs LEADERBOARD_DIR --csv jobs.csv [--every N] [--modes train,eval]
       a job file (reference,candidate) from the KernelBench leaderboard's layout: problems/l{L}_p{N}.py,
       solutions/<hash>.py and data.json ("Level L: N_Name" -> [{"file": hash, ...}]); then judge it with
@@ -157,16 +158,25 @@ def leaderboard_jobs(
 
 
 def _judge_ref(path: Path, device: str, timeout: float, precision: str = "fp32") -> dict:
+    import tempfile
+
     t0 = time.perf_counter()
+    rec_path = Path(tempfile.mkdtemp(prefix="kp-ref-")) / "record.json"
     cmd = [sys.executable, str(ROOT / "run.py"), "--ref", str(path), "--seed", "1", "--precision", precision]
     cmd += ["--device", device] if device == "cpu" else ["--no-compile", "--no-bench"]
+    cmd += ["--json", str(rec_path)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
         code, out, err = r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired:
         code, out, err = None, "", f"no answer within {timeout:.0f} s"
     lines = [ln for ln in (out + "\n" + err).splitlines() if ln.strip() and not ln.startswith("[kp]")]
+    try:  # the reference's probes (kp.judge.probes), as data: which passed, at which shape
+        probes = json.loads(rec_path.read_text()).get("probes")
+    except (OSError, ValueError):
+        probes = None
     return {
+        "probes": {"shape": probes["shape"], "weak": probes["weak"]} if probes else None,
         "ref": path.name,
         "code": code,
         "traceback": "Traceback" in err,

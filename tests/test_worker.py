@@ -211,3 +211,37 @@ def test_the_judge_cuts_a_candidates_output_at_line_ends():
     assert shown[0] == b"line 00000 of the candidate" and shown[-2] == b"line 04999 of the candidate"
     one = b"x" * 10000  # a line longer than the head and the tail: cut where it must be
     assert len(cut_middle(one, head=1000, tail=1000)) < 2100
+
+
+def test_weights_torch_refuses_are_said_as_data_and_the_candidates_own_raise_is_its_own():
+    """The worker's load_weights command: torch's load_state_dict refusing the reference's tensors (here a buffer
+    that is an expanded view, which no copy can write) is a reply the judge reads ({"loaded": False, "why"}), so
+    the row keeps its same-seed initialisation; an exception of the candidate's own code while loading is raised,
+    as any call's."""
+    import torch
+
+    from kp.judge.reference import Reference
+    from kp.worker.setup import SetupCommands
+    from kp.worker.state import WorkerState
+
+    class Expanded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("scale", torch.ones(1).expand(4))
+
+    class Hook(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(4))
+
+        def _load_from_state_dict(self, *a, **k):
+            raise ValueError("the candidate's own loader")
+
+    ref = Path(__file__).parent / "batch" / "ref.py"
+    st = WorkerState(Reference.load(("file", str(ref))), "cpu", "fp32")
+    st.models = {"expanded": Expanded(), "hook": Hook()}
+    setup = SetupCommands(st)
+    said = setup.cmd_load_weights("expanded", {"scale": torch.full((4,), 2.0)})
+    assert said["loaded"] is False and "loading state_dict" in said["why"], said
+    with pytest.raises(ValueError, match="own loader"):
+        setup.cmd_load_weights("hook", {"w": torch.ones(4)})

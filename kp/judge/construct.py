@@ -56,16 +56,13 @@ def build_row(
     row.names = names
     if names and load:
         state = {names[k]: v for k, v in (refs.state() if state is None else state).items() if k in names}
-        try:
-            row.runner.call(stage, "update", row.label, {"kind": "load_state_dict", "state": state})
-        except Rejected as e:  # the judge's loading, not the candidate's code, met what the module refuses
-            if "loading state_dict" not in str(e):
-                raise
+        loaded = row.runner.call(stage, "load_weights", row.label, state)
+        if not loaded.get("loaded"):  # the judge's loading, not the candidate's code, met what the module refuses
             row.runner.call(stage, "build", row.label, init, seed)  # as built: nothing half loaded
             row.names = {}
             row.weights = (
                 f"same-seed init: the reference's weights could not be loaded into it "
-                f"({str(e).split('raised ', 1)[-1][:120]}); not changed between calls"
+                f"({str(loaded.get('why'))[:120]}); not changed between calls"
             )
             run.log(f"{run.ref.name}: {row.label} weights: {row.weights}")
 

@@ -36,7 +36,7 @@ from kp.worker.state import WorkerState
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
 # commands after which no thread the candidate started may be working
-RUNS_CANDIDATE = ("build", "update", "forward", "time", "escape", "profile")
+RUNS_CANDIDATE = ("build", "update", "load_weights", "forward", "time", "escape", "profile")
 
 
 class Worker:

@@ -16,7 +16,7 @@ import torch
 from kp.box.start import needs_dynamo
 from kp.judge.family import same_value
 from kp.judge.float64 import _convert, hold_on
-from kp.judge.reference import apply_update
+from kp.judge.reference import apply_update, load_state
 from kp.lib.layers import set_precision
 from kp.lib.numerics import cpu_kernels
 from kp.lib.timing import L2Flusher
@@ -212,6 +212,18 @@ class SetupCommands:
     def cmd_update(self, label: str, update: dict):
         apply_update(self.state.models[label], update)
         return {}
+
+    def cmd_load_weights(self, label: str, state: dict):
+        """The reference's weights loaded into a freshly built model (the judge's mapping of its keys): whether the
+        module took them, and why not where torch's load_state_dict refused them (a shape the mapping cannot see,
+        a module that keeps no such tensor); whatever else the candidate's code raises is its own."""
+        try:
+            load_state(self.state.models[label], state)
+        except RuntimeError as e:
+            if "loading state_dict" not in str(e):  # torch's own refusal, told apart from the candidate's raise
+                raise
+            return {"loaded": False, "why": error_text(e)}
+        return {"loaded": True}
 
     def cmd_drop(self, label: str):
         self.state.models.pop(label, None)

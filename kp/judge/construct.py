@@ -37,6 +37,12 @@ def build_row(
     names = state_map(ref_keys, keys) if ref_keys else {}
     if names is None:  # in order again without the counters nothing reads (a rewrite need not keep them)
         names = state_map([(k, s) for k, s in ref_keys if not _unread_counter(refs.r32, k)], keys)
+    renamed = {k: v for k, v in (names or {}).items() if k != v}
+    if renamed and row.weights is None:  # loaded whole under other names: the mapping said, so a wrong one is seen
+        pairs = ", ".join(f"{k} -> {v}" for k, v in list(renamed.items())[:4])
+        more = f" (+{len(renamed) - 4} more)" if len(renamed) > 4 else ""
+        row.weights = f"the reference's loaded whole under other names: {pairs}{more}"
+        run.log(f"{run.ref.name}: {row.label} weights: {row.weights}")
     if names is None:
         names = partial_map(ref_keys, keys)
         if row.weights is None:

@@ -161,20 +161,22 @@ def _judge_ref(path: Path, device: str, timeout: float, precision: str = "fp32")
     import tempfile
 
     t0 = time.perf_counter()
-    rec_path = Path(tempfile.mkdtemp(prefix="kp-ref-")) / "record.json"
     cmd = [sys.executable, str(ROOT / "run.py"), "--ref", str(path), "--seed", "1", "--precision", precision]
     cmd += ["--device", device] if device == "cpu" else ["--no-compile", "--no-bench"]
-    cmd += ["--json", str(rec_path)]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-        code, out, err = r.returncode, r.stdout, r.stderr
-    except subprocess.TimeoutExpired:
-        code, out, err = None, "", f"no answer within {timeout:.0f} s"
+    with tempfile.TemporaryDirectory(prefix="kp-ref-") as tmp:
+        rec_path = Path(tmp) / "record.json"
+        try:
+            r = subprocess.run(
+                [*cmd, "--json", str(rec_path)], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+            )
+            code, out, err = r.returncode, r.stdout, r.stderr
+        except subprocess.TimeoutExpired:
+            code, out, err = None, "", f"no answer within {timeout:.0f} s"
+        try:  # the reference's probes (kp.judge.probes), as data: which passed, at which shape
+            probes = json.loads(rec_path.read_text()).get("probes")
+        except (OSError, ValueError):
+            probes = None
     lines = [ln for ln in (out + "\n" + err).splitlines() if ln.strip() and not ln.startswith("[kp]")]
-    try:  # the reference's probes (kp.judge.probes), as data: which passed, at which shape
-        probes = json.loads(rec_path.read_text()).get("probes")
-    except (OSError, ValueError):
-        probes = None
     return {
         "probes": {"shape": probes["shape"], "weak": probes["weak"]} if probes else None,
         "ref": path.name,

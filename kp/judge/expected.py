@@ -343,25 +343,32 @@ def honest_spread(
     return worst
 
 
+def _ops_run(counter) -> set[str]:
+    """The operators of the forward FlopCount saw, by name."""
+    return {str(op) for counts in counter.get_flop_counts().values() for op in counts}
+
+
 def _has_products(counter) -> bool:
     """Whether the forward FlopCount saw ran a GEMM, a matrix-vector product or a convolution."""
-    ops = {str(op) for counts in counter.get_flop_counts().values() for op in counts}
-    return any(name in op for op in ops for name in ("mm", "addmv", "mv", "convolution"))
+    return any(name in op for op in _ops_run(counter) for name in ("mm", "addmv", "mv", "convolution"))
 
 
 def tf32_truncated_output(refs: "_Refs", pristine: list):
     """The fp32 reference's output on these inputs with every product's multiplicands truncated to TF32
-    (kp.lib.op_modes.TruncatedTF32), its state put back after; None where no product ran or it cannot be run."""
+    (kp.lib.op_modes.TruncatedTF32), its state and the TF32 switches put back after; None where no product ran or
+    it cannot be run."""
     saved = refs.save_buffers()
+    switches = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     mode = TruncatedTF32()
     try:
-        set_precision("fp32")
+        set_precision("fp32")  # TF32 off: the truncated multiplicands' products are exact
         with torch.no_grad(), mode:
             y = refs.r32(*[clone_layout(x) for x in pristine])
         _settled()
     except Exception:  # the reference under the mode: no second algorithm to weigh
         return None
     finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = switches
         refs.restore_buffers(saved)
     return y if mode.hit else None
 
@@ -371,12 +378,7 @@ def tf32_truncating(refs: "_Refs", pristine: list, counter) -> list:
     their inputs truncated, as TF32 tensor cores read fp32 operands handed to them as they are (Triton's tl.dot by
     default), which errs about twice as much. Both are TF32 arithmetic, so PyTorch's error (the budget's base) is
     the worse of the two. Nothing where the forward runs no product."""
-    if not _has_products(counter):
-        return []
-    try:
-        y = tf32_truncated_output(refs, pristine)
-    finally:
-        set_precision("tf32")
+    y = tf32_truncated_output(refs, pristine) if _has_products(counter) else None
     return [] if y is None else [y]
 
 
@@ -389,8 +391,7 @@ def other_algorithms(refs: "_Refs", pristine: list, counter) -> list:
     sequence."""
     if not any(isinstance(x, torch.Tensor) and x.is_cuda for x in pristine):
         return []
-    ops = {str(op) for counts in counter.get_flop_counts().values() for op in counts}
-    if not any("convolution" in op for op in ops):
+    if not any("convolution" in op for op in _ops_run(counter)):
         return []
     out = []
     for channels_last in (False, True):

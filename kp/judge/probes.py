@@ -22,7 +22,7 @@ import copy
 
 import torch
 
-from kp.errors import Rejected, failed_figures
+from kp.errors import Rejected, failed_figures, first_line
 from kp.judge.outputs import Expected, _release, judge_output
 from kp.judge.reference import _as_list, describe
 
@@ -120,18 +120,21 @@ class Probes:
                     "accepted": False,
                     "calls": r["calls"],
                     "at": label,
-                    "why": f"not judged: {type(e).__name__}: {str(e).splitlines()[0][:100]}",
+                    "why": f"not judged: {type(e).__name__}: {first_line(e)[:100]}",
                 }
             del out
         _release()
-        size = sum(t.numel() * t.element_size() for t in exp.r64 if isinstance(t, torch.Tensor)) // 2
-        self.prev = _like(exp, lambda i, s: exp.r64[i].to(s[1]).to(s[2])) if size <= KEEP_BYTES else None
-        if self.prev is None and self._alive(STALE):
-            self.results[STALE] = {
-                "accepted": False,
-                "calls": 0,
-                "why": f"not judged: outputs over {KEEP_BYTES >> 30} GiB",
-            }
+        self.prev = None  # kept only while the stale probe stands: a copy of every output, up to KEEP_BYTES
+        if self._alive(STALE):
+            size = sum(t.numel() * t.element_size() for t in exp.r64 if isinstance(t, torch.Tensor)) // 2
+            if size <= KEEP_BYTES:
+                self.prev = _like(exp, lambda i, s: exp.r64[i].to(s[1]).to(s[2]))
+            else:
+                self.results[STALE] = {
+                    "accepted": False,
+                    "calls": 0,
+                    "why": f"not judged: outputs over {KEEP_BYTES >> 30} GiB",
+                }
 
     def weak(self) -> list[str]:
         """The probes every call they saw accepted."""

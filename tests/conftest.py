@@ -1,3 +1,4 @@
+import hashlib
 import json
 import os
 import subprocess
@@ -80,6 +81,14 @@ def pytest_addoption(parser):
         "lane only (one batch a GPU), every other test to the lane with the least time so far",
     )
     parser.addoption(
+        "--claims",
+        default=None,
+        metavar="DIR",
+        help="with --shard: the GPU tests that may run on any share are not dealt but taken: every share lists "
+        "them, and runs one only if it is the first to claim it (a file made in DIR, which the shares of one "
+        "suite run share), so the shares end together whatever each test takes beside the others",
+    )
+    parser.addoption(
         "--only",
         choices=("gpu", "cpu"),
         default=None,
@@ -117,7 +126,13 @@ def _on_batch_lane(name: str) -> bool:
 
 
 def shard_of(
-    names: list[str], gpu_names: set[str], k: int, n: int, seconds: dict[str, float] | None = None, lanes: int = 1
+    names: list[str],
+    gpu_names: set[str],
+    k: int,
+    n: int,
+    seconds: dict[str, float] | None = None,
+    lanes: int = 1,
+    pooled: bool = False,
 ) -> list[str]:
     """The K-th of N shares. Without `seconds`: the GPU tests dealt round-robin among themselves (so each GPU gets its
     turn of the heavy ones, which sit together in the order). With them (a recorded run's, by node id): each GPU test,
@@ -127,34 +142,45 @@ def shard_of(
     dealt round-robin either way, each share starting where the last left off. Every process of the N computes the
     same deal. With `lanes` (L pytest processes a GPU), the batched cases go only to the shares that are a GPU's
     first lane (K % L == 0): each GPU judges its cases in one batch; so do the tests that run after the batch
-    (AFTER_BATCH), which that lane runs once its batch is done (pytest_collection_modifyitems)."""
+    (AFTER_BATCH), which that lane runs once its batch is done (pytest_collection_modifyitems). `pooled`: the GPU
+    tests that may go to any share are not dealt but listed in every share, each run by the share that claims it
+    first (--claims); only the tests of the batch's lanes are dealt, among those lanes."""
     gpu_tests = [x for x in names if x in gpu_names]
     cpu_tests = [x for x in names if x not in gpu_names]
     mine_cpu = set(cpu_tests[(k + len(gpu_tests)) % n :: n])
-    clean = [x.split("@")[0] for x in gpu_tests]
     first_lanes = [s for s in range(n) if s % lanes == 0]
-    allowed = [first_lanes if _on_batch_lane(c) else list(range(n)) for c in clean]
+    pinned = {x for x in gpu_tests if _on_batch_lane(x.split("@")[0])}
+    pool = {x for x in gpu_tests if pooled and x not in pinned}
+    dealt = [(x, first_lanes if x in pinned else list(range(n))) for x in gpu_tests if x not in pool]
+    mine = pool | _deal(dealt, k, n, seconds)
+    return [x for x in names if x in mine | mine_cpu]
+
+
+def _deal(tests: list[tuple[str, list[int]]], k: int, n: int, seconds: dict[str, float] | None) -> set[str]:
+    """The tests of share K among (node id, the shares it may go to): round-robin without `seconds`, else longest
+    first to the least-loaded share it may go to (shard_of)."""
     if not seconds:
         turn, mine = {}, set()
-        for x, shares in zip(gpu_tests, allowed):
+        for x, shares in tests:
             key = len(shares)
             share = shares[turn.get(key, 0) % len(shares)]
             turn[key] = turn.get(key, 0) + 1
             if share == k:
                 mine.add(x)
-        return [x for x in names if x in mine | mine_cpu]
+        return mine
+    clean = [x.split("@")[0] for x, _ in tests]
     batched = [c for c in clean if _batched(c)]
     batch_total = sum(seconds.get(c, 0.0) for c in batched)  # the batches' setups, and each case's look-up
     batch_s = batch_total / len(batched) if batch_total > 0 else UNRECORDED_S
     cost = [batch_s if _batched(c) else seconds.get(c, UNRECORDED_S) for c in clean]
     load, mine = [0.0] * n, set()
     # the batched cases first (they have the fewest shares to go to), then every test longest first
-    for i in sorted(range(len(gpu_tests)), key=lambda i: (len(allowed[i]), -cost[i], i)):
-        share = min(allowed[i], key=lambda s: (load[s], s))
+    for i in sorted(range(len(tests)), key=lambda i: (len(tests[i][1]), -cost[i], i)):
+        share = min(tests[i][1], key=lambda s: (load[s], s))
         load[share] += cost[i]
         if share == k:
-            mine.add(gpu_tests[i])
-    return [x for x in names if x in mine | mine_cpu]
+            mine.add(tests[i][0])
+    return mine
 
 
 def _is_gpu_test(item) -> bool:
@@ -180,16 +206,44 @@ def pytest_collection_modifyitems(config, items):
     lanes = config.getoption("--lanes")
     if lanes < 1 or n % lanes:
         raise pytest.UsageError(f"--lanes {lanes}: a count that divides the shares of --shard ({n})")
-    keep = set(shard_of([it.nodeid for it in items], gpu_names, k, n, gpu_test_seconds(), lanes))
+    pooled = bool(config.getoption("--claims"))
+    keep = set(shard_of([it.nodeid for it in items], gpu_names, k, n, gpu_test_seconds(), lanes, pooled))
     config.hook.pytest_deselected(items=[it for it in items if it.nodeid not in keep])
     order = {x: i for i, x in enumerate(batch_first([it.nodeid for it in items if it.nodeid in keep]))}
     items[:] = sorted((it for it in items if it.nodeid in keep), key=lambda it: order[it.nodeid])
+    for it in items:
+        it.stash[CLAIMED] = pooled and it.nodeid in gpu_names and not _on_batch_lane(it.nodeid.split("@")[0])
+
+
+# Whether a test is one of the pooled GPU tests (--claims): run by the share that claims it first.
+CLAIMED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A pooled GPU test that another share claimed first is not run here (nor reported: that share reports it)."""
+    if item.stash.get(CLAIMED, False) and not claim(Path(item.config.getoption("--claims")), item.nodeid):
+        return True
+    return None
+
+
+def claim(folder: Path, nodeid: str) -> bool:
+    """Whether this process is the first to claim the test: a file named for it, made only where none is (the
+    filesystem's O_EXCL decides between shares that ask at once)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(folder / hashlib.sha256(nodeid.encode()).hexdigest()[:32], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.write(fd, f"{os.getpid()} {nodeid}\n".encode())
+    os.close(fd)
+    return True
 
 
 def batch_first(names: list[str]) -> list[str]:
-    """A share's tests in the order its pytest runs them: the batched judge cases first (the batch starts at once, and
-    the tests that run after it, AFTER_BATCH, do), then the rest in the order they were collected."""
-    return sorted(names, key=lambda x: not _batched(x))
+    """A share's tests in the order its pytest runs them: the batched judge cases first (the batch starts at once),
+    then the tests that run after it (AFTER_BATCH), then the rest in the order they were collected."""
+    return sorted(names, key=lambda x: (not _batched(x), not _on_batch_lane(x.split("@")[0])))
 
 
 def run_script(*args, env=None, timeout=1200):

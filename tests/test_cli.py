@@ -2,6 +2,8 @@
 same command-line entry in this process."""
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -220,6 +222,42 @@ def test_lanes_put_the_batch_and_what_follows_it_on_each_gpus_first_lane():
         mine = [x for x in ran if x in cases]
         assert mine and ran[: len(mine)] == mine, ran
         assert [x for x in ran if x not in cases] == [x for x in shares[k] if x not in cases]
+
+
+def test_pooled_gpu_tests_are_listed_by_every_lane_and_the_batch_lanes_own_dealt():
+    """With --claims (tools/gpu_tests.py), the GPU tests that may run on any lane are in every share, to be claimed
+    at run time; the batched cases and AFTER_BATCH still go only to the first lanes, dealt among them, in the order
+    batch, AFTER_BATCH, the rest."""
+    from conftest import batch_first, shard_of
+
+    cases = [f"tests/test_judge_cases.py::test_judge_case_on_gpu[c{i}]" for i in range(6)]
+    after = [f"tests/test_judge_cases.py::test_every_shipped_variant_accepted[p{i}]" for i in range(2)]
+    free = [f"tests/test_a.py::t{i}" for i in range(5)]
+    names = free[:3] + after + cases + free[3:]
+    shares = [shard_of(names, set(names), k, 4, {cases[0]: 60.0}, lanes=2, pooled=True) for k in range(4)]
+    assert all(set(free) <= set(s) for s in shares)
+    assert not set(shares[1] + shares[3]) - set(free)
+    assert sorted(x for k in (0, 2) for x in shares[k] if x not in free) == sorted(cases + after)
+    for k in (0, 2):
+        ran = batch_first(shares[k])
+        mine = [x for x in ran if x not in free]
+        assert ran[: len(mine)] == sorted(mine, key=lambda x: x not in cases), ran
+
+
+def test_a_pooled_gpu_test_runs_in_the_lane_that_claims_it_first(tmp_path):
+    """Two lanes' pytests with one --claims folder: the first runs (here: skips, no GPU) the pooled tests it lists,
+    the second, listing the same, runs none of them; each claim is a file naming its test."""
+    claims = tmp_path / "claims"
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--only", "gpu", "--lanes", "2"]
+    argv += ["--claims", str(claims), "-k", "test_gpu_split_gemm_odd_shapes", "tests/test_linear_models.py"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    first = subprocess.run([*argv, "--shard", "1/2"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    second = subprocess.run([*argv, "--shard", "0/2"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    ran = re.search(r"(\d+) skipped", first.stdout)
+    assert ran and int(ran[1]) > 1, first.stdout[-2000:]
+    assert "skipped" not in second.stdout and "passed" not in second.stdout, second.stdout[-2000:]
+    made = sorted(f.read_text().split(" ", 1)[1].strip() for f in claims.iterdir())
+    assert len(made) == int(ran[1]) and all("test_gpu_split_gemm_odd_shapes[" in x for x in made), made
 
 
 def test_gpu_tests_store_durations_merges_the_record(tmp_path):

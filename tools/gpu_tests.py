@@ -1,8 +1,7 @@
-"""The GPU tests over every GPU of the host: one pytest per GPU (CUDA_VISIBLE_DEVICES set to it), each running its
-share of the tests that need a GPU (`--only gpu --shard K/N`, tests/conftest.py: dealt by each test's seconds in
-tests/gpu_test_seconds.json so that the shares end together, round-robin without it), started together; prints
-one line per GPU (and its three slowest tests) and exits with the worst exit code. With --cpu-tests, the other tests
-follow in one pytest over every core with the GPUs hidden, exactly as CI runs them on a host without a GPU.
+"""The GPU tests over every GPU of the host: one pytest per GPU (CUDA_VISIBLE_DEVICES set to it), or several (lanes),
+each running its share of the tests that need a GPU (`--only gpu --shard K/N`, tests/conftest.py); prints one line
+per GPU (and its three slowest tests) and exits with the worst exit code. With --cpu-tests, the other tests follow
+in one pytest over every core with the GPUs hidden, exactly as CI runs them on a host without a GPU.
 
     python -m tools.gpu_tests                      every GPU nvidia-smi lists
     python -m tools.gpu_tests --cpu-tests          and then the tests that need no GPU: the whole suite
@@ -10,16 +9,19 @@ follow in one pytest over every core with the GPUs hidden, exactly as CI runs th
     python -m tools.gpu_tests --no-prebuild        without building every kernel first
     python -m tools.gpu_tests --store-durations    and record each GPU test's seconds for the next runs' deal
 
-Every kernel is built first, all cores at once (`run.py --build`, and beside it as the non-Hopper path builds them,
-KP_CAPABILITY=8.0), into the cache the tests use; otherwise the first GPU test to need a kernel builds it while
-holding its GPU's one-at-a-time group (on a fresh 4 x H100 host: the softmax sweep of 6_regcluster 97 s, the
-non-Hopper paths 130-173 s each, with the builds inside).
+Every kernel is built first, all cores at once (`run.py --build`, the largest source first; beside it, below its
+priority, the non-Hopper path's, KP_CAPABILITY=8.0), into the cache the tests use; otherwise the first GPU test to
+need a kernel builds it (on a fresh 4 x H100 host: the softmax sweep of 6_regcluster 97 s, the non-Hopper paths
+130-173 s each, with the builds inside).
 
 Each GPU's pytest runs its tests one at a time (one xdist worker), with its share of the cores as threads; its judge
-cases and known-wrong cases (141 of the 243 GPU tests) are judged together first, in one batch over three or four warm
-slots of its GPU (tests/batched.py: 1-6 s a case instead of the 15-25 s of a judge process started for each). With
-lanes, a GPU's first lane runs the batch and then the tests that are slow beside it (tests/batched.py's AFTER_BATCH),
-while its other lanes run the rest. The tests
+cases and known-wrong cases (141 of the 250 GPU tests) are judged together first, in one batch over three or four
+warm slots of its GPU (tests/batched.py: 1-6 s a case instead of the 15-25 s of a judge process started for each).
+The batched cases and the tests that are slow beside the batch (tests/batched.py's AFTER_BATCH) are dealt among the
+GPUs' first lanes by their recorded seconds (tests/gpu_test_seconds.json); a first lane starts once the kernels are
+built, as its batch's boxed candidates cannot build them. Every other GPU test is taken, not dealt: every lane
+lists them and runs each that no lane has claimed before it (--claims), the other lanes from the start, beside the
+build, the first lanes after their batch; so the lanes end together, within a test. The tests
 that need no GPU are not run beside them: they are CI's, and on a GPU host several of them judge on the GPU when one is
 there, beside a GPU test's 36-64 GiB softmax judge. --cpu-tests runs them after, with the GPUs hidden, one xdist worker
 per two cores (a CPU test is a judge process and its candidate's worker), each process with two threads (OMP_NUM_THREADS
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,19 +60,34 @@ def host_gpus() -> list[str]:
     return [str(i) for i, ln in enumerate(ln for ln in out.splitlines() if ln.startswith("GPU "))]
 
 
-def prebuild(gpu: str, logs: Path) -> None:
-    """`run.py --build` on one GPU: every rung of every problem for this GPU and, at the same time, for the non-Hopper
-    path (the first's last rung, softmax/6_regcluster, takes most of its time on one core, 68 s of 72 on an H200's
-    host, while the other builds in 17 s); a build that fails is said here and again by the tests that need it."""
+def start_prebuild(gpu: str, logs: Path) -> list:
+    """`run.py --build` on one GPU: every rung of every problem for this GPU and, at the same time and below its
+    priority (nice PREBUILD_SM80_NICE: its rungs are needed later, by fewer tests), for the non-Hopper path. The
+    first's wall time is its last rung's, softmax/6_regcluster, which takes most of it on one core. Returns the
+    started builds for wait_prebuild."""
     started = []
     for cap in (None, "8.0"):
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, **({"KP_CAPABILITY": cap} if cap else {})}
         name = "prebuild" + (f"_sm{cap.replace('.', '')}" if cap else "")
         log = open(logs / f"{name}.log", "w")
+        nice = ["nice", "-n", str(PREBUILD_SM80_NICE)] if cap and shutil.which("nice") else []
         proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "run.py"), "--build"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            [*nice, sys.executable, str(ROOT / "run.py"), "--build"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         started.append((name, proc, log, time.perf_counter()))
+    return started
+
+
+PREBUILD_SM80_NICE = 5
+
+
+def wait_prebuild(started: list, logs: Path) -> None:
+    """Waits for the builds of start_prebuild, one line each (a build that fails is said here and again by the
+    tests that need it)."""
     while started:
         time.sleep(0.2)
         for name, proc, log, t in [s for s in started if s[1].poll() is not None]:
@@ -125,40 +143,40 @@ def main(argv=None) -> int:
     def threads(n):
         return {k: os.environ.get(k, str(max(1, n))) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
-    procs = []
     t0 = time.perf_counter()
     stop = Stop()
-    if not args.no_prebuild:
-        prebuild(gpus[0], logs)
-    if stop.signum:
-        print(f"stopped by signal {stop.signum} while the kernels were built: no test ran", flush=True)
-        return 128 + stop.signum
+    lanes = args.lanes or (2 if cpus // len(gpus) >= 12 else 1)
+    shares = len(gpus) * lanes
+    builds = [] if args.no_prebuild else start_prebuild(gpus[0], logs)
+    # A GPU's first lane starts once the kernels are built, its other lanes at once (a test builds what it needs,
+    # waiting for the prebuild's build of the same rung). Dealt by seconds measured alone, a lane beside the batch
+    # took a third longer than its deal: the tests that may run on any lane are claimed at run time instead.
+    claims = logs / "claims"
+    shutil.rmtree(claims, ignore_errors=True)
     verbose = any(re.fullmatch(r"-v+|--verbose", a) for a in extra)  # pytest's -q would cancel it
     pytest = [sys.executable, "-m", "pytest", *([] if verbose else ["-q"]), "-rfEs", "-p", "no:cacheprovider"]
     if args.store_durations:  # every test's phases, listed
         pytest += ["--durations=0", "--durations-min=0"]
     elif not any(a.startswith("--durations") for a in extra):  # each GPU's line names its slowest tests
         pytest.append("--durations=3")
-    lanes = args.lanes or (2 if cpus // len(gpus) >= 12 else 1)
-    shares = len(gpus) * lanes
-    for k in range(shares):
+
+    def start(k):
         g, lane = gpus[k // lanes], k % lanes
         env = {**os.environ, **threads(cpus // shares), "CUDA_VISIBLE_DEVICES": g}
         name = f"gpu{g}" + (f"-{lane}" if lanes > 1 else "")
         log = open(logs / f"{name}.log", "w")
-        cmd = [*pytest, "-n", "1", "--only", "gpu", "--shard", f"{k}/{shares}", "--lanes", str(lanes), *extra]
-        procs.append(
-            (
-                f"GPU {g}" + (f" lane {lane}" if lanes > 1 else ""),
-                f"{name}.log",
-                stop.started(
-                    subprocess.Popen(
-                        cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                    )
-                ),
-                log,
-            )
-        )
+        cmd = [*pytest, "-n", "1", "--only", "gpu", "--shard", f"{k}/{shares}", "--lanes", str(lanes)]
+        cmd += ["--claims", str(claims), *extra]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return (f"GPU {g}" + (f" lane {lane}" if lanes > 1 else ""), f"{name}.log", stop.started(proc), log)
+
+    procs = {k: start(k) for k in range(shares) if builds and k % lanes}
+    if builds:
+        wait_prebuild(builds, logs)
+    if stop.signum:
+        print(f"stopped by signal {stop.signum} while the kernels were built", flush=True)
+    procs.update({k: start(k) for k in range(shares) if k not in procs and not stop.signum})
+    procs = [procs[k] for k in sorted(procs)]
     worst = _finish(procs, logs, stop)
     print(
         f"{len(gpus)} GPUs, {lanes} lane{'s' * (lanes > 1)} each, {time.perf_counter() - t0:.0f} s in all; each "

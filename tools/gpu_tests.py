@@ -101,6 +101,14 @@ def wait_prebuild(started: list, logs: Path) -> None:
             )
 
 
+def lane_args(k: int, shares: int, lanes: int, claims: Path) -> list[str]:
+    """The pytest options of share K: its GPU tests, its lanes, the folder of claims. Each a single `--opt=value`
+    word: pytest takes its root (and so its conftest and options) from the arguments that are existing paths, and
+    the claims' folder exists once a lane has claimed a test (its root became the folder's parent, and the later
+    lanes' options were unknown)."""
+    return ["-n", "1", "--only=gpu", f"--shard={k}/{shares}", f"--lanes={lanes}", f"--claims={claims}"]
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -165,8 +173,7 @@ def main(argv=None) -> int:
         env = {**os.environ, **threads(cpus // shares), "CUDA_VISIBLE_DEVICES": g}
         name = f"gpu{g}" + (f"-{lane}" if lanes > 1 else "")
         log = open(logs / f"{name}.log", "w")
-        cmd = [*pytest, "-n", "1", "--only", "gpu", "--shard", f"{k}/{shares}", "--lanes", str(lanes)]
-        cmd += ["--claims", str(claims), *extra]
+        cmd = [*pytest, *lane_args(k, shares, lanes, claims), *extra]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return (f"GPU {g}" + (f" lane {lane}" if lanes > 1 else ""), f"{name}.log", stop.started(proc), log)
 

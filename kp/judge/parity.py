@@ -6,6 +6,7 @@ first wrong call gets (the candidate's own initialisation, eval semantics). Func
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -206,9 +207,25 @@ def parity_bench(run, init, at: str | None = None) -> None:
     with run.clock.timed("construct: the rows built with the reference's weights"):
         run._each(lambda row: build_row(run, row, refs, init, run.seed))
     premises = Premises()  # what every trial's draw shares: the derived inputs keep it or are skipped
+    passed_before = {}
+
+    def check_row(row: Row, call: CheckedCall) -> None:
+        try:
+            row.checks[call.label] = check_call(
+                run, row, call.label, call.inputs, call.exp, call.widen, moved=call.moved, grads=call.grads
+            )
+        except Rejected as e:
+            if e.kind == "gradient":  # the forward was right: what follows explains a wrong forward
+                raise
+            explained = _explained(run, refs, row, e, call, init, passed_before.get(row.label, False))
+            if explained is e:
+                raise
+            raise explained from explained.__cause__  # the stale inputs' keeps the rejection it explains
+        passed_before[row.label] = True
+        check_buffers(run, row, f"buffers after {call.label}", refs)
+
     prev_grads = None  # --backward: the call before's expected gradients (accumulation at the second call)
     base_finite = None
-    passed_before = {}
     for index, (label, s, upd, derive) in enumerate(parity_sequence(run)):
         if not run.live():
             break
@@ -218,43 +235,15 @@ def parity_bench(run, init, at: str | None = None) -> None:
         if upd and not changed:  # nothing to change: the call is a plain one and says so
             label = label.replace(f", after an {upd}", "")
         with run.clock.timed("parity: the inputs drawn"):
-            pristine = run.ref.inputs(s, run.device)
-        grow = 1.0  # the budget's floor grows at the shifted input (shift_growth)
-        if not derive:
-            premises.see(pristine)
-        elif not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in pristine):
-            run.skip(f"{label}: no floating-point input to derive from")
+            drawn = _inputs(run, premises, label, run.ref.inputs(s, run.device), derive)
+        if drawn is None:
             continue
-        elif premises.broken(derive):
-            run.skip(f"{label}: {premises.broken(derive)}")
-            continue
-        else:
-            base = pristine
-            pristine = [
-                DERIVED[derive](x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in pristine
-            ]
-            out_of_range = _overflowed(base, pristine)
-            if out_of_range:
-                run.skip(f"{label}: {out_of_range}")
-                continue
-            grow = shift_growth(base, pristine) if derive.startswith("shifted") else 1.0
-            del base
+        pristine, grow = drawn
         saved = refs.save_buffers() if derive else None  # a skipped call leaves the reference's state as it was
-        try:
-            with run.clock.timed("parity: the references' backward (fp32 and float64)"):
-                grads = run.gradients.expected(refs, pristine, s, run.precision) if run.backward else None
-            with run.clock.timed("parity: the references (fp32 and float64) on benchmark-shape calls"):
-                exp = refs.expected(pristine, run.precision, grow=grow)
-        except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
-            raise
-        except Exception as e:
-            if raised_by_judge(e):  # the judge's own bug: never taken for the reference's, never a skip
-                raise
-            if not derive:
-                raise ReferenceRaised(f"the reference itself raised on its own inputs ({label})", e) from None
-            refs.restore_buffers(saved)
-            run.skip(f"{label}: the reference raises there ({type(e).__name__}: {first_line(e)[:100]})")
+        expected = _expected(run, refs, label, pristine, s, derive, grow, saved)
+        if expected is None:
             continue
+        grads, exp = expected
         finite = exp.finite()
         if not at and run.bench_rms is None:  # the benchmark's first call: each output's typical magnitude
             run.bench_rms = [rms(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else None for t in exp.r64]
@@ -286,64 +275,119 @@ def parity_bench(run, init, at: str | None = None) -> None:
         prev_grads = grads
         if grads is not None and derive:  # a gradient over its budget there: widened as the output's is
             grads.widen = run.gradients.widener(refs, pristine, grads, saved)
-
-        def one(row):
-            try:
-                row.checks[label] = check_call(
-                    run, row, label, pristine, exp, widen if derive else None, moved=moved, grads=grads
-                )
-            except Rejected as e:
-                if e.kind == "gradient":  # the forward was right: what follows explains a wrong forward
-                    raise
-                stale = (
-                    moved
-                    and passed_before.get(row.label)
-                    and _follows_old_inputs(run, row, label, pristine, exp, widen, derive)
-                )
-                if stale:  # the cause first, the figures short: the record keeps them whole
-                    figs = failed_figures(e) or {}
-                    err = f"relL2 {figs['rel_l2']:.2e}" if "rel_l2" in figs else str(e).split(": ", 1)[-1][:60]
-                    raise Rejected(
-                        f"{label}: {STALE_INPUTS}: {err} at this call's, {stale}", kind="stale_inputs", check=label
-                    ) from e
-                if refs.state_attrs and passed_before.get(row.label):
-                    raise Rejected(
-                        f"{e}; it passed the call before: the reference carries state from call to "
-                        f"call ({', '.join(refs.state_attrs)}) and the candidate's output does not "
-                        f"follow it",
-                        figures=failed_figures(e),
-                        kind=e.kind,
-                    ) from None
-                if changed and passed_before.get(row.label) and stale_cache_shaped(e):
-                    raise Rejected(
-                        f"{e}; it passed before the weights changed ({upd}): a value derived from "
-                        f"the weights is not recomputed (stale weight cache)",
-                        figures=failed_figures(e),
-                        kind=e.kind,
-                    ) from None
-                first = (
-                    not passed_before.get(row.label)
-                    and not upd
-                    and not derive
-                    and e.kind in ("wrong_output", "non_finite")
-                )
-                hint = first and row.names and own_init_hint(run, row, init, label, pristine, exp)
-                hint = hint or (first and eval_semantics_hint(run, row, init, label, pristine))
-                if hint:
-                    raise Rejected(f"{e}; {hint}", figures=failed_figures(e), kind=e.kind) from None
-                tf32 = run.precision == "fp32" and tf32_hint(refs, pristine, exp, e)
-                if tf32:
-                    raise Rejected(f"{e}; {tf32[0]}", figures=tf32[1], kind=e.kind) from None
-                raise
-            passed_before[row.label] = True
-            check_buffers(run, row, f"buffers after {label}", refs)
+        call = CheckedCall(label, pristine, exp, widen if derive else None, derive, upd, changed, moved, grads)
 
         with run.clock.timed("parity: the rows' benchmark-shape calls and their checks"):
-            run._each(one)
-        del pristine, exp
+            run._each(functools.partial(check_row, call=call))
+        del pristine, exp, call
         with run.clock.timed("parity: the GPU's cached memory handed back"):
             release_if_short(run)
     premises.forget()
+    run.notes += [n for n in _reference_notes(refs, at) if n not in run.notes]
+
+
+@dataclasses.dataclass
+class CheckedCall:
+    """One call of the sequence as every row is checked at it: its label, inputs and expected outputs, the widener
+    of a derived call's budget, what it derives or updates, whether the weights changed and the inputs moved, and
+    the expected gradients (--backward)."""
+
+    label: str
+    inputs: list
+    exp: Expected
+    widen: object
+    derive: str | None
+    upd: str | None
+    changed: bool
+    moved: bool
+    grads: object
+
+
+def _inputs(run, premises: Premises, label: str, pristine: list, derive: str | None) -> tuple[list, float] | None:
+    """The call's inputs: as drawn, or derived from them (DERIVED), with the growth of the budget's floor at a
+    shifted input (shift_growth); None where a derived call cannot be made (said as a skip)."""
+    if not derive:
+        premises.see(pristine)
+        return pristine, 1.0
+    if not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in pristine):
+        run.skip(f"{label}: no floating-point input to derive from")
+        return None
+    if premises.broken(derive):
+        run.skip(f"{label}: {premises.broken(derive)}")
+        return None
+    derived = [DERIVED[derive](x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in pristine]
+    out_of_range = _overflowed(pristine, derived)
+    if out_of_range:
+        run.skip(f"{label}: {out_of_range}")
+        return None
+    return derived, shift_growth(pristine, derived) if derive.startswith("shifted") else 1.0
+
+
+def _expected(run, refs: _Refs, label: str, inputs: list, s, derive, grow: float, saved):
+    """The references' outputs (and, --backward, gradients) at this call: (grads, Expected). The reference raising
+    on its own inputs is the reference's error; on a derived input the call is skipped (None), the reference's
+    state put back."""
+    try:
+        with run.clock.timed("parity: the references' backward (fp32 and float64)"):
+            grads = run.gradients.expected(refs, inputs, s, run.precision) if run.backward else None
+        with run.clock.timed("parity: the references (fp32 and float64) on benchmark-shape calls"):
+            return grads, refs.expected(inputs, run.precision, grow=grow)
+    except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
+        raise
+    except Exception as e:
+        if raised_by_judge(e):  # the judge's own bug: never taken for the reference's, never a skip
+            raise
+        if not derive:
+            raise ReferenceRaised(f"the reference itself raised on its own inputs ({label})", e) from None
+        refs.restore_buffers(saved)
+        run.skip(f"{label}: the reference raises there ({type(e).__name__}: {first_line(e)[:100]})")
+        return None
+
+
+def _explained(run, refs: _Refs, row: Row, e: Rejected, call: CheckedCall, init, passed_before: bool) -> Rejected:
+    """A row's rejection at a call with its cause where the judge can tell it: inputs followed at their old
+    addresses, the reference's state not followed, a weight cache not recomputed, the row's own initialisation or
+    inference semantics at the first call, TF32's error in fp32; else the rejection as it is."""
+    stale = (
+        call.moved
+        and passed_before
+        and _follows_old_inputs(run, row, call.label, call.inputs, call.exp, call.widen, call.derive)
+    )
+    if stale:  # the cause first, the figures short: the record keeps them whole
+        figs = failed_figures(e) or {}
+        err = f"relL2 {figs['rel_l2']:.2e}" if "rel_l2" in figs else str(e).split(": ", 1)[-1][:60]
+        told = Rejected(
+            f"{call.label}: {STALE_INPUTS}: {err} at this call's, {stale}", kind="stale_inputs", check=call.label
+        )
+        told.__cause__ = e
+        return told
+    if refs.state_attrs and passed_before:
+        return Rejected(
+            f"{e}; it passed the call before: the reference carries state from call to call "
+            f"({', '.join(refs.state_attrs)}) and the candidate's output does not follow it",
+            figures=failed_figures(e),
+            kind=e.kind,
+        )
+    if call.changed and passed_before and stale_cache_shaped(e):
+        return Rejected(
+            f"{e}; it passed before the weights changed ({call.upd}): a value derived from the weights is not "
+            f"recomputed (stale weight cache)",
+            figures=failed_figures(e),
+            kind=e.kind,
+        )
+    first = not passed_before and not call.upd and not call.derive and e.kind in ("wrong_output", "non_finite")
+    hint = first and row.names and own_init_hint(run, row, init, call.label, call.inputs, call.exp)
+    hint = hint or (first and eval_semantics_hint(run, row, init, call.label, call.inputs))
+    if hint:
+        return Rejected(f"{e}; {hint}", figures=failed_figures(e), kind=e.kind)
+    tf32 = run.precision == "fp32" and tf32_hint(refs, call.inputs, call.exp, e)
+    if tf32:
+        return Rejected(f"{e}; {tf32[0]}", figures=tf32[1], kind=e.kind)
+    return e
+
+
+def _reference_notes(refs: _Refs, at: str | None) -> list[str]:
+    """What the verdict says of the reference after its calls: state it carries, a float64 copy moved, none made."""
     notes = []
     if refs.state_attrs:
         notes.append(
@@ -357,7 +401,7 @@ def parity_bench(run, init, at: str | None = None) -> None:
             f"no float64 reference ({refs.how}); judged against PyTorch's fp32 output with "
             f"relL2 budget {FP32_ONLY_BUDGET:g}"
         )
-    run.notes += [n for n in notes if n not in run.notes]
+    return notes
 
 
 def _follows_old_inputs(run, row: Row, label: str, pristine: list, exp: Expected, widen, derive) -> str | None:

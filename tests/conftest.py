@@ -26,6 +26,13 @@ os.environ.setdefault("KP_PCH", "0")
 # Every record a judgement of the suite makes, in this process or any it starts, is checked against the record's
 # schema (kp/record.schema.json) as it is made: one that breaks it fails its judgement, and so its test.
 os.environ["KP_VALIDATE_RECORDS"] = "1"
+try:
+    import jsonschema  # noqa: E402, F401
+except ImportError:
+    raise pytest.UsageError(
+        "the suite validates every record it makes against kp/record.schema.json and needs jsonschema: "
+        "pip install -r requirements.txt"
+    ) from None
 
 
 def gpu(test):
@@ -221,8 +228,12 @@ CLAIMED = pytest.StashKey[bool]()
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A pooled GPU test that another share claimed first is not run here (nor reported: that share reports it)."""
+    """A pooled GPU test that another share claimed first is not run here (nor reported: that share reports it).
+    What the test before it set up and kept for it (its module, its class, their fixtures) is torn down as its own
+    teardown would have, up to the test after it: left set up, the next test of another module fails its setup
+    ("previous item was not torn down properly")."""
     if item.stash.get(CLAIMED, False) and not claim(Path(item.config.getoption("--claims")), item.nodeid):
+        item.session._setupstate.teardown_exact(nextitem)
         return True
     return None
 

@@ -269,6 +269,28 @@ def test_a_pooled_gpu_test_runs_in_the_lane_that_claims_it_first(tmp_path):
     assert len(made) == int(ran[1]) and all("test_gpu_split_gemm_odd_shapes[" in x for x in made), made
 
 
+def test_a_test_claimed_elsewhere_tears_down_what_the_test_before_it_kept(tmp_path):
+    """A test claimed by another lane, between two tests that run here: the module the test before it kept set up
+    for it is torn down, and the next module's test sets up and passes (not "previous item was not torn down")."""
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.conftest import CLAIMED, pytest_addoption, pytest_runtest_protocol  # noqa: F401\n\n\n"
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    for it in items:\n"
+        "        it.stash[CLAIMED] = True\n"
+    )
+    fixture = "import pytest\n\n\n@pytest.fixture(scope='module')\ndef kept():\n    yield 1\n\n\n"
+    (tmp_path / "test_a.py").write_text(fixture + "def test_1(kept):\n    pass\n\n\ndef test_2(kept):\n    pass\n")
+    (tmp_path / "test_b.py").write_text(fixture + "def test_3(kept):\n    pass\n")
+    from tests.conftest import claim
+
+    claims = tmp_path / "claims"
+    assert claim(claims, "test_a.py::test_2")
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--claims={claims}", str(tmp_path)]
+    got = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0 and "2 passed" in got.stdout and "error" not in got.stdout, got.stdout[-3000:]
+
+
 def test_gpu_tests_store_durations_merges_the_record(tmp_path):
     """tools/gpu_tests.py --store-durations: each GPU test's setup, call and teardown added from pytest's durations
     list, xdist's group suffix dropped, tests this run did not include keep their earlier figures."""

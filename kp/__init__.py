@@ -73,14 +73,16 @@ LAYER_ORDER = (
     "observe.ncu",
     "observe.verdict",
     "observe.report",
-    # the judge: its memory plan, an output against what it must be, what a call must return, its stages (construct,
-    # the gradients, one checked call, parity, parity at the shape family's members, KernelBench's own check, escape
-    # and own kernel, timing and ceilings, profiles), its answers to running out of GPU memory, its record, its stage
-    # table, the driver that runs it; its roofline picture; many jobs (what a job, a job file and a results file
-    # are; what a batch used of its host; candidates' builds ahead of judging; the reference run in a slot's next
-    # box; what runs in a slot's process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks
-    # run which jobs)
+    # the judge: its memory plan, its cached GPU memory handed back, the one comparison with the float64 reference, an
+    # output against what it must be, what a call must return, its stages (construct, the gradients, one checked call,
+    # parity, parity at the shape family's members, KernelBench's own check, escape and own kernel, timing and
+    # ceilings, profiles), its answers to running out of GPU memory, its record, its stage table, the driver that runs
+    # it; its roofline picture; many jobs (what a job, a job file and a results file are; what a batch used of its
+    # host; candidates' builds ahead of judging; the reference run in a slot's next box; what runs in a slot's
+    # process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks run which jobs)
     "judge.plan",
+    "judge.release",
+    "judge.compare",
     "judge.outputs",
     "judge.expected",
     "judge.probes",

@@ -173,12 +173,21 @@ def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_
         return run
 
     monkeypatch.setattr(backward, "_float64_grads", short(1))
-    monkeypatch.setattr(backward, "_release", lambda *a, **k: released.append(k))
+    monkeypatch.setattr(backward, "release_cached", lambda *a, **k: released.append(k))
     g = check.expected(refs, pristine, 3, "fp32")
     assert len(runs) == 2 and released == [{"collect": True}] and not check.notes  # garbage cycles freed too
     assert set(g.params) == {"fc.weight", "fc.bias"} and g.params["fc.weight"][1].dtype == torch.float64
 
     runs.clear()
     monkeypatch.setattr(backward, "_float64_grads", short(2))
-    assert check.expected(refs, pristine, 3, "fp32") is None and len(runs) == 2
-    assert check.notes == ["gradients not checked: where the float64 backward did not fit the GPU's memory"]
+    assert check.expected(refs, pristine, 3, "fp32", "trial 1 (seed 3)") is None and len(runs) == 2
+    assert check.notes == [
+        "gradients not checked at 1 call (trial 1): the float64 backward did not fit the GPU's memory"
+    ]
+    runs.clear()  # a second call short too: the same note, naming both calls, not a second note
+    check.notes.append("another note")
+    assert check.expected(refs, pristine, 3, "fp32", "trial 2 (seed 4, after an optimizer step)") is None
+    assert check.notes == [
+        "gradients not checked at 2 calls (trial 1, trial 2): the float64 backward did not fit the GPU's memory",
+        "another note",
+    ]

@@ -174,8 +174,8 @@ def test_a_members_output_of_a_few_elements_has_its_floor_against_the_benchmarks
     assert few_scale(torch.tensor([2 * typical], dtype=torch.float64), typical) == 1.0
     assert few_scale(small, None) == 1.0  # the benchmark itself
     r32 = small.float()
-    plain = Expected.of(r32, small, k=k).errs[0][1].rel_l2
-    scaled = Expected.of(r32, small, k=k, scale=[rms(torch.full((4, 1), typical))]).errs[0][1].rel_l2
+    plain = Expected.of(r32, small, k=k).errs[0].limit.rel_l2
+    scaled = Expected.of(r32, small, k=k, scale=[rms(torch.full((4, 1), typical))]).errs[0].limit.rel_l2
     assert plain == accumulation_floor(k) and abs(scaled / plain / few_scale(small, typical) - 1) < 1e-6
 
 
@@ -260,7 +260,7 @@ def test_handing_back_gpu_memory_after_a_sticky_fault_leaves_the_fault_to_be_sai
     of the one naming the member where the reference faulted. The hand-back passes over a CUDA error, not others."""
     import pytest
     import torch
-    from kp.judge.outputs import _release
+    from kp.judge.release import release_cached
 
     def broken():
         raise RuntimeError("CUDA error: device-side assert triggered")
@@ -268,15 +268,15 @@ def test_handing_back_gpu_memory_after_a_sticky_fault_leaves_the_fault_to_be_sai
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", broken)
     monkeypatch.setattr(torch.cuda, "empty_cache", broken)
-    _release(1 << 30)
-    _release()
+    release_cached(1 << 30)
+    release_cached()
 
     def other():
         raise ValueError("not a CUDA error")
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", other)
     with pytest.raises(ValueError):
-        _release(1 << 30)
+        release_cached(1 << 30)
 
 
 def test_an_output_below_the_smallest_normal_number_is_measured_at_that_size():

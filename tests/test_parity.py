@@ -102,7 +102,7 @@ def test_a_cache_is_named_only_where_the_output_after_the_weights_changed_is_ove
     """A row alone a hair over its budget after the weights changed is rounding near the margin, not a value kept from
     the old weights: the two reasons the judge gave one leaderboard candidate at two draws."""
     from kp.errors import Rejected
-    from kp.judge.outputs import error_figures
+    from kp.judge.compare import error_figures
     from kp.judge.parity import stale_cache_shaped
 
     def over(label, e, b):
@@ -124,7 +124,7 @@ def test_an_output_over_its_budget_is_judged_again_against_a_widened_one():
 
     def widen(by):
         asked.append(by)
-        return exp.widened([numerics.Err(by, by, 0)])
+        return {0: numerics.Err(by, by, 0)}
 
     near = (ref * (1 + 1e-4)).float()
     assert "widened" not in outputs.judge_output("x", ref.float(), "t", exp, lambda: widen(1e-3)) and not asked

@@ -7,29 +7,30 @@ The reduction behind a gradient element is at least the forward's (the backward 
 terms into each input's gradient too) and at least the outputs each element of it gathers from (a bias's gradient
 sums the whole batch): the floor's K is the larger of the forward's and the output's elements over the gradient's.
 
-Gradients accumulate as PyTorch's do: at the second call of the sequence the parameters' .grad is not cleared, and
-what it must hold is the sum of both calls' gradients (a backward that assigns .grad instead of adding fails there).
-The candidate's worker side is kp.worker.backward_pass; this side is GradientCheck, a part of the judge built from what
-it reads."""
+Gradients accumulate as PyTorch's do: at the second call of the sequence (ACCUMULATES_AT) the parameters' .grad is not
+cleared, and what it must hold is the sum of both calls' gradients (a backward that assigns .grad instead of adding
+fails there): GradientSequence keeps that rule over one sequence of calls. Each gradient is compared as an output is,
+by kp.judge.compare, with the same widener at a derived input or a declared case. The candidate's worker side is
+kp.worker.backward_pass; this side is GradientCheck, a part of the judge built from what it reads."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 
 import torch
 
 from kp.errors import Rejected
-from kp.judge.outputs import _release, error_figures
+from kp.judge.compare import Budget, compare, widener
+from kp.judge.release import release_cached
 from kp.judge.float64 import as_float64, float64_default
 from kp.worker.backward_pass import leaves
 from kp.lib.layers import set_precision
-from kp.lib.numerics import Err, budget_from, clone_layout, rel_error
-from kp.lib.op_modes import ReductionLength, RoundingNoise
+from kp.lib.numerics import clone_layout, rel_error
+from kp.lib.op_modes import ReductionLength
 
 UPSTREAM_SEED = 7919  # the upstream gradient's seed: the call's input seed plus this
-BACKWARD_MARK = ": backward (upstream seed"  # in every rejection of a call's gradients
+ACCUMULATES_AT = 1  # the index of the call of a sequence whose backward adds to the call before's .grad
 
 
 @dataclasses.dataclass
@@ -43,7 +44,7 @@ class Grads:
     params: dict  # reference name -> (g32, g64, k)
     zero: bool = True  # the parameters' .grad cleared before this call's backward
     # at a derived input or a declared case: a function giving how far honest fp32 roundings move each float64 gradient
-    # ({("input", i) or ("param", name): Err}), asked where one is over its budget (BackwardCheck._gradient_widener)
+    # ({("input", i) or ("param", name): Err}), asked where one is over its budget (GradientCheck.widener)
     widen: object = None
 
     def request(self) -> dict:
@@ -59,6 +60,27 @@ class Grads:
             if k in before.params
         }
         return dataclasses.replace(self, params=params, zero=False)
+
+    def float64(self) -> dict:
+        """Every float64 gradient, by its key: ("input", i) or ("param", name)."""
+        return {("input", i): g[1] for i, g in self.inputs.items()} | {
+            ("param", n): g[1] for n, g in self.params.items()
+        }
+
+
+class GradientSequence:
+    """The expected gradients of one sequence of checked calls, call by call: at the call ACCUMULATES_AT the
+    parameters' .grad is not cleared, so what it must hold is its own gradients plus the call before's."""
+
+    def __init__(self):
+        self.before: Grads | None = None
+
+    def at(self, index: int, grads: Grads | None) -> Grads | None:
+        """The gradients call `index` of the sequence must give (its own, from GradientCheck.expected)."""
+        if grads is not None and index == ACCUMULATES_AT:
+            grads = grads.plus(self.before)
+        self.before = grads
+        return grads
 
 
 def _outs(y) -> list:
@@ -95,11 +117,13 @@ class GradientCheck:
 
     def __init__(self, notes: list, log, name: str, clock):
         self.notes, self.log, self.name, self.clock = notes, log, name, clock
+        self.unchecked: dict[str, list[str]] = {}  # why gradients were not checked: at which calls
 
-    def expected(self, refs, pristine: list, seed: int, precision: str) -> Grads | None:
+    def expected(self, refs, pristine: list, seed: int, precision: str, at: str | None = None) -> Grads | None:
         """Both references' gradients on this call's inputs, from an upstream gradient drawn from `seed` (printed
         seeds replay it), before the call itself: the references' state (BatchNorm's running statistics) is put back
-        after, so the call that follows moves it once. None, said once, where no float64 gradient can be made."""
+        after, so the call that follows moves it once. None where no float64 gradient can be made, said in one note
+        for each reason with the calls (`at`: this call's label) it held at."""
         saved = refs.save_buffers()
         try:
             set_precision(precision)
@@ -116,14 +140,14 @@ class GradientCheck:
                 for y in ys32
             ]
             if not any(u is not None for u in ups):
-                return self.no_backward("the reference's output does not require grad: nothing to train")
+                return self.no_backward("the reference's output does not require grad: nothing to train", at)
             with reductions:
                 gi32, gp32 = _grads(refs.r32, xs32, ys32, ups)
             out_n = max(sum(y.numel() for y in ys32 if isinstance(y, torch.Tensor)), 1)
             del xs32, ys32  # the fp32 forward's inputs and outputs: room for the float64 backward
             refs.restore_buffers(saved)
             if refs.fp32_only():
-                return self.no_backward(f"no float64 reference ({refs.how})")
+                return self.no_backward(f"no float64 reference ({refs.how})", at)
             for attempt in range(2):
                 try:
                     gi64, gp64 = _float64_grads(refs, pristine, ups)
@@ -132,8 +156,8 @@ class GradientCheck:
                 else:
                     break
                 if attempt:  # (outside the except: its traceback no longer holds the run's tensors)
-                    return self.no_backward("where the float64 backward did not fit the GPU's memory")
-                _release(collect=True)  # once: garbage collected, the judge's cached blocks handed back
+                    return self.no_backward("the float64 backward did not fit the GPU's memory", at)
+                release_cached(collect=True)  # once: garbage collected, the judge's cached blocks handed back
         finally:
             refs.restore_buffers(saved)
             set_precision("fp32")
@@ -146,52 +170,45 @@ class GradientCheck:
         )
 
     def widener(self, refs, pristine: list, exp: Grads, state: dict | None):
-        """A function giving, once computed, the most each float64 gradient of this call moves over three runs of
-        the float64 forward and backward with every operator's result rounded at random as an honest fp32 kernel may
-        round it (kp.lib.op_modes.RoundingNoise): {("input", i) or ("param", name): Err against the float64
-        gradient}; {} where the runs cannot be made. Each run starts from `state` (the references' state before the
-        call, save_buffers) where given; the references' state is put back after each run. It holds `exp`'s parts,
-        never `exp`, which holds it: a cycle would keep each call's gradients alive until Python's next full garbage
-        collection (30 GiB at the softmax's benchmark shape)."""
-        upstream, inputs, params = exp.upstream, exp.inputs, exp.params
+        """The call's widener (kp.judge.compare.widener): how far each float64 gradient moves over the float64
+        forward and backward run again under random roundings, from `state` (the references' state before the
+        call) where given; {} where the runs cannot be made."""
+        upstream = exp.upstream
 
-        @functools.cache
-        def widen() -> dict:
-            out: dict = {}
-            try:
-                with self.clock.timed("parity: how far honest roundings move the float64 gradients"):
-                    for seed in range(3):
-                        saved = refs.save_buffers()
-                        try:
-                            if state is not None:
-                                refs.restore_buffers(state)
-                            gi, gp = _float64_grads(refs, pristine, upstream, RoundingNoise(seed))
-                        finally:
-                            refs.restore_buffers(saved)
-                        moved = [(("input", i), g, inputs.get(i)) for i, g in gi.items()]
-                        moved += [(("param", n), g, params.get(n)) for n, g in gp.items()]
-                        for key, g, want in moved:
-                            if want is not None and g.shape == want[1].shape:
-                                e, was = rel_error(g.to(want[1].device), want[1]), out.get(key, Err(0.0, 0.0, 0))
-                                out[key] = Err(max(was.rel_l2, e.rel_l2), max(was.worst_row, e.worst_row), 0)
-            except Exception:  # no room for its runs, or the reference under the rounding mode: budgets as they were
-                out = {}
-            return out
+        def again(noise) -> dict:
+            gi, gp = _float64_grads(refs, pristine, upstream, noise)
+            return {("input", i): g for i, g in gi.items()} | {("param", n): g for n, g in gp.items()}
 
-        return widen
+        return widener(self.clock.timed, "the float64 gradients", refs, state, again, exp.float64())
 
-    def no_backward(self, why: str) -> None:
-        note = f"gradients not checked: {why}"
-        if note not in self.notes:
+    def no_backward(self, why: str, at: str | None = None) -> None:
+        """Gradients not checked for `why`, at the call labelled `at` where it is one call's: one note for each
+        reason, naming every call it held at (their labels up to the seed), kept up to date in place."""
+        calls = self.unchecked.get(why)
+        before = self._note(why, calls) if calls is not None else None
+        calls = self.unchecked.setdefault(why, [])
+        short = at.split(" (seed")[0] if at else None
+        if short and short not in calls:
+            calls.append(short)
+        note = self._note(why, calls)
+        if before in self.notes:
+            self.notes[self.notes.index(before)] = note
+        elif note not in self.notes:
             self.notes.append(note)
             self.log(f"{self.name}: {note}")
         return None
+
+    @staticmethod
+    def _note(why: str, calls: list[str]) -> str:
+        if not calls:
+            return f"gradients not checked: {why}"
+        return f"gradients not checked at {len(calls)} call{'s' if len(calls) > 1 else ''} ({', '.join(calls)}): {why}"
 
     def check(self, row, label: str, got: dict | None, exp: Grads) -> dict:
         """A row's gradients against the references': every one the reference has must be there, of its shape and
         within its budget. Returns each gradient's relL2."""
         where = (
-            f"{label}{BACKWARD_MARK} {exp.seed}"
+            f"{label}: backward (upstream seed {exp.seed}"
             + ("" if exp.zero else ", .grad accumulated over this call and the one before")
             + ")"
         )
@@ -219,22 +236,15 @@ class GradientCheck:
                     f"{where}: the gradient of {what} has shape {tuple(g.shape)}, the reference's {tuple(g64.shape)}",
                     kind="gradient",
                 )
-            e_ref = rel_error(g32, g64)
-            budget = budget_from(e_ref, k, g32.dtype)
-            e = rel_error(g.to(g32.device), g64)
-            moved = exp.widen().get(key) if exp.widen and exp.zero and not e.within(budget) else None
-            if moved is not None and e.nonfinite_mismatch == 0:  # within how far honest roundings move it there?
-                wide = budget_from(
-                    Err(max(e_ref.rel_l2, moved.rel_l2), max(e_ref.worst_row, moved.worst_row), 0), k, g32.dtype
+            widen = (lambda key=key: exp.widen().get(key)) if exp.widen and exp.zero else None
+            c = compare(g.to(g32.device), g64, Budget.of(rel_error(g32, g64), k, g32.dtype), widen)
+            if c.widened and c.ok:
+                self.notes.append(
+                    f"{row.label} at {label}: the gradient of {what} over its budget, within how "
+                    f"far honest fp32 roundings move the reference's there (relL2 {c.err.rel_l2:.2e}, "
+                    f"worst row {c.err.worst_row:.2e}, row budget {c.budget.limit.worst_row:.2e})"
                 )
-                if e.within(wide):
-                    self.notes.append(
-                        f"{row.label} at {label}: the gradient of {what} over its budget, within how "
-                        f"far honest fp32 roundings move the reference's there (relL2 {e.rel_l2:.2e}, "
-                        f"worst row {e.worst_row:.2e}, row budget {wide.worst_row:.2e})"
-                    )
-                    budget = wide
-            figs = error_figures(f"{where}: the gradient of {what}", e, budget, e_ref)
+            e, budget, figs = c.err, c.budget.limit, c.figures(f"{where}: the gradient of {what}")
             if e.nonfinite_mismatch:
                 raise Rejected(
                     f"{where}: the gradient of {what} has {e.nonfinite_mismatch} NaN/Inf positions that "
@@ -242,7 +252,7 @@ class GradientCheck:
                     figures=figs,
                     kind="gradient",
                 )
-            if not e.within(budget):
+            if not c.ok:
                 raise Rejected(
                     f"{where}: the gradient of {what}: relL2 {e.rel_l2:.2e} over budget "
                     f"{budget.rel_l2:.2e} (worst row {e.worst_row:.2e}, row budget {budget.worst_row:.2e})",

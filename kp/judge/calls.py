@@ -9,10 +9,12 @@ import time
 import torch
 
 from kp.errors import Rejected
+from kp.judge.compare import Budget, compare
 from kp.judge.expected import Row, _Refs, _same_buffer, _unread_counter
-from kp.judge.outputs import Expected, _out_bytes_hint, _release, judge_output
+from kp.judge.outputs import Expected, _out_bytes_hint, judge_output
+from kp.judge.release import release_cached
 from kp.judge.plan import memory_need
-from kp.lib.numerics import budget_from, clone_layout, rel_error, same_values
+from kp.lib.numerics import clone_layout, rel_error, same_values
 
 
 def _layout(x: torch.Tensor) -> tuple:
@@ -79,7 +81,7 @@ def room_to_move(run, pristine: list) -> bool:
     if not need:
         return True
     room = int(1.25 * need) + (1 << 28)
-    _release(room)  # the judge's cached blocks handed back where they stand in the way
+    release_cached(room)  # the judge's cached blocks handed back where they stand in the way
     return torch.cuda.mem_get_info()[0] > room
 
 
@@ -114,7 +116,7 @@ def check_call(
     hint = _out_bytes_hint(pristine)
     # the worker's NaN-filled headroom beside the judge's cache (its float64 forward's blocks)
     if row.runner.isolated and torch.cuda.is_initialized():
-        _release(hint + (256 << 20))
+        release_cached(hint + (256 << 20))
     t0 = time.perf_counter()
     reply = row.runner.call(
         label, "forward", row.label, cand_inputs, hint, *([grads.request()] if grads is not None else [])
@@ -158,9 +160,9 @@ def check_call(
 
 def release_if_short(run) -> None:
     """The judge's cached GPU memory handed back only where the GPU has less free than the job plans for
-    (kp.judge.outputs._release says why: beside other slots' work a hand-back cost more than the checks)."""
+    (kp.judge.outputs.release_cached says why: beside other slots' work a hand-back cost more than the checks)."""
     if torch.cuda.is_initialized():
-        _release(memory_need(run.fp, len(run.rows)))
+        release_cached(memory_need(run.fp, len(run.rows)))
 
 
 def check_buffers(run, row: Row, label: str, refs: _Refs) -> None:
@@ -199,11 +201,12 @@ def check_buffers(run, row: Row, label: str, refs: _Refs) -> None:
                 kind="wrong_state",
                 check=label,
             )
-        e_ref, e = rel_error(v, b64[k]), rel_error(c.to(v.device), b64[k])
-        budget = budget_from(e_ref, refs.k, v.dtype)
-        if not e.within(budget):
+        got = compare(c.to(v.device), b64[k], Budget.of(rel_error(v, b64[k]), refs.k, v.dtype))
+        if not got.ok:
             raise Rejected(
-                f"{label}: buffer {k} differs from the reference's (relL2 {e.rel_l2:.2e}, budget {budget.rel_l2:.2e})",
+                f"{label}: buffer {k} differs from the reference's (relL2 {got.err.rel_l2:.2e}, budget "
+                f"{got.budget.limit.rel_l2:.2e})",
+                figures=got.figures(f"{label}: buffer {k}"),
                 kind="wrong_state",
                 check=label,
             )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from kp.errors import Rejected
-from kp.judge.outputs import _release
+from kp.judge.release import release_cached
 from kp.judge.plan import free_gpu_bytes, memory_need
 from kp.judge.timed import time_rows, traffic
 from kp.lib.gpu_lock import gpu_to_itself
@@ -67,7 +67,7 @@ def stage_ceilings(run, rec: dict, init) -> None:
     """The traffic, memory and ceilings of the record; a median the call's own profiled work, or the hardware,
     contradicts is rejected."""
     rec["traffic"] = traffic(run, init)
-    _release()
+    release_cached()
     peaks = [torch.cuda.max_memory_reserved()]  # before the ceilings' own probe buffers
     for runner in run.runners:
         if runner.isolated:
@@ -113,7 +113,7 @@ def ceilings(ref, precision: str, traffic: dict, log) -> dict:
     """The ceilings measured now for a reference's call of `traffic` (bytes and FLOPs): device copy bandwidth for
     bytes, and the GEMM rates of the precision for FLOPs when the reference does any; the bound from arithmetic
     intensity unless the file declares it. A GPU short of free memory gets smaller probes, said to `log`."""
-    _release()
+    release_cached()
     free = free_gpu_bytes()
     copy_bytes = max(min(4 << 30, int(0.4 * free)) >> 28 << 28, 256 << 20)  # far above L2 either way
     gemm_n = 8192 if 38 * 8192**2 < 0.5 * free else 4096  # 38 n^2 bytes: fp32, fp16, fp64 operands + results

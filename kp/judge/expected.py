@@ -11,9 +11,11 @@ import torch
 from kp.errors import Rejected, failed_check, failed_figures, failure_kind, failure_record, first_line
 from kp.judge.float64 import Promote, as_float64, float64_copy, float64_default, hold_on
 from kp.lib.layers import set_precision
-from kp.lib.numerics import Err, batch_rows, clone_layout, dtype_floor, rel_error
-from kp.lib.op_modes import FlopCount, ReductionLength, RoundingNoise, TruncatedTF32, reduction_length
-from kp.judge.outputs import FEW_ELEMENTS, Expected, _release
+from kp.lib.numerics import batch_rows, clone_layout, dtype_floor, rel_error
+from kp.lib.op_modes import FlopCount, ReductionLength, TruncatedTF32, reduction_length
+from kp.judge.compare import spread_over_roundings
+from kp.judge.outputs import FEW_ELEMENTS, Expected
+from kp.judge.release import release_cached
 from kp.judge.reference import Reference, _as_list, apply_update
 
 FLOAT64, PROMOTED = "float64", "float64, every torch op's floating arguments promoted"
@@ -142,7 +144,7 @@ class _Refs:
     def to_host(self) -> None:
         """The float64 reference to the host from here on, its GPU memory handed back."""
         self.r64, self.f64_device = hold_on(self.r64, "cpu"), "cpu"
-        _release()
+        release_cached()
 
     def fp32_only(self) -> bool:
         return self.how.startswith("fp32 only")
@@ -303,44 +305,31 @@ class _Refs:
 
 def rounding_spread(refs: "_Refs", pristine: list, r64) -> list | None:
     """At a member of the shape family, for each output of a few elements (FEW_ELEMENTS): how far honest fp32
-    roundings move it relative to its value (honest_spread's relL2). A loss that is the difference of two
-    distances near 90 (a triplet margin loss at a batch of one) moves far more than its own value's floor says;
-    an honest kernel was rejected there. None where no output is that small."""
+    roundings move it relative to its value (kp.judge.compare.spread_over_roundings' relL2). A loss that is the
+    difference of two distances near 90 (a triplet margin loss at a batch of one) moves far more than its own value's
+    floor says; an honest kernel was rejected there. None where no output is that small."""
     outs = _as_list(r64)
-    few = [isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() <= FEW_ELEMENTS for t in outs]
-    if not any(few):
+    few = {
+        i: t
+        for i, t in enumerate(outs)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() <= FEW_ELEMENTS
+    }
+    if not few:
         return None
-    moves = honest_spread(refs, pristine, r64, only=few)
-    return None if moves is None else [m.rel_l2 if m is not None else None for m in moves]
+    moves = spread_over_roundings(refs, None, float64_again(refs, pristine), few)
+    return None if moves is None else [moves[i].rel_l2 if i in moves else None for i in range(len(outs))]
 
 
-def honest_spread(
-    refs: "_Refs", pristine: list, r64, only: list | None = None, state: dict | None = None
-) -> list | None:
-    """For each floating output (those `only` marks): the most the float64 reference's output moves over three
-    runs with every operator's result rounded at random as an honest fp32 kernel may round it
-    (kp.lib.op_modes.RoundingNoise), as an Err against it (relL2, worst row). None where the float64 reference
-    cannot be run again. Each run starts from `state` (save_buffers: the state r64 was computed from, before the
-    call that moved it) where given, and the references' state is put back after each run."""
-    outs = _as_list(r64)
-    only = only or [isinstance(t, torch.Tensor) and t.is_floating_point() for t in outs]
-    worst: list = [Err(0.0, 0.0, 0) if o else None for o in only]
-    for seed in range(3):
-        saved = refs.save_buffers()
-        try:
-            if state is not None:
-                refs.restore_buffers(state)
-            with RoundingNoise(seed):
-                other = refs._float64(pristine)
-        finally:
-            refs.restore_buffers(saved)
-        if other is None:
-            return None
-        for i, (o, r) in enumerate(zip(_as_list(other), outs)):
-            if worst[i] is not None and isinstance(o, torch.Tensor) and o.shape == r.shape:
-                e = rel_error(o.to(r.device), r)
-                worst[i] = Err(max(worst[i].rel_l2, e.rel_l2), max(worst[i].worst_row, e.worst_row), 0)
-    return worst
+def float64_again(refs: "_Refs", pristine: list):
+    """The float64 reference's call on these inputs once more, under the rounding mode it is given: its outputs by
+    index, None where the float64 reference cannot be run again (what kp.judge.compare's widener runs)."""
+
+    def again(noise) -> dict | None:
+        with noise:
+            other = refs._float64(pristine)
+        return None if other is None else dict(enumerate(_as_list(other)))
+
+    return again
 
 
 def _ops_run(counter) -> set[str]:

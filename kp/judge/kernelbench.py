@@ -10,7 +10,8 @@ import torch
 
 from kp.errors import Rejected, first_line
 from kp.judge.construct import cuda_builds_on_cpu
-from kp.judge.outputs import _allclose, _release
+from kp.judge.outputs import _allclose
+from kp.judge.release import release_cached
 from kp.judge.reference import _as_list, trial_seeds
 from kp.lib.numerics import HALF, clone_layout
 
@@ -95,4 +96,4 @@ def _kernelbench(run, init, runs: bool = True) -> None:
         except torch.OutOfMemoryError as e:  # this check never decides a verdict, so it never voids one either
             out = _not_run(out, tols, f"the judge's process ran out of GPU memory: {first_line(e)[:120]}")
         row.kernelbench = {k: out[k] for k in sorted(out, key=float)}
-        _release()
+        release_cached()

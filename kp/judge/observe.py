@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kp.errors import Rejected
-from kp.judge.outputs import _release
+from kp.judge.release import release_cached
 
 
 # The stages take the judge's run (kp.judge.driver.Judge): its rows and runners, its seed and log.
@@ -66,5 +66,5 @@ def _ncu(run, init, rec: dict) -> dict:
         "notes": notes,
     }
     run.log(f"{run.ref.name}: one call of each row under Nsight Compute")
-    _release()
+    release_cached()
     return ncu.run(spec, min_bytes, rec.get("bandwidth"))

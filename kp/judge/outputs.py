@@ -5,19 +5,18 @@ slices."""
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 
 import torch
 
-from kp.errors import Rejected, is_cuda_error
+from kp.errors import Rejected
+from kp.judge.compare import Budget, compare
 from kp.judge.float64 import fp32_only_budget
 from kp.lib.numerics import (
     CPU_CHUNK_ELEMS,
     HALF_DTYPES,
     Err,
     all_finite,
-    budget_from,
     budget_reason,
     dtype_name,
     rel_error,
@@ -70,7 +69,7 @@ class Expected:
     is_tuple: bool
     specs: list  # per element: (shape, dtype, device) of PyTorch's fp32 output, or the non-tensor value
     r64: list
-    errs: list  # per element: (PyTorch's own Err, budget Err), None for a non-tensor element
+    errs: list  # per element: its Budget (PyTorch's own error and the budget made from it), None for a non-tensor
 
     @classmethod
     def of(
@@ -97,8 +96,7 @@ class Expected:
         for i, (a, b) in enumerate(zip(r32l, r64l)):
             if isinstance(a, torch.Tensor) and fp32_only:
                 specs.append((tuple(a.shape), a.dtype, a.device))
-                b = fp32_only_budget(a.dtype)
-                errs.append((Err(0.0, 0.0, 0), Err(b, b, 0)))
+                errs.append(Budget.fixed(fp32_only_budget(a.dtype)))
             elif isinstance(a, torch.Tensor):
                 e = rel_error(a, b)
                 for alt in alts:  # the worst of PyTorch's algorithms, where each stays NaN/Inf-exact
@@ -107,24 +105,18 @@ class Expected:
                         e = Err(max(e.rel_l2, ea.rel_l2), max(e.worst_row, ea.worst_row), e.nonfinite_mismatch)
                 specs.append((tuple(a.shape), a.dtype, a.device))
                 floor_grows = grow * few_scale(b, scale[i] if scale and i < len(scale) else None)
-                budget = budget_from(e, k, a.dtype, floor_grows)  # the floor of the dtype PyTorch returns
-                errs.append((e, budget))
+                errs.append(Budget.of(e, k, a.dtype, floor_grows))  # the floor of the dtype PyTorch returns
             else:
                 specs.append(a)
                 errs.append(None)
-        out = cls(isinstance(r32, (tuple, list)), specs, r64l, errs)
-        return out.widened([Err(m, m, 0) if m else None for m in spread]) if spread else out
+        if spread:
+            moved = list(spread) + [None] * (len(errs) - len(spread))
+            errs = [b if b is None or not m else b.at_least(Err(m, m, 0)) for b, m in zip(errs, moved)]
+        return cls(isinstance(r32, (tuple, list)), specs, r64l, errs)
 
-    def widened(self, spread: list) -> "Expected":
-        """The same with each output's budget at least how far honest fp32 roundings move it (spread: per output an
-        Err or None, kp.judge.expected.honest_spread)."""
-        errs = [
-            e
-            if e is None or m is None
-            else (e[0], Err(max(e[1].rel_l2, m.rel_l2), max(e[1].worst_row, m.worst_row), 0))
-            for e, m in zip(self.errs, list(spread) + [None] * (len(self.errs) - len(spread)))
-        ]
-        return dataclasses.replace(self, errs=errs)
+    def floating(self) -> dict:
+        """The float64 outputs a budget holds, by index: what a widener measures the honest roundings' spread of."""
+        return {i: t for i, (t, b) in enumerate(zip(self.r64, self.errs)) if b is not None and t.is_floating_point()}
 
     def finite(self) -> bool:
         return all(all_finite(t) for t in self.r64 if isinstance(t, torch.Tensor) and t.is_floating_point())
@@ -136,17 +128,21 @@ class Expected:
             if e is None:
                 continue
             name = dtype_name(spec[1])
-            if e[0].nonfinite_mismatch:
-                return f"PyTorch {name} itself gets {e[0].nonfinite_mismatch} NaN/Inf positions wrong (it overflows)"
-            if e[0].rel_l2 > torch_fair_max(spec[1]):
-                return f"PyTorch {name} itself is off by relL2 {e[0].rel_l2:.1e}"
+            if e.torch_err.nonfinite_mismatch:
+                return (
+                    f"PyTorch {name} itself gets {e.torch_err.nonfinite_mismatch} NaN/Inf positions wrong (it "
+                    f"overflows)"
+                )
+            if e.torch_err.rel_l2 > torch_fair_max(spec[1]):
+                return f"PyTorch {name} itself is off by relL2 {e.torch_err.rel_l2:.1e}"
         return None
 
 
 def judge_output(label: str, out, out_type: str, exp: Expected, widen=None) -> dict:
-    """Every element of the output against the float64 reference, within its budget; raises Rejected. widen: a
-    function giving the Expected with its budgets widened (Expected.widened), asked only where an element is over its
-    budget with its NaN/Inf where the reference has them; the result then says so ("widened")."""
+    """Every element of the output against the float64 reference, within its budget (kp.judge.compare); raises
+    Rejected. widen: the call's widener (kp.judge.compare.widener over Expected.floating: how far honest roundings
+    move each output, by index), asked only where an element is over its budget with its NaN/Inf where the
+    reference has them; the result then says so ("widened")."""
     n = len(exp.specs)
     if exp.is_tuple != isinstance(out, tuple) or (exp.is_tuple and len(out) != n):
         want = f"a tuple of {n}" if exp.is_tuple else "one torch.Tensor"
@@ -154,9 +150,9 @@ def judge_output(label: str, out, out_type: str, exp: Expected, widen=None) -> d
     outs = list(out) if exp.is_tuple else [out]
     worst = {"rel_l2": 0.0, "worst_row": 0.0, "torch_rel_l2": 0.0, "budget": 0.0}
     widened = False
-    for i, (o, spec, b, errs) in enumerate(zip(outs, exp.specs, exp.r64, exp.errs)):
+    for i, (o, spec, b, budget) in enumerate(zip(outs, exp.specs, exp.r64, exp.errs)):
         where = label if not exp.is_tuple else f"{label}: output[{i}]"
-        if errs is None:
+        if budget is None:
             if o != spec:
                 raise Rejected(f"{where}: {o!r}, the reference gives {spec!r}", kind="wrong_output", check=where)
             continue
@@ -168,36 +164,21 @@ def judge_output(label: str, out, out_type: str, exp: Expected, widen=None) -> d
                 kind="wrong_shape",
                 check=where,
             )
-        e = rel_error(o, b)
-        e_ref, budget = errs
-        if not e.within(budget) and widen is not None and not e.nonfinite_mismatch:
-            budget, widened = widen().errs[i][1], True
-        if not e.within(budget):
+        c = compare(o, b, budget, (lambda i=i: widen().get(i)) if widen is not None else None)
+        if not c.ok:
             raise Rejected(
-                budget_reason(where, e, budget),
-                figures=error_figures(where, e, budget, e_ref),
-                kind="non_finite" if e.nonfinite_mismatch else "wrong_output",
+                budget_reason(where, c.err, c.budget.limit),
+                figures=c.figures(where),
+                kind="non_finite" if c.err.nonfinite_mismatch else "wrong_output",
             )
+        widened = widened or c.widened
         worst = {
-            "rel_l2": max(worst["rel_l2"], e.rel_l2),
-            "worst_row": max(worst["worst_row"], e.worst_row),
-            "torch_rel_l2": max(worst["torch_rel_l2"], e_ref.rel_l2),
-            "budget": max(worst["budget"], budget.rel_l2),
+            "rel_l2": max(worst["rel_l2"], c.err.rel_l2),
+            "worst_row": max(worst["worst_row"], c.err.worst_row),
+            "torch_rel_l2": max(worst["torch_rel_l2"], c.budget.torch_err.rel_l2),
+            "budget": max(worst["budget"], c.budget.limit.rel_l2),
         }
     return {**worst, "widened": True} if widened else worst
-
-
-def error_figures(check: str, e: Err, budget: Err, e_ref: Err | None = None) -> dict:
-    """A failed comparison's numbers, as the record keeps them (rows.<label>.checks[check])."""
-    out = {
-        "check": check,
-        "rel_l2": e.rel_l2,
-        "worst_row": e.worst_row,
-        "budget": budget.rel_l2,
-        "row_budget": budget.worst_row,
-        "nonfinite_mismatch": e.nonfinite_mismatch,
-    }
-    return {**out, "torch_rel_l2": e_ref.rel_l2} if e_ref is not None else out
 
 
 ALLCLOSE_CHUNK = 1 << 26  # elements compared at a time by _allclose: its temporaries stay ~1.5 GB whatever the size
@@ -248,24 +229,3 @@ def _out_bytes_hint(pristine: list) -> int:
     request just gets fresh memory, which the allocator does not zero either)."""
     sizes = [x.numel() * x.element_size() for x in pristine if isinstance(x, torch.Tensor)]
     return 2 * max(sizes, default=0) + (64 << 20)
-
-
-def _release(room: int = 0, collect: bool = False):
-    """Hand cached GPU memory back: a candidate's worker shares the device and needs room for its own. With `room`
-    (bytes the job's next steps may ask for), only where the GPU has less than that free: handing back frees every
-    cached block, each a device-wide wait behind this process's queued work, and after every checked call that cost
-    as much as the checks themselves while other slots' work shared the GPU. With `collect`, Python's garbage
-    collector runs first: tensors only reference cycles still hold (an earlier call's, an exception's frames) were
-    seen to pin tens of GiB at the largest shapes, more than a retry after an out-of-memory error can spare."""
-    if not torch.cuda.is_initialized():
-        return
-    try:
-        if not (room and torch.cuda.mem_get_info()[0] >= room):
-            if collect:
-                gc.collect()
-            torch.cuda.empty_cache()
-    except Exception as e:  # a context a sticky fault left unusable (the reference's device-side assert): nothing
-        # to hand back, and the fault is said where it was met; raised here, it took the place of that message on its
-        # way out through a `finally`'s tidying
-        if not is_cuda_error(e):
-            raise

@@ -13,6 +13,7 @@ import math
 import torch
 
 from kp.errors import ReferenceRaised, Rejected, failed_figures, first_line, raised_by_judge
+from kp.judge.backward import GradientSequence
 from kp.judge.calls import (
     STALE_INPUTS,
     check_buffers,
@@ -22,11 +23,12 @@ from kp.judge.calls import (
     release_if_short,
     room_to_move,
 )
+from kp.judge.compare import widener
 from kp.judge.construct import build_row
-from kp.judge.expected import Row, _Refs, honest_spread, tf32_truncated_output
+from kp.judge.expected import Row, _Refs, float64_again, tf32_truncated_output
 from kp.judge.float64 import FP32_ONLY_BUDGET
 from kp.judge.options import MIN_TRIALS
-from kp.judge.outputs import Expected, _release, rms
+from kp.judge.outputs import Expected, rms
 from kp.judge.premises import Premises
 from kp.judge.reference import UPDATES, _as_list, make_update, rename_update, trial_seeds
 from kp.lib.numerics import all_finite, rel_error
@@ -77,25 +79,13 @@ def _overflowed(base: list, derived: list) -> str | None:
     return None
 
 
-def widener(timed, refs: _Refs, pristine: list, exp: Expected, where: str, state: dict | None):
-    """At a derived input or a declared case, where a row is over its budget: a function giving the budgets widened
-    to how far honest fp32 roundings move the reference there (computed once, for every row that needs it, from
-    `state`, the references' state before the call; the budget stays as it was where it cannot be computed).
-    timed: the judge's stage timer."""
-
-    @functools.cache
-    def widen():
-        try:
-            with timed(f"parity: how far honest roundings move the reference at {where}"):
-                spread = honest_spread(refs, pristine, exp.r64, state=state)
-        except Exception as e:  # no room for its runs, or the reference under the rounding mode:
-            if raised_by_judge(e):  # the budget stays as it was, and so does the verdict
-                raise
-            spread = None
-            _release()
-        return exp if spread is None else exp.widened(spread)
-
-    return widen
+def output_widener(run, refs: _Refs, pristine: list, exp: Expected, where: str, state: dict | None):
+    """At a derived input or a declared case, where a row is over its budget: how far honest fp32 roundings move
+    each output of the reference there (kp.judge.compare.widener, computed once for every row that needs it, from
+    `state`, the references' state before the call; the budget stays as it was where it cannot be computed)."""
+    return widener(
+        run.clock.timed, f"the reference at {where}", refs, state, float64_again(refs, pristine), exp.floating()
+    )
 
 
 # A row's error within these multiples of the truncated-TF32 reference's: the signature of TF32 tensor cores fed fp32
@@ -224,7 +214,7 @@ def parity_bench(run, init, at: str | None = None) -> None:
         passed_before[row.label] = True
         check_buffers(run, row, f"buffers after {call.label}", refs)
 
-    prev_grads = None  # --backward: the call before's expected gradients (accumulation at the second call)
+    gradients = GradientSequence()  # --backward: each call's expected gradients, accumulated where .grad is kept
     base_finite = None
     for index, (label, s, upd, derive) in enumerate(parity_sequence(run)):
         if not run.live():
@@ -262,7 +252,7 @@ def parity_bench(run, init, at: str | None = None) -> None:
         if not at:  # what no kernel computes, judged with this call's budgets (kp.judge.probes)
             with run.clock.timed("parity: the reference's probes"):
                 run.probes.see(label, refs.r32, pristine, exp, run.fp["shapes"])
-        widen = widener(run.clock.timed, refs, pristine, exp, "a derived input", saved)
+        widen = output_widener(run, refs, pristine, exp, "a derived input", saved)
         moved = moved_call(index) and room_to_move(run, pristine)
         if moved_call(index) and not moved:
             run.skip(
@@ -270,9 +260,7 @@ def parity_bench(run, init, at: str | None = None) -> None:
                 f"first (a graph captured on an earlier call's inputs is not checked at this call)"
             )
 
-        if grads is not None and index == 1:  # the second call's backward adds to the first's .grad
-            grads = grads.plus(prev_grads)
-        prev_grads = grads
+        grads = gradients.at(index, grads)
         if grads is not None and derive:  # a gradient over its budget there: widened as the output's is
             grads.widen = run.gradients.widener(refs, pristine, grads, saved)
         call = CheckedCall(label, pristine, exp, widen if derive else None, derive, upd, changed, moved, grads)
@@ -329,7 +317,7 @@ def _expected(run, refs: _Refs, label: str, inputs: list, s, derive, grow: float
     state put back."""
     try:
         with run.clock.timed("parity: the references' backward (fp32 and float64)"):
-            grads = run.gradients.expected(refs, inputs, s, run.precision) if run.backward else None
+            grads = run.gradients.expected(refs, inputs, s, run.precision, label) if run.backward else None
         with run.clock.timed("parity: the references (fp32 and float64) on benchmark-shape calls"):
             return grads, refs.expected(inputs, run.precision, grow=grow)
     except torch.OutOfMemoryError:  # the GPU's memory, not the reference: the judge's one line for it
@@ -450,10 +438,10 @@ def parity_cases(run) -> None:
                 label = f"case {name} (seed {s})"
                 state0 = {k: v.clone() for k, v in c_refs.state().items()}  # before the reference's call
                 before = c_refs.save_buffers()  # the same, as the honest-rounding runs start from it
-                grads = run.gradients.expected(c_refs, c_inputs, s, run.precision) if run.backward else None
+                grads = run.gradients.expected(c_refs, c_inputs, s, run.precision, label) if run.backward else None
                 exp = c_refs.expected(c_inputs, run.precision)
             # a case's inputs may sit far from the benchmark's (a row that cancels): widened as a derived input
-            widen = widener(run.clock.timed, c_refs, c_inputs, exp, "a declared case", before)
+            widen = output_widener(run, c_refs, c_inputs, exp, "a declared case", before)
             if grads is not None:
                 grads.widen = run.gradients.widener(c_refs, c_inputs, grads, before)
 

@@ -23,7 +23,8 @@ import copy
 import torch
 
 from kp.errors import Rejected, failed_figures, first_line
-from kp.judge.outputs import Expected, _release, judge_output
+from kp.judge.outputs import Expected, judge_output
+from kp.judge.release import release_cached
 from kp.judge.reference import _as_list, describe
 
 LOW_PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -123,7 +124,7 @@ class Probes:
                     "why": f"not judged: {type(e).__name__}: {first_line(e)[:100]}",
                 }
             del out
-        _release()
+        release_cached()
         self.prev = None  # kept only while the stale probe stands: a copy of every output, up to KEEP_BYTES
         if self._alive(STALE):
             size = sum(t.numel() * t.element_size() for t in exp.r64 if isinstance(t, torch.Tensor)) // 2

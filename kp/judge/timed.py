@@ -14,7 +14,8 @@ import time
 import torch
 
 from kp.errors import GpuMemoryShort, OutOfMemory, Rejected
-from kp.judge.outputs import _release, judge_output
+from kp.judge.outputs import judge_output
+from kp.judge.release import release_cached
 from kp.lib.numerics import same_values
 from kp.lib.gpu_lock import gpu_to_itself
 from kp.lib.speedup import paired_speedups
@@ -133,7 +134,7 @@ def _time_family(run, rec: dict, init) -> None:
             run._fp = bench_fp
             if run.refs is not None:
                 run.refs.bench_rms = None
-            _release()
+            release_cached()
     if timed_any:
         _rebuild(run, init)
 
@@ -175,7 +176,7 @@ def interim(run, msg: dict):
     except Rejected as e:
         row.reject(e)
     del msg
-    _release()
+    release_cached()
     return True
 
 
@@ -210,7 +211,7 @@ def time_rows(run) -> dict:
     stateful = bool(refs is not None and refs.state_attrs)
     run.call_log = {r.label: [] for r in run.live()} if stateful else None
     run.row_refs = {r.label: copy.deepcopy(refs) for r in run.live()} if stateful else None
-    _release()
+    release_cached()
     result = {}
     timed = [(runner, [r for r in run.live() if r.runner is runner]) for runner in run.runners]
     timed = [(runner, rows) for runner, rows in timed if rows or not run.rows]  # no rows: baselines alone

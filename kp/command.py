@@ -49,28 +49,38 @@ failure (kind, stage, check, figures); kp/record.schema.json describes it.
 def parse_args(argv):
     prog = "kp" if Path(sys.argv[0]).name == "kp" else "run.py"  # the installed command, or the file
     ap = argparse.ArgumentParser(prog=prog, description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = ap.add_mutually_exclusive_group()
+    _what_to_judge(ap.add_argument_group("what to judge: a problem, a reference and its candidates, or many jobs"))
+    _many_jobs(ap.add_argument_group("many jobs: where they run and what is kept"))
+    _how_to_judge(ap.add_argument_group("how it is judged: semantics, inputs, shapes, precision and device"))
+    _what_runs(ap.add_argument_group("what runs: baselines, the box and pure PyTorch"))
+    _warm_judge(ap.add_argument_group("a judge kept warm between commands"))
+    _what_is_shown(ap.add_argument_group("what is written and shown besides the verdict"))
+    return ap.parse_args(argv)
+
+
+def _what_to_judge(g) -> None:
+    src = g.add_mutually_exclusive_group()
     src.add_argument("--problem", action="append", help="built-in problem id (repeatable), or all")
     src.add_argument(
         "--ref", metavar="FILE", help="a KernelBench-format reference file (Model, get_inputs, get_init_inputs)"
     )
     src.add_argument("--jobs", metavar="CSV", help="(reference, candidate) pairs to judge, one per line")
-    ap.add_argument(
+    g.add_argument(
         "--candidate",
         metavar="FILE",
         nargs="+",
         help="judge this ModelNew file (in its own process); several: one job each",
     )
-    ap.add_argument(
+    g.add_argument(
         "--variant",
         action="append",
         help="variant(s) of a built-in problem (default: the ladder that "
         "runs on this GPU, and auto where the model has one; 'all' "
         "adds the records)",
     )
-    ap.add_argument("--list", action="store_true", help="list problems and variants")
-    ap.add_argument("--build", action="store_true", help="build kernels in parallel and exit")
-    ap.add_argument(
+    g.add_argument("--list", action="store_true", help="list problems and variants")
+    g.add_argument("--build", action="store_true", help="build kernels in parallel and exit")
+    g.add_argument(
         "--build-jobs",
         type=int,
         default=None,
@@ -78,31 +88,34 @@ def parse_args(argv):
         "the candidates' own extensions built at once "
         "ahead of judging (default: one per CPU core)",
     )
-    ap.add_argument(
+
+
+def _many_jobs(g) -> None:
+    g.add_argument(
         "--gpus",
         metavar="SPEC",
         help="judge jobs on these GPUs of this host: all, 0,1 or a count "
         "(default with many jobs: 1, the first GPU); a GPU named more "
         "than once (0,0,1,1) gets that many slots",
     )
-    ap.add_argument(
+    g.add_argument(
         "--slots",
         metavar="N",
         help="slots (jobs at a time) on each GPU of --gpus, or with --device cpu "
         "on the CPU: a number, or auto (the default: 3 a GPU where the host "
         "has 5 cores for each; 1 on the CPU)",
     )
-    ap.add_argument(
+    g.add_argument(
         "--ray",
         metavar="ADDRESS",
         help="judge jobs as Ray tasks of one GPU each: auto (a running cluster), an address, or local (start one here)",
     )
-    ap.add_argument(
+    g.add_argument(
         "--out",
         metavar="JSONL",
         help="append each finished job's record here; a re-run skips the jobs already recorded",
     )
-    ap.add_argument(
+    g.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -110,25 +123,28 @@ def parse_args(argv):
         "batch, before it is rejected naming the stage it "
         "was in (default 600)",
     )
-    ap.add_argument(
+
+
+def _how_to_judge(g) -> None:
+    g.add_argument(
         "--mode",
         default="train",
         choices=["train", "eval"],
         help="train (default: a fresh Model trains, KernelBench's contract) or eval (inference "
         "semantics: both models in eval mode, calls under no_grad, weights still changed)",
     )
-    ap.add_argument(
+    g.add_argument(
         "--backward",
         action="store_true",
         help="judge the gradients too: every parity call also runs a backward pass from a fresh upstream "
         "gradient, and every floating input's and trained parameter's gradient is compared with "
         "the reference's in float64 (docs/judge.md, 'Gradients')",
     )
-    ap.add_argument("--seed", type=int, default=None, help="input seed (default: from the OS, printed)")
-    ap.add_argument(
+    g.add_argument("--seed", type=int, default=None, help="input seed (default: from the OS, printed)")
+    g.add_argument(
         "--trials", type=int, default=3, help="parity calls on fresh benchmark-shape inputs (>= 3; default 3)"
     )
-    ap.add_argument(
+    g.add_argument(
         "--shapes",
         default="0",
         metavar="N|MEMBERS",
@@ -138,7 +154,7 @@ def parse_args(argv):
         "with timing, each shape is timed too (a table row per shape; --plot draws the curve) "
         "(default 0: KernelBench's contract, one shape)",
     )
-    ap.add_argument(
+    g.add_argument(
         "--at",
         default=None,
         metavar="SIZES|MEMBER",
@@ -147,56 +163,7 @@ def parse_args(argv):
         "TEST_SIZES) or a member (half, odd, ...); every stage runs there, timing included, and the "
         "verdict and the record say so (default: the benchmark's shape, KernelBench's contract)",
     )
-    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
-    ap.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
-    ap.add_argument(
-        "--warm",
-        action="store_true",
-        help="judge in a judge kept warm between commands (started by the first such command, ended "
-        "after 15 idle minutes; also KP_WARM=1): the next command on the same candidate file pays "
-        "neither torch's import nor its box's start",
-    )
-    ap.add_argument("--warm-stop", action="store_true", help="end this user's warm judges")
-    ap.add_argument("--warm-serve", help=argparse.SUPPRESS)
-    ap.add_argument(
-        "--no-sandbox",
-        action="store_true",
-        help="run candidates without the sandbox (bubblewrap namespaces and limits; on by default where bwrap works)",
-    )
-    ap.add_argument(
-        "--allow-torch",
-        action="store_true",
-        help="accept a candidate that runs no kernel of its own (a pure-PyTorch rewrite); the row says so",
-    )
-    ap.add_argument("--json", metavar="PATH", help="write the full record as JSON")
-    ap.add_argument(
-        "--probes",
-        action="store_true",
-        help="print the reference's probes: outputs no kernel computes "
-        "(zeros, a constant, an input passed through, the call before's output, the reference in bf16 "
-        "and fp16), each judged at the benchmark shape's calls as a candidate is (they always run; the "
-        "record's `probes`)",
-    )
-    ap.add_argument(
-        "--profile",
-        action="store_true",
-        help="one call of each row under PyTorch's profiler: its kernels with count, GPU time and share of the call",
-    )
-    ap.add_argument(
-        "--ncu",
-        action="store_true",
-        help="one call of each row under Nsight Compute (ncu, when it "
-        "exists): per kernel DRAM bytes, bandwidth, SM and tensor "
-        "throughput, registers, local memory, occupancy",
-    )
-    ap.add_argument(
-        "--plot",
-        metavar="PNG",
-        help="draw the timing table as a roofline picture, or with --shapes the "
-        "speed curve over the shapes (the roofline beside it, -roofline) "
-        "(needs matplotlib); several problems: one file each, -PROBLEM",
-    )
-    ap.add_argument(
+    g.add_argument(
         "--precision",
         default="fp32",
         help="fp32 (default; TF32 off); tf32 (opt-in: budget from "
@@ -206,12 +173,69 @@ def parse_args(argv):
         "against float64, the budget from PyTorch in that dtype, "
         "the 16-bit GEMM ceiling)",
     )
-    ap.add_argument(
+    g.add_argument(
         "--device",
         default=None,
         help="cuda (default) or cpu (parity only, for pure-torch candidates; no timing, escape or own-kernel checks)",
     )
-    return ap.parse_args(argv)
+
+
+def _what_runs(g) -> None:
+    g.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
+    g.add_argument("--no-bench", action="store_true", help="parity and a short timed check only; no table")
+    g.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run candidates without the sandbox (bubblewrap namespaces and limits; on by default where bwrap works)",
+    )
+    g.add_argument(
+        "--allow-torch",
+        action="store_true",
+        help="accept a candidate that runs no kernel of its own (a pure-PyTorch rewrite); the row says so",
+    )
+
+
+def _warm_judge(g) -> None:
+    g.add_argument(
+        "--warm",
+        action="store_true",
+        help="judge in a judge kept warm between commands (started by the first such command, ended "
+        "after 15 idle minutes; also KP_WARM=1): the next command on the same candidate file pays "
+        "neither torch's import nor its box's start",
+    )
+    g.add_argument("--warm-stop", action="store_true", help="end this user's warm judges")
+    g.add_argument("--warm-serve", help=argparse.SUPPRESS)
+
+
+def _what_is_shown(g) -> None:
+    g.add_argument("--json", metavar="PATH", help="write the full record as JSON")
+    g.add_argument(
+        "--probes",
+        action="store_true",
+        help="print the reference's probes: outputs no kernel computes "
+        "(zeros, a constant, an input passed through, the call before's output, the reference in bf16 "
+        "and fp16), each judged at the benchmark shape's calls as a candidate is (they always run; the "
+        "record's `probes`)",
+    )
+    g.add_argument(
+        "--profile",
+        action="store_true",
+        help="one call of each row under PyTorch's profiler: its kernels with count, GPU time and share of the call",
+    )
+    g.add_argument(
+        "--ncu",
+        action="store_true",
+        help="one call of each row under Nsight Compute (ncu, when it "
+        "exists): per kernel DRAM bytes, bandwidth, SM and tensor "
+        "throughput, registers, local memory, occupancy",
+    )
+    g.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="draw the timing table as a roofline picture, or with --shapes the "
+        "speed curve over the shapes (the roofline beside it, -roofline) "
+        "(needs matplotlib); several problems: one file each, -PROBLEM",
+    )
 
 
 def many_jobs(args) -> bool:
@@ -326,59 +350,23 @@ def expand_variants(problem: str, asked: list[str] | None, precision: str | None
 
 
 def main(argv=None) -> int:
-    import harness
+    import harness  # here, not at the top: --help and a usage error answer before torch is imported
 
     args = parse_args(argv)
     if args.list:
         list_problems()
         return 0
-    if args.precision not in harness.PRECISIONS:
-        return fail_usage(f"--precision must be one of {', '.join(harness.PRECISIONS)}, got {args.precision!r}")
-    if args.build_jobs is not None and args.build_jobs < 1:
-        return fail_usage(f"--build-jobs: builds at once, at least 1, got {args.build_jobs}")
     if args.problem and "all" in args.problem:
         args.problem = harness.problems()
     batch = many_jobs(args)
-    for p in args.problem or []:
-        if p not in harness.problems():
-            return fail_usage(f"unknown problem {p!r}; problems: {', '.join(harness.problems())}")
-        modes = getattr(harness.problem_module(p), "PRECISIONS", ("fp32",))
-        if not args.candidate and args.precision not in modes:
-            return fail_usage(f"{p} has no {args.precision!r} mode; it runs in {', '.join(modes)}")
-        expand_variants(p, args.variant, args.precision)
-    if not args.problem and not args.ref and not args.build and not args.jobs:
-        return fail_usage(
-            "give --problem ID or --ref FILE (or --jobs CSV, --list, --build); problems: "
-            + ", ".join(harness.problems())
-        )
-    if args.candidate and (args.variant or args.build or args.jobs or (args.problem and len(args.problem) != 1)):
-        return fail_usage("--candidate takes one --problem or --ref, and no --variant/--build/--jobs")
-    if batch and (args.variant or args.build or args.json):
-        return fail_usage(
-            "many jobs (--gpus/--ray/--out/--jobs or several candidates) take no --variant, --build "
-            "or --json: each job's full record goes to --out"
-        )
-    if args.gpus and args.ray:
-        return fail_usage("--gpus (this host) or --ray (a cluster), not both")
-    if args.slots and (args.ray or not batch):
-        return fail_usage(
-            "--slots: the slots (jobs at a time) of a batch on this host: on each GPU of --gpus, or "
-            "with --device cpu on the CPU; several candidates, --jobs or --out make a batch"
-        )
-    if args.plot and batch:
-        return fail_usage("--plot draws one run's table; many jobs write their records to --out")
+    wrong = usage_error(args, batch)
+    if wrong:
+        return fail_usage(wrong)
     if args.plot:
-        from kp.observe import plot
+        from kp.observe import plot  # matplotlib's import, only where a picture is asked for
 
         plot.require()
-    if args.ref and (args.variant or args.build):
-        return fail_usage("--variant and --build belong to built-in problems, not to --ref files")
-    if args.variant and args.device == "cpu" and not args.build:
-        return fail_usage(
-            "--variant runs the playground's kernels, which need a GPU; on the CPU --problem judges the "
-            "reference's own Model, and --candidate a pure-PyTorch ModelNew"
-        )
-    import torch
+    import torch  # after the usage checks: a mistyped flag is answered without torch's import
 
     if args.build and (args.device == "cpu" or not torch.cuda.is_available()):
         return compile_check(args)
@@ -388,22 +376,7 @@ def main(argv=None) -> int:
             "NVIDIA GPU; --device cpu runs the parity checks of a pure-torch candidate"
         )
     if args.build:
-        probs = args.problem or harness.problems()
-        items = [
-            (p, v) for p in probs for v in expand_variants(p, args.variant or ["all"], None) if v in harness.variants(p)
-        ]
-        t0 = time.perf_counter()
-        res = harness.build_all(args.build_jobs, items)
-        bad = [r for r in res if r[3]]
-        for p, v, _, err in bad:
-            print(err, file=sys.stderr)
-        print(f"built {len(res) - len(bad)}/{len(res)} kernels in {time.perf_counter() - t0:.1f} s wall")
-        return 1 if bad else 0
-
-    from kp.judge import driver as judge
-
-    from kp.observe import report, verdict
-
+        return build_kernels(args)
     opts = judge_opts(args)
     if args.json:  # its folder made now, before the judging, never a traceback after the verdict
         try:
@@ -411,9 +384,81 @@ def main(argv=None) -> int:
         except OSError as e:
             return fail_usage(f"--json {args.json}: its folder cannot be made ({e.strerror or e})")
     if batch:
-        from kp.batch.backends import run_batch
+        from kp.batch.backends import run_batch  # the batch's modules, only for many jobs
 
         return run_batch(args, opts)
+    return judge_here(args, opts)
+
+
+def usage_error(args, batch: bool) -> str | None:
+    """What is wrong with the command line as a whole (flags that do not go together, a problem or mode that does
+    not exist), before anything is imported or judged; None where nothing is."""
+    import harness
+
+    if args.precision not in harness.PRECISIONS:
+        return f"--precision must be one of {', '.join(harness.PRECISIONS)}, got {args.precision!r}"
+    if args.build_jobs is not None and args.build_jobs < 1:
+        return f"--build-jobs: builds at once, at least 1, got {args.build_jobs}"
+    for p in args.problem or []:
+        if p not in harness.problems():
+            return f"unknown problem {p!r}; problems: {', '.join(harness.problems())}"
+        modes = getattr(harness.problem_module(p), "PRECISIONS", ("fp32",))
+        if not args.candidate and args.precision not in modes:
+            return f"{p} has no {args.precision!r} mode; it runs in {', '.join(modes)}"
+        expand_variants(p, args.variant, args.precision)
+    if not args.problem and not args.ref and not args.build and not args.jobs:
+        return "give --problem ID or --ref FILE (or --jobs CSV, --list, --build); problems: " + ", ".join(
+            harness.problems()
+        )
+    if args.candidate and (args.variant or args.build or args.jobs or (args.problem and len(args.problem) != 1)):
+        return "--candidate takes one --problem or --ref, and no --variant/--build/--jobs"
+    if batch and (args.variant or args.build or args.json):
+        return (
+            "many jobs (--gpus/--ray/--out/--jobs or several candidates) take no --variant, --build "
+            "or --json: each job's full record goes to --out"
+        )
+    if args.gpus and args.ray:
+        return "--gpus (this host) or --ray (a cluster), not both"
+    if args.slots and (args.ray or not batch):
+        return (
+            "--slots: the slots (jobs at a time) of a batch on this host: on each GPU of --gpus, or "
+            "with --device cpu on the CPU; several candidates, --jobs or --out make a batch"
+        )
+    if args.plot and batch:
+        return "--plot draws one run's table; many jobs write their records to --out"
+    if args.ref and (args.variant or args.build):
+        return "--variant and --build belong to built-in problems, not to --ref files"
+    if args.variant and args.device == "cpu" and not args.build:
+        return (
+            "--variant runs the playground's kernels, which need a GPU; on the CPU --problem judges the "
+            "reference's own Model, and --candidate a pure-PyTorch ModelNew"
+        )
+    return None
+
+
+def build_kernels(args) -> int:
+    """--build: the kernels of the problems asked for (every problem's by default), built at once."""
+    import harness
+
+    probs = args.problem or harness.problems()
+    items = [
+        (p, v) for p in probs for v in expand_variants(p, args.variant or ["all"], None) if v in harness.variants(p)
+    ]
+    t0 = time.perf_counter()
+    res = harness.build_all(args.build_jobs, items)
+    bad = [r for r in res if r[3]]
+    for p, v, _, err in bad:
+        print(err, file=sys.stderr)
+    print(f"built {len(res) - len(bad)}/{len(res)} kernels in {time.perf_counter() - t0:.1f} s wall")
+    return 1 if bad else 0
+
+
+def judge_here(args, opts) -> int:
+    """One job at a time in this process: each problem's ladder, or the reference and its one candidate; its table,
+    its verdict, its probes and picture where asked, and --json's record."""
+    from kp.judge import driver as judge  # the judge's modules (torch among them), only where something is judged
+    from kp.observe import report, verdict
+
     refs = (
         [judge.Reference.load(("file", args.ref))]
         if args.ref
@@ -439,7 +484,7 @@ def main(argv=None) -> int:
             print("\n".join(verdict.verdict_lines(rec)), flush=True)
         status = max(status, 0 if rec["ok"] else 1)
         if args.plot:
-            from kp.observe import plot
+            from kp.observe import plot  # matplotlib's import, only where a picture is asked for
 
             path = Path(args.plot)
             if len(refs) > 1:

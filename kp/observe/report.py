@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kp.lib import speedup
-from kp.observe.profile import kernel_base_name
+from kp.observe.ncu import format_ncu
+from kp.observe.profile import format_profile, kernel_base_name
 from kp.observe.verdict import own_frames
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -209,6 +210,12 @@ def checks_line(r: dict) -> str:
 def format_record(rec: dict, verdict_follows: bool = False) -> str:
     """The table (and the notes above it). verdict_follows: a verdict line with the reason and the judge's notes
     comes after the table, so a rejected row's column says only that and the notes are said there, once."""
+    lines = _head_lines(rec, verdict_follows) + _table_lines(rec, verdict_follows) + _after_table_lines(rec)
+    return "\n".join(lines)
+
+
+def _head_lines(rec: dict, verdict_follows: bool) -> list[str]:
+    """What was judged and how, the GPU memory it took, the ceilings measured, the skips and the notes."""
     gpu_peak = rec.get("peak_gpu_bytes")
     mode = {
         "train": "training mode (a fresh Model trains, as KernelBench builds it)",
@@ -244,14 +251,18 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
             f"  the reference's own {rec.get('precision') or 'fp32'} Model judged against its float64 copy, "
             f"every parity stage (on {rec['device']}: nothing timed)"
         )
+    return lines
+
+
+def _table_lines(rec: dict, verdict_follows: bool) -> list[str]:
+    """The table: a line per row, its timing where it was timed, its error and its verdict; then the training
+    steps' rows (backward_lines)."""
     timing = rec.get("timing", {})
     timed = bool(timing) and "bandwidth" in rec  # no timing columns where nothing was timed (the CPU)
-    compute = rec.get("bound") == "compute"
-    unit, scale, what = ("TFLOP/s", 1e12, "flops") if compute else ("GB/s", 1e9, "bytes")
+    unit = "TFLOP/s" if rec.get("bound") == "compute" else "GB/s"
     names = row_names(rec)
-    label_of = lambda k: row_label(rec, k)
-    w = max([16] + [len(label_of(k)) for k in names])
-    lines.append(
+    w = max([16] + [len(row_label(rec, k)) for k in names])
+    lines = [
         f"{'':{w}} "
         + (
             f"{'median ms':>9} {'IQR ms':>7} {unit:>8} {'%roof':>6} {'vs eager':>8} {'vs comp':>7} {'host us':>7} "
@@ -259,60 +270,73 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
             else ""
         )
         + f"{'relL2':>8} {'worst row':>9}  verdict"
-    )
+    ]
     torch_err = max(
         [c.get("torch_rel_l2", 0.0) for r in rec["rows"].values() for c in r["checks"].values()], default=None
     )
     for k in names:
-        t = timing.get(k)
-        cols = f"{label_of(k):{w}}"
-        if t and "bandwidth" in rec:
-            tr, secs, floor = row_traffic(rec, k), t["median_ms"] * 1e-3, row_floor_s(rec, k)
-            ve = timing["eager"]["median_ms"] / t["median_ms"] if "eager" in timing else float("nan")
-            vc = f"{timing['torch.compile']['median_ms'] / t['median_ms']:.2f}x" if "torch.compile" in timing else "-"
-            cols += (
-                f" {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {tr[what] / secs / scale:8,.0f} "
-                f"{100 * floor / secs:5.1f}% {ve:7.2f}x {vc:>7} {t['host_us']:7.0f}"
-            )
-        elif timed:
-            cols += " " * 62
+        cols = f"{row_label(rec, k):{w}}" + _timing_columns(rec, k, timed)
         r = rec["rows"].get(k)
         if r:
-            errs = list(r["checks"].values())  # an accepted row: the worst of the calls it passed
-            e = f"{max(c['rel_l2'] for c in errs):8.1e}" if errs else f"{'-':>8}"
-            wr = f"{max(c['worst_row'] for c in errs):9.1e}" if errs else f"{'-':>9}"
-            if not r["accepted"]:  # a rejected row: the call that failed, where its reason has the figures
-                failed = (r.get("failure") or {}).get("figures") or {}
-                e, wr = (
-                    (f"{failed['rel_l2']:8.1e}", f"{failed['worst_row']:9.1e}")
-                    if "rel_l2" in failed
-                    else (f"{'-':>8}", f"{'-':>9}")
-                )
-            kind = ""
-            if r["pure_torch"]:
-                kind = " (pure PyTorch)"
-            elif r.get("library_kernels"):
-                kind = " (a library's kernels)"
-            v = (
-                "accepted" + kind
-                if r["accepted"]
-                else (
-                    f"rejected{' (peer, not gated)' if r['peer'] else ''}"
-                    + ("" if verdict_follows else f": {r['reason']}")
-                )
-            )
-            cols += f" {e} {wr}  {v}"
+            cols += _verdict_columns(r, verdict_follows)
         elif k == "eager" and torch_err is not None:
             cols += f" {torch_err:8.1e} {'':9}  (PyTorch fp32's own error, worst call)"
         lines.append(cols)
-    lines += backward_lines(rec, w)
+    return lines + backward_lines(rec, w)
+
+
+def _timing_columns(rec: dict, k: str, timed: bool) -> str:
+    """A row's timing columns: its median and IQR, its rate and % of the roof, its speedups, its host time."""
+    timing = rec.get("timing", {})
+    t = timing.get(k)
+    if not (t and "bandwidth" in rec):
+        return " " * 62 if timed else ""
+    scale, what = (1e12, "flops") if rec.get("bound") == "compute" else (1e9, "bytes")
+    tr, secs, floor = row_traffic(rec, k), t["median_ms"] * 1e-3, row_floor_s(rec, k)
+    ve = timing["eager"]["median_ms"] / t["median_ms"] if "eager" in timing else float("nan")
+    vc = f"{timing['torch.compile']['median_ms'] / t['median_ms']:.2f}x" if "torch.compile" in timing else "-"
+    return (
+        f" {t['median_ms']:9.3f} {t['q3_ms'] - t['q1_ms']:7.3f} {tr[what] / secs / scale:8,.0f} "
+        f"{100 * floor / secs:5.1f}% {ve:7.2f}x {vc:>7} {t['host_us']:7.0f}"
+    )
+
+
+def _verdict_columns(r: dict, verdict_follows: bool) -> str:
+    """A judged row's error columns and verdict: an accepted row's worst over the calls it passed, a rejected row's
+    at the call that failed (where its figures have them)."""
+    errs = list(r["checks"].values())
+    e = f"{max(c['rel_l2'] for c in errs):8.1e}" if errs else f"{'-':>8}"
+    wr = f"{max(c['worst_row'] for c in errs):9.1e}" if errs else f"{'-':>9}"
+    if not r["accepted"]:
+        failed = (r.get("failure") or {}).get("figures") or {}
+        e, wr = (
+            (f"{failed['rel_l2']:8.1e}", f"{failed['worst_row']:9.1e}")
+            if "rel_l2" in failed
+            else (f"{'-':>8}", f"{'-':>9}")
+        )
+    kind = ""
+    if r["pure_torch"]:
+        kind = " (pure PyTorch)"
+    elif r.get("library_kernels"):
+        kind = " (a library's kernels)"
+    if r["accepted"]:
+        v = "accepted" + kind
+    else:
+        v = f"rejected{' (peer, not gated)' if r['peer'] else ''}" + ("" if verdict_follows else f": {r['reason']}")
+    return f" {e} {wr}  {v}"
+
+
+def _after_table_lines(rec: dict) -> list[str]:
+    """Below the table: the speedups with their intervals, a ceiling the run contradicted, the rows' own kernels,
+    the shape family, the profile and Nsight Compute's figures, the checked calls, the candidate's own frames."""
+    timing, names, lines = rec.get("timing", {}), row_names(rec), []
     for k, got in (rec.get("speedups") or {}).items():  # each row's speedups, paired round by round (kp.lib.speedup)
         lines.append(
-            f"  {label_of(k)}: speedup with its {100 * speedup.LEVEL:.0f}% paired interval: "
+            f"  {row_label(rec, k)}: speedup with its {100 * speedup.LEVEL:.0f}% paired interval: "
             + ", ".join(f"{speedup.said(v)} vs {base}" for base, v in got.items())
         )
     over = [
-        label_of(k)
+        row_label(rec, k)
         for k in names
         if timing.get(k) and "bandwidth" in rec and row_floor_s(rec, k) > 1.02 * timing[k]["median_ms"] * 1e-3
     ]
@@ -330,12 +354,8 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
             )
     lines += family_lines(rec)
     if rec.get("profile"):
-        from kp.observe.profile import format_profile
-
         lines += format_profile(rec["profile"])
     if rec.get("ncu"):
-        from kp.observe.ncu import format_ncu
-
         lines += format_ncu(rec["ncu"])
     if rec.get("family"):
         lines.append(f"  shapes judged: {shapes_judged(rec)}")
@@ -349,4 +369,4 @@ def format_record(rec: dict, verdict_follows: bool = False) -> str:
         if frames:
             lines.append(f"  {k} raised in its own code (innermost last; the whole traceback is in the --json record):")
             lines += [f"    {f}" for f in frames]
-    return "\n".join(lines)
+    return lines

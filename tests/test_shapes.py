@@ -59,7 +59,7 @@ def test_with_shapes_the_record_lists_each_member_and_the_sizes_are_put_back():
     assert row["accepted"], row["reason"]
     assert [(f["member"], f["shape"], f["passed"]) for f in rec["family"]] == [
         ("odd", "63x999", ["candidate"]),
-        ("half", "32x500", ["candidate"]),
+        ("double", "128x2000", ["candidate"]),
     ]
     assert sum(c.startswith("at 63x999: ") for c in row["checks"]) == 6  # fresh, changed weights, derived inputs
     assert ref.module.batch_size == 64 and ref.module.dim == 1000
@@ -126,7 +126,7 @@ def test_a_count_takes_the_members_a_file_declares_first_spread_over_its_list():
     assert dims == [1024, 4096, 8192, 32768, 65536, 262144]
     assert all(sizes["batch_size"][1] * sizes["dim"][1] == n_elems for _, sizes in members)
     more, _ = ref.family(len(ref.module.SHAPE_FAMILY) + 2)
-    assert [m for m, _ in more][-3:] == ["declared", "odd", "half"]
+    assert [m for m, _ in more][-3:] == ["declared", "odd", "double"]  # two generic members: a larger one of them
 
 
 FIXED = CASES_DIR / "contract" / "shapes_fixed"
@@ -160,8 +160,26 @@ def test_two_sizes_that_must_stay_equal_move_together_and_are_not_held(tmp_path)
     members, _ = ref.family(2)
     assert [{k: v[1] for k, v in s.items()} for _, s in members] == [
         {"batch_size": 7, "width_a": 63, "width_b": 63},
-        {"batch_size": 4, "width_a": 32, "width_b": 32},
+        {"batch_size": 16, "width_a": 128, "width_b": 128},
     ]
+
+
+def test_a_small_count_of_shapes_takes_a_larger_member_and_finds_a_count_written_in():
+    """--shapes 2 and 3 take double in the place of their last member (odd, double; odd, half, double): every
+    smaller member leaves a candidate right for the benchmark's 64 rows only right there, as --shapes 2 once
+    accepted one. 4 and more take MEMBERS' order, double among them already; 1 takes odd."""
+    from kp.judge.members import count_order
+
+    ref = judge.Reference.load(("file", str(FOLDER / "ref.py")))
+    for n, want in ((1, ["odd"]), (2, ["odd", "double"]), (3, ["odd", "half", "double"])):
+        assert count_order(n)[:n] == want
+        assert [m for m, _ in ref.family(n)[0]] == want
+    assert [m for m, _ in ref.family(4)[0]] == ["odd", "half", "one", "double"]
+    rec = judge.evaluate(
+        ref, FOLDER / "wrong_fixed_rows.py", seed=3, device="cpu", allow_torch=True, sandbox=False, shapes=2
+    )
+    row = rec["rows"]["candidate"]
+    assert not row["accepted"] and "wrong at 128x2000 (double sizes)" in row["reason"], row["reason"]
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
@@ -355,7 +373,7 @@ def test_with_timing_each_member_is_timed_beside_eager_and_compile():
         assert entry["traffic"]["eager"]["bytes"] > 0
     assert ref.module.batch_size == 64 and ref.module.dim == 1000
     text = format_record(rec)
-    assert "63x999" in text and "32x500" in text and "at each shape timed" in text
+    assert "63x999" in text and "128x2000" in text and "at each shape timed" in text
 
 
 def test_a_member_where_other_processes_took_the_gpus_memory_is_no_verdict_not_a_skip(monkeypatch):

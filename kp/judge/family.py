@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from kp.errors import UsageError
-from kp.judge.members import MEMBERS, _odd, at_values, member_names
+from kp.judge.members import MEMBERS, _odd, at_values, count_order, member_names
 
 
 def _code_names(code) -> set[str]:
@@ -174,7 +174,10 @@ class ShapeFamily:
                 if declared and n
                 else []
             )
-            candidates = [declared[i] for i in picks] + [(m, {k: f(g[k], batch[k]) for k in names}) for m, f in MEMBERS]
+            sized = {m: f for m, f in MEMBERS}
+            candidates = [declared[i] for i in picks] + [
+                (m, {k: sized[m](g[k], batch[k]) for k in names}) for m in count_order(n - len(picks))
+            ]
         else:
             wanted = set(member_names(n))
             candidates = [(m, {k: f(g[k], batch[k]) for k in names}) for m, f in MEMBERS if m in wanted]

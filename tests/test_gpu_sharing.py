@@ -167,6 +167,7 @@ def test_a_median_under_the_profiled_time_beside_other_judges_is_measured_again_
     from inside the call stays under it and is rejected; an honest call slowed beside others is accepted."""
     import contextlib
     from kp.judge import ceilings
+    from kp.judge.clock import StageClock
 
     @contextlib.contextmanager
     def to_itself(log=None):
@@ -176,16 +177,24 @@ def test_a_median_under_the_profiled_time_beside_other_judges_is_measured_again_
     monkeypatch.setattr(ceilings, "gpu_to_itself", to_itself)
     for alone_median, accepted in ((0.01, False), (0.9, True)):
         alone = []
-        j = object.__new__(judge.Judge)
-        j.device, j.bench, j.rows, j.log = "cuda", False, [], lambda said: None
         row = judge.Row("candidate", types.SimpleNamespace(isolated=True, call=lambda *a, **k: {"peak": 0}))
         row.escape = {"busy_ms": 1.0}
-        j.rows, j.runners, j._fp = [row], [], {"inputs": 4, "outputs": 4, "weights": 0, "flops": 0}
-        j.ref = types.SimpleNamespace(inputs=lambda *a: [], traffic=lambda *a, **k: {"bytes": 8, "flops": 0})
-        j.seed, j.precision = 1, "fp32"
-        j.escape_check = types.SimpleNamespace(check=lambda r: None, beside_other_judges=lambda: True)
+        run = types.SimpleNamespace(  # what the stage reads of the judge's run, and nothing else
+            device="cuda",
+            bench=False,
+            rows=[row],
+            live=lambda: [r for r in [row] if r.accepted],
+            runners=[],
+            log=lambda said: None,
+            fp={"inputs": 4, "outputs": 4, "weights": 0, "flops": 0},
+            ref=types.SimpleNamespace(inputs=lambda *a: [], traffic=lambda *a, **k: {"bytes": 8, "flops": 0}),
+            seed=1,
+            precision="fp32",
+            clock=StageClock(),
+            escape_check=types.SimpleNamespace(check=lambda r: None, beside_other_judges=lambda: True),
+        )
         monkeypatch.setattr(ceilings, "time_rows", lambda run: {"timing": {"candidate": {"median_ms": alone_median}}})
         rec = {"timing": {"candidate": {"median_ms": 0.01}}}
         monkeypatch.setattr(ceilings, "memory_need", lambda *a: 0)
-        ceilings.stage_ceilings(j, rec, [])
+        ceilings.stage_ceilings(run, rec, [])
         assert alone == [True] and row.accepted is accepted, row.reason

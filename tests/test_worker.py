@@ -142,18 +142,18 @@ def test_a_build_that_failed_in_another_process_is_said_with_its_compiler_error(
 def test_a_call_after_the_worker_ended_for_a_gpu_fault_says_so(tmp_path):
     """A worker whose call faulted answers it, says why on its stderr and ends (exit code 0); a later command of the
     judge's (the KernelBench column) names that, not an unexplained exit."""
-    import types
     from kp.worker.replies import ENDED_AFTER_FAULT
-    from kp.judge.runners import ProcessRunner
+    from kp.judge.runners import died, stderr_tail
 
     err = tmp_path / "stderr"
     err.write_text(f"{ENDED_AFTER_FAULT} after 'forward' (CUDA error: misaligned address); this process ends here\n")
-    runner = object.__new__(ProcessRunner)
-    runner.proc = types.SimpleNamespace(join=lambda t=None: None, exitcode=0)
-    runner.stderr = types.SimpleNamespace(name=str(err))
-    why = str(runner._died("kernelbench check"))
+    e = died("kernelbench check", 0, stderr_tail(str(err)))
+    why = str(e)
     assert why.startswith("kernelbench check: the candidate's process had ended after its GPU work faulted")
-    assert "misaligned address" in why and "os._exit" not in why
+    assert "misaligned address" in why and "os._exit" not in why and e.kind == "crash"
+    below = str(died("forward", 0, ""))  # exit 0 with nothing said: the process left below Python
+    assert "os._exit" in below and below.endswith("nothing on its stderr")
+    assert "(signal 9, SIGKILL)" in str(died("forward", -9, ""))
 
 
 def test_a_verbose_build_that_fails_is_said_with_the_compilers_error(tmp_path, monkeypatch):

@@ -185,24 +185,7 @@ class ProcessRunner:
 
     def _died(self, stage: str) -> Rejected:
         self.proc.join(5)
-        tail = stderr_tail(self.stderr.name)
-        code = self.proc.exitcode
-        why = f"{stage}: the candidate's process died ({exit_status(code)})"
-        if code == 0 and ENDED_AFTER_FAULT in tail:  # it answered its faulted command, then ended on purpose
-            return Rejected(
-                f"{stage}: the candidate's process had ended after its GPU work faulted in an earlier "
-                f"call (its CUDA context unusable); its stderr ended: {tail}",
-                kind="crash",
-                check=stage,
-            )
-        if code == 0:  # the worker answers every command, a Python exit included: this ended below Python
-            why += (
-                " in the middle of the judge's command, without a Python error: code that exits the process "
-                "directly (os._exit, or exit() from native code or a library)"
-            )
-        return Rejected(
-            why + (f"; its stderr ended: {tail}" if tail else "; nothing on its stderr"), kind="crash", check=stage
-        )
+        return died(stage, self.proc.exitcode, stderr_tail(self.stderr.name))
 
     def _timed_out(self, stage: str) -> Rejected:
         self.proc.kill()
@@ -332,6 +315,28 @@ class ProcessRunner:
             import shutil
 
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def died(stage: str, code: int | None, tail: str) -> Rejected:
+    """The rejection for a worker that ended during `stage` with exit code `code`, its stderr ending in `tail`: a
+    worker that answered a faulted command and then ended on purpose (ENDED_AFTER_FAULT) says so; one that exited
+    0 without a Python error exited below Python; any other, its exit status."""
+    why = f"{stage}: the candidate's process died ({exit_status(code)})"
+    if code == 0 and ENDED_AFTER_FAULT in tail:
+        return Rejected(
+            f"{stage}: the candidate's process had ended after its GPU work faulted in an earlier "
+            f"call (its CUDA context unusable); its stderr ended: {tail}",
+            kind="crash",
+            check=stage,
+        )
+    if code == 0:  # the worker answers every command, a Python exit included: this ended below Python
+        why += (
+            " in the middle of the judge's command, without a Python error: code that exits the process "
+            "directly (os._exit, or exit() from native code or a library)"
+        )
+    return Rejected(
+        why + (f"; its stderr ended: {tail}" if tail else "; nothing on its stderr"), kind="crash", check=stage
+    )
 
 
 def stderr_tail(path: str, lines: int = 3, chars: int = 400) -> str:

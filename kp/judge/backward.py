@@ -184,9 +184,8 @@ class GradientCheck:
     def no_backward(self, why: str, at: str | None = None) -> None:
         """Gradients not checked for `why`, at the call labelled `at` where it is one call's: one note for each
         reason, naming every call it held at (their labels up to the seed), kept up to date in place."""
-        calls = self.unchecked.get(why)
-        before = self._note(why, calls) if calls is not None else None
         calls = self.unchecked.setdefault(why, [])
+        before = self._note(why, calls)  # the note as it stands, if this reason was met before
         short = at.split(" (seed")[0] if at else None
         if short and short not in calls:
             calls.append(short)

@@ -160,7 +160,7 @@ def check_call(
 
 def release_if_short(run) -> None:
     """The judge's cached GPU memory handed back only where the GPU has less free than the job plans for
-    (kp.judge.outputs.release_cached says why: beside other slots' work a hand-back cost more than the checks)."""
+    (kp.judge.release.release_cached says why: beside other slots' work a hand-back cost more than the checks)."""
     if torch.cuda.is_initialized():
         release_cached(memory_need(run.fp, len(run.rows)))
 

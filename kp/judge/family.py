@@ -174,7 +174,7 @@ class ShapeFamily:
                 if declared and n
                 else []
             )
-            sized = {m: f for m, f in MEMBERS}
+            sized = dict(MEMBERS)
             candidates = [declared[i] for i in picks] + [
                 (m, {k: sized[m](g[k], batch[k]) for k in names}) for m in count_order(n - len(picks))
             ]

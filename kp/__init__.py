@@ -45,9 +45,9 @@ LAYER_ORDER = (
     "lib.layers",
     # one judged call: the shape family's members, the reference's shape family, the judge's options and clock, the
     # reference, judges sharing a GPU, the timer, profiles, the kernel languages a candidate compiles at run time,
-    # what is watched in a candidate's process, a call's backward, the worker's timing, profiling and calling
-    # commands, its replies, its state and setup commands, the worker that runs a model, the runners that talk to it,
-    # the boxed worker's entry
+    # what is watched in a candidate's process, a call's backward, the worker's timing, profiling, calling and
+    # sanitized-call commands, its replies, its state and setup commands, the worker that runs a model, the runners
+    # that talk to it, the boxed worker's entry
     "judge.members",
     "judge.family",
     "judge.options",
@@ -63,6 +63,7 @@ LAYER_ORDER = (
     "worker.measuring",
     "worker.profiling",
     "worker.parity_calls",
+    "worker.sanitized",
     "worker.replies",
     "worker.state",
     "worker.setup",
@@ -76,10 +77,11 @@ LAYER_ORDER = (
     # the judge: its memory plan, its cached GPU memory handed back, the one comparison with the float64 reference, an
     # output against what it must be, what a call must return, its stages (construct, the gradients, one checked call,
     # parity, parity at the shape family's members, KernelBench's own check, escape and own kernel, timing and
-    # ceilings, profiles), its answers to running out of GPU memory, its record, its stage table, the driver that runs
-    # it; its roofline picture; many jobs (what a job, a job file and a results file are; what a batch used of its
-    # host; candidates' builds ahead of judging; the reference run in a slot's next box; what runs in a slot's
-    # process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks run which jobs)
+    # ceilings, profiles, compute-sanitizer's tools), its answers to running out of GPU memory, its record, its stage
+    # table, the driver that runs it; its roofline picture; many jobs (what a job, a job file and a results file
+    # are; what a batch used of its host; candidates' builds ahead of judging; the reference run in a slot's next
+    # box; what runs in a slot's process; the slot a job runs in; the GPUs the slots run on; which slots or Ray tasks
+    # run which jobs)
     "judge.plan",
     "judge.release",
     "judge.compare",
@@ -97,6 +99,7 @@ LAYER_ORDER = (
     "judge.timed",
     "judge.ceilings",
     "judge.observe",
+    "judge.sanitize",
     "judge.memory",
     "judge.record",
     "judge.stages",

@@ -193,6 +193,13 @@ def _what_runs(g) -> None:
         action="store_true",
         help="accept a candidate that runs no kernel of its own (a pure-PyTorch rewrite); the row says so",
     )
+    g.add_argument(
+        "--sanitize",
+        action="store_true",
+        help="once a candidate passed, run its call under compute-sanitizer (memcheck, initcheck, racecheck, "
+        "synccheck), each tool in a box of its own, and once with every SM's shared memory filled, at the smallest "
+        "shape judged; a hazard in a kernel of its own rejects it (memory_error, race). GPU only; adds 10-40 s",
+    )
 
 
 def _warm_judge(g) -> None:
@@ -518,6 +525,7 @@ def judge_opts(args):
         shapes=parse_shapes(args.shapes),
         backward=args.backward,
         at=args.at,
+        sanitize=args.sanitize,
         **timeout,
     )
 

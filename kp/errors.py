@@ -66,6 +66,10 @@ FAILURE_KINDS = {
     "escape": "GPU work outside the timed window, or host time the CUDA events did not see",
     "timing": "the timed calls do not add up: samples that contradict the wall clock or the checked call",
     "tampering": "the candidate changed the judge's process, its replies or PyTorch's settings",
+    "memory_error": "compute-sanitizer saw a kernel of the candidate's read or write out of bounds, or read memory "
+    "never written (--sanitize)",
+    "race": "compute-sanitizer saw threads of a kernel of the candidate's race on shared memory, or misuse a barrier "
+    "(--sanitize)",
 }
 
 

@@ -18,7 +18,7 @@ from kp.errors import EXIT_CODES
 
 # The GPU tests served by one batch per pytest process (tests/test_judge_cases.py's gpu_batch fixture): the batch's
 # time is theirs together, whichever of them sets it up.
-GPU_BATCHED = ("test_judge_case_on_gpu", "test_wrong_case_rejected_on_gpu")
+GPU_BATCHED = ("test_judge_case_on_gpu", "test_wrong_case_rejected_on_gpu", "test_sanitize_case_accepted_without_it")
 
 # GPU tests that run on the batch's lane after the batch (tools.gpu_tests --lanes): judges in the test's own process at
 # the benchmark shape whose checked calls are many (every shipped variant, each with its declared cases and weight

@@ -97,7 +97,7 @@ def assert_typed(rec: dict, status: str, kind: str | None = None) -> None:
     """The verdict as data: the record's status, and a rejection's failure of the case's declared kind (KIND), the
     stage it came in and the same failure on the candidate's row; an acceptance has none."""
     from kp.errors import FAILURE_KINDS
-    from kp.judge.stages import STAGES
+    from kp.judge.stages import AFTER_WORKERS, STAGES
 
     assert rec["status"] == status and rec["schema_version"] == 1, (rec["status"], rec.get("failure"))
     f = rec["failure"]
@@ -106,7 +106,7 @@ def assert_typed(rec: dict, status: str, kind: str | None = None) -> None:
         return
     assert f == rec["rows"]["candidate"]["failure"] and f["kind"] in FAILURE_KINDS, f
     assert kind is None or f["kind"] == kind, (f, kind)
-    assert f["stage"] in {s.name for s in STAGES}, f
+    assert f["stage"] in {s.name for s in (*STAGES, *AFTER_WORKERS)}, f
 
 
 # The GPU judge cases and GPU known-wrong cases of this pytest process (its shard), judged in one batch: three warm
@@ -137,7 +137,8 @@ def _gpu_case_argv(test: str, p: dict, base: Path) -> list | None:
     m = meta(d / p["cand"])
     if missing(m["NEEDS"]):
         return None
-    return ["--ref", d / "ref.py", "--candidate", d / p["cand"], "--no-compile", *m["FLAGS"]]
+    flags = [f for f in m["FLAGS"] if f != "--sanitize" or test != "test_sanitize_case_accepted_without_it"]
+    return ["--ref", d / "ref.py", "--candidate", d / p["cand"], "--no-compile", *flags]
 
 
 @pytest.fixture(scope="session")
@@ -202,6 +203,26 @@ def test_judge_case_on_gpu(folder, cand, gpu_batch, request):
         assert_typed(line["record"], "rejected", m["KIND"])
 
 
+# The --sanitize cases whose defect leaves every output right (tests/judge_cases/contract/sanitize)
+SANITIZE_WRONG = [
+    (f, c) for f, c in PAIRS if "--sanitize" in meta(CASES_DIR / f / c)["FLAGS"] and meta(CASES_DIR / f / c)["EXPECT"]
+]
+
+
+@gpu
+@pytest.mark.parametrize("folder,cand", SANITIZE_WRONG, ids=lambda x: str(x))
+def test_sanitize_case_accepted_without_it(folder, cand, gpu_batch, request):
+    """Each --sanitize case rejected with it (test_judge_case_on_gpu) is accepted without it: its defect (a read past
+    a tensor's end, an unwritten read, a race) leaves every output the judge checks right, and only the tools or the
+    shared-memory fill see it. Judged in the shard's batch (gpu_batch)."""
+    line = gpu_batch.get(request.node.nodeid)
+    assert line is not None and batched.exit_code(line) == 0 and line["verdict"].startswith("accepted"), batched.said(
+        line
+    )
+    assert_typed(line["record"], "accepted")
+    assert "sanitize" not in line["record"]
+
+
 def test_every_batched_gpu_case_is_a_command_run_py_takes(tmp_path):
     """Every GPU judge case and GPU known-wrong case, as its test hands it to the batch: run.py's parser takes the
     command, and the job it makes has the case's options (no CPU, the case's flags)."""
@@ -210,7 +231,8 @@ def test_every_batched_gpu_case_is_a_command_run_py_takes(tmp_path):
         for f, c in PAIRS
         if "cuda" in meta(CASES_DIR / f / c)["DEVICES"]
     ]
-    assert len(cases) >= 90
+    cases += [("test_sanitize_case_accepted_without_it", {"folder": f, "cand": c}) for f, c in SANITIZE_WRONG]
+    assert len(cases) >= 90 and len(SANITIZE_WRONG) == 4
     for test, params in cases:
         argv = _gpu_case_argv(test, params, tmp_path)
         if argv is None:
@@ -219,10 +241,12 @@ def test_every_batched_gpu_case_is_a_command_run_py_takes(tmp_path):
         opts = dict(job.opts)
         assert opts["device"] is None and Path(job.candidate).is_file() and job.key(), (test, params)
         assert opts["allow_torch"] == ("--allow-torch" in argv), (test, params)
-        assert opts["bench"] == (test == "test_judge_case_on_gpu" and "--no-bench" not in argv)
+        assert opts["bench"] == (test != "test_wrong_case_rejected_on_gpu" and "--no-bench" not in argv)
+        assert opts.get("sanitize", False) == ("--sanitize" in argv)
+        assert "--sanitize" not in argv or test != "test_sanitize_case_accepted_without_it", params
         wrong = test == "test_wrong_case_rejected_on_gpu"
         assert opts.get("at") == ("test" if wrong and not meta(params["path"])["BENCH_SHAPE"] else None), params
-        assert not (test == "test_judge_case_on_gpu" and opts["bench"] and opts["compile_baseline"])
+        assert not (test != "test_wrong_case_rejected_on_gpu" and opts["bench"] and opts["compile_baseline"])
 
 
 def test_batched_cases_keep_each_commands_verdict(tmp_path, cli):

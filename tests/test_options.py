@@ -27,12 +27,15 @@ def test_the_command_lines_defaults_are_the_options_defaults():
                 "--shapes",
                 "odd,double",
                 "--backward",
+                "--sanitize",
                 "--timeout",
                 "30",
             ]
         )
     )
-    assert opts == JudgeOptions(bench=False, mode="eval", shapes=("odd", "double"), backward=True, timeout_s=30.0)
+    assert opts == JudgeOptions(
+        bench=False, mode="eval", shapes=("odd", "double"), backward=True, sanitize=True, timeout_s=30.0
+    )
 
 
 @pytest.mark.parametrize(
@@ -61,8 +64,8 @@ def test_options_are_frozen_and_names_are_normalised():
 
 
 def test_a_jobs_pairs_are_what_the_job_key_was_made_of_before_the_options_type():
-    """A results file written by the command line before resumes: the pairs leave a default --shapes and
-    --backward out, as the command line's options did."""
+    """A results file written by the command line before resumes: the pairs leave a default --shapes, --backward
+    and --sanitize out, as the command line's options did."""
     before = (
         ("allow_torch", False),
         ("bench", True),
@@ -79,6 +82,7 @@ def test_a_jobs_pairs_are_what_the_job_key_was_made_of_before_the_options_type()
     )
     assert JudgeOptions().pairs() == before
     assert dict(JudgeOptions(shapes=4, backward=True).pairs())["shapes"] == 4
+    assert dict(JudgeOptions(sanitize=True).pairs())["sanitize"] is True  # a job with it is another job
     job = jobfile.make_job(("problem", "softmax"), None, JudgeOptions(timeout_s=5))
     assert job.key() == jobfile.make_job(("problem", "softmax"), None, JudgeOptions()).key()  # a bound, not the job
     assert JudgeOptions.from_mapping(dict(job.opts)) == JudgeOptions(timeout_s=5)

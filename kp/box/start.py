@@ -168,10 +168,11 @@ def _plan(ref_spec, read_only: list[str], builds: bool) -> tuple:
     return ro, writable, env, needs_dynamo(cand), builds, ident
 
 
-def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
+def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True, wrap: tuple = ()) -> Box:
     """Start a box made to `plan` (_plan): bwrap runs kp.box.entry, which confines itself, takes the judge's key,
     imports what every job needs (and with warm_cuda starts CUDA and the judge's GPU tools; gpu=False: a job on the
-    CPU's, CPU_PRELOAD) and waits for its job (kp.worker.loop sends it)."""
+    CPU's, CPU_PRELOAD) and waits for its job (kp.worker.loop sends it). wrap: a tool's command line the worker runs
+    under inside the box (compute-sanitizer: start_wrapped)."""
     import multiprocessing
     from multiprocessing.connection import Connection
     from kp.box import sandbox
@@ -181,6 +182,7 @@ def _start(plan: tuple, warm_cuda: bool = False, gpu: bool = True) -> Box:
     stderr = tempfile.NamedTemporaryFile(prefix="kp-worker-", suffix=".stderr", delete=False)
     ours, theirs = socket.socketpair()
     inside = [
+        *wrap,
         sys.executable,
         "-m",
         "kp.box.entry",
@@ -367,6 +369,21 @@ def plan_for(ref_spec, candidate: str | Path) -> tuple:
 def worker_args(ref_spec, device: str, precision: str, env: dict, train: bool) -> tuple:
     """What a boxed worker is told of its job before its first command (kp.worker.loop.worker_main)."""
     return ref_spec, device, precision, str(ROOT), env, BOX_CWD, train
+
+
+def start_wrapped(ref_spec, read_only: list[str], build_dir: str | None, worker: tuple, wrap: tuple, env: dict) -> Box:
+    """A box of its own for a worker that runs under a tool (`wrap`: the tool's command line before the worker's;
+    compute-sanitizer for --sanitize), with `env` beside the plan's environment and the tool's folder readable;
+    lent the candidate's cached builds and sent its worker arguments (worker: device, precision, train). Never a box
+    started ahead: those run no tool."""
+    tool_dir = os.path.dirname(os.path.realpath(wrap[0]))
+    ro, writable, plan_env, *rest = _plan(ref_spec, [*read_only, tool_dir], bool(build_dir))
+    plan = (ro, writable, {**plan_env, **env}, *rest)
+    box = _start(plan, gpu=True, wrap=tuple(wrap))
+    box.lend(build_dir)
+    box.sent = worker_args(ref_spec, worker[0], worker[1], plan[2], worker[2])
+    box.conn.send(box.sent)
+    return box
 
 
 def take(

@@ -22,7 +22,8 @@ class JudgeOptions:
     the GPU (cuda), where one is visible. shapes: a count of other members of the reference's shape family, or
     members' names (kp.judge.family). at: the shape judged in place of the benchmark's (a
     member of the family, the file's TEST_SIZES or sizes by name, kp.judge.members.parse_at; None: the benchmark's).
-    timeout_s: the limit on a candidate's whole job (None: none)."""
+    timeout_s: the limit on a candidate's whole job (None: none). sanitize: the candidate's call run under
+    compute-sanitizer's tools once it passed (kp.judge.sanitize)."""
 
     seed: int | None = None
     trials: int = MIN_TRIALS
@@ -39,6 +40,7 @@ class JudgeOptions:
     shapes: int | tuple[str, ...] = 0
     backward: bool = False
     at: str | None = None
+    sanitize: bool = False
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -71,13 +73,13 @@ class JudgeOptions:
         return cls(**opts)
 
     def pairs(self) -> tuple:
-        """The options as a job keeps them: sorted (name, value) pairs, a default --shapes, --backward and --at left out
-        (a job's key, kp.batch.jobfile.Job.key, is made from them, and a results file written before those options
-        existed resumes)."""
+        """The options as a job keeps them: sorted (name, value) pairs, a default --shapes, --backward, --at and
+        --sanitize left out (a job's key, kp.batch.jobfile.Job.key, is made from them, and a results file written
+        before those options existed resumes)."""
         d = dataclasses.asdict(self)
         if not d["shapes"]:
             del d["shapes"]
-        for name in ("backward", "at"):
+        for name in ("backward", "at", "sanitize"):
             if not d[name]:
                 del d[name]
         return tuple(sorted(d.items()))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kp.box import pch
 from kp.box.builds import candidate_build_dir
-from kp.box.start import FORKSERVER_PRELOAD, candidate_paths
+from kp.box.start import FORKSERVER_PRELOAD, candidate_paths, start_wrapped
 from kp.errors import FAILURE_KINDS, OutOfMemory, Rejected, oom_request_bytes
 from kp.worker.guards import late_message
 from kp.worker.replies import (
@@ -133,10 +133,14 @@ class ProcessRunner:
         deadline: float | None = None,
         limit_s: float | None = None,
         build_dir: str | None = None,
+        wrap: tuple = (),
+        env: dict | None = None,
     ):
         """sandbox: run the worker in a box (kp.box.sandbox) that can read read_only and the judge's own files.
         deadline: time.monotonic() by which the whole job must be done (limit_s: its length, for the message).
-        build_dir: the candidate's own extension folder (kp.box.builds.candidate_build_dir), writable in the box."""
+        build_dir: the candidate's own extension folder (kp.box.builds.candidate_build_dir), writable in the box.
+        wrap: a tool's command line the boxed worker runs under, in a box of its own with `env` added to its
+        environment (kp.box.start.start_wrapped; compute-sanitizer for --sanitize)."""
         import tempfile
 
         self.on_interim, self.sandboxed, self.device = on_interim, sandbox, device
@@ -150,7 +154,10 @@ class ProcessRunner:
         self.primed: tuple | None = None  # the reference's run in its box ahead of the job (ran_ahead, made_ahead)
         if sandbox:
             self.scratch = None  # the box's private /tmp holds its working directory
-            box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir, deadline)
+            if wrap:
+                box = start_wrapped(ref_spec, list(read_only), build_dir, (device, precision, train), wrap, env or {})
+            else:
+                box = _start_boxed(ref_spec, device, precision, list(read_only), train, build_dir, deadline)
             self.conn, self.proc, self.stderr = box.conn, box.proc, box.stderr
             # waiting for its build ahead: the build's time, not the job's (its judge moves the deadlines by it)
             self.build_s = self.build_wait_s = box.build_wait_s
@@ -282,9 +289,12 @@ class ProcessRunner:
         built = self._ahead(prime_args)[0]
         return isinstance(built, dict) and bool(built.get("ok")) and bool(built.get("built"))
 
-    def close(self):
+    def close(self, wait_s: float = 0.0, echo: bool = True):
         """Quit the worker: once it has answered (nothing of the job is left in it), its process is killed rather
-        than waited for while its interpreter and torch tear down (seconds per job)."""
+        than waited for while its interpreter and torch tear down (seconds per job); with wait_s, given that long
+        to end by itself first (a tool it runs under writes its summary as it ends). echo: the candidate's output
+        written to this process's stderr (not for a second worker of the same candidate, whose output the first
+        showed)."""
         quit = False
         try:
             if self.proc.is_alive() and self.answered:  # not one stopped (Ctrl-C, a timeout) mid-call
@@ -294,6 +304,8 @@ class ProcessRunner:
                     quit = True
         except (OSError, EOFError, BrokenPipeError):
             pass
+        if quit and wait_s:
+            self.proc.join(wait_s)
         if hasattr(self.proc, "keep_builds"):  # a box killed or dead mid-job may hold a build cut short: not kept
             self.proc.keep_builds = quit
         if self.proc.is_alive():
@@ -303,7 +315,7 @@ class ProcessRunner:
         self.stderr.close()
         try:
             text = cut_middle(Path(self.stderr.name).read_bytes()).decode(errors="replace")
-            if text.strip():  # said as the candidate's, apart from the judge's own lines around it
+            if text.strip() and echo:  # said as the candidate's, apart from the judge's own lines around it
                 sys.stderr.write(
                     "[kp] the candidate's output (its process's stdout and stderr):\n"
                     f"{text.rstrip(chr(10))}\n[kp] end of the candidate's output\n"

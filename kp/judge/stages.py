@@ -12,6 +12,7 @@ from kp.judge.construct import stage_import, stage_setup
 from kp.judge.kernelbench import stage_kernelbench
 from kp.judge.observe import stage_ncu, stage_profile
 from kp.judge.parity_stage import stage_parity
+from kp.judge.sanitize import stage_sanitize
 from kp.judge.timed import stage_escape, stage_timing
 
 
@@ -67,4 +68,10 @@ STAGES = (
     # kp.judge.observe
     Stage("profile", stage_profile, lambda judge: judge.profile),
 )
-AFTER_WORKERS = (Stage("ncu", stage_ncu, lambda judge: judge.ncu and _on_gpu(judge)),)
+# After the workers have ended, their candidates' builds put back, to be lent to the workers these stages start:
+# kp.judge.sanitize (--sanitize: the candidate's call under compute-sanitizer's tools and with shared memory filled,
+# once the own-kernel check named its kernels), kp.judge.observe (--ncu)
+AFTER_WORKERS = (
+    Stage("sanitize", stage_sanitize, lambda judge: judge.opts.sanitize),
+    Stage("ncu", stage_ncu, lambda judge: judge.ncu and _on_gpu(judge)),
+)

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels"
 MODELS = ROOT / "models"
 PROBES = ROOT / "tools" / "probes"
+# the judge's own GPU code (kp.judge.sanitize's shared-memory fill)
+JUDGE_KERNELS = ROOT / "kp" / "kernels"
 # The architectures CI compiles each portable rung for (Ampere, Ada, Hopper); Hopper-only rungs get sm_90a only.
 CI_ARCHS = ("sm_80", "sm_89", "sm_90a")
 
@@ -167,8 +169,8 @@ def picks_per_call(problem: str) -> bool:
 
 
 def kernel_sources() -> list[Path]:
-    """Every .cu of every problem, and the measurement probes (CI compiles each of them)."""
-    return sorted(KERNELS.glob("*/*.cu")) + sorted(PROBES.glob("*.cu"))
+    """Every .cu of every problem, the measurement probes and the judge's own kernels (CI compiles each of them)."""
+    return sorted(KERNELS.glob("*/*.cu")) + sorted(PROBES.glob("*.cu")) + sorted(JUDGE_KERNELS.glob("*.cu"))
 
 
 def problem_module(problem: str):

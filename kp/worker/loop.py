@@ -31,18 +31,19 @@ from kp.worker.replies import (
     send,
     without_tensors,
 )
+from kp.worker.sanitized import SanitizeCommands
 from kp.worker.setup import SetupCommands
 from kp.worker.state import WorkerState
 
 REPLY_TIMEOUT_S = 900  # one worker step (a cold kernel build plus a torch.compile fit well inside)
 # commands after which no thread the candidate started may be working
-RUNS_CANDIDATE = ("build", "update", "load_weights", "forward", "time", "escape", "profile")
+RUNS_CANDIDATE = ("build", "update", "load_weights", "forward", "time", "escape", "profile", "sanitized_call")
 
 
 class Worker:
     """A worker: its one state (kp.worker.state.WorkerState) and the commands the judge sends, each served by the
-    part that owns it (setup, the parity calls, timing, profiling); `run` serves one, `loop` serves a judge's channel
-    until it says quit."""
+    part that owns it (setup, the parity calls, timing, profiling, the call under compute-sanitizer); `run` serves
+    one, `loop` serves a judge's channel until it says quit."""
 
     def __init__(
         self,
@@ -57,7 +58,7 @@ class Worker:
         ref = Reference.load(ref_spec).use_precision(precision)
         self.state = WorkerState(ref, device, precision, factories, conn, train, interim)
         self.commands: dict = {}
-        parts = (SetupCommands, CallCommands, TimingCommands, ProfileCommands)
+        parts = (SetupCommands, CallCommands, TimingCommands, ProfileCommands, SanitizeCommands)
         for part in (make(self.state) for make in parts):
             for name in (n for n in dir(part) if n.startswith("cmd_")):
                 assert name[len("cmd_") :] not in self.commands, f"two parts serve {name}"

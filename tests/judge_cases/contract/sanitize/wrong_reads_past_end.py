@@ -1,0 +1,16 @@
+"""Row sums with the candidates' shared kernel (row_sum.cu, mode 1): each row read in whole rounds of its threads, past
+the row's end (the matrix's at the last row), the values beyond the row discarded: right on every call (accepted
+without --sanitize), rejected by memcheck."""
+import torch.nn as nn
+
+from _row_sum import ext
+
+EXPECT = r"sanitize: compute-sanitizer memcheck: Invalid __global__ read .*in row_sum_kernel<1>"
+KIND = "memory_error"
+DEVICES = ("cuda",)
+FLAGS = ("--sanitize",)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.row_sum(x.contiguous(), 1)

@@ -106,7 +106,7 @@ def test_the_shared_memory_pass_rejects_as_its_own_and_its_record_is_valid():
     row = Row("candidate", None, own_kernels=OWN)
     run, out = _run(), {"shape": "2048x4099 (the benchmark's)", "rows": {}}
     what = "its output is NaN or Inf at 2048 of 2048 positions that are finite with shared memory filled with 0x00"
-    found = [sanitize.Hazard(sanitize.SHARED, what, None, None, None, [what])]
+    found = [sanitize.Hazard(sanitize.SHARED, what, None, None, None)]
     passes = [_tool_run("memcheck", "memory_error", report("clean.txt"))]
     passes.append(_tool_run(sanitize.SHARED, "memory_error", own=True, hazards=found))
     sanitize._verdict(run, row, passes, out)

@@ -96,20 +96,25 @@ def candidate_runner(
     train: bool,
     deadline: float | None,
     limit_s: float | None,
+    wrap: tuple = (),
+    env: dict | None = None,
 ) -> "ProcessRunner":
     """A candidate file's worker as the judge starts it: its folder and file readable, its own build folder
-    (kept per file contents) writable, in a box where boxed."""
+    (kept per file contents) writable, in a box where boxed; under a tool (`wrap`, with `env`), in a box of its
+    own (ProcessRunner)."""
     return ProcessRunner(
         ref_spec,
         device,
         precision,
         on_interim,
-        sandbox=boxed,
+        sandbox=boxed or bool(wrap),
         read_only=candidate_paths(path),
         train=train,
         deadline=deadline,
         limit_s=limit_s,
         build_dir=str(candidate_build_dir(path)),
+        wrap=wrap,
+        env=env,
     )
 
 

@@ -33,14 +33,12 @@ from pathlib import Path
 import torch
 
 from kp.box import sandbox
-from kp.box.builds import candidate_build_dir
-from kp.box.start import candidate_paths
 from kp.errors import Rejected, UsageError, first_line
 from kp.judge.construct import build_row
 from kp.judge.expected import Row
 from kp.judge.family import meta_shapes
 from kp.judge.members import said_sizes
-from kp.judge.runners import ProcessRunner
+from kp.judge.runners import ProcessRunner, candidate_runner
 from kp.lib.build import build_path
 from kp.lib.gpu_lock import gpu_to_itself
 from kp.observe.profile import kernel_base_name
@@ -79,14 +77,13 @@ def sanitizer_path() -> str | None:
 @dataclasses.dataclass
 class Hazard:
     """One report of a tool: what it saw (its first line), the kernel it names, where (thread and block, where it
-    says), the access's address line, and the report's lines."""
+    says) and the access's address (the whole report stays in the record)."""
 
     tool: str
     what: str
     kernel: str | None
     where: str | None
     address: str | None
-    lines: list[str]
 
     def said(self) -> str:
         parts = [self.what]
@@ -109,35 +106,34 @@ def parse_report(text: str, tool: str) -> list[Hazard]:
     prefix's own indent, then its detail lines indented, then an empty one). An error a CUDA call returned
     ("Program hit ... on CUDA API call") follows from a hazard, and is not one."""
     blocks: list[list[str]] = []
+    current = None  # the report being read; an empty line ends it
     for raw in text.splitlines():
         if not raw.startswith(PREFIX):
             continue
         body = raw[len(PREFIX) :]
         if not body.strip():
-            blocks.append([])
-            continue
-        if body.startswith(" ") and not body.startswith("  ") and blocks and blocks[-1] == []:
-            blocks[-1].append(body.strip())
-        elif body.startswith("  ") and blocks and blocks[-1]:
-            blocks[-1].append(body.strip())
+            current = None
+        elif body.startswith("  ") and current is not None:
+            current.append(body.strip())
         else:
-            blocks.append([body.strip()])
+            current = [body.strip()]
+            blocks.append(current)
     out = []
     for b in blocks:
-        if not b or _NOT_HAZARDS.match(b[0]):
+        if _NOT_HAZARDS.match(b[0]):
             continue
-        m = next((_AT.search(ln) for ln in b if _AT.search(ln)), None)
+        m = next((found for ln in b if (found := _AT.search(ln))), None)
         where = next((ln for ln in b if ln.startswith("by thread") or " in block " in ln), None)
         at = next((i for i, ln in enumerate(b) if ln.startswith(("Address", "Access to"))), None)
-        address = (
-            None
-            if at is None
-            else " ".join(b[at : at + 2] if b[at + 1 : at + 2] and b[at + 1].startswith("and is") else b[at : at + 1])
-        )
+        address = None
+        if at is not None:  # memcheck's next line says where the access fell ("and is 373 bytes after ...")
+            address = " ".join(
+                b[at : at + 2] if b[at + 1 : at + 2] and b[at + 1].startswith("and is") else b[at : at + 1]
+            )
         what = _AT.sub("", b[0]).removeprefix("Error: ").strip()
         if len(b) > 1 and b[1].startswith("and ") and " access" in b[1]:  # racecheck's second access
             what += " " + _AT.sub("", b[1]).strip()
-        out.append(Hazard(tool, " ".join(what.split()), m.group(1).strip() if m else None, where, address, b))
+        out.append(Hazard(tool, " ".join(what.split()), m.group(1).strip() if m else None, where, address))
     return out
 
 
@@ -195,17 +191,16 @@ class ToolRun:
 def _worker(run, row: Row, deadline: float, wrap: tuple = (), env: dict | None = None) -> ProcessRunner:
     """A worker of the pass's own for the row's file: under the tool in a box of its own (wrap), else as the row's
     own worker was made (boxed where the judge boxes)."""
-    return ProcessRunner(
+    return candidate_runner(
         run.ref.spec,
+        row.path,
         run.device,
         run.precision,
         run._told,
-        sandbox=bool(wrap) or sandbox.choice(run.sandbox)[0],
-        read_only=candidate_paths(row.path),
+        boxed=sandbox.choice(run.sandbox)[0],
         train=run.train,
         deadline=deadline,
         limit_s=deadline - time.monotonic(),
-        build_dir=str(candidate_build_dir(row.path)),
         wrap=wrap,
         env=env,
     )
@@ -291,7 +286,7 @@ def _shared_calls(run, row: Row, p: Pass, sizes: dict, init) -> list:
         f"shared memory filled with 0x00 beforehand, once every SM's shared memory holds 0xFF (NaN) before the "
         f"call: it computes with shared memory it never wrote"
     )
-    return [Hazard(SHARED, what, None, None, None, [what])]
+    return [Hazard(SHARED, what, None, None, None)]
 
 
 def _run_pass(run, row: Row, p: Pass, sizes: dict, init) -> tuple[list, bool, str | None]:

@@ -27,31 +27,27 @@ class SanitizeCommands:
     def cmd_sanitized_call(self, label: str, seed: int, backward: bool = False, fill: int | None = None):
         """One call of the row (and its backward pass from one upstream gradient drawn here, under --backward),
         every kernel of it finished before the reply: a hazard the tool finds is in its report by then. fill: a
-        byte every SM's shared memory holds right before the call; the reply then carries the call's output.
-        Returns the input shapes it ran at."""
+        byte every SM's shared memory holds right before the call; the reply then carries the call's output."""
         st = self.state
         x = st.ref.inputs(seed, st.device)
         model = st.models[label]
         set_precision(st.precision)
-        poison = build_path(SHARED_POISON, "judge").ops.poison_shared if fill is not None else None
-        if backward:  # the fill before each pass; the output, then the inputs' gradients
+        # the fill right before each pass (under --backward, the forward's and the backward's), where asked
+        fill_now = build_path(SHARED_POISON, "judge").ops.poison_shared if fill is not None else None
+        before = (lambda: fill_now(fill)) if fill_now is not None else None
+        if backward:
             with torch.no_grad():
                 ups = upstream_like(model(*x))
-            if poison is not None:
-                poison(fill)
-            out, xs = backward_pass(model, x, ups, between=(lambda: poison(fill)) if poison is not None else None)
-            out = (
-                *(out if isinstance(out, tuple) else (out,)),
-                *(t.grad for t in xs if getattr(t, "grad", None) is not None),
-            )
+            if before is not None:
+                before()
+            out, xs = backward_pass(model, x, ups, between=before)
+            grads = tuple(t.grad for t in xs if getattr(t, "grad", None) is not None)
+            out = (*(out if isinstance(out, tuple) else (out,)), *grads)  # the output, then the inputs' gradients
         else:
-            if poison is not None:
-                poison(fill)
+            if before is not None:
+                before()
             with torch.no_grad():
                 out = model(*x)
         if st.device == "cuda":
             torch.cuda.synchronize()
-        return {
-            "shapes": [list(t.shape) for t in x if isinstance(t, torch.Tensor)],
-            "out": export_output(out, x) if fill is not None else None,
-        }
+        return {"out": export_output(out, x) if fill is not None else None}

@@ -4,10 +4,12 @@ said and never a rejection, the record's part valid against the schema, and the 
 under tests/judge_cases/contract/sanitize run on the GPU (test_judge_cases.py)."""
 
 import json
+import re
 import types
 from pathlib import Path
 
 import pytest
+from cases import CASES_DIR, meta
 
 from kp.judge import sanitize
 from kp.judge.clock import StageClock
@@ -59,20 +61,35 @@ def _tool_run(tool: str, kind: str, text: str = "", ran: bool = True, why=None, 
     return sanitize.ToolRun(tool, kind, found, ran, why, text, 1.5, 0, own=own)
 
 
-@pytest.mark.parametrize(
-    "tool,kind,name,said",
-    [
-        (
-            "memcheck",
-            "memory_error",
-            "memcheck_oob.txt",
-            "sanitize: compute-sanitizer memcheck: Invalid __global__ read",
-        ),
-        ("racecheck", "race", "racecheck.txt", "sanitize: compute-sanitizer racecheck: Race reported between Write"),
-        ("initcheck", "memory_error", "initcheck.txt", "sanitize: compute-sanitizer initcheck: Uninitialized"),
-    ],
-)
-def test_a_hazard_in_a_kernel_of_its_own_rejects_with_the_tools_kind(tool, kind, name, said):
+# Each tool's report as it wrote it on an H200 for a judge case (tests/judge_cases/contract/sanitize), and the start of
+# the reason it gives.
+REPORTED = [
+    (
+        "memcheck",
+        "memory_error",
+        "memcheck_oob.txt",
+        "sanitize: compute-sanitizer memcheck: Invalid __global__ read",
+        "wrong_reads_past_end.py",
+    ),
+    (
+        "racecheck",
+        "race",
+        "racecheck.txt",
+        "sanitize: compute-sanitizer racecheck: Race reported between Write",
+        "wrong_race.py",
+    ),
+    (
+        "initcheck",
+        "memory_error",
+        "initcheck.txt",
+        "sanitize: compute-sanitizer initcheck: Uninitialized",
+        "wrong_uninitialised.py",
+    ),
+]
+
+
+@pytest.mark.parametrize("tool,kind,name,said,case", REPORTED)
+def test_a_hazard_in_a_kernel_of_its_own_rejects_with_the_tools_kind(tool, kind, name, said, case):
     row = Row("candidate", None, own_kernels={k.replace("<2>", n): v for k, v in OWN.items() for n in ("<1>", "<3>")})
     row.own_kernels.update(OWN)
     run, out = _run(), {"rows": {}}
@@ -80,6 +97,10 @@ def test_a_hazard_in_a_kernel_of_its_own_rejects_with_the_tools_kind(tool, kind,
     sanitize._verdict(run, row, [clean, _tool_run(tool, kind, report(name))], out)
     assert not row.accepted and row.reason.startswith(said), row.reason
     assert row.failure["kind"] == kind and row.failure["check"] == f"sanitize ({tool})"
+    # the judge case this report came from declares the reason and kind the tool's own words give (its kernel as the
+    # tool demangles it: `void row_sum_kernel<(int)1>(...)`), as the GPU suite asserts them
+    declared = meta(CASES_DIR / "contract" / "sanitize" / case)
+    assert re.search(declared["EXPECT"], row.reason) and declared["KIND"] == kind, (declared, row.reason)
     entry = out["rows"]["candidate"]
     assert entry[tool]["hazards"] == 1 and entry["synccheck"]["hazards"] == 0
     assert entry[tool]["report"] == report(name)

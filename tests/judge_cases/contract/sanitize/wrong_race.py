@@ -5,7 +5,7 @@ import torch.nn as nn
 
 from _row_sum import ext
 
-EXPECT = r"sanitize: compute-sanitizer racecheck: .*row_sum_kernel<2>"
+EXPECT = r"sanitize: compute-sanitizer racecheck: .*in void row_sum_kernel<\(int\)2>"
 KIND = "race"
 DEVICES = ("cuda",)
 FLAGS = ("--sanitize",)

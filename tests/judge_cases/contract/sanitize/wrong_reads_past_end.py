@@ -5,7 +5,7 @@ import torch.nn as nn
 
 from _row_sum import ext
 
-EXPECT = r"sanitize: compute-sanitizer memcheck: Invalid __global__ read .*in row_sum_kernel<1>"
+EXPECT = r"sanitize: compute-sanitizer memcheck: Invalid __global__ read .*in void row_sum_kernel<\(int\)1>"
 KIND = "memory_error"
 DEVICES = ("cuda",)
 FLAGS = ("--sanitize",)

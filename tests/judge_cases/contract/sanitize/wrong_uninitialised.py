@@ -5,7 +5,7 @@ import torch.nn as nn
 
 from _row_sum import ext
 
-EXPECT = r"sanitize: compute-sanitizer initcheck: .*[Uu]ninitialized .*in row_sum_kernel<3>"
+EXPECT = r"sanitize: compute-sanitizer initcheck: .*[Uu]ninitialized .*in void row_sum_kernel<\(int\)3>"
 KIND = "memory_error"
 DEVICES = ("cuda",)
 FLAGS = ("--sanitize",)

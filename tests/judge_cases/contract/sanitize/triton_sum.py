@@ -8,7 +8,7 @@ import triton.language as tl
 EXPECT = None
 DEVICES = ("cuda",)
 NEEDS = ("triton",)
-FLAGS = ("--sanitize",)
+FLAGS = ("--sanitize", "--no-bench")
 
 
 @triton.jit

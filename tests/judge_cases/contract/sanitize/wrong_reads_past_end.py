@@ -8,7 +8,7 @@ from _row_sum import ext
 EXPECT = r"sanitize: compute-sanitizer memcheck: Invalid __global__ read .*in void row_sum_kernel<\(int\)1>"
 KIND = "memory_error"
 DEVICES = ("cuda",)
-FLAGS = ("--sanitize",)
+FLAGS = ("--sanitize", "--no-bench")
 
 
 class ModelNew(nn.Module):

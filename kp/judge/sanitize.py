@@ -12,8 +12,8 @@ its backward pass under --backward) and ends; the judge reads the tool's report.
 own (the own-kernel check's list) rejects it, as `memory_error` (memcheck, initcheck) or `race` (racecheck,
 synccheck), with the tool's first lines (the access, the kernel, the thread and block) in the reason and the whole
 report in the record; a hazard in a kernel that is not the row's (PyTorch's own: racecheck flags its reduce_kernel)
-is said and never counted. No tool tracks shared memory no thread wrote: a fifth pass, alone on the GPU, runs the
-call after every SM's shared memory was filled with 0x00 and then with 0xFF (kp/kernels/shared_poison.cu), and an
+is said and never counted. No tool tracks shared memory no thread wrote: a fifth pass, its calls alone on the GPU, runs
+the call after every SM's shared memory was filled with 0x00 and then with 0xFF (kp/kernels/shared_poison.cu), and an
 output finite after the one and not after the other rejects it. A pass that cannot run the candidate (its process
 fails, a JIT the tool does not take, the time limit) is said, never a rejection."""
 
@@ -267,12 +267,23 @@ def _finite(out) -> list:
     return [torch.isfinite(t) for t in parts if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
+def _shared_made(run, row: Row, p: Pass, sizes: dict, init) -> str | None:
+    """The row built in the shared-memory pass's worker, beside the tools' passes (only its calls need the GPU
+    alone); None, or why it could not be."""
+    if p.runner is None:
+        return p.why
+    try:
+        _made(run, p.runner, row, f"sanitize ({SHARED})", sizes, init)
+        return None
+    except Exception as e:  # as _run_pass says a pass it could not run
+        return first_line(e) or type(e).__name__
+
+
 def _shared_calls(run, row: Row, p: Pass, sizes: dict, init) -> list:
-    """The row's call twice in the pass's worker, every SM's shared memory filled with 0x00 bytes before the first
+    """The row's call twice in the pass's worker (the row built there already), every SM's shared memory filled with 0x00 bytes before the first
     and 0xFF bytes (NaN) before the second: a position finite after the first and not after the second was computed
     from shared memory the call never wrote (kp/kernels/shared_poison.cu says why a fill reaches the next kernel)."""
     stage = f"sanitize ({SHARED})"
-    _made(run, p.runner, row, stage, sizes, init)
     seed = (run.seed + 3001) % 2**32
     outs = [p.runner.call(stage, "sanitized_call", row.label, seed, run.backward, fill)["out"] for fill in (0, 255)]
     zero, nan = (_finite(o) for o in outs)
@@ -348,14 +359,19 @@ def stage_sanitize(run, rec: dict, init) -> None:
             f"{run.ref.name}: {row.label} under compute-sanitizer and with shared memory filled ({said}) at {shape}"
         )
         passes = [_start_pass(run, row, tool, kind, path) for tool, kind in tools]
-        with ThreadPoolExecutor(max(len(passes), 1)) as pool:
-            results = list(pool.map(lambda p: _run_pass(run, row, p, sizes, init), passes))
-        runs = [_finish(p, *r) for p, r in zip(passes, results)]
-        # alone on the GPU: another context's kernels between the fill and the call would overwrite the fill (the
-        # tools' workers beside it, on an H200, left every fill unseen)
         shared = _start_pass(run, row, SHARED, "memory_error", None)
-        with gpu_to_itself(run.log):
-            found = _run_pass(run, row, shared, sizes, init)
+        with ThreadPoolExecutor(len(passes) + 1) as pool:
+            made = pool.submit(_shared_made, run, row, shared, sizes, init)
+            results = list(pool.map(lambda p: _run_pass(run, row, p, sizes, init), passes))
+            unmade = made.result()
+        runs = [_finish(p, *r) for p, r in zip(passes, results)]
+        # the calls alone on the GPU, the tools' workers ended: another context's kernels between the fill and the
+        # call would overwrite the fill (the tools' workers beside it, on an H200, left every fill unseen)
+        if unmade is not None:
+            found = [], False, unmade
+        else:
+            with gpu_to_itself(run.log):
+                found = _run_pass(run, row, shared, sizes, init)
         _verdict(run, row, [*runs, _finish(shared, *found)], out)
 
 

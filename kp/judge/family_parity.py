@@ -85,7 +85,7 @@ def parity_shapes(run, rec: dict, init) -> None:
             except UsageError as e:  # the reference raised on its own inputs there: not a shape it takes
                 refused += _refused(run, entry, e, f"{shape} ({member} sizes)")
                 continue
-            wrong_at(run, live, bench, shape, member)
+            wrong_at(run, live, bench, shape, member, rec["family"])
             entry["passed"] = sorted(r.label for r in run.live() if r.label in live)
         finally:
             g.update({k: old for k, (old, _) in sizes.items()})
@@ -133,14 +133,24 @@ def scale_workers(run, sizes: dict) -> None:
                 r.reject(e)
 
 
-def wrong_at(run, live: set[str], bench: str, shape: str, member: str) -> None:
-    """The rows live before a member's checks (`live`) and rejected by them: their reason names both shapes."""
+def right_at(family: list, label: str) -> list[tuple[str, str]]:
+    """The members (shape, name) the family's checks so far passed the row at, in the order judged."""
+    return [(e["shape"], e["member"]) for e in family if label in e.get("passed", ())]
+
+
+def wrong_at(run, live: set[str], bench: str, shape: str, member: str, family: list) -> None:
+    """The rows live before a member's checks (`live`) and rejected by them: their reason names the shape it failed
+    at and every shape it was right at before (the benchmark's, then the members that passed it: a row right at
+    several is not one right at the benchmark's shape alone)."""
     for row in run.rows:
         if row.label in live and not row.accepted:
             why = row.reason.removeprefix(f"at {shape}: ")
-            row.reason = f"shapes: right at {bench} only, wrong at {shape} ({member} sizes): {why}"
+            right = [(s, m) for s, m in right_at(family, row.label) if s != shape]
+            said = [bench, *(f"{s} ({m})" for s, m in right)]
+            where = f"{bench} only" if not right else f"{', '.join(said[:-1])} and {said[-1]}"
+            row.reason = f"shapes: right at {where}, wrong at {shape} ({member} sizes): {why}"
             if row.failure is not None:
-                row.failure["member"] = {"name": member, "shape": shape}
+                row.failure["member"] = {"name": member, "shape": shape, "right_at": [bench, *(s for s, _ in right)]}
 
 
 def no_room_for(fp: dict, bench_fp: dict, device: str, f64_device: str, rows: int) -> str | None:

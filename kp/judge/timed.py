@@ -124,7 +124,7 @@ def _time_family(run, rec: dict, init) -> None:
                 entry["timing_skipped"] = str(e)
                 run.skip(f"timing at {entry['shape']} ({entry['member']} sizes): the GPU's memory ran short")
                 continue
-            wrong_at(run, live, bench, entry["shape"], entry["member"])
+            wrong_at(run, live, bench, entry["shape"], entry["member"], rec["family"])
             entry["timing"] = timed.get("timing", {})
             entry["rungs"] = timed.get("rungs", {})  # what a dispatching row ran there
             entry["traffic"] = traffic(run, init)

@@ -280,9 +280,10 @@ def _shared_made(run, row: Row, p: Pass, sizes: dict, init) -> str | None:
 
 
 def _shared_calls(run, row: Row, p: Pass, sizes: dict, init) -> list:
-    """The row's call twice in the pass's worker (the row built there already), every SM's shared memory filled with 0x00 bytes before the first
-    and 0xFF bytes (NaN) before the second: a position finite after the first and not after the second was computed
-    from shared memory the call never wrote (kp/kernels/shared_poison.cu says why a fill reaches the next kernel)."""
+    """The row's call twice in the pass's worker (the row built there already), every SM's shared memory filled
+    with 0x00 bytes before the first and 0xFF bytes (NaN) before the second: a position finite after the first and
+    not after the second was computed from shared memory the call never wrote (kp/kernels/shared_poison.cu says why
+    a fill reaches the next kernel)."""
     stage = f"sanitize ({SHARED})"
     seed = (run.seed + 3001) % 2**32
     outs = [p.runner.call(stage, "sanitized_call", row.label, seed, run.backward, fill)["out"] for fill in (0, 255)]

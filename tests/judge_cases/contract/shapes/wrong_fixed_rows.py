@@ -3,7 +3,10 @@ rows past 64 left zero at a larger batch. Accepted without --shapes (KernelBench
 import torch
 import torch.nn as nn
 
-EXPECT = r"^shapes: right at 64x1000, 63x999 \(odd\), 32x500 \(half\) and 1x1000 \(one\), wrong at 128x2000 \(double sizes\): .*relL2"
+EXPECT = (
+    r"^shapes: right at 64x1000, 63x999 \(odd\), 32x500 \(half\) and 1x1000 \(one\), "
+    r"wrong at 128x2000 \(double sizes\): .*relL2"
+)
 KIND = "wrong_output"
 DEVICES = ("cuda", "cpu")
 FLAGS = ("--allow-torch", "--shapes", "4")

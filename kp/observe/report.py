@@ -187,7 +187,7 @@ def checks_line(r: dict) -> str:
         "inputs": "on derived inputs",
         "case": "on declared cases",
         "at": f"at {shapes} other shape{'s' * (shapes != 1)} of its family (--shapes)",
-        "timed": "timed calls checked",
+        "timed": "among the timed calls",
     }
     passed = {c: v for c, v in r["checks"].items() if v.get("passed") is not False}
     n = {k: sum(1 for c in passed if c.split(" ")[0] == k) for k in kinds}

@@ -97,5 +97,5 @@ def test_the_checked_calls_line_says_at_how_many_the_gradients_were_checked():
     assert checks_line({"checks": {"trial 1": fwd, "trial 2": fwd}}) == "2 checked calls passed: 2 on fresh inputs"
     assert checks_line({"checks": {"trial 1": both, "trial 2": both}}).endswith("; gradients checked at every one")
     assert checks_line({"checks": {"trial 1": both, "timed 1": fwd}}) == (
-        "2 checked calls passed: 1 on fresh inputs, 1 timed calls checked; gradients checked at 1 of them"
+        "2 checked calls passed: 1 on fresh inputs, 1 among the timed calls; gradients checked at 1 of them"
     )

@@ -191,7 +191,9 @@ def _what_runs(g) -> None:
     g.add_argument(
         "--allow-torch",
         action="store_true",
-        help="accept a candidate that runs no kernel of its own (a pure-PyTorch rewrite); the row says so",
+        help="accept a candidate that runs no kernel of its own: a pure-PyTorch rewrite, or one over an installed "
+        "library's kernels (Triton, CUDA or CuPy code of a package, not of the candidate's folder); the row says "
+        "which, the library's kernels named by package",
     )
     g.add_argument(
         "--sanitize",

@@ -27,6 +27,23 @@ GPU_BATCHED = ("test_judge_case_on_gpu", "test_wrong_case_rejected_on_gpu", "tes
 AFTER_BATCH = ("test_every_shipped_variant_accepted",)
 
 
+# Set by tools.gpu_tests for a GPU's first lane, which starts beside the playground's kernel build: the file it writes
+# once the build has ended. The batch's candidates build their own extensions meanwhile; its slots, whose boxes read
+# the kernel cache and cannot add to it, start after.
+KERNELS_BUILT = "KP_KERNELS_BUILT"
+
+
+def kernels_built(poll_s: float = 0.5, most_s: float = 1800.0) -> None:
+    """Waits for the file KERNELS_BUILT names, where it names one (at most most_s: past it, the jobs that needed a
+    kernel say which)."""
+    import os
+    import time
+
+    flag, end = os.environ.get(KERNELS_BUILT), time.monotonic() + most_s
+    while flag and not Path(flag).exists() and time.monotonic() < end:
+        time.sleep(poll_s)
+
+
 def exit_code(line: dict) -> int:
     """What `run.py` would have exited with for this job: 0 accepted, 1 rejected, 2 no verdict (its status)."""
     return EXIT_CODES[line["status"]]
@@ -48,7 +65,15 @@ def judge_batch(
     jobs = {name: job_of(argv) for name, argv in argvs.items()}
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "results.jsonl"
-    backends.run_local(list(jobs.values()), gpus, out, timeout_s, progress=False, log_dir=folder / "logs")
+    backends.run_local(
+        list(jobs.values()),
+        gpus,
+        out,
+        timeout_s,
+        progress=False,
+        log_dir=folder / "logs",
+        before_slots=kernels_built,
+    )
     by_key = {d["key"]: d for d in jobfile.read_results(out)}
     return {name: by_key.get(job.key()) for name, job in jobs.items()}
 

@@ -14,15 +14,18 @@ CASES_DIR = harness.ROOT / "tests" / "judge_cases"
 
 
 def meta(path: Path) -> dict:
-    """PROBLEM / EXPECT / KIND / DEVICES / FLAGS / NEEDS (modules it imports beyond the requirements) / BENCH_SHAPE
-    of a candidate file, read without importing it into the test process. EXPECT: a rejection's reason must match it
-    (None: the candidate must be accepted); KIND: the failure kind the rejection must carry (kp.errors.FAILURE_KINDS);
+    """PROBLEM / EXPECT / KIND / SAYS / DEVICES / FLAGS / NEEDS (modules it imports beyond the requirements) /
+    BENCH_SHAPE of a candidate file, read without importing it into the test process. EXPECT: a rejection's reason
+    must match it (None: the candidate must be accepted); SAYS: what an acceptance's verdict line must match, where
+    the label is the point (a library's kernels named); KIND: the failure kind the rejection must carry
+    (kp.errors.FAILURE_KINDS);
     BENCH_SHAPE: why a known-wrong case is judged at its problem's benchmark shape on the GPU (None: at the problem's
     TEST_SIZES, `--at test`, which shows every other case's defect as well)."""
-    out = {"FLAGS": (), "NEEDS": (), "KIND": None, "BENCH_SHAPE": None}
+    out = {"FLAGS": (), "NEEDS": (), "KIND": None, "SAYS": None, "BENCH_SHAPE": None}
+    names = ("PROBLEM", "EXPECT", "KIND", "SAYS", "DEVICES", "FLAGS", "NEEDS", "BENCH_SHAPE")
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("PROBLEM", "EXPECT", "KIND", "DEVICES", "FLAGS", "NEEDS", "BENCH_SHAPE"):
+            if node.targets[0].id in names:
                 out[node.targets[0].id] = ast.literal_eval(node.value)
     return out
 

@@ -76,6 +76,27 @@ def test_a_candidate_built_ahead_once_is_not_built_ahead_again(tmp_path, capsys)
     assert ahead.to_build(jobs) == jobs
 
 
+def test_a_build_kept_in_a_helper_beside_the_candidate_is_the_candidates(tmp_path):
+    """A candidate whose `load_inline` sits in a module of its own folder that it imports (directly or through
+    another) builds at its import all the same: it is built ahead, one build per call there; an import of an
+    installed package, or of a helper that builds nothing, is not a build."""
+    from kp.batch import ahead
+
+    d = tmp_path
+    (d / "_ext.py").write_text("from torch.utils.cpp_extension import load_inline\next = load_inline(name='e')\n")
+    (d / "_via.py").write_text("from _ext import ext  # noqa: F401\n")
+    (d / "_plain.py").write_text("import math\n")
+    (d / "direct.py").write_text("import torch\nfrom _ext import ext\n")
+    (d / "through.py").write_text("import _via\n")
+    (d / "plain.py").write_text("import torch\nimport _plain\nimport os.path\n")
+    (d / "broken.py").write_text("import _ext\ndef (:\n")
+    assert [ahead.builds_own_extension(d / f"{n}.py") for n in ("direct", "through", "plain")] == [True, True, False]
+    assert ahead.builds_in(d / "direct.py") == 1 and ahead.builds_in(d / "plain.py") == 1
+    assert not ahead.builds_own_extension(d / "broken.py")  # its own text only: no import is read from it
+    (d / "_ext.py").write_text((d / "_ext.py").read_text() + "two = load_inline(name='f')\n")
+    assert ahead.builds_in(d / "through.py") == 2
+
+
 def test_builds_start_longest_first_and_are_judged_as_they_are_expected_to_end(tmp_path, monkeypatch):
     """A file that builds two extensions (one after the other in its import) starts building first, so it does not
     begin in the builds' last round and hold up the batch's end, and has twice the time; the slots meet the
@@ -360,3 +381,27 @@ def test_each_gpu_gets_slots_by_the_cores_unless_the_list_counts_its_own(monkeyp
     for spec, slots in (("0,0,1", "2"), ("0", "many"), ("0", "0")):
         with pytest.raises(UsageError, match="--slots"):
             gpus.slot_list(spec, slots)
+
+
+def test_the_heaviest_jobs_are_judged_first(tmp_path, monkeypatch):
+    """A batch starts its --sanitize jobs (several times a plain job's judging) before the others, the others in the
+    order given, so that its end waits on no long job begun last."""
+    from kp.batch import backends
+
+    seen = []
+
+    def stop_here(jobs, gpus, timeout_s, procs=None):
+        seen.extend(Path(j.candidate).stem + ("+sanitize" if dict(j.opts).get("sanitize") else "") for j in jobs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(backends, "build_ahead_of_slots", stop_here)
+    opts = {"device": "cpu", "allow_torch": True, "compile_baseline": False, "seed": 5}
+    jobs = []
+    for i, flag in enumerate((False, True, False, True)):
+        f = tmp_path / f"c{i}.py"
+        f.write_text(f"# {i}\n" + (CASES / "good.py").read_text())
+        jobs.append(jobfile.make_job(("file", str(CASES / "ref.py")), f, dict(opts, sanitize=True) if flag else opts))
+    with pytest.raises(KeyboardInterrupt):
+        backends.run_local(jobs, [None], None, progress=False)
+    assert seen == ["c1+sanitize", "c3+sanitize", "c0", "c2"]
+    assert [backends.judging_weight(j) for j in jobs] == [1, backends.SANITIZE_WEIGHT, 1, backends.SANITIZE_WEIGHT]

@@ -71,6 +71,22 @@ def test_a_librarys_jit_kernels_are_named_by_its_package_and_make_a_row_no_pure_
     assert "pure PyTorch" not in said
 
 
+def test_a_rejection_for_no_kernel_of_its_own_names_the_librarys_kernels_that_ran():
+    """Without --allow-torch a row whose kernels were an installed library's is told so, by package, and that
+    --allow-torch judges such a rewrite; a row of PyTorch's kernels alone is told the kernels it ran."""
+    from kp.judge.escape import no_own_kernel
+
+    foreign = {"_rms_norm_forward_kernel": "liger_kernel's Triton", "triton_poi_fused_0": "torch.compile's Triton"}
+    lib = no_own_kernel(["_rms_norm_forward_kernel", "void at::native::vectorized_elementwise_kernel<4>()"], foreign)
+    assert lib.startswith("own kernel: no kernel of the row's own ran; a library's kernels did ")
+    assert "_rms_norm_forward_kernel (liger_kernel's Triton)" in lib and "over a library's kernels" in lib
+    plain = no_own_kernel(["triton_poi_fused_0"], foreign)
+    assert plain == (
+        "own kernel: no kernel of the row's own ran (kernels seen: triton_poi_fused_0 (torch.compile's Triton)); "
+        "--allow-torch judges a pure-PyTorch rewrite"
+    )
+
+
 def test_profiled_names_matched_to_the_kernels_they_run():
     table = {"_softmax_rows": "Triton", "scaled_relu": "CuPy", "add_kernel": "Numba CUDA"}
     assert languages.match("_softmax_rows", table) == "_softmax_rows"

@@ -306,30 +306,33 @@ def _shipped(problem: str) -> list[str]:
 
 @gpu
 @needs_box
-@pytest.mark.parametrize("problem", [p.stem for p in sorted((ROOT / "models").glob("[!_]*.py"))])
-def test_every_shipped_variant_is_accepted_in_the_box(problem, tmp_path):
-    """The playground's own kernels judged as boxed candidates: each loads from the (read-only) kernel cache and
-    passes every check from inside the box."""
-    files = []
-    for v in _shipped(problem):
-        f = tmp_path / f"{problem}__{v}.py"
-        f.write_text(
-            f"import models.{problem} as m\n\n\nclass ModelNew(m.ModelNew):\n"
-            f"    def __init__(self, *init):\n        super().__init__(*init, variant={v!r})\n"
-        )
-        files.append(f)
-    build = run_script("--problem", problem, "--build")  # the box reads the cache; it cannot add to it
+def test_every_shipped_variant_is_accepted_in_the_box(tmp_path):
+    """The playground's own kernels judged as boxed candidates, every rung of every problem: each loads from the
+    (read-only) kernel cache and passes every check from inside the box. One batch over three slots (a job file of
+    every problem's rungs): judged problem by problem, one slot each, they took 100 s of the GPU suite on one H200,
+    most of it five judges' starts and one job at a time."""
+    problems = [p.stem for p in sorted((ROOT / "models").glob("[!_]*.py"))]
+    jobs, files = tmp_path / "jobs.csv", []
+    for problem in problems:
+        for v in _shipped(problem):
+            f = tmp_path / f"{problem}__{v}.py"
+            f.write_text(
+                f"import models.{problem} as m\n\n\nclass ModelNew(m.ModelNew):\n"
+                f"    def __init__(self, *init):\n        super().__init__(*init, variant={v!r})\n"
+            )
+            files.append((problem, f))
+    jobs.write_text("reference,candidate\n" + "".join(f"{p},{f}\n" for p, f in files))
+    build = run_script("--build")  # the box reads the cache; it cannot add to it
     assert build.returncode == 0, build.stderr[-3000:]
     out = tmp_path / "out.jsonl"
-    # at the problem's test shape: what is tested is the box (the cache read, every check run inside it); every
+    # at each problem's test shape: what is tested is the box (the cache read, every check run inside it); every
     # rung at its benchmark shape is tests/test_gpu.py's and the timing table's
-    r = run_script(
-        "--problem", problem, "--candidate", *files, "--no-bench", "--no-compile", "--at", "test", "--out", out
-    )
+    r = run_script("--jobs", jobs, "--gpus", "0,0,0", "--no-bench", "--no-compile", "--at", "test", "--out", out)
     recs = {Path(d["job"]["candidate"]).name: d for d in map(json.loads, out.read_text().splitlines())}
-    assert sorted(recs) == sorted(f.name for f in files), r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(recs) == sorted(f.name for _, f in files), r.stdout[-3000:] + r.stderr[-3000:]
     for name, d in recs.items():
         assert d["ok"] and d["verdict"].startswith("accepted"), (name, d["verdict"])
         assert "unsandboxed" not in d["verdict"], (name, d["verdict"])
+    assert {d["job"]["ref"][1] for d in recs.values()} == set(problems)
     assert r.returncode == 0
     assert "[kp] building" not in r.stderr, r.stderr[-3000:]  # each loaded from the judge's cache, none rebuilt

@@ -18,15 +18,17 @@ Each GPU's pytest runs its tests one at a time (one xdist worker), with its shar
 cases and known-wrong cases (141 of the 250 GPU tests) are judged together first, in one batch over three or four
 warm slots of its GPU (tests/batched.py: 1-6 s a case instead of the 15-25 s of a judge process started for each).
 The batched cases and the tests that are slow beside the batch (tests/batched.py's AFTER_BATCH) are dealt among the
-GPUs' first lanes by their recorded seconds (tests/gpu_test_seconds.json); a first lane starts once the kernels are
-built, as its batch's boxed candidates cannot build them. Every other GPU test is taken, not dealt: every lane
-lists them and runs each that no lane has claimed before it (--claims), the other lanes from the start, beside the
-build, the first lanes after their batch; so the lanes end together, within a test. The tests
-that need no GPU are not run beside them: they are CI's, and on a GPU host several of them judge on the GPU when one is
-there, beside a GPU test's 36-64 GiB softmax judge. --cpu-tests runs them after, with the GPUs hidden, one xdist worker
-per two cores (a CPU test is a judge process and its candidate's worker), each process with two threads (OMP_NUM_THREADS
-/ MKL_NUM_THREADS, unless set: left to torch's default, each of 64 processes ran a thread per core of the host and judge
-cases of 40-60 s took 100-240 s).
+GPUs' first lanes by their recorded seconds (tests/gpu_test_seconds.json). Every lane starts beside the kernel build;
+a first lane's batch builds its candidates' own extensions at once and starts its slots once the kernels are built
+(its boxed candidates read the kernel cache and cannot add to it; KP_KERNELS_BUILT names the file written then):
+from a cold cache its candidates' builds (about 360 s of its slots' time on one H100) used to begin only after the
+kernels' 90 s. Every other GPU test is taken, not dealt: every lane lists them and runs each that no lane has
+claimed before it (--claims), the other lanes from the start, the first lanes after their batch; so the lanes end
+together, within a test. The tests that need no GPU are not run beside them: they are CI's, and on a GPU host
+several of them judge on the GPU when one is there, beside a GPU test's 36-64 GiB softmax judge. --cpu-tests runs
+them after, with the GPUs hidden, one xdist worker per two cores (a CPU test is a judge process and its candidate's
+worker), each process with two threads (OMP_NUM_THREADS / MKL_NUM_THREADS, unless set: left to torch's default, each
+of 64 processes ran a thread per core of the host and judge cases of 40-60 s took 100-240 s).
 
 Ctrl-C, or a time limit's SIGTERM, is passed on to each pytest as Ctrl-C (each runs in a session of its own): each
 ends with its summary line, and with -v every test it ran is named; the runner exits with 128 + the signal.
@@ -45,6 +47,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# tests/batched.py's: the file a first lane's batch waits for before its slots
+KERNELS_BUILT = "KP_KERNELS_BUILT"
 
 
 def host_gpus() -> list[str]:
@@ -156,9 +160,10 @@ def main(argv=None) -> int:
     lanes = args.lanes or (2 if cpus // len(gpus) >= 12 else 1)
     shares = len(gpus) * lanes
     builds = [] if args.no_prebuild else start_prebuild(gpus[0], logs)
-    # A GPU's first lane starts once the kernels are built, its other lanes at once (a test builds what it needs,
-    # waiting for the prebuild's build of the same rung). Dealt by seconds measured alone, a lane beside the batch
-    # took a third longer than its deal: the tests that may run on any lane are claimed at run time instead.
+    # Every lane starts at once: a first lane's batch waits for the kernels before its slots (tests/batched.py), the
+    # other lanes' tests build what they need, waiting for the prebuild's build of the same rung. Dealt by seconds
+    # measured alone, a lane beside the batch took a third longer than its deal: the tests that may run on any lane
+    # are claimed at run time instead.
     claims = logs / "claims"
     shutil.rmtree(claims, ignore_errors=True)
     verbose = any(re.fullmatch(r"-v+|--verbose", a) for a in extra)  # pytest's -q would cancel it
@@ -168,21 +173,27 @@ def main(argv=None) -> int:
     elif not any(a.startswith("--durations") for a in extra):  # each GPU's line names its slowest tests
         pytest.append("--durations=3")
 
+    # written once the build has ended: a first lane's batch starts its slots then
+    built = logs / "kernels_built"
+    built.unlink(missing_ok=True)
+
     def start(k):
         g, lane = gpus[k // lanes], k % lanes
         env = {**os.environ, **threads(cpus // shares), "CUDA_VISIBLE_DEVICES": g}
+        if builds and lane == 0:
+            env[KERNELS_BUILT] = str(built)
         name = f"gpu{g}" + (f"-{lane}" if lanes > 1 else "")
         log = open(logs / f"{name}.log", "w")
         cmd = [*pytest, *lane_args(k, shares, lanes, claims), *extra]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return (f"GPU {g}" + (f" lane {lane}" if lanes > 1 else ""), f"{name}.log", stop.started(proc), log)
 
-    procs = {k: start(k) for k in range(shares) if builds and k % lanes}
+    procs = {k: start(k) for k in range(shares)}
     if builds:
         wait_prebuild(builds, logs)
+        built.write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
     if stop.signum:
         print(f"stopped by signal {stop.signum} while the kernels were built", flush=True)
-    procs.update({k: start(k) for k in range(shares) if k not in procs and not stop.signum})
     procs = [procs[k] for k in sorted(procs)]
     worst = _finish(procs, logs, stop)
     print(

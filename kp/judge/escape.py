@@ -16,6 +16,22 @@ from kp.lib.gpu_lock import gpu_to_itself
 ESCAPE_RETRIES = 2  # further tries of the escape check when only the host clock objects (each ~5 calls)
 
 
+def no_own_kernel(kernels: list[str], foreign: dict) -> str:
+    """Why a row that ran no kernel of its own is rejected (without --allow-torch): an installed library's kernels
+    named by package where they ran, else the first kernels seen."""
+    libs = library_kernels(kernels, foreign)
+    if libs:
+        return (
+            f"own kernel: no kernel of the row's own ran; a library's kernels did ({', '.join(libs[:3])}); "
+            f"--allow-torch judges a rewrite over a library's kernels"
+        )
+    seen = label_foreign([kernel_base_name(k) for k in kernels[:4]], foreign)
+    return (
+        f"own kernel: no kernel of the row's own ran (kernels seen: {', '.join(seen) or 'none'}); --allow-torch "
+        f"judges a pure-PyTorch rewrite"
+    )
+
+
 class EscapeCheck:
     """The escape and own-kernel check of a row, one part of the judge with what it reads given when it is made:
     the run's seed, whether a pure-PyTorch row is accepted (--allow-torch), whether the profiled call is a training
@@ -103,10 +119,5 @@ class EscapeCheck:
                 row.library_kernels = library_kernels(row.kernels, e.get("foreign") or {})
                 row.pure_torch = not (row.peer or row.reference or row.library_kernels)
             else:
-                seen = label_foreign([kernel_base_name(k) for k in row.kernels[:4]], e.get("foreign") or {})
-                raise Rejected(
-                    f"own kernel: no kernel of the row's own ran (kernels seen: "
-                    f"{', '.join(seen) or 'none'}); --allow-torch judges a pure-PyTorch rewrite",
-                    kind="own_kernel",
-                )
+                raise Rejected(no_own_kernel(row.kernels, e.get("foreign") or {}), kind="own_kernel")
         return info

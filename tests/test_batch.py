@@ -424,6 +424,7 @@ def test_the_batch_table_leaves_out_empty_columns_and_says_where_a_candidate_rai
             "job": {"name": "ref: raises.py"},
             "gpu": "cpu0",
             "ok": False,
+            "status": "rejected",
             "elapsed_s": 0.5,
             "summary": {},
             "verdict": "rejected: trial 1 (seed 5): raised RuntimeError: shape in 0.5 s",
@@ -455,6 +456,8 @@ def test_the_batch_table_leaves_out_empty_columns_and_says_where_a_candidate_rai
     )
     assert format_table(lines).splitlines()[-1].endswith(", 1 no verdict"), format_table(lines)
     assert short_verdict(lines[2]) == "no verdict: it needs a GPU in 1.0 s"
+    row = next(ln for ln in format_table(lines).splitlines() if ln.startswith("ref: cuda_only.py"))
+    assert row.endswith("  no verdict: it needs a GPU") and "error" not in row, row
     # two jobs of one reference that a probe passed (kp.judge.probes): the reference counted once
     weak = {"probes": {"shape": "4096x1", "probes": {}, "weak": ["constant"]}, "rows": {}}
     for d in lines[:2]:
@@ -634,3 +637,16 @@ def test_a_judge_killed_from_outside_is_no_verdict_and_judged_again_alone(tmp_pa
     assert set(recs) == {"killed_once.py", "good.py"}, r.stdout[-2000:]
     assert recs["killed_once.py"]["status"] == "accepted", recs["killed_once.py"]["verdict"]
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_a_line_written_before_lines_had_a_status_is_counted_by_its_data():
+    """A results file of an earlier version (no status): ok is accepted, a failure or a failed row rejected, a line
+    without a record no verdict; its verdict's words are not read."""
+    from kp.batch.jobfile import status_of
+
+    assert status_of({"ok": True, "verdict": "error: words are not read"}) == "accepted"
+    assert status_of({"ok": False, "verdict": "error: x", "failure": {"kind": "timeout"}}) == "rejected"
+    row = {"rows": {"candidate": {"accepted": False, "reason": "relL2 1.0"}}}
+    assert status_of({"ok": False, "verdict": "error: x", "record": row}) == "rejected"
+    assert status_of({"ok": False, "verdict": "rejected: words are not read", "record": None}) == "no_verdict"
+    assert status_of({"ok": False, "status": "rejected", "verdict": ""}) == "rejected"

@@ -78,7 +78,7 @@ def short_verdict(line: dict) -> str:
     if status == ACCEPTED:
         return f"accepted{secs}"
     if status == NO_VERDICT:
-        return f"no verdict: {line['verdict'].removeprefix('error: ')[:90]}{secs}"
+        return f"{jobfile.said_verdict(line)[:102]}{secs}"
     where = failure.get("check") or failure.get("stage")
     kind = failure.get("kind")
     said = f"{where} ({kind})" if where and kind else where or kind or "rejected"

@@ -206,7 +206,7 @@ def format_table(lines: list[dict]) -> str:
             + "".join(f"{f(s):>{cw}} " for _, cw, f, _ in cols)
             + f"{d.get('elapsed_s', 0):5.0f}  "
         )
-        said = d["verdict"]  # a row of at most VERDICT_WIDTH characters where the record can say it shorter
+        said = said_verdict(d)  # a row of at most VERDICT_WIDTH characters where the record can say it shorter
         if d.get("record") and len(start + said + where) > VERDICT_WIDTH and "candidate" in d["record"]["rows"]:
             said = verdict_within(d["record"], max(VERDICT_WIDTH - len(start + where), 80))
         out.append(start + said + where)
@@ -229,9 +229,27 @@ def format_table(lines: list[dict]) -> str:
     return "\n".join(out)
 
 
+def said_verdict(line: dict) -> str:
+    """A result's verdict as a batch's table and progress lines say it: a job that got none says `no verdict: why`
+    (its verdict line is the single command's `error: why`)."""
+    if status_of(line) == NO_VERDICT:
+        return f"no verdict: {line['verdict'].removeprefix('error: ')}"
+    return line["verdict"]
+
+
 def status_of(line: dict) -> str:
-    """A result line's status (accepted, rejected or no_verdict): its own, or for a line written before lines had
-    one, what its ok and its verdict's first word say."""
+    """A result line's status (accepted, rejected or no_verdict): its own (every line has one since lines had a
+    status); for a line written before, what its data say, never its verdict's words: accepted where it is ok,
+    rejected where it carries a failure or a record of a row that failed, else no verdict (a job that got none
+    has no record)."""
     if line.get("status") in STATUSES:
         return line["status"]
-    return ACCEPTED if line["ok"] else NO_VERDICT if line["verdict"].startswith("error") else REJECTED
+    if line.get("ok"):
+        return ACCEPTED
+    rec = line.get("record") or {}
+    failed = (
+        line.get("failure")
+        or rec.get("failure")
+        or any(not r.get("accepted", True) for r in rec.get("rows", {}).values())
+    )
+    return REJECTED if failed else NO_VERDICT

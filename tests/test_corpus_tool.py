@@ -69,24 +69,33 @@ def test_classify_names_each_cause_once_per_mode(tmp_path):
         tmp_path,
         ["accepted (kernelbench: pass (1e-4), pass (1e-2))", "rejected: trial 1 (seed 1): input 0 was modified"],
     )
+    lines = [json.loads(ln) for ln in f.read_text().splitlines()]
+    lines[0]["record"] = {"rows": {"candidate": {"own_kernels": ["k (CUDA C++)"]}}}
+    lines[1]["failure"] = {"kind": "input_modified", "check": "trial 1 (seed 1)"}
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = judge_corpus.classify(f, md=False)
-    assert out.startswith("2 jobs") and "1  accepted" in out and "1  input modified" in out
+    assert out.startswith("2 jobs") and "1  accepted, own kernel" in out
+    assert "1  input_modified: the candidate changed an input in place" in out
 
 
-def test_out_of_memory_is_no_verdict_or_the_rows_own_doing():
-    """The two ends of a row's out-of-memory error (kp.judge.memory.out_of_memory) are classed
-    apart."""
-    assert judge_corpus.cause(
-        "error: l1_p2: candidate ran out of GPU memory after other processes took 54.3 GiB of "
-        "the GPU during the run (...): no verdict"
-    ).startswith("no verdict: the GPU's memory")
-    assert (
-        judge_corpus.cause(
-            "rejected: trial 1 (seed 1): raised OutOfMemoryError: CUDA out of memory. ...; no "
-            "other process took GPU memory during the run"
-        )
-        == "out of GPU memory, its own process's doing"
-    )
+def test_causes_come_from_the_lines_data_never_their_words():
+    """A result's cause is its status, its failure's kind and the call that showed it, and for no verdict what the
+    line records (the GPU's memory, the judge's own traceback): the verdict's words are not read."""
+    words = "rejected: words a reader would misread: ran out of GPU memory"
+    no = {"ok": False, "status": "no_verdict", "verdict": words}
+    assert judge_corpus.cause({**no, "gpu_memory": True}).startswith("no verdict: the GPU's memory")
+    assert judge_corpus.cause({**no, "traceback": "Traceback ..."}) == "no verdict: the judge's own error"
+    assert judge_corpus.cause(no) == "no verdict"
+    bad = {"ok": False, "status": "rejected", "verdict": words}
+    oom = {**bad, "failure": {"kind": "out_of_memory", "check": "trial 1 (seed 1)"}}
+    assert judge_corpus.cause(oom) == "out_of_memory: the candidate's own work ran out of GPU memory"
+    timed = {**bad, "failure": {"kind": "wrong_output", "check": "timed call 3"}}
+    assert judge_corpus.cause(timed).endswith("(at a timed call)")
+    member = {**bad, "failure": {"kind": "wrong_output", "check": "at 63x999: trial 1 (seed 1)"}}
+    assert judge_corpus.cause(member).endswith("(at another shape of its family)")
+    library = {"ok": True, "status": "accepted", "verdict": words, "record": {"rows": {"candidate": {}}}}
+    library["record"]["rows"]["candidate"]["library_kernels"] = ["_rms_norm_forward_kernel (liger_kernel's Triton)"]
+    assert judge_corpus.cause(library) == "accepted, a library's kernels"
 
 
 def test_a_reference_short_of_shared_gpu_memory_is_judged_again_alone(tmp_path, monkeypatch):

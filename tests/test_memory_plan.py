@@ -3,7 +3,6 @@ memory it was when a call or the judge ran out of GPU memory (no verdict, or the
 the host's budget with the judge's own copies counted and the largest shape of the family that fits it."""
 
 import json
-import re
 
 import pytest
 
@@ -54,9 +53,6 @@ def test_the_judges_own_out_of_memory_says_whose_memory_it_was():
     own = memory.own_oom_reason(*args, 1 * g, 14 * g, "CUDA out of memory")
     assert "no other process took GPU memory" in own and "(14.0 GiB) held more than the plan allows" in own
     assert "not measured" in memory.own_oom_reason(*args, None, 0, "x") and "\n" not in own
-    from tools import judge_corpus  # each is the batch's and the corpus tool's "no verdict: GPU memory"
-
-    assert all(re.search(judge_corpus.NO_VERDICT_GPU_MEMORY, "error: " + m) for m in (taken, own))
 
 
 def test_a_forward_whose_intermediates_outgrow_the_host_is_not_run_on_cpu(tmp_path):

@@ -5,8 +5,8 @@
       `run.py --ref FILE` alone for every *.py in DIR (on the CPU: the reference's own Model against its float64
       copy, every parity stage): one JSON line per reference with the exit code, the last line and whether a
       traceback was printed, and the reference's probes that passed (kp.judge.probes). Re-running skips the
-      references already recorded. A reference left without a verdict for GPU memory the others held is judged
-      again alone at the end.
+      references already recorded. A reference left without a verdict (exit 2) beside the others on a GPU is
+      judged again alone at the end: most often the GPU memory they held.
   python -m tools.judge_corpus jobs LEADERBOARD_DIR --csv jobs.csv [--every N] [--modes train,eval]
       a job file (reference,candidate) from the KernelBench leaderboard's layout: problems/l{L}_p{N}.py,
       solutions/<hash>.py and data.json ("Level L: N_Name" -> [{"file": hash, ...}]); then judge it with
@@ -44,44 +44,44 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# A no-verdict line about GPU memory (kp.errors.GpuMemoryShort): shared with other processes, or the plan did not hold.
-NO_VERDICT_GPU_MEMORY = r"^error: .*(ran out of (GPU )?memory|GiB of GPU memory)"
 
-# (cause, pattern over the verdict line), first match wins; the order puts the judge's own failures first.
-CAUSES = [
-    ("judge error", r"^error: the judge raised"),
-    ("no verdict: the GPU's memory (shared, or the plan did not hold)", NO_VERDICT_GPU_MEMORY),
-    ("usage error", r"^error: "),
-    ("accepted, own kernel", r"^accepted(?!.*pure PyTorch)"),
-    ("accepted, pure PyTorch after its extension failed to build", r"^accepted.*pure PyTorch.*failed to build"),
-    ("accepted, pure PyTorch", r"^accepted"),
-    ("timeout", r"timeout after"),
-    ("process died", r"process died"),
-    ("import failed: its extension does not build", r"^rejected: import: .*(Error building extension|failed to build)"),
-    ("import failed", r"^rejected: import"),
-    ("eval mode where the reference trains", r"ModelNew is in eval mode"),
-    ("running statistics where the reference trains", r"matches the reference in eval mode"),
-    ("construct failed", r"^rejected: construct"),
-    ("tampering", r"the candidate replaced"),
-    ("work escaped the timed stream", r"^rejected: escape"),
-    ("no kernel of its own ran", r"^rejected: own kernel"),
-    ("stale weight cache", r"stale weight cache"),
-    ("parameters mean something else", r"right at its own same-seed initialisation"),
-    ("input modified", r"input \d+ was modified"),
-    ("BatchNorm buffers", r"buffer"),
-    ("NaN/Inf positions", r"NaN/Inf positions"),
-    ("wrong output type or shape", r"output is"),
-    ("out of GPU memory, its own process's doing", r": raised OutOfMemoryError"),
-    ("raised in a call", r": raised "),
-    ("timed call wrong", r"^rejected: timed call"),
-    ("derived input wrong", r"^rejected: inputs (negated|scaled|shifted)"),
-    ("over the error budget", r"relL2"),
-    ("other rejection", r"^rejected"),
+
+def cause(line: dict) -> str:
+    """What a result line's verdict came to, from its data, never its words: an acceptance by whose kernels ran, a
+    job without a verdict by why where the line says (the GPU's memory, the judge's own error), a rejection by its
+    failure's kind (kp.errors.FAILURE_KINDS) and, for a wrong output, whether a timed call or a derived input
+    showed it."""
+    from kp.batch.jobfile import status_of
+    from kp.errors import ACCEPTED, FAILURE_KINDS, NO_VERDICT
+
+    status = status_of(line)
+    rec = line.get("record") or {}
+    row = (rec.get("rows") or {}).get("candidate") or {}
+    if status == ACCEPTED:
+        if row.get("own_kernels"):
+            return "accepted, own kernel"
+        return "accepted, a library's kernels" if row.get("library_kernels") else "accepted, pure PyTorch"
+    if status == NO_VERDICT:
+        if line.get("gpu_memory"):
+            return "no verdict: the GPU's memory (shared, or the plan did not hold)"
+        return "no verdict: the judge's own error" if line.get("traceback") else "no verdict"
+    failure = line.get("failure") or rec.get("failure") or {}
+    kind = failure.get("kind")
+    if kind not in FAILURE_KINDS:
+        return "rejected, kind not recorded"
+    label = failure.get("check") or ""
+    at = next((f" ({what})" for start, what in CALL_KINDS if label.startswith(start)), "")
+    return f"{kind}: {FAILURE_KINDS[kind]}" + (at if kind == "wrong_output" else "")
+
+
+# (start of a checked call's label, what it is): where a wrong output was seen
+CALL_KINDS = [
+    ("timed call", "at a timed call"),
+    ("inputs negated", "at a derived input"),
+    ("inputs scaled", "at a derived input"),
+    ("inputs shifted", "at a derived input"),
+    ("at ", "at another shape of its family"),
 ]
-
-
-def cause(verdict: str) -> str:
-    return next((name for name, pat in CAUSES if re.search(pat, verdict)), "other")
 
 
 def kernelbench(line: dict) -> str:
@@ -107,8 +107,8 @@ def classify(path: Path, md: bool) -> str:
 def _classify(lines: list[dict], md: bool) -> str:
     by = collections.defaultdict(list)
     for d in lines:
-        by[cause(d["verdict"])].append(d)
-    order = [c for c, _ in CAUSES if c in by] + [c for c in by if c not in dict(CAUSES)]
+        by[cause(d)].append(d)
+    order = sorted(by, key=lambda c: (not c.startswith("accepted"), not c.startswith("no verdict"), -len(by[c]), c))
     out = [f"{len(lines)} jobs"]
     if md:
         out += ["", "| cause | jobs | example (job: verdict) |", "|---|---|---|"]
@@ -207,9 +207,10 @@ def judge_refs(
             print(f"{res['ref']}: exit {res['code']} {res['elapsed_s']} s {res['last'][:150]}", flush=True)
 
         for path, res in zip(todo, ex.map(lambda p: _judge_ref(p, device, timeout, precision), todo)):
-            if device != "cpu" and procs > 1 and res["code"] == 2 and re.search(NO_VERDICT_GPU_MEMORY, res["last"]):
+            if device != "cpu" and procs > 1 and res["code"] == 2:
                 print(
-                    f"{res['ref']}: short of GPU memory beside the other references: judged again alone at the end",
+                    f"{res['ref']}: no verdict beside the other references (their GPU memory, most likely): judged "
+                    f"again alone at the end",
                     flush=True,
                 )
                 again.append(path)
@@ -317,11 +318,11 @@ def compare(before: Path, after: Path) -> str:
     a = {d["key"]: d for d in read_results(before)}
     b = {d["key"]: d for d in read_results(after)}
     both = sorted(set(a) & set(b), key=lambda k: a[k]["job"]["name"])
-    moved = [k for k in both if cause(a[k]["verdict"]) != cause(b[k]["verdict"]) or a[k]["ok"] != b[k]["ok"]]
+    moved = [k for k in both if cause(a[k]) != cause(b[k]) or a[k]["ok"] != b[k]["ok"]]
     out = [f"{len(both)} jobs in both runs ({len(a)} and {len(b)} recorded); {len(moved)} changed cause:"]
     for k in moved:
         out.append(
-            f"- {a[k]['job']['name']}: {cause(a[k]['verdict'])} -> {cause(b[k]['verdict'])}\n"
+            f"- {a[k]['job']['name']}: {cause(a[k])} -> {cause(b[k])}\n"
             f"    before: {a[k]['verdict'][:220]}\n    after:  {b[k]['verdict'][:220]}"
         )
     return "\n".join(out)

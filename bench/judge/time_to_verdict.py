@@ -167,6 +167,7 @@ def run_case(
         "case": name,
         "what": what,
         "verdict": verdict,
+        "status": rec.get("status"),
         "wall_s": round(wall, 2),
         "stages": stages,
         "detail": rec.get("stage_detail", {}),
@@ -212,11 +213,12 @@ def run_batch_case(case, n: int, slots: int, device: str | None, tmp: Path, time
     walls = sorted(float(d["elapsed_s"]) for d in warm)
     mid = min(warm, key=lambda d: abs(float(d["elapsed_s"]) - walls[len(walls) // 2]))
     rec = mid.get("record") or {}
-    verdicts = {d["verdict"].split(" (")[0] for d in lines}
+    statuses = {d["status"] for d in lines}
     return {
         "case": f"{name} x{n}",
         "what": f"{what}; batch of {n} on {slots} slot(s)",
-        "verdict": " / ".join(sorted(verdicts)),
+        "verdict": " / ".join(sorted(statuses)),
+        "status": statuses.pop() if len(statuses) == 1 else None,
         "wall_s": walls[len(walls) // 2],
         "walls": walls,
         "batch_wall_s": round(wall, 1),
@@ -232,7 +234,7 @@ def table(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        v = r["verdict"].split(" (")[0] if r["verdict"].startswith("accepted") else r["verdict"][:90]
+        v = "accepted" if r.get("status") == "accepted" else r["verdict"][:90]  # an acceptance's notes left out
         st = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
         dt = ", ".join(f"{k} {v:.1f}" for k, v in list(r.get("detail", {}).items())[:5])
         ahead = r.get("box_ahead")  # whether the candidate's worker came from the box the command started early

@@ -114,7 +114,9 @@ def _record(
         "log": res.get("log", []),
         "record": res.get("record"),
     }
-    for k in ("traceback", "slot_broken"):  # slot_broken: the job left its slot's GPU context unusable (restarted)
+    # slot_broken: the job left its slot's GPU context unusable (restarted); gpu_memory: no verdict for want of GPU
+    # memory (kp.errors.GpuMemoryShort), the same job may get one with the GPU to itself
+    for k in ("traceback", "slot_broken", "gpu_memory"):
         if res.get(k):
             line[k] = res[k]
     if out is not None:

@@ -343,7 +343,7 @@ def _explained(run, refs: _Refs, row: Row, e: Rejected, call: CheckedCall, init,
     )
     if stale:  # the cause first, the figures short: the record keeps them whole
         figs = failed_figures(e) or {}
-        err = f"relL2 {figs['rel_l2']:.2e}" if "rel_l2" in figs else str(e).split(": ", 1)[-1][:60]
+        err = f"relL2 {figs['rel_l2']:.2e}" if "rel_l2" in figs else f"wrong ({e.kind.replace('_', ' ')})"
         told = Rejected(
             f"{call.label}: {STALE_INPUTS}: {err} at this call's, {stale}", kind="stale_inputs", check=call.label
         )

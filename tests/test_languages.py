@@ -207,6 +207,7 @@ def test_a_candidate_that_asks_for_cuda_on_a_cpu_host_gets_no_verdict(cli, tmp_p
     assert r.returncode == 2, r.stdout + r.stderr
     last = (r.stdout + r.stderr).strip().splitlines()[-1]
     assert "asks for CUDA, which this host does not have" in last and "judge it on a GPU" in last, last
+    assert "rejected at" not in r.stdout + r.stderr  # the judge's log says no verdict as the verdict does
     cand.write_text(
         "import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
         '    def forward(self, x):\n        raise AssertionError("not compiled with CUDA")\n'

@@ -325,7 +325,10 @@ class Judge:
                     e = Rejected(out_of_memory(self, row, e), figures=failed_figures(e), kind="out_of_memory")
                 row.reject(e)
                 at = row.failure["check"] or self.stage_now or "a check"
-                self.log(f"{self.ref.name}: {row.label} rejected at {at} ({row.failure['kind']})")
+                if row.failure.get("needs") == "cuda":  # the host's lack, not the row's: the driver makes it no verdict
+                    self.log(f"{self.ref.name}: {row.label} asks for CUDA at {at}, which this host does not have")
+                else:
+                    self.log(f"{self.ref.name}: {row.label} rejected at {at} ({row.failure['kind']})")
 
     # -- the whole run ------------------------------------------------------------------------------------------
     def run_cases(self) -> list[Row]:

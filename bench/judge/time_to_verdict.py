@@ -218,7 +218,7 @@ def run_batch_case(case, n: int, slots: int, device: str | None, tmp: Path, time
         "case": f"{name} x{n}",
         "what": f"{what}; batch of {n} on {slots} slot(s)",
         "verdict": " / ".join(sorted(statuses)),
-        "status": statuses.pop() if len(statuses) == 1 else None,
+        "status": next(iter(statuses)) if len(statuses) == 1 else None,
         "wall_s": walls[len(walls) // 2],
         "walls": walls,
         "batch_wall_s": round(wall, 1),

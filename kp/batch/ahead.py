@@ -38,7 +38,7 @@ def own_sources(path: str | Path) -> list[bytes]:
     import ast
 
     path = Path(path)
-    home, out, seen, todo = path.parent, [], set(), [path]
+    home, out, seen, todo = path.parent, [], {path.resolve()}, [path]
     while todo:
         f = todo.pop()
         try:
@@ -55,7 +55,7 @@ def own_sources(path: str | Path) -> list[bytes]:
         for name in names:
             first = home / name.split(".")[0]
             for mod in (first.with_suffix(".py"), first / "__init__.py"):
-                if mod.is_file() and mod.resolve() not in seen and mod.resolve() != path.resolve():
+                if mod.is_file() and mod.resolve() not in seen:
                     seen.add(mod.resolve())
                     todo.append(mod)
     return out

@@ -150,7 +150,8 @@ def test_a_calls_gradients_and_their_widener_are_freed_without_waiting_for_the_g
 def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_cache_is_handed_back(monkeypatch):
     """The float64 backward runs beside the judge's cached blocks (the float64 forward's of the call before): where it
     runs out of memory, the cache is handed back and it runs once more, from the references' state before the call;
-    only where it is short again are the call's gradients left unchecked, said in a note."""
+    short again, a float64 reference on the GPU moves to the host and makes them there; only one on the host already
+    leaves the call's gradients unchecked, said in a note."""
     import torch
     from kp.judge import backward, driver
     from kp.judge.backward import GradientCheck
@@ -191,3 +192,10 @@ def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_
         "gradients not checked at 2 calls (trial 1, trial 2): the float64 backward did not fit the GPU's memory",
         "another note",
     ]
+    runs.clear()  # a float64 reference on the GPU short twice: the gradients made on the host, and said
+    monkeypatch.setattr(refs, "f64_device", "cuda")
+    monkeypatch.setattr(refs, "to_host", lambda: setattr(refs, "f64_device", "cpu"))
+    g = check.expected(refs, pristine, 3, "fp32", "trial 3 (seed 5)")
+    assert len(runs) == 3 and refs.f64_device == "cpu" and g.params["fc.weight"][1].dtype == torch.float64
+    assert refs.moved == "moved to the host after the GPU ran out of memory in its backward"
+    assert len(check.notes) == 2  # no note of gradients unchecked: the reference's notes say where it moved

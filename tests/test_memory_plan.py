@@ -42,6 +42,20 @@ def test_memory_check_is_one_line():
         plan.check_memory("w", heavy, 4, 10 << 30)
 
 
+def test_the_float64_backward_is_planned_with_its_gradients():
+    """--backward: the float64 reference's peak is its backward's, the forward's saved tensors and the float64
+    upstream, input and weight gradients beside them; the softmax at its benchmark shape (42.1 GiB measured alone)
+    then runs its float64 reference on the host where its forward's peak alone (27.6 GiB) would fit the GPU."""
+    fp = judge.Reference.load(("problem", "softmax")).footprint("cpu")
+    forward, backward = plan.float64_peak(fp), plan.float64_peak(fp, backward=True)
+    assert forward / 2**30 == pytest.approx(27.6) and backward / 2**30 == pytest.approx(51.6)
+    free = 70 << 30  # the plan's 36 GiB and the forward's peak fit; the backward's does not
+    assert plan.float64_on_gpu(fp, 1, free)[0]
+    on_gpu, why = plan.float64_on_gpu(fp, 1, free, backward=True)
+    assert not on_gpu and "87.6 GiB needed with the float64 backward's peak of 51.6 GiB, 70.0 GiB free" == why
+    assert plan.float64_on_gpu(fp, 1, 139 << 30, backward=True)[0]  # the GPU to itself: room for both
+
+
 def test_the_judges_own_out_of_memory_says_whose_memory_it_was():
     """The judge's own process out of GPU memory is no verdict either way, and the line says what was measured:
     memory other processes took (judge again alone), or none taken by others (the judge's and its workers' own:

@@ -148,16 +148,10 @@ class GradientCheck:
             refs.restore_buffers(saved)
             if refs.fp32_only():
                 return self.no_backward(f"no float64 reference ({refs.how})", at)
-            for attempt in range(2):
-                try:
-                    gi64, gp64 = _float64_grads(refs, pristine, ups)
-                except torch.OutOfMemoryError:
-                    refs.restore_buffers(saved)  # a forward that ran before the backward ran short moved them
-                else:
-                    break
-                if attempt:  # (outside the except: its traceback no longer holds the run's tensors)
-                    return self.no_backward("the float64 backward did not fit the GPU's memory", at)
-                release_cached(collect=True)  # once: garbage collected, the judge's cached blocks handed back
+            got = self._float64_grads_with_room(refs, pristine, ups, saved)
+            if got is None:
+                return self.no_backward("the float64 backward did not fit the GPU's memory", at)
+            gi64, gp64 = got
         finally:
             refs.restore_buffers(saved)
             set_precision("fp32")
@@ -168,6 +162,25 @@ class GradientCheck:
             inputs={i: (g, gi64[i], k(g)) for i, g in gi32.items() if i in gi64},
             params={n: (g, gp64[n], k(g)) for n, g in gp32.items() if n in gp64},
         )
+
+    @staticmethod
+    def _float64_grads_with_room(refs, pristine: list, ups: list, saved: dict) -> tuple[dict, dict] | None:
+        """The float64 gradients where they fit: on the GPU, tried again once after a garbage collection hands the
+        judge's cached blocks back, then on the host, which has room, the float64 reference kept there from then on
+        and the verdict's notes saying why (an estimate short of the backward's peak, or another process's
+        memory). None where the float64 reference is on the host already and its backward ran the GPU short."""
+        for attempt in range(2):
+            try:
+                return _float64_grads(refs, pristine, ups)
+            except torch.OutOfMemoryError:
+                refs.restore_buffers(saved)  # a forward that ran before the backward ran short moved them
+            if not attempt:  # (outside the except: its traceback no longer holds the run's tensors)
+                release_cached(collect=True)
+        if refs.f64_device == "cpu":
+            return None
+        refs.to_host()
+        refs.moved = "moved to the host after the GPU ran out of memory in its backward"
+        return _float64_grads(refs, pristine, ups)
 
     def widener(self, refs, pristine: list, exp: Grads, state: dict | None):
         """The call's widener (kp.judge.compare.widener): how far each float64 gradient moves over the float64

@@ -132,7 +132,7 @@ def _setup(run, init, gpu: bool) -> None:
         run.others_at_plan = held_by_others(run.gpu_at_plan)
         free = run.gpu_at_plan[0]
         check_memory(run.ref.name, run.fp, len(run.rows), free)
-        on_gpu, why = float64_on_gpu(run.fp, len(run.rows), free)
+        on_gpu, why = float64_on_gpu(run.fp, len(run.rows), free, run.backward)
         run.f64_chunks = 0 if on_gpu else float64_chunks(run.fp, len(run.rows), free)
         run.f64_device = run.device if on_gpu or run.f64_chunks else "cpu"
         run.f64_where = (

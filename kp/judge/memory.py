@@ -77,7 +77,7 @@ def out_of_memory(run, row: Row, e: OutOfMemory) -> str:
         )
     if row.runner.isolated:  # the judge's process and its other rows' workers beyond what the plan allows them:
         judges = now[1] + workers  # their excess, not the row's request
-        allowed = need + (float64_peak(run.fp) if run.f64_device == "cuda" else 0)
+        allowed = need + (float64_peak(run.fp, run.backward) if run.f64_device == "cuda" else 0)
         if judges > allowed + OTHERS_SLACK:
             raise GpuMemoryShort(
                 f"{run.ref.name}: {row.label} ran out of GPU memory (its process asked for "

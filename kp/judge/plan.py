@@ -120,20 +120,25 @@ def memory_need(fp: dict, models: int) -> int:
     return MEMORY_FACTOR * footprint_bytes(fp) + max(models - 1, 0) * fp["weights"]
 
 
-def float64_peak(fp: dict) -> int:
-    """GPU bytes the float64 reference's forward takes at its peak: the fp32 forward's, widened."""
-    return int(float64_peak_factor(fp) * fp.get("peak", footprint_bytes(fp)))
+def float64_peak(fp: dict, backward: bool = False) -> int:
+    """GPU bytes the float64 reference takes at its peak: its forward's, the fp32 forward's widened; with
+    `backward`, its backward's: the forward's tensors autograd keeps for it, and beside them the upstream gradient
+    and the gradients of the inputs and the weights, each widened (the softmax's float64 backward at its benchmark
+    shape peaks at 42 GiB where its forward takes 28)."""
+    forward = float64_peak_factor(fp) * fp.get("peak", footprint_bytes(fp))
+    grads = widen(fp) * footprint_bytes(fp) if backward else 0
+    return int(forward + grads)
 
 
-def float64_on_gpu(fp: dict, models: int, free: int) -> tuple[bool, str]:
+def float64_on_gpu(fp: dict, models: int, free: int, backward: bool = False) -> tuple[bool, str]:
     """Whether the float64 reference runs on the GPU, and why in words for the record: it does whenever the
-    plan's need and the float64 forward's peak fit in what the GPU has free (a problem of a few GB then takes
-    seconds where the host takes minutes); otherwise on the host."""
+    plan's need and the float64 reference's peak (its backward's with `backward`) fit in what the GPU has free (a
+    problem of a few GB then takes seconds where the host takes minutes); otherwise on the host."""
     need = memory_need(fp, models)
-    f64 = float64_peak(fp)
+    f64 = float64_peak(fp, backward)
     where = (
-        f"{(need + f64) / 2**30:.1f} GiB needed with the float64 forward's peak of {f64 / 2**30:.1f} GiB, "
-        f"{free / 2**30:.1f} GiB free"
+        f"{(need + f64) / 2**30:.1f} GiB needed with the float64 {'backward' if backward else 'forward'}'s peak "
+        f"of {f64 / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
     )
     return need + f64 <= free, where
 

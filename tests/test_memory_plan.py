@@ -218,6 +218,9 @@ def test_the_cpu_plans_in_the_hosts_free_memory_with_the_judges_copies_counted(m
     assert plan.cpu_bench_refusal(fp, 60 * g) is None
     why = plan.cpu_bench_refusal(fp, 40 * g)
     assert "needs about 60.0 GiB" in why and "inputs and outputs 12.0 GiB" in why and "40.0 GiB planned" in why
+    assert plan.cpu_need(fp, backward=True) == 60 * g + (2 + 2) * 12 * g  # the three models' gradients beside
+    why = plan.cpu_bench_refusal(fp, 60 * g, backward=True)
+    assert "needs about 108.0 GiB of host memory with the judge's copies and the gradients (inputs" in why
 
 
 @pytest.mark.parametrize(

@@ -53,11 +53,13 @@ def parity_shapes(run, rec: dict, init) -> None:
                 entry["skipped"] = "no room: the reference's forward there ran out of GPU memory"
                 run.skip(f"at {member} sizes ({said_sizes(sizes)}): {entry['skipped']}")
                 continue
-            no_room = no_room_for(run.fp, bench_fp, run.device, run.f64_device, len(run.rows))
+            no_room = no_room_for(run.fp, bench_fp, run.device, run.f64_device, len(run.rows), run.backward)
             # the host's room: a smaller member of the same kind, as the benchmark's own shape is (its row length
             # kept)
             if no_room and run.device != "cuda":
-                fitted = scale_to_fit(run.ref, lambda fp: cpu_bench_refusal(fp, host_budget()) is None)
+                fitted = scale_to_fit(
+                    run.ref, lambda fp: cpu_bench_refusal(fp, host_budget(), backward=run.backward) is None
+                )
                 if fitted:
                     sizes = {**sizes, **{k: (sizes[k][0] if k in sizes else a, b) for k, (a, b) in fitted.items()}}
                     entry["sizes"] = {k: new for k, (_, new) in sizes.items()}
@@ -153,17 +155,20 @@ def wrong_at(run, live: set[str], bench: str, shape: str, member: str, family: l
                 row.failure["member"] = {"name": member, "shape": shape, "right_at": [bench, *(s for s, _ in right)]}
 
 
-def no_room_for(fp: dict, bench_fp: dict, device: str, f64_device: str, rows: int) -> str | None:
+def no_room_for(
+    fp: dict, bench_fp: dict, device: str, f64_device: str, rows: int, backward: bool = False
+) -> str | None:
     """Why a member's shape (footprint fp) is not judged here, or None: the CPU's host budget as for the benchmark's
     shape (bench_fp); on a GPU, a member larger than the benchmark's must fit in what is free now, beside the plan's
-    need for `rows` judged rows and the float64 forward's peak where it runs on the GPU (f64_device)."""
+    need for `rows` judged rows and the float64 reference's peak (its backward's with `backward`) where it runs on
+    the GPU (f64_device)."""
     if device != "cuda" or f64_device == "cpu":  # the float64 reference on the host: its room there
-        why = cpu_bench_refusal(fp, host_budget(), "it")
+        why = cpu_bench_refusal(fp, host_budget(), "it", backward)
         if why or device != "cuda":
             return why
 
-    def need(at: dict) -> int:  # the plan's, with the float64 forward's peak where it runs on the GPU
-        return memory_need(at, rows) + (float64_peak(at) if f64_device == "cuda" else 0)
+    def need(at: dict) -> int:  # the plan's, with the float64 reference's peak where it runs on the GPU
+        return memory_need(at, rows) + (float64_peak(at, backward) if f64_device == "cuda" else 0)
 
     grow, free = need(fp) - need(bench_fp), free_gpu_bytes()
     if grow > 0.8 * free:

@@ -18,11 +18,11 @@ def stage_parity(run, rec: dict, init) -> None:
     """Parity on the benchmark shape (where it can run here), then the declared cases."""
     run.t_parity = time.perf_counter()
     room = None if run.device == "cuda" else host_budget()
-    why_not = None if room is None else cpu_bench_refusal(run.fp, room)
+    why_not = None if room is None else cpu_bench_refusal(run.fp, room, backward=run.backward)
     if why_not:  # on the CPU: the largest smaller shape of the reference's own family that fits
-        scaled = scale_to_fit(run.ref, lambda fp: cpu_bench_refusal(fp, room) is None)
+        scaled = scale_to_fit(run.ref, lambda fp: cpu_bench_refusal(fp, room, backward=run.backward) is None)
         if scaled:
-            bench, need = run.fp["shapes"], cpu_need(run.fp)
+            bench, need = run.fp["shapes"], cpu_need(run.fp, run.backward)
             run._fp = run.ref.footprint(run.device, run.train)
             said = said_sizes(scaled)
             run.notes.append(f"judged at {run.fp['shapes']}")  # the record: how and why in full
@@ -48,7 +48,7 @@ def stage_parity(run, rec: dict, init) -> None:
     else:
         rec["notes"] = f"{why_not}; no smaller shape of its family: {run.ref.no_smaller_shape}"
         run.no_room = (
-            f"its shape needs {cpu_need(run.fp) / 2**30:.1f} GiB of host memory, {room / 2**30:.1f} "
+            f"its shape needs {cpu_need(run.fp, run.backward) / 2**30:.1f} GiB of host memory, {room / 2**30:.1f} "
             f"GiB here, none smaller fits"
         )  # the verdict's short form
     parity_cases(run)

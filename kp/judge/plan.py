@@ -45,23 +45,28 @@ def host_budget() -> int:
     return int(float(set_to)) if set_to else int(CPU_SHARE * host_available())
 
 
-def cpu_need(fp: dict) -> int:
+def cpu_need(fp: dict, backward: bool = False) -> int:
     """Host bytes a benchmark-shape call holds at once on the CPU, the judge's own copies counted: the fp32
     reference's forward and its float64 copy (the forward's peak, LivePeak, once and widened: 2 x from fp32, 4 x from
     fp16/bf16), the candidate's forward in its worker (its peak again), and the candidate's copy of the inputs and
-    the output it hands back."""
-    return int((2 + widen(fp)) * fp.get("peak", footprint_bytes(fp)) + fp["inputs"] + fp["outputs"])
+    the output it hands back. With `backward`, the gradients beside them: the upstream, input and weight gradients
+    of the fp32 reference, of the candidate and, widened, of the float64 reference."""
+    forward = (2 + widen(fp)) * fp.get("peak", footprint_bytes(fp)) + fp["inputs"] + fp["outputs"]
+    grads = (2 + widen(fp)) * footprint_bytes(fp) if backward else 0
+    return int(forward + grads)
 
 
-def cpu_bench_refusal(fp: dict, budget: int, what: str = "the benchmark shape") -> str | None:
-    """Why `what` (a shape with footprint fp) is not run on the CPU (cpu_need over the host's budget), or None."""
-    need = cpu_need(fp)
+def cpu_bench_refusal(fp: dict, budget: int, what: str = "the benchmark shape", backward: bool = False) -> str | None:
+    """Why `what` (a shape with footprint fp) is not run on the CPU (cpu_need over the host's budget, its
+    gradients counted with `backward`), or None."""
+    need = cpu_need(fp, backward)
     if need <= budget:
         return None
     io = fp["inputs"] + fp["outputs"]
     return (
-        f"{what} needs about {need / 2**30:.1f} GiB of host memory with the judge's copies "
-        f"(inputs and outputs {io / 2**30:.1f} GiB, a forward's peak {fp.get('peak', 0) / 2**30:.1f} GiB), "
+        f"{what} needs about {need / 2**30:.1f} GiB of host memory with the judge's copies"
+        + (" and the gradients " if backward else " ")
+        + f"(inputs and outputs {io / 2**30:.1f} GiB, a forward's peak {fp.get('peak', 0) / 2**30:.1f} GiB), "
         f"{budget / 2**30:.1f} GiB planned here"
     )
 

@@ -194,7 +194,7 @@ def test_a_float64_backward_short_of_gpu_memory_is_tried_again_after_the_judges_
     ]
     runs.clear()  # a float64 reference on the GPU short twice: the gradients made on the host, and said
     monkeypatch.setattr(refs, "f64_device", "cuda")
-    monkeypatch.setattr(refs, "to_host", lambda: setattr(refs, "f64_device", "cpu"))
+    monkeypatch.setattr(refs, "to_host", lambda why: refs.__dict__.update(f64_device="cpu", moved=why))
     g = check.expected(refs, pristine, 3, "fp32", "trial 3 (seed 5)")
     assert len(runs) == 3 and refs.f64_device == "cpu" and g.params["fc.weight"][1].dtype == torch.float64
     assert refs.moved == "moved to the host after the GPU ran out of memory in its backward"

@@ -178,8 +178,7 @@ class GradientCheck:
                 release_cached(collect=True)
         if refs.f64_device == "cpu":
             return None
-        refs.to_host()
-        refs.moved = "moved to the host after the GPU ran out of memory in its backward"
+        refs.to_host("moved to the host after the GPU ran out of memory in its backward")
         return _float64_grads(refs, pristine, ups)
 
     def widener(self, refs, pristine: list, exp: Grads, state: dict | None):

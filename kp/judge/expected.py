@@ -141,9 +141,11 @@ class _Refs:
         for sub, k, v in (saved or {}).get("plain", []):  # an attribute a call re-assigns: the old tensor back
             sub.__dict__[k] = v
 
-    def to_host(self) -> None:
-        """The float64 reference to the host from here on, its GPU memory handed back."""
+    def to_host(self, why: str) -> None:
+        """The float64 reference to the host from here on, its GPU memory handed back; `why` goes to the verdict's
+        notes."""
         self.r64, self.f64_device = hold_on(self.r64, "cpu"), "cpu"
+        self.moved = why
         release_cached()
 
     def fp32_only(self) -> bool:
@@ -170,8 +172,7 @@ class _Refs:
             if self.f64_device == "cpu":
                 raise
         # here, past the except block, the failed try's GPU tensors are free before the host takes over
-        self.to_host()
-        self.moved = "moved to the host after the GPU ran out of memory in its forward"
+        self.to_host("moved to the host after the GPU ran out of memory in its forward")
         return self._float64_try(pristine, "cpu")
 
     def _float64_try(self, pristine: list, device: str):
@@ -264,8 +265,7 @@ class _Refs:
                 self.chunk_proof = why or f"in {self.chunks} slices of the batch"
                 if why:
                     self.chunks = 1
-                    self.to_host()
-                    self.moved = f"on the host: its forward does not fit the GPU whole and cannot be sliced ({why})"
+                    self.to_host(f"on the host: its forward does not fit the GPU whole and cannot be sliced ({why})")
             # fp32, bf16, fp16: PyTorch's other algorithms; tf32: TF32 tensor cores fed fp32 inputs as they are
             alts = (
                 other_algorithms(self, pristine, counter)

@@ -111,8 +111,8 @@ def test_float64_reference_falls_back_to_the_host_when_the_gpu_runs_out(monkeypa
     monkeypatch.setattr(expected._Refs, "_float64_try", short_of_memory)
     got = refs.expected(x, "fp32").r64[0]
     assert tries == ["gpu that ran out", "cpu"] and refs.f64_device == "cpu" and "ran out of memory" in refs.moved
-    refs.to_host(refs.moved)  # already there: a second move keeps the reference where it is
-    assert refs.f64_device == "cpu" and next(refs.r64.parameters(), torch.zeros(())).device.type == "cpu"
+    refs.to_host("again")  # already there: a second move keeps the reference where it is and records its reason
+    assert refs.f64_device == "cpu" and refs.moved == "again"
     monkeypatch.setattr(
         expected._Refs, "_float64_try", lambda self, xs, device: (_ for _ in ()).throw(torch.OutOfMemoryError("host"))
     )
